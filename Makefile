@@ -1,0 +1,27 @@
+# Quick start: `make demo` runs the live pipeline on a simulated cluster; `make test` runs the tests.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: setup demo test lint bench clean
+
+$(BIN)/steptail: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(BIN)/steptail
+
+setup: $(BIN)/steptail
+
+demo: setup
+	$(BIN)/steptail demo
+
+test: setup
+	$(BIN)/ruff check .
+	$(BIN)/pytest -q
+
+lint: setup
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) steptail.db steptail-demo .pytest_cache
