@@ -1,0 +1,121 @@
+"""Offline source: saved pod logs (plain, gzip, or stdin), read in blocks of whole lines.
+
+Memory stays flat in file size: a block is a few MiB, and a line longer than MAX_LINE is
+skipped (and reported) instead of being gathered."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from parsers import MAX_LINE, candidate_lines, has_tag, split_timestamp
+
+BLOCK = 4 << 20
+
+
+class SourceError(Exception):
+    """A path that cannot be read; the message is one line."""
+
+
+@dataclass
+class Source:
+    name: str
+    raw: BinaryIO  # the file as stored (for progress: bytes consumed)
+    stream: BinaryIO  # decompressed bytes
+    size: int | None
+
+    def position(self) -> int:
+        try:
+            return self.raw.tell()
+        except (OSError, ValueError):
+            return 0
+
+    def close(self) -> None:
+        self.stream.close()
+        self.raw.close()
+
+
+def open_source(path: str) -> Source:
+    """Open a path ('-' is stdin, spooled so that it can be peeked and re-read)."""
+    if path == "-":
+        spool = tempfile.TemporaryFile()
+        shutil.copyfileobj(sys.stdin.buffer, spool)
+        spool.seek(0)
+        raw, name, size = spool, "<stdin>", spool.seek(0, os.SEEK_END)
+        spool.seek(0)
+    else:
+        try:
+            raw = open(path, "rb")  # noqa: SIM115 - closed by Source.close
+        except OSError as exc:
+            raise SourceError(f"cannot read {path}: {exc.strerror}") from None
+        if not os.path.isfile(path):
+            raw.close()
+            raise SourceError(f"cannot read {path}: not a regular file")
+        name, size = path, os.path.getsize(path)
+    magic = raw.read(2)
+    raw.seek(0)
+    stream: BinaryIO = raw
+    if magic == b"\x1f\x8b":
+        stream = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[assignment]
+        try:
+            stream.peek(1)  # type: ignore[attr-defined]
+        except (OSError, EOFError) as exc:
+            raw.close()
+            raise SourceError(f"cannot read {name}: {exc}") from None
+    return Source(name, raw, stream, size)
+
+
+def first_timestamp(source: Source) -> int | None:
+    """Kubelet timestamp of the first candidate line within the first block, if any."""
+    head = source.stream.peek(1 << 20)[: 1 << 20] if hasattr(source.stream, "peek") else b""
+    head = head[: head.rfind(b"\n") + 1]
+    for line in candidate_lines(head):
+        return split_timestamp(line)[0]
+    return None
+
+
+@dataclass
+class Piece:
+    """What a source yields: a block of whole lines, or a line that could not be kept."""
+
+    block: bytes = b""
+    lines: int = 0
+    bad: str | None = None  # set for an over-long tagged line or a cut-off last line
+
+
+def read_pieces(source: Source, block_size: int = BLOCK) -> Iterator[Piece]:
+    carry = b""
+    skipping = False  # inside a line longer than MAX_LINE
+    skipped = 0
+    tagged = False
+    read = source.stream.read
+    while chunk := read(block_size):
+        if skipping:
+            nl = chunk.find(b"\n")
+            if nl < 0:
+                skipped += len(chunk)
+                tagged = tagged or has_tag(chunk[:4096])
+                continue
+            skipped += nl
+            yield Piece(lines=1, bad=f"line of {skipped} bytes skipped" if tagged else None)
+            skipping, chunk = False, chunk[nl + 1 :]
+        buf = carry + chunk if carry else chunk
+        cut = buf.rfind(b"\n") + 1
+        block, carry = buf[:cut], buf[cut:]
+        if block:
+            yield Piece(block, block.count(b"\n"))
+        if len(carry) > MAX_LINE:
+            skipping, skipped, tagged = True, len(carry), has_tag(carry[:4096])
+            carry = b""
+    if skipping:
+        yield Piece(lines=1, bad=f"line of {skipped} bytes without newline skipped" if tagged else None)
+    elif carry:
+        # The writer was cut off: a record on an unterminated last line cannot be trusted.
+        yield Piece(lines=1, bad="cut-off last line: " + carry[:200].decode("utf-8", "replace")
+                    if has_tag(carry) else None)

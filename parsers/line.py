@@ -1,0 +1,182 @@
+"""One log line of bytes in, one typed record (or nothing) out. Never raises on input."""
+
+from __future__ import annotations
+
+import re
+
+from parsers.records import (
+    Checkpoint,
+    ConfigParam,
+    LossParts,
+    Malformed,
+    ParsedLine,
+    PodStep,
+    Record,
+    RequiredRbf,
+    TrainerStart,
+)
+from parsers.timestamps import split_timestamp
+from parsers.values import parse_float, parse_int, parse_value
+
+_ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+_PER_LAYER = re.compile(r"per_layer=\[([^\]]*)\]")
+_CKPT = re.compile(r"(Restoring checkpoint from step|Saved a checkpoint at step)\s+(\S+?)\.?(?:\s|$)")
+_PROC = re.compile(r"process_index=(\d+)\s+process_count=(\d+)")
+_CONFIG = re.compile(r"Config param (\S+?):(?: (.*))?$")
+
+# Tags that make a line a candidate; also used to pick candidate lines out of a chunk.
+TAGS = (
+    b"LOSS-PARTS",
+    b"REQUIRED_RBF",
+    b"completed step:",
+    b"Config param ",
+    b"Restoring checkpoint",
+    b"Saved a checkpoint",
+    b"distributed system",
+)
+# Longest line kept; a longer one is cut and, if tagged, counted as malformed.
+MAX_LINE = 1 << 20
+
+
+def clean(raw: bytes) -> tuple[int | None, str | None, str]:
+    """Strip line ending, kubelet timestamp and ANSI codes; decode leniently."""
+    raw = raw.rstrip(b"\r\n")
+    ns, ts, rest = split_timestamp(raw)
+    if b"\x1b" in rest:
+        rest = _ANSI.sub(b"", rest)
+    return ns, ts, rest.decode("utf-8", "replace")
+
+
+def parse_line(raw: bytes) -> ParsedLine:
+    """Parse one line (with or without its newline)."""
+    ns, ts, text = clean(raw)
+    if len(raw) > MAX_LINE:
+        tagged = any(t.decode() in text for t in TAGS)
+        bad = Malformed("?", "line too long", text[:200]) if tagged else None
+        return ParsedLine(ns, ts, bad)
+    return ParsedLine(ns, ts, parse_message(text))
+
+
+def parse_message(text: str) -> Record | Malformed | None:
+    """The record in a message (timestamp already removed), None for an ordinary line."""
+    try:
+        if (i := text.find("LOSS-PARTS")) >= 0 and _tag_ends(text, i + 10):
+            return _loss_parts(text, text[i + 10 :])
+        if (i := text.find("REQUIRED_RBF")) >= 0 and _tag_ends(text, i + 12):
+            return _required_rbf(text, text[i + 12 :])
+        if (i := text.find("completed step:")) >= 0:
+            return _pod_step(text, text[i + 15 :])
+        if "Config param " in text:
+            return _config(text)
+        if "checkpoint" in text and (m := _CKPT.search(text)):
+            step = parse_int(m.group(2))
+            if step is None:
+                return Malformed("checkpoint", f"step {m.group(2)!r} is not an integer", text)
+            return Checkpoint("restore" if m.group(1).startswith("Restoring") else "save", step)
+        if "distributed system" in text:
+            return _trainer_start(text)
+    except Exception as exc:  # a parser bug must never stop a follower
+        return Malformed("?", f"parser error: {exc!r}", text[:200])
+    return None
+
+
+def _tag_ends(text: str, end: int) -> bool:
+    return end == len(text) or text[end].isspace()
+
+
+def _pairs(body: str, tag: str, text: str) -> dict[str, str] | Malformed:
+    out: dict[str, str] = {}
+    for token in body.split():
+        key, eq, value = token.partition("=")
+        if not eq:
+            continue  # free text after the pairs is tolerated
+        if not key or not value:
+            return Malformed(tag, f"empty key or value in {token!r}", text)
+        if key in out:
+            return Malformed(tag, f"key {key!r} repeated", text)
+        out[key] = value
+    return out
+
+
+def _loss_parts(text: str, body: str) -> LossParts | Malformed:
+    pairs = _pairs(body, "LOSS-PARTS", text)
+    if isinstance(pairs, Malformed):
+        return pairs
+    step_s, ce_s = pairs.pop("step", None), pairs.pop("ce", None)
+    if step_s is None or ce_s is None:
+        return Malformed("LOSS-PARTS", "step and ce are required", text)
+    step, ce = parse_int(step_s), parse_float(ce_s)
+    if step is None or step < 0:
+        return Malformed("LOSS-PARTS", f"step {step_s!r} is not a non-negative integer", text)
+    if ce is None:
+        return Malformed("LOSS-PARTS", f"ce {ce_s!r} is not a number", text)
+    return LossParts(step, ce, ce_s, {k: parse_value(v) for k, v in pairs.items()})
+
+
+def _required_rbf(text: str, body: str) -> RequiredRbf | Malformed:
+    m = _PER_LAYER.search(body)
+    if m is None:
+        return Malformed("REQUIRED_RBF", "per_layer=[…] is required", text)
+    layers: list[float] = []
+    for item in m.group(1).split(","):
+        if item.strip():
+            v = parse_float(item.strip())
+            if v is None:
+                return Malformed("REQUIRED_RBF", f"per_layer value {item.strip()!r}", text)
+            layers.append(v)
+    pairs = _pairs(body[: m.start()] + " " + body[m.end() :], "REQUIRED_RBF", text)
+    if isinstance(pairs, Malformed):
+        return pairs
+    step = parse_int(pairs.get("step", ""))
+    mx = parse_float(pairs.get("max", ""))
+    if step is None or step < 0 or mx is None:
+        return Malformed("REQUIRED_RBF", "step (integer) and max (number) are required", text)
+    return RequiredRbf(step, mx, tuple(layers), pairs.get("program"))
+
+
+_POD_FIELDS = {
+    "seconds": "seconds",
+    "TFLOP/s/device": "tflops",
+    "Tokens/s/device": "tokens_per_s",
+    "total_weights": "total_weights",
+    "loss": "loss",
+}
+
+
+def _pod_step(text: str, body: str) -> PodStep | Malformed:
+    head, *fields = body.split(",")
+    step = parse_int(head.strip())
+    if step is None:
+        return Malformed("completed step", f"step {head.strip()!r} is not an integer", text)
+    known: dict[str, float | int | None] = {}
+    extra: dict[str, int | float | str] = {}
+    for field in fields:
+        name, colon, value = field.partition(":")
+        name, value = name.strip(), value.strip()
+        if not colon or not name:
+            continue
+        parsed = parse_value(value)
+        if name in _POD_FIELDS:
+            if isinstance(parsed, str):
+                return Malformed("completed step", f"{name} {value!r} is not a number", text)
+            attr = _POD_FIELDS[name]
+            known[attr] = int(parsed) if attr == "total_weights" else float(parsed)
+        else:
+            extra[name] = parsed
+    return PodStep(step, extra=extra, **known)
+
+
+def _config(text: str) -> ConfigParam | Malformed:
+    m = _CONFIG.search(text)
+    if m is None:
+        return Malformed("Config param", "expected `Config param NAME: VALUE`", text)
+    return ConfigParam(m.group(1), (m.group(2) or "").strip())
+
+
+def _trainer_start(text: str) -> TrainerStart | None:
+    if "Attempting to initialize the jax distributed system" in text:
+        return TrainerStart()
+    if "distributed system initialized" in text:
+        m = _PROC.search(text)
+        return TrainerStart(int(m.group(1)), int(m.group(2))) if m else TrainerStart()
+    return None

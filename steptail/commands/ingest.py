@@ -1,0 +1,81 @@
+"""`steptail ingest`: saved process-0 logs into SQL (and Parquet)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+from collector.files import SourceError, open_source
+from steptail.commands._common import db_option, fail, json_option, print_json, store_or_exit
+from steptail.ingest import IngestError, check_run_name, ingest
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True, metavar="PATH…")
+@click.option("--run", required=True, help="Run name (letters, digits, '.', '_', '-').")
+@db_option
+@click.option("--parquet", metavar="DIR", help="Also write Parquet: DIR/<table>/run=<run>/part-*.parquet.")
+@json_option
+def command(paths: tuple[str, ...], run: str, db: str | None, parquet: str | None, as_json: bool) -> None:
+    """Ingest saved pod logs of JAX process 0 (plain, --timestamps, .gz, '-' for stdin).
+
+    Every LOSS-PARTS, REQUIRED_RBF, per-pod step, config and checkpoint line is recorded
+    once per (run, incarnation, step); re-ingesting or overlapping files adds nothing twice.
+    The ingest lands whole or not at all.
+    """
+    try:
+        check_run_name(run)
+    except IngestError as exc:
+        fail(str(exc))
+    if paths.count("-") > 1:
+        fail("'-' (stdin) may be given once")
+    sources = []
+    try:
+        for path in paths:
+            sources.append(open_source(path))
+    except SourceError as exc:
+        for s in sources:
+            s.close()
+        fail(str(exc))
+    store = store_or_exit(db)
+    total = sum(s.size or 0 for s in sources)
+    err = Console(stderr=True)
+    show = err.is_terminal and not as_json
+    try:
+        with Progress(
+            "[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+            TimeRemainingColumn(), console=err, disable=not show, transient=True,
+        ) as bar:
+            task = bar.add_task(f"ingest {run}", total=total or None)
+            def progress(pos: int) -> None:
+                bar.update(task, completed=min(total, pos))
+
+            result = ingest(store, run, sources, parquet=parquet, progress=progress if show else None)
+    except IngestError as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"read failed, nothing written: {exc}")
+    finally:
+        for s in sources:
+            s.close()
+        store.dispose()
+    if as_json:
+        print_json(result.summary() | {"duplicates": result.duplicates, "skipped": result.skipped})
+        return
+    out = Console()
+    out.print(
+        f"[bold]{run}[/]: {result.loss_parts} LOSS-PARTS, {result.required_rbf} REQUIRED_RBF, "
+        f"{result.pod_steps} per-pod step lines from {result.lines} lines; "
+        f"{result.incarnations} incarnation(s); {result.bad_lines} bad line(s); "
+        f"{result.duplicates} repeated line(s) dropped"
+    )
+    for sample in result.bad_samples:
+        out.print(f"  bad: {sample}", markup=False, highlight=False)
+    for name in result.skipped:
+        out.print(f"  skipped {name}: already ingested (same content)")
+    if parquet:
+        out.print(f"  parquet: {parquet}")
+    sys.stdout.flush()

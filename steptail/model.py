@@ -1,0 +1,239 @@
+"""The run model, shared by `ingest` and `follow`: incarnations, line dedupe and the rows
+that reach the sinks.
+
+An incarnation is one start of the trainer. A new one begins at a trainer start-up line
+(once the current one has recorded a step) or when a LOSS-PARTS step goes back. Every
+(run, incarnation, step) is emitted at most once: repeated lines are dropped by a
+per-stream cursor over kubelet timestamps, before they are parsed."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+
+from parsers import (
+    Checkpoint,
+    ConfigParam,
+    LossParts,
+    Malformed,
+    PodStep,
+    RequiredRbf,
+    TrainerStart,
+    parse_message,
+)
+from parsers.line import MAX_LINE, clean
+
+BAD_SAMPLES = 5
+
+
+@dataclass
+class Incarnation:
+    number: int
+    started_ns: int | None = None
+    first_step: int | None = None
+    last_step: int | None = None  # last LOSS-PARTS step
+    restored_from: int | None = None
+    process_index: int | None = None
+    process_count: int | None = None
+    pod: str | None = None
+    last_rbf: int | None = None
+    last_pod_step: int | None = None
+    config: set[str] = field(default_factory=set)
+
+    def row(self, run: str) -> tuple:
+        return (
+            run, self.number, self.started_ns, self.first_step, self.last_step,
+            self.restored_from, self.process_index, self.process_count, self.pod,
+        )
+
+
+def line_digest(line: bytes) -> str:
+    return hashlib.blake2b(line, digest_size=8).hexdigest()
+
+
+@dataclass
+class Cursor:
+    """High-water mark of one stream's kubelet timestamps and the lines read at that instant.
+
+    Reconnects re-read from a whole second before the last line, so every line at or before
+    the mark is a repeat unless it is a line at the mark not seen yet."""
+
+    hwm_ns: int | None = None
+    at_hwm: set[str] = field(default_factory=set)
+    dirty: bool = False
+
+    def admit(self, ts_ns: int | None, line: bytes) -> bool:
+        if ts_ns is None:
+            return True
+        if self.hwm_ns is not None and ts_ns < self.hwm_ns:
+            return False
+        digest = line_digest(line.rstrip(b"\r\n"))
+        if ts_ns == self.hwm_ns:
+            if digest in self.at_hwm:
+                return False
+            self.at_hwm.add(digest)
+        else:
+            self.hwm_ns, self.at_hwm = ts_ns, {digest}
+        self.dirty = True
+        return True
+
+
+@dataclass
+class Batch:
+    """Rows produced since the last flush, one list of tuples per table (column order as in
+    storage.sql.COLUMNS)."""
+
+    loss_parts: list[tuple] = field(default_factory=list)
+    required_rbf: list[tuple] = field(default_factory=list)
+    pod_metrics: list[tuple] = field(default_factory=list)
+    config: list[tuple] = field(default_factory=list)
+    checkpoints: list[tuple] = field(default_factory=list)
+    incarnations: dict[int, tuple] = field(default_factory=dict)
+    cursors: dict[str, Cursor] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return (
+            len(self.loss_parts) + len(self.required_rbf) + len(self.pod_metrics)
+            + len(self.config) + len(self.checkpoints)
+        )
+
+
+@dataclass
+class Counters:
+    lines: int = 0
+    loss_parts: int = 0
+    required_rbf: int = 0
+    pod_steps: int = 0
+    bad_lines: int = 0
+    duplicates: int = 0
+    bad_samples: list[str] = field(default_factory=list)
+
+    def bad(self, what: str) -> None:
+        self.bad_lines += 1
+        if len(self.bad_samples) < BAD_SAMPLES:
+            self.bad_samples.append(what[:300])
+
+
+def _finite_parts(parts: dict) -> dict:
+    # JSON has no nan/inf: non-finite values are kept as the words nan, inf, -inf.
+    return {k: (str(v) if isinstance(v, float) and not math.isfinite(v) else v) for k, v in parts.items()}
+
+
+class RunModel:
+    """State of one run. Feed it lines; take its rows with `take()`."""
+
+    def __init__(
+        self,
+        run: str,
+        current: Incarnation | None = None,
+        cursors: dict[str, Cursor] | None = None,
+        incarnations: int = 0,
+    ) -> None:
+        self.run = run
+        self.current = current
+        self.count = max(incarnations, current.number if current else 0)
+        self.cursors = cursors or {}
+        self.counters = Counters()
+        self.batch = Batch()
+        self.pod: str | None = None  # set by the follower: the pod now being read
+
+    # -- input -----------------------------------------------------------------
+    def feed(self, line: bytes, stream: str = "log") -> None:
+        """One candidate line (any line is accepted; only tagged ones make rows)."""
+        ts_ns, ts, text = clean(line)
+        cursor = self.cursors.get(stream)
+        if cursor is None:
+            cursor = self.cursors[stream] = Cursor()
+        if not cursor.admit(ts_ns, line):
+            self.counters.duplicates += 1
+            return
+        self.batch.cursors[stream] = cursor
+        if len(line) > MAX_LINE:
+            self.counters.bad(f"line of {len(line)} bytes: {text[:80]}")
+            return
+        record = parse_message(text)
+        if record is not None:
+            self.apply(record, ts_ns)
+
+    def bad_line(self, what: str) -> None:
+        """A line the source could not deliver whole (over-long, cut off at the end)."""
+        self.counters.bad(what)
+
+    # -- the model ---------------------------------------------------------------
+    def apply(self, rec, ts_ns: int | None) -> None:
+        if isinstance(rec, LossParts):
+            cur = self.current
+            if cur is None or (cur.last_step is not None and rec.step <= cur.last_step):
+                cur = self._open(ts_ns)
+            if cur.first_step is None:
+                cur.first_step = rec.step
+            cur.last_step = rec.step
+            ce = rec.ce if math.isfinite(rec.ce) else None
+            self.batch.loss_parts.append(
+                (self.run, cur.number, rec.step, ts_ns, ce, rec.ce_raw, _finite_parts(rec.parts))
+            )
+            self.counters.loss_parts += 1
+            self._touch(cur)
+        elif isinstance(rec, RequiredRbf):
+            cur = self._ensure(ts_ns)
+            if cur.last_rbf is not None and rec.step <= cur.last_rbf:
+                self.counters.duplicates += 1
+                return
+            cur.last_rbf = rec.step
+            self.batch.required_rbf.append(
+                (self.run, cur.number, rec.step, ts_ns, rec.max, list(rec.per_layer), rec.program)
+            )
+            self.counters.required_rbf += 1
+        elif isinstance(rec, PodStep):
+            cur = self._ensure(ts_ns)
+            if cur.last_pod_step is not None and rec.step <= cur.last_pod_step:
+                self.counters.duplicates += 1
+                return
+            cur.last_pod_step = rec.step
+            self.batch.pod_metrics.append(
+                (self.run, cur.number, rec.step, ts_ns, rec.seconds, rec.tflops, rec.tokens_per_s,
+                 rec.total_weights, rec.loss, _finite_parts(rec.extra))
+            )
+            self.counters.pod_steps += 1
+        elif isinstance(rec, TrainerStart):
+            cur = self.current
+            if cur is None or cur.last_step is not None:
+                cur = self._open(ts_ns)
+            if rec.process_count is not None:
+                cur.process_index, cur.process_count = rec.process_index, rec.process_count
+            self._touch(cur)
+        elif isinstance(rec, ConfigParam):
+            cur = self._ensure(ts_ns)
+            if rec.name not in cur.config:
+                cur.config.add(rec.name)
+                self.batch.config.append((self.run, cur.number, rec.name, rec.value))
+        elif isinstance(rec, Checkpoint):
+            cur = self._ensure(ts_ns)
+            if rec.kind == "restore":
+                cur.restored_from = rec.step
+                self._touch(cur)
+            self.batch.checkpoints.append((self.run, cur.number, rec.kind, rec.step, ts_ns))
+        elif isinstance(rec, Malformed):
+            self.counters.bad(f"{rec.tag}: {rec.reason}: {rec.text}")
+
+    def _ensure(self, ts_ns: int | None) -> Incarnation:
+        return self.current if self.current is not None else self._open(ts_ns)
+
+    def _open(self, ts_ns: int | None) -> Incarnation:
+        self.count += 1
+        self.current = Incarnation(self.count, started_ns=ts_ns, pod=self.pod)
+        self._touch(self.current)
+        return self.current
+
+    def _touch(self, inc: Incarnation) -> None:
+        self.batch.incarnations[inc.number] = inc  # rendered to a row at take()
+
+    # -- output ----------------------------------------------------------------
+    def take(self) -> Batch:
+        """The rows produced since the last call; incarnation rows rendered now."""
+        batch, self.batch = self.batch, Batch()
+        batch.incarnations = {n: inc.row(self.run) for n, inc in batch.incarnations.items()}
+        for c in batch.cursors.values():
+            c.dirty = False
+        return batch

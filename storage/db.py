@@ -1,0 +1,115 @@
+"""Opening the SQL store: URL resolution, engine set-up, automatic migration, reflected tables.
+
+The schema comes from the Alembic migrations alone; tables are reflected after upgrading."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+
+DEFAULT_DB = "steptail.db"
+MIGRATIONS = Path(__file__).parent / "migrations"
+_LOCK_ID = 0x5717A11  # PostgreSQL advisory lock serialising concurrent first-use upgrades
+
+
+class StoreError(Exception):
+    """The store cannot be used; the message is one line, safe to show (no password)."""
+
+
+@dataclass
+class Store:
+    engine: Engine
+    tables: dict[str, sa.Table]
+
+    @property
+    def placeholder(self) -> str:
+        return "?" if self.engine.dialect.paramstyle == "qmark" else "%s"
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.engine.dialect.name == "sqlite"
+
+    def describe(self) -> str:
+        return self.engine.url.render_as_string(hide_password=True)
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def resolve_url(db: str | None) -> sa.URL:
+    """--db value (URL or SQLite path), else $STEPTAIL_DB, else ./steptail.db."""
+    raw = db or os.environ.get("STEPTAIL_DB") or DEFAULT_DB
+    if "://" not in raw:
+        return make_url(f"sqlite:///{Path(raw).expanduser().absolute()}")
+    try:
+        url = make_url(raw)
+    except ArgumentError:
+        raise StoreError("bad database URL (expected e.g. postgresql://host/db or a file path)") from None
+    if url.drivername in ("postgresql", "postgres"):
+        url = url.set(drivername="postgresql+psycopg")
+    if url.get_backend_name() not in ("sqlite", "postgresql"):
+        raise StoreError(f"unsupported database {url.get_backend_name()!r}: use SQLite or PostgreSQL")
+    return url
+
+
+def open_store(db: str | None = None, *, create: bool = True) -> Store:
+    """Connect, upgrade the schema to the newest migration, reflect the tables."""
+    url = resolve_url(db)
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        path = Path(url.database)
+        if not create and not path.exists():
+            raise StoreError(f"no database at {path} (ingest or follow a run first, or pass --db)")
+        if not path.parent.is_dir():
+            raise StoreError(f"directory {path.parent} does not exist")
+    try:
+        engine = _engine(url)
+        with engine.begin() as conn:
+            _upgrade(conn)
+        meta = sa.MetaData()
+        meta.reflect(engine)
+    except NoSuchModuleError:
+        raise StoreError(f"no driver for {url.drivername!r}") from None
+    except SQLAlchemyError as exc:
+        safe = url.render_as_string(hide_password=True)
+        reason = str(getattr(exc, "orig", exc) or exc).strip().splitlines()[0]
+        raise StoreError(f"cannot use database {safe}: {reason}") from None
+    return Store(engine, dict(meta.tables))
+
+
+def _engine(url: sa.URL) -> Engine:
+    if url.get_backend_name() == "sqlite":
+        engine = sa.create_engine(url, connect_args={"timeout": 30})
+
+        @sa.event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn, _record) -> None:  # WAL: readers never block the writer
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.close()
+
+        return engine
+    return sa.create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": 10})
+
+
+def _upgrade(conn: sa.Connection) -> None:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    head = ScriptDirectory.from_config(cfg).get_current_head()
+    if MigrationContext.configure(conn).get_current_revision() == head:
+        return
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_ID})
+        if MigrationContext.configure(conn).get_current_revision() == head:
+            return
+    cfg.attributes["connection"] = conn
+    command.upgrade(cfg, "head")

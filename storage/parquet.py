@@ -1,0 +1,105 @@
+"""Parquet sink: hive-partitioned files per run and table, zstd, declared schemas.
+
+`DIR/<table>/run=<run>/part-<time>-<id>.parquet`. A file is written under a `.tmp` name and
+renamed into place on commit, so readers never see a half-written file and a failed ingest
+leaves nothing behind. The partition column `run` lives in the path, not in the file."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from steptail.model import Batch
+from storage.sql import COLUMNS
+
+_TS = pa.timestamp("ns", tz="UTC")
+SCHEMAS = {
+    "loss_parts": pa.schema([
+        ("incarnation", pa.int32()), ("step", pa.int64()), ("ts", _TS), ("ce", pa.float64()),
+        ("ce_raw", pa.string()), ("parts", pa.string()),
+    ]),
+    "required_rbf": pa.schema([
+        ("incarnation", pa.int32()), ("step", pa.int64()), ("ts", _TS), ("max", pa.float64()),
+        ("per_layer", pa.list_(pa.float64())), ("program", pa.string()),
+    ]),
+    "pod_metrics": pa.schema([
+        ("incarnation", pa.int32()), ("step", pa.int64()), ("ts", _TS), ("seconds", pa.float64()),
+        ("tflops", pa.float64()), ("tokens_per_s", pa.float64()), ("total_weights", pa.int64()),
+        ("loss", pa.float64()), ("extra", pa.string()),
+    ]),
+    "config": pa.schema([("incarnation", pa.int32()), ("name", pa.string()), ("value", pa.string())]),
+    "checkpoints": pa.schema([
+        ("incarnation", pa.int32()), ("kind", pa.string()), ("step", pa.int64()), ("ts", _TS),
+    ]),
+}
+_JSON = {"parts", "extra"}
+
+
+def _columns(table: str, rows: list[tuple]) -> dict[str, list]:
+    names = COLUMNS[table]
+    cols = dict(zip(names, map(list, zip(*rows, strict=True)), strict=True))
+    del cols["run"]
+    if "ts_ns" in cols:
+        cols["ts"] = cols.pop("ts_ns")
+    for name in _JSON & cols.keys():
+        cols[name] = [json.dumps(v, separators=(",", ":")) for v in cols[name]]
+    return cols
+
+
+class ParquetSink:
+    def __init__(self, root: str | Path, run: str) -> None:
+        self.root = Path(root)
+        self.run = run
+        self._writers: dict[str, tuple[pq.ParquetWriter, Path, Path]] = {}
+
+    def write(self, batch: Batch) -> None:
+        for table, schema in SCHEMAS.items():
+            rows = getattr(batch, table)
+            if not rows:
+                continue
+            arrow = pa.Table.from_pydict(_columns(table, rows), schema=schema)
+            self._writer(table).write_table(arrow)
+
+    def _writer(self, table: str) -> pq.ParquetWriter:
+        if table not in self._writers:
+            folder = self.root / table / f"run={self.run}"
+            folder.mkdir(parents=True, exist_ok=True)
+            name = f"part-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}.parquet"
+            final = folder / name
+            tmp = folder / f".{name}.tmp"
+            writer = pq.ParquetWriter(tmp, SCHEMAS[table], compression="zstd")
+            self._writers[table] = (writer, tmp, final)
+        return self._writers[table][0]
+
+    def commit(self) -> list[Path]:
+        """Close the open files and move them into place; later writes start new files."""
+        done = []
+        for writer, tmp, final in self._writers.values():
+            writer.close()
+            tmp.rename(final)
+            done.append(final)
+        self._writers.clear()
+        return done
+
+    def abort(self) -> None:
+        for writer, tmp, _ in self._writers.values():
+            writer.close()
+            tmp.unlink(missing_ok=True)
+        self._writers.clear()
+
+
+def read_table(root: str | Path, table: str, run: str | None = None) -> pa.Table:
+    """Read one table back (all runs, or one), with `run` restored from the path."""
+    import pyarrow.dataset as ds
+
+    path = Path(root) / table
+    if run is not None:
+        path = path / f"run={run}"
+        data = ds.dataset(path, format="parquet", schema=SCHEMAS[table]).to_table()
+        return data.append_column("run", pa.array([run] * data.num_rows, pa.string()))
+    return ds.dataset(path, format="parquet", partitioning="hive").to_table()
