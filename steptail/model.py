@@ -31,6 +31,7 @@ BAD_SAMPLES = 5
 class Incarnation:
     number: int
     started_ns: int | None = None
+    saw_start: bool = False  # the trainer's start-up line was read (following began before step 1)
     first_step: int | None = None
     last_step: int | None = None  # last LOSS-PARTS step
     restored_from: int | None = None
@@ -43,7 +44,7 @@ class Incarnation:
 
     def row(self, run: str) -> tuple:
         return (
-            run, self.number, self.started_ns, self.first_step, self.last_step,
+            run, self.number, self.started_ns, self.saw_start, self.first_step, self.last_step,
             self.restored_from, self.process_index, self.process_count, self.pod,
         )
 
@@ -200,6 +201,7 @@ class RunModel:
             cur = self.current
             if cur is None or cur.last_step is not None:
                 cur = self._open(ts_ns)
+            cur.saw_start = True
             if rec.process_count is not None:
                 cur.process_index, cur.process_count = rec.process_index, rec.process_count
             self._touch(cur)

@@ -27,7 +27,7 @@ COLUMNS = {
 }
 JSON_COLUMNS = {"parts", "per_layer", "extra"}
 INCARNATION_COLUMNS = (
-    "run", "incarnation", "started_ns", "first_step", "last_step", "restored_from",
+    "run", "incarnation", "started_ns", "saw_start", "first_step", "last_step", "restored_from",
     "process_index", "process_count", "pod",
 )
 
@@ -102,7 +102,7 @@ def load_model(conn: sa.Connection, run: str) -> RunModel:
     """A RunModel positioned where the store left off: current incarnation and cursors."""
     row = conn.execute(
         sa.text(
-            "SELECT incarnation, started_ns, first_step, last_step, restored_from, process_index,"
+            "SELECT incarnation, started_ns, saw_start, first_step, last_step, restored_from, process_index,"
             " process_count, pod FROM incarnations WHERE run = :run"
             " ORDER BY incarnation DESC LIMIT 1"
         ),
@@ -111,6 +111,7 @@ def load_model(conn: sa.Connection, run: str) -> RunModel:
     current = None
     if row is not None:
         current = Incarnation(*row)
+        current.saw_start = bool(current.saw_start)
         for table, attr in (("required_rbf", "last_rbf"), ("pod_metrics", "last_pod_step")):
             last = conn.execute(
                 sa.text(f"SELECT MAX(step) FROM {table} WHERE run = :run AND incarnation = :inc"),

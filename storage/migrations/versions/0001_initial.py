@@ -41,6 +41,8 @@ def upgrade() -> None:
         sa.Column("run", RUN, nullable=False),
         sa.Column("incarnation", sa.Integer, nullable=False),
         sa.Column("started_ns", sa.BigInteger),
+        # True when the trainer's start-up line was read: following began before step 1.
+        sa.Column("saw_start", sa.Boolean, nullable=False, server_default=sa.false()),
         sa.Column("first_step", sa.Integer),
         sa.Column("last_step", sa.Integer),
         sa.Column("restored_from", sa.Integer),

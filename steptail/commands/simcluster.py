@@ -1,0 +1,48 @@
+"""`steptail simcluster`: run the simulated TPU cluster in the foreground."""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+
+import click
+
+
+@click.command("simcluster")
+@click.option("--scenario", "scenario_path", type=click.Path(exists=True, dir_okay=False),
+              help="YAML/JSON scenario file (docs/simcluster.md). Default: one 4-host JobSet at 1 step/s.")
+@click.option("--port", type=int, default=0, show_default=True, help="0 = an ephemeral port.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--kubeconfig-out", type=click.Path(dir_okay=False), default=None,
+              help="Where to write the kubeconfig (default: in a temporary directory).")
+def command(scenario_path: str | None, port: int, host: str, kubeconfig_out: str | None) -> None:
+    """Run a simulated GKE cluster (Kubernetes API over HTTPS) with TPU JobSets, a simulated
+    trainer in JAX process 0 and scripted faults, until interrupted (Ctrl-C)."""
+    from collector.sim.cluster import SimCluster
+    from collector.sim.scenario import Scenario
+
+    scenario = Scenario.load(scenario_path) if scenario_path else Scenario.from_dict({})
+
+    async def main() -> None:
+        sim = SimCluster(scenario, host=host, port=port, kubeconfig_out=kubeconfig_out)
+        await sim.start()
+        ns = scenario.namespace
+        js = scenario.jobsets[0].name if scenario.jobsets else "NAME"
+        env = f"KUBECONFIG={shlex.quote(str(sim.kubeconfig_path))} CLOUDSDK_CORE_ACCOUNT={shlex.quote(sim.account)}"
+        click.echo(f"simcluster listening on {sim.server_url}")
+        click.echo(f"kubeconfig: {sim.kubeconfig_path}")
+        click.echo("point kubectl at it:")
+        click.echo(f"  {env} kubectl get pods -n {ns} -l jobset.sigs.k8s.io/jobset-name={js}")
+        click.echo(f"  {env} kubectl logs -f --timestamps -n {ns} "
+                   f"$({env} kubectl get pods -n {ns} -o name -l jobset.sigs.k8s.io/jobset-name={js},"
+                   "jobset.sigs.k8s.io/job-index=0,batch.kubernetes.io/job-completion-index=0)")
+        click.echo("Ctrl-C to stop.", err=True)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await sim.stop()
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        pass
