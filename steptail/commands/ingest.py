@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import zlib
 
 import click
 from rich.console import Console
@@ -56,7 +57,7 @@ def command(paths: tuple[str, ...], run: str, db: str | None, parquet: str | Non
             result = ingest(store, run, sources, parquet=parquet, progress=progress if show else None)
     except IngestError as exc:
         fail(str(exc))
-    except OSError as exc:
+    except (OSError, EOFError, zlib.error) as exc:
         fail(f"read failed, nothing written: {exc}")
     finally:
         for s in sources:

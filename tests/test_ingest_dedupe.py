@@ -1,0 +1,89 @@
+"""Re-ingest, overlapping and out-of-order inputs store every record exactly once."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import sys
+
+import pytest
+import sqlalchemy as sa
+
+from collector.files import open_source
+from steptail.ingest import ingest
+
+
+def counts(store, run: str) -> dict[str, int]:
+    with store.engine.connect() as conn:
+        return {
+            t: conn.execute(sa.text(f"SELECT COUNT(*) FROM {t} WHERE run = :r"), {"r": run}).scalar()
+            for t in ("loss_parts", "required_rbf", "pod_metrics", "incarnations", "config", "checkpoints")
+        }
+
+
+def ingest_paths(store, run, *paths):
+    sources = [open_source(str(p)) for p in paths]
+    try:
+        return ingest(store, run, sources)
+    finally:
+        for s in sources:
+            s.close()
+
+
+@pytest.fixture
+def pieces(tmp_path, samples):
+    """resume-gap split into two files that overlap by 500 lines (a reconnect's overlap)."""
+    lines = (samples / "resume-gap.log").read_bytes().splitlines(keepends=True)
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_bytes(b"".join(lines[:2000]))
+    b.write_bytes(b"".join(lines[1500:]))
+    return a, b
+
+
+def test_reingest_adds_nothing(store, samples):
+    first = ingest_paths(store, "rg", samples / "resume-gap.log")
+    before = counts(store, "rg")
+    again = ingest_paths(store, "rg", samples / "resume-gap.log")
+    assert (again.loss_parts, again.required_rbf, again.pod_steps) == (0, 0, 0)
+    assert again.duplicates >= first.loss_parts + first.required_rbf + first.pod_steps
+    assert counts(store, "rg") == before == {
+        "loss_parts": 426, "required_rbf": 424, "pod_metrics": 426, "incarnations": 2,
+        "config": 14, "checkpoints": 9,
+    }
+
+
+def test_overlapping_files_in_one_call_and_any_order(store, samples, pieces):
+    a, b = pieces
+    ingest_paths(store, "whole", samples / "resume-gap.log")
+    ingest_paths(store, "split", b, a)  # given out of order: sorted by first timestamp
+    assert counts(store, "split") == counts(store, "whole")
+
+
+def test_overlapping_files_in_separate_calls(store, samples, pieces):
+    a, b = pieces
+    ingest_paths(store, "whole", samples / "resume-gap.log")
+    r1 = ingest_paths(store, "split", a)
+    r2 = ingest_paths(store, "split", b)
+    assert r2.duplicates > 0 and r1.incarnations == 2 and r2.incarnations == 2
+    assert counts(store, "split") == counts(store, "whole")
+    with store.engine.connect() as conn:
+        q = "SELECT incarnation, step, ce FROM loss_parts WHERE run = :r ORDER BY 1, 2"
+        assert conn.execute(sa.text(q), {"r": "split"}).all() == conn.execute(sa.text(q), {"r": "whole"}).all()
+
+
+def test_untimestamped_file_ingested_once(store, samples):
+    first = ingest_paths(store, "cp", samples / "cp4-lb-nan.log")
+    again = ingest_paths(store, "cp", samples / "cp4-lb-nan.log")
+    assert first.loss_parts == 120 and again.loss_parts == 0
+    assert again.skipped == [str(samples / "cp4-lb-nan.log")]
+    assert counts(store, "cp")["loss_parts"] == 120 and counts(store, "cp")["incarnations"] == 1
+
+
+def test_gzip_and_stdin(store, samples, tmp_path, monkeypatch):
+    gz = tmp_path / "clean.log.gz"
+    gz.write_bytes(gzip.compress((samples / "clean-300.log").read_bytes()))
+    assert ingest_paths(store, "gz", gz).loss_parts == 300
+    stdin = io.TextIOWrapper(io.BytesIO((samples / "clean-300.log").read_bytes()))
+    monkeypatch.setattr(sys, "stdin", stdin)
+    assert ingest_paths(store, "stdin", "-").loss_parts == 300
+    assert counts(store, "gz") == counts(store, "stdin")
