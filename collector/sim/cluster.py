@@ -256,9 +256,10 @@ class SimCluster:
         ctx.set_alpn_protocols(["http/1.1"])
         app = web.Application(middlewares=[self._middleware])
         self._routes(app)
-        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True,
+                                      shutdown_timeout=0.5)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, ssl_context=ctx, shutdown_timeout=0.5)
+        site = web.TCPSite(self._runner, self.host, self.port, ssl_context=ctx)
         await site.start()
         sock = site._server.sockets[0]  # type: ignore[union-attr]
         self.port = sock.getsockname()[1]
