@@ -324,6 +324,10 @@ class SimCluster:
     def __exit__(self, *exc) -> None:
         self.stop_thread()
 
+    @property
+    def namespace(self) -> str:
+        return self.scenario.namespace
+
     def env(self, account: bool = True, base: dict | None = None) -> dict:
         """Environment for a kubectl / client subprocess pointed at this simulator."""
         import os
@@ -577,8 +581,6 @@ class SimCluster:
             self.stall(f.jobset, **kw)
         elif a == "set_rate":
             self.set_rate(f.jobset, **kw)
-        elif a == "pending":
-            self.restart_jobset(f.jobset, **kw)
         else:
             raise ValueError(f"unknown fault action {a!r}")
 
