@@ -322,3 +322,26 @@ def test_stall_and_rate(simcluster):
     s1 = simcluster.last_step()
     time.sleep(0.6)
     assert simcluster.last_step() - s1 <= 2
+
+
+def test_kubectl_get_watch_shows_restart(make_simcluster):
+    sim = make_simcluster({**FAST, "grace_seconds": 0.5, "restart_pending_seconds": 0.3,
+                           "jobsets": [{"name": "olmo3-sft", "hosts": 2, "trainer": {"steps": 3000}}]})
+    wait_running(sim)
+    env = sim.env()
+    env["HOME"] = str(sim.state_dir)
+    proc = subprocess.Popen(["kubectl", "get", "pods", "-w", "-l", JS], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.0)
+        old = set(sim.pod_names())
+        sim.restart_jobset()
+        time.sleep(1.5)
+    finally:
+        proc.kill()
+        out, _ = proc.communicate(timeout=5)
+    rows = [ln.split() for ln in out.splitlines()[1:]]
+    assert {r[0] for r in rows if r[2] == "Terminating"} == old
+    new = set(sim.pod_names())
+    assert {r[0] for r in rows if r[2] == "ContainerCreating"} == new
+    assert {r[0] for r in rows if r[2] == "Running"} >= new

@@ -1114,9 +1114,21 @@ class SimCluster:
         resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
+        table = self._wants_table(request)
+        first = [True]
+
+        def encode(typ: str, o: dict) -> bytes:
+            if table:  # kubectl get -w: each event carries a one-row Table
+                rv = int(o["metadata"]["resourceVersion"])
+                o = self._pod_table([o], rv) if kind == "pods" else self._js_table([o], rv)
+                if not first[0]:
+                    o["columnDefinitions"] = []
+                first[0] = False
+            return json.dumps({"type": typ, "object": o}).encode() + b"\n"
+
         try:
             for typ, o in initial:
-                await resp.write(json.dumps({"type": typ, "object": o}).encode() + b"\n")
+                await resp.write(encode(typ, o))
             idx = 0
             while time.monotonic() < deadline and not self._closing:
                 with self.lock:
@@ -1130,7 +1142,7 @@ class SimCluster:
                 for erv, k, typ, o in new:
                     since = erv
                     if k == kind and match(o):
-                        await resp.write(json.dumps({"type": typ, "object": o}).encode() + b"\n")
+                        await resp.write(encode(typ, o))
                 await asyncio.sleep(POLL * 2)
             await resp.write_eof()
         except (ConnectionResetError, asyncio.CancelledError):
