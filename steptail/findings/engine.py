@@ -1,0 +1,472 @@
+"""The detectors: one incremental engine over a run's rows, shared by `check` (fed the stored
+rows) and `follow` (fed each batch as it is taken from the run model).
+
+Results never depend on how rows are cut into batches: rows are handled per incarnation in
+ascending order, and within an incarnation config, checkpoints, LOSS-PARTS, then
+REQUIRED_RBF (each table in log order). A decision that needs a later row (is this step's
+REQUIRED_RBF missing? does this mismatch range go on?) waits for it.
+
+Findings that cover a range of steps found one step at a time (resume_mismatch,
+nonfinite_ce, missing_rbf) are returned when opened and returned again, same key, each time
+they grow: alert on the first, store the last (save_findings upserts)."""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from parsers import format_ns
+from steptail.findings.model import (
+    CRITICAL,
+    NO_INCARNATION,
+    NO_STEP,
+    WARNING,
+    Finding,
+    Settings,
+    step_range,
+)
+from steptail.model import Batch
+
+# Positions in the row tuples (storage.sql.COLUMNS / INCARNATION_COLUMNS).
+INC_SAW_START, INC_RESTORED_FROM = 3, 6
+CP_PARAM = "ici_context_parallelism"
+LB_PARAM = "context_parallel_load_balance"
+
+
+class RunningMedian:
+    """Median of a growing sample in O(log n) per value (two heaps)."""
+
+    def __init__(self) -> None:
+        self._low: list[float] = []  # max-heap (negated)
+        self._high: list[float] = []
+        self.count = 0
+
+    def add(self, x: float) -> None:
+        if self._low and x > -self._low[0]:
+            heapq.heappush(self._high, x)
+        else:
+            heapq.heappush(self._low, -x)
+        if len(self._low) > len(self._high) + 1:
+            heapq.heappush(self._high, -heapq.heappop(self._low))
+        elif len(self._high) > len(self._low):
+            heapq.heappush(self._low, -heapq.heappop(self._high))
+        self.count += 1
+
+    def value(self) -> float | None:
+        if not self.count:
+            return None
+        if len(self._low) > len(self._high):
+            return -self._low[0]
+        return (-self._low[0] + self._high[0]) / 2
+
+
+@dataclass
+class StreamGap:
+    stream: str
+    start_ns: int
+    end_ns: int | None
+    reason: str
+
+    def overlaps(self, lo: int | None, hi: int | None) -> bool:
+        if lo is None or hi is None:
+            return False
+        return self.start_ns < hi and (self.end_ns is None or self.end_ns > lo)
+
+
+@dataclass
+class _Inc:
+    number: int
+    saw_start: bool = False
+    restored_from: int | None = None
+    config: dict[str, str] = field(default_factory=dict)
+    lb_checked: bool = False
+    last_step: int | None = None
+    last_ts: int | None = None
+    last_rbf: int | None = None
+    saved: int | None = None  # highest checkpoint saved
+    rbf_steps: set[int] = field(default_factory=set)
+    pending_rbf: deque[int] = field(default_factory=deque)  # LOSS-PARTS steps awaiting REQUIRED_RBF
+    closed: bool = False
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("true", "1", "yes", "on")
+
+
+def _as_int(value: str | None) -> int | None:
+    try:
+        return int(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+
+
+def _fmt_ce(ce: float | None, raw: str | None = None) -> str:
+    return raw if ce is None else f"{ce:.6f}"
+
+
+class FindingEngine:
+    def __init__(
+        self,
+        run: str,
+        settings: Settings | None = None,
+        reference_ce: dict[int, float] | None = None,
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.run = run
+        self.settings = settings or Settings()
+        self.reference_ce = dict(reference_ce or {})
+        self.clock = clock
+        self.findings: dict[tuple, Finding] = {}  # every finding so far, by key, latest state
+        self._incs: dict[int, _Inc] = {}
+        self._current = 0
+        self._first: dict[int, tuple[int, float | None, str]] = {}  # step -> (inc, ce, ce_raw)
+        self._max_step: int | None = None
+        self._probe = False  # the run logs REQUIRED_RBF
+        self._cp: int | None = None  # latest ici_context_parallelism seen
+        self._step1 = False
+        self._median = RunningMedian()
+        self._arrival_ns: int | None = None  # clock when the latest step was observed
+        self._gaps: list[StreamGap] = []
+        self._ranges: dict[tuple[str, int], Finding] = {}
+        self._out: dict[tuple, Finding] = {}
+
+    # -- inputs ------------------------------------------------------------------------
+    def observe(self, batch: Batch) -> list[Finding]:
+        """Rows in log order; returns the findings opened or grown by them."""
+        by_inc: dict[int, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+        for table in ("config", "checkpoints", "loss_parts", "required_rbf"):
+            for row in getattr(batch, table):
+                by_inc[row[1]][table].append(row)
+        for n in batch.incarnations:
+            by_inc[n]  # noqa: B018 - an incarnation row alone still opens it
+        for n in sorted(by_inc):
+            inc = self._enter(n, batch.incarnations.get(n))
+            rows = by_inc[n]
+            for row in rows["config"]:
+                self._config(inc, row[2], row[3])
+            for row in rows["checkpoints"]:
+                self._checkpoint(inc, row[2], row[3])
+            for row in rows["loss_parts"]:
+                self._loss(inc, row[2], row[3], row[4], row[5])
+            for row in rows["required_rbf"]:
+                self._rbf(inc, row[2])
+        return self._flush()
+
+    def observe_stream_gap(self, stream: str, start_ns: int, end_ns: int | None, reason: str) -> list[Finding]:
+        """A window whose lines were lost (from the follower, or the stream_gaps table): gap
+        findings over that window name it."""
+        self._gaps.append(StreamGap(stream, start_ns, end_ns, reason))
+        return []
+
+    def observe_failure(self, kind: str, reason: str, now_ns: int) -> list[Finding]:
+        """stream_failure / auth_failure from the follower. One finding per position in the
+        run (incarnation, last step): repeated failures at the same place alert once."""
+        if kind not in ("stream_failure", "auth_failure"):
+            raise ValueError(f"not a failure kind: {kind!r}")
+        inc = self._incs.get(self._current)
+        step = inc.last_step if inc and inc.last_step is not None else NO_STEP
+        where = f"after step {step}" if step != NO_STEP else "before any step"
+        what = "cannot authenticate to the cluster" if kind == "auth_failure" else "cannot read the log"
+        self._emit(
+            kind, self._current or NO_INCARNATION, step, step,
+            f"the follower {what} ({where}): {reason}",
+            CRITICAL if kind == "auth_failure" else WARNING, now_ns,
+        )
+        return self._flush()
+
+    def tick(self, now_ns: int, running: bool = True) -> list[Finding]:
+        """Live stall check from the clock: no new step for k x the median step time."""
+        inc = self._incs.get(self._current)
+        median = self._median_ready()
+        if not running or inc is None or inc.last_step is None or median is None or self._arrival_ns is None:
+            return []
+        planned = _as_int(inc.config.get("steps"))
+        if planned is not None and inc.last_step >= planned:
+            return []  # training finished
+        waited = (now_ns - self._arrival_ns) / 1e9
+        if waited > self.settings.stall_k * median:
+            nxt = inc.last_step + 1
+            self._emit(
+                "stall", inc.number, nxt, nxt,
+                f"no new step for {waited:.0f} s after step {inc.last_step} (median step time "
+                f"{median:.1f} s, k={self.settings.stall_k:g})",
+                WARNING, now_ns,
+            )
+        return self._flush()
+
+    def finish(self) -> list[Finding]:
+        """End-of-data checks: REQUIRED_RBF still owed, a CE gate that never ran."""
+        if self._probe:
+            for inc in self._incs.values():
+                final = inc.number == self._current
+                pending = list(inc.pending_rbf)
+                if final and pending and pending[-1] == inc.last_step:
+                    pending.pop()  # its REQUIRED_RBF may still be on its way
+                for s in pending:
+                    self._missing_rbf(inc, s)
+                inc.pending_rbf = deque(s for s in inc.pending_rbf if s not in pending)
+        if self._gate_needed() and not self._step1 and self._incs:
+            first = min(self._incs)
+            self._emit(
+                "step1_ce_gate", first, 1, 1,
+                f"step-1 CE gate could not run: step 1 was never recorded ({CP_PARAM}={self._cp})",
+                WARNING,
+            )
+        return self._flush()
+
+    # -- the detectors -------------------------------------------------------------------
+    def _enter(self, n: int, row: tuple | None) -> _Inc:
+        inc = self._incs.get(n)
+        if inc is None:
+            inc = self._incs[n] = _Inc(n)
+        if row is not None:
+            inc.saw_start = inc.saw_start or bool(row[INC_SAW_START])
+            if row[INC_RESTORED_FROM] is not None:
+                inc.restored_from = row[INC_RESTORED_FROM]
+        if n > self._current:
+            for old in self._incs.values():
+                if old.number < n and not old.closed:
+                    self._close(old)
+            self._current = n
+        return inc
+
+    def _close(self, inc: _Inc) -> None:
+        inc.closed = True
+        if self._probe:
+            while inc.pending_rbf:
+                self._missing_rbf(inc, inc.pending_rbf.popleft())
+
+    def _config(self, inc: _Inc, name: str, value: str) -> None:
+        inc.config[name] = value
+        if name == CP_PARAM and _as_int(value) is not None:
+            self._cp = _as_int(value)
+        cp, lb = _as_int(inc.config.get(CP_PARAM)), inc.config.get(LB_PARAM)
+        if inc.lb_checked or cp is None or lb is None:
+            return
+        inc.lb_checked = True
+        if cp > 1 and _truthy(lb):
+            self._emit(
+                "load_balance_rule", inc.number, NO_STEP, NO_STEP,
+                f"{CP_PARAM}={cp} with {LB_PARAM}={lb}: the runbook forbids load balancing with "
+                "context parallelism (it moved step-1 CE by +0.39 at cp4 and +1.98 at cp8)",
+                CRITICAL,
+            )
+
+    def _checkpoint(self, inc: _Inc, kind: str, step: int) -> None:
+        if kind == "restore":
+            inc.restored_from = step
+        elif kind == "save":
+            inc.saved = step if inc.saved is None else max(inc.saved, step)
+
+    def _loss(self, inc: _Inc, step: int, ts: int | None, ce: float | None, ce_raw: str) -> None:
+        if inc.last_step is None:
+            self._first_step(inc, step)
+        elif step > inc.last_step:
+            if step > inc.last_step + 1:
+                self._gap(inc, step, ts)
+            self._stall(inc, step, ts)
+        else:
+            return  # not a new step of this incarnation (the model never sends one)
+        if ce is None:
+            self._grow("nonfinite_ce", inc.number, step, CRITICAL, self._nonfinite_detail, raw=ce_raw)
+        first = self._first.get(step)
+        if first is None:
+            self._first[step] = (inc.number, ce, ce_raw)
+        elif first[0] != inc.number:
+            self._replay(inc, step, ce, ce_raw, first)
+        if step == 1:
+            self._step1 = True
+            self._gate(inc, ce, ce_raw)
+        if step in inc.rbf_steps:
+            pass
+        elif inc.last_rbf is not None and step < inc.last_rbf:
+            if self._probe:  # REQUIRED_RBF printed before LOSS-PARTS and this one never came
+                self._missing_rbf(inc, step)
+        else:
+            inc.pending_rbf.append(step)
+        inc.last_step, inc.last_ts = step, ts
+        self._max_step = step if self._max_step is None else max(self._max_step, step)
+        self._arrival_ns = self.clock()
+
+    def _first_step(self, inc: _Inc, step: int) -> None:
+        earlier = [i for i in self._incs.values() if i.number < inc.number and i.last_step is not None]
+        if earlier and step <= 1 and self._max_step is not None and self._max_step > 1:
+            saved = max((i.saved for i in earlier if i.saved is not None), default=None)
+            ckpt = f"; a checkpoint had been saved at step {saved}" if saved is not None else ""
+            self._emit(
+                "resume_from_zero", inc.number, step, step,
+                f"incarnation {inc.number} restarted at step {step} after the run had reached step "
+                f"{self._max_step}{ckpt} (no checkpoint restored)",
+                CRITICAL,
+            )
+        if not inc.saw_start:
+            return  # following began mid-way: what came before is simply unread
+        expected = inc.restored_from + 1 if inc.restored_from is not None else 1
+        if step > expected:
+            after = f"the restore from step {inc.restored_from}" if inc.restored_from is not None else "start-up"
+            self._emit(
+                "head_gap", inc.number, expected, step - 1,
+                f"{step_range(expected, step - 1)} missing at the head of incarnation {inc.number}: "
+                f"its start-up was read, yet the first step recorded after {after} is {step} "
+                f"({step - expected} steps)",
+                WARNING,
+            )
+
+    def _gap(self, inc: _Inc, step: int, ts: int | None) -> None:
+        lo, hi = inc.last_step + 1, step - 1
+        detail = (
+            f"{step_range(lo, hi)} missing between step {inc.last_step} and step {step} "
+            f"of incarnation {inc.number} ({hi - lo + 1} steps)"
+        )
+        lost = [g for g in self._gaps if g.overlaps(inc.last_ts, ts)]
+        if lost:
+            g = lost[0]
+            until = format_ns(g.end_ns) if g.end_ns is not None else "now"
+            detail += (
+                f"; lost while the log stream {g.stream} was interrupted ({g.reason}) "
+                f"from {format_ns(g.start_ns)} to {until}"
+            )
+        self._emit("gap", inc.number, lo, hi, detail, WARNING)
+
+    def _stall(self, inc: _Inc, step: int, ts: int | None) -> None:
+        if ts is None or inc.last_ts is None or ts < inc.last_ts:
+            return
+        per_step = (ts - inc.last_ts) / 1e9 / (step - inc.last_step)  # lost steps explain time
+        median = self._median_ready()
+        if median is not None and per_step > self.settings.stall_k * median:
+            nxt = inc.last_step + 1
+            self._emit(
+                "stall", inc.number, nxt, nxt,
+                f"step {step} came {(ts - inc.last_ts) / 1e9:.0f} s after step {inc.last_step} "
+                f"({per_step:.1f} s per step; median step time {median:.1f} s, "
+                f"k={self.settings.stall_k:g})",
+                WARNING,
+            )
+        self._median.add(per_step)
+
+    def _median_ready(self) -> float | None:
+        if self._median.count < self.settings.stall_min_intervals:
+            return None
+        return self._median.value()
+
+    def _replay(self, inc: _Inc, step: int, ce: float | None, raw: str, first: tuple) -> None:
+        first_inc, first_ce, first_raw = first
+        if ce is None and first_ce is None:
+            return
+        if ce is not None and first_ce is not None:
+            delta = ce - first_ce
+            if abs(delta) <= self.settings.resume_tolerance:
+                return
+        else:
+            delta = float("nan")
+        self._grow(
+            "resume_mismatch", inc.number, step, CRITICAL, self._mismatch_detail,
+            delta=delta, ce=_fmt_ce(ce, raw), first=_fmt_ce(first_ce, first_raw),
+            first_inc=first_inc, restored=inc.restored_from,
+        )
+
+    def _gate(self, inc: _Inc, ce: float | None, raw: str) -> None:
+        cp = _as_int(inc.config.get(CP_PARAM))
+        cp = self._cp if cp is None else cp
+        ref = self.reference_ce.get(1)
+        if ref is not None:
+            if ce is not None and abs(ce - ref) <= self.settings.gate_tolerance:
+                return
+            diff = f"by {ce - ref:+.6f}" if ce is not None else "(not finite)"
+            self._emit(
+                "step1_ce_gate", inc.number, 1, 1,
+                f"step-1 ce {_fmt_ce(ce, raw)} differs from the HF reference {ref:.6f} {diff} "
+                f"(tolerance {self.settings.gate_tolerance:g}; {CP_PARAM}={cp})",
+                CRITICAL,
+            )
+        elif cp is not None and cp > 1:
+            self._emit(
+                "step1_ce_gate", inc.number, 1, 1,
+                f"step-1 CE gate cannot run: no HF reference CE for step 1 ({CP_PARAM}={cp}, "
+                f"step-1 ce {_fmt_ce(ce, raw)}); give one with --reference-ce VALUE or FILE",
+                WARNING,
+            )
+
+    def _gate_needed(self) -> bool:
+        return 1 in self.reference_ce or (self._cp is not None and self._cp > 1)
+
+    def _missing_rbf(self, inc: _Inc, step: int) -> None:
+        self._grow("missing_rbf", inc.number, step, WARNING, self._rbf_detail)
+
+    def _rbf(self, inc: _Inc, step: int) -> None:
+        if not self._probe:
+            self._probe = True
+            for old in self._incs.values():  # closed before the run was known to log the probe
+                if old.closed:
+                    while old.pending_rbf:
+                        self._missing_rbf(old, old.pending_rbf.popleft())
+        inc.rbf_steps.add(step)
+        inc.last_rbf = step if inc.last_rbf is None else max(inc.last_rbf, step)
+        while inc.pending_rbf and inc.pending_rbf[0] <= step:
+            s = inc.pending_rbf.popleft()
+            if s != step and s not in inc.rbf_steps:
+                self._missing_rbf(inc, s)
+
+    # -- details of range findings -------------------------------------------------------------
+    @staticmethod
+    def _nonfinite_detail(f: Finding) -> str:
+        raws = ", ".join(sorted(f.extra["raws"]))
+        return f"ce is not finite ({raws}) at {step_range(f.first_step, f.last_step)}"
+
+    def _mismatch_detail(self, f: Finding) -> str:
+        e = f.extra
+        after = f" after the restore from step {e['restored']}" if e["restored"] is not None else ""
+        return (
+            f"{step_range(f.first_step, f.last_step)} replayed by incarnation {f.incarnation}{after} "
+            f"differ from their first recording (incarnation {e['first_inc']}): largest |\u0394ce| "
+            f"{e['worst']:.6f} at step {e['worst_step']} ({e['worst_ce']} vs {e['worst_first']}); "
+            f"tolerance {self.settings.resume_tolerance:g}"
+        )
+
+    @staticmethod
+    def _rbf_detail(f: Finding) -> str:
+        return (
+            f"REQUIRED_RBF missing at {step_range(f.first_step, f.last_step)} of incarnation "
+            f"{f.incarnation} (LOSS-PARTS recorded; the run logs the probe)"
+        )
+
+    # -- bookkeeping ---------------------------------------------------------------------
+    def _emit(self, kind: str, inc: int, first: int, last: int, detail: str, severity: str,
+              now_ns: int | None = None) -> Finding | None:
+        key = (self.run, kind, inc, first)
+        if key in self.findings:
+            return None
+        f = Finding(kind, self.run, inc, first, last, detail, severity,
+                    self.clock() if now_ns is None else now_ns)
+        self.findings[key] = self._out[key] = f
+        return f
+
+    def _grow(self, kind: str, inc: int, step: int, severity: str, describe, **info) -> None:
+        """Add one step to a range finding: extend the open range or open a new one."""
+        f = self._ranges.get((kind, inc))
+        if f is not None and step == f.last_step + 1:
+            f.last_step = step
+        else:
+            f = self._emit(kind, inc, step, step, "", severity)
+            if f is None:
+                return
+            f.extra = {"raws": set(), "worst": -1.0}
+            self._ranges[(kind, inc)] = f
+        if "raw" in info:
+            f.extra["raws"].add(info["raw"])
+        if "delta" in info:
+            size = abs(info["delta"]) if info["delta"] == info["delta"] else float("inf")
+            if size > f.extra["worst"]:
+                f.extra.update(worst=size, worst_step=step, worst_ce=info["ce"], worst_first=info["first"])
+            f.extra.update(first_inc=info["first_inc"], restored=info["restored"])
+        f.detail = describe(f)
+        self._out[f.key] = f
+
+    def _flush(self) -> list[Finding]:
+        # Snapshots: a range that grows later must not change what was already handed out.
+        out = [replace(f, extra=dict(f.extra)) for f in self._out.values()]
+        self._out = {}
+        return out

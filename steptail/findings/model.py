@@ -1,0 +1,81 @@
+"""What a finding is, how severe each kind is, and the knobs of the detectors.
+
+Severity: "critical" when the run's loss can no longer be trusted or the service is blind
+(CE gate failure, non-finite CE, resume mismatch, load-balance rule, resume from zero, auth
+failure); "warning" when records are missing or late but the loss itself is not in doubt
+(gap, head gap, missing REQUIRED_RBF, stall, stream failure, a step-1 gate that could not
+run for want of a reference)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from parsers import format_ns
+
+CRITICAL = "critical"
+WARNING = "warning"
+
+KINDS = (
+    "gap", "head_gap", "stall", "nonfinite_ce", "step1_ce_gate", "load_balance_rule",
+    "resume_from_zero", "resume_mismatch", "missing_rbf", "stream_failure", "auth_failure",
+)
+# Kinds that only the live follower can see (the clock, the stream): `check` keeps the stored
+# ones instead of recomputing them.
+LIVE_KINDS = frozenset({"stall", "stream_failure", "auth_failure"})
+NO_STEP = -1  # first/last_step of a finding not tied to a step
+NO_INCARNATION = 0
+
+
+@dataclass
+class Settings:
+    stall_k: float = 3.0  # stall: no step for longer than k x the median step time
+    stall_min_intervals: int = 5  # step intervals needed before the median means anything
+    gate_tolerance: float = 1e-3  # step-1 CE vs the HF reference
+    resume_tolerance: float = 1e-4  # replayed step vs its first recording
+
+
+@dataclass
+class Finding:
+    kind: str
+    run: str
+    incarnation: int
+    first_step: int
+    last_step: int
+    detail: str
+    severity: str
+    detected_ns: int
+    extra: dict = field(default_factory=dict, compare=False, repr=False)  # detector state
+
+    @property
+    def key(self) -> tuple[str, str, int, int]:
+        """The identity stored once (uq_findings): a range that grows keeps its key."""
+        return (self.run, self.kind, self.incarnation, self.first_step)
+
+    @property
+    def detected_at(self) -> str:
+        return format_ns(self.detected_ns)
+
+    @property
+    def steps(self) -> str:
+        if self.first_step == NO_STEP:
+            return ""
+        return step_range(self.first_step, self.last_step)
+
+    def to_dict(self) -> dict:
+        """The fields of `check --json`."""
+        return {
+            "kind": self.kind, "incarnation": self.incarnation, "first_step": self.first_step,
+            "last_step": self.last_step, "detail": self.detail, "severity": self.severity,
+        }
+
+    def to_event(self) -> dict:
+        """The payload of a log line or a webhook: everything, with a readable time."""
+        return {"run": self.run, **self.to_dict(), "detected_at": self.detected_at}
+
+
+def step_range(first: int, last: int) -> str:
+    return f"step {first}" if first == last else f"steps {first}\u2013{last}"
+
+
+def sort_key(f: Finding) -> tuple:
+    return (f.incarnation, f.first_step, f.kind)

@@ -1,0 +1,133 @@
+"""Findings and the SQL store: the offline check (the stored rows fed to the same engine as
+`follow`), and idempotent saving (uq_findings: run, kind, incarnation, first_step)."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from steptail.findings.engine import FindingEngine
+from steptail.findings.model import LIVE_KINDS, Finding, Settings, sort_key
+from steptail.model import Batch
+from storage.db import Store
+from storage.sql import INCARNATION_COLUMNS
+
+FINDING_COLUMNS = (
+    "run", "kind", "incarnation", "first_step", "last_step", "detail", "severity", "detected_ns",
+)
+
+
+def _incarnation_batches(conn: sa.Connection, run: str):
+    """One Batch per incarnation, ascending, with the rows the detectors read, in log order."""
+    p = {"run": run}
+    inc_rows = {
+        r[1]: tuple(r) for r in conn.execute(
+            sa.text(f"SELECT {', '.join(INCARNATION_COLUMNS)} FROM incarnations WHERE run = :run"), p)
+    }
+    numbers = set(inc_rows) | {
+        r[0] for r in conn.execute(sa.text("SELECT DISTINCT incarnation FROM loss_parts WHERE run = :run"), p)
+    }
+    for n in sorted(numbers):
+        q = {"run": run, "inc": n}
+        batch = Batch()
+        if n in inc_rows:
+            batch.incarnations[n] = inc_rows[n]
+        batch.config = [
+            (run, n, name, value) for name, value in conn.execute(
+                sa.text("SELECT name, value FROM config WHERE run = :run AND incarnation = :inc"), q)
+        ]
+        batch.checkpoints = [
+            (run, n, kind, step, ts) for kind, step, ts in conn.execute(
+                sa.text("SELECT kind, step, ts_ns FROM checkpoints WHERE run = :run AND incarnation = :inc"
+                        " ORDER BY step, kind"), q)
+        ]
+        batch.loss_parts = [
+            (run, n, step, ts, ce, raw, None) for step, ts, ce, raw in conn.execute(
+                sa.text("SELECT step, ts_ns, ce, ce_raw FROM loss_parts WHERE run = :run"
+                        " AND incarnation = :inc ORDER BY step"), q)
+        ]
+        batch.required_rbf = [
+            (run, n, step, ts, None, None, None) for step, ts in conn.execute(
+                sa.text("SELECT step, ts_ns FROM required_rbf WHERE run = :run AND incarnation = :inc"
+                        " ORDER BY step"), q)
+        ]
+        yield batch
+
+
+def replay(conn: sa.Connection, engine: FindingEngine) -> list[Finding]:
+    """Feed a run's stored stream gaps and rows to `engine` (no finish)."""
+    run = engine.run
+    out: list[Finding] = []
+    for stream, start, end, reason in conn.execute(
+        sa.text("SELECT stream, start_ns, end_ns, reason FROM stream_gaps WHERE run = :run ORDER BY start_ns"),
+        {"run": run},
+    ):
+        out += engine.observe_stream_gap(stream, start, end, reason)
+    for batch in _incarnation_batches(conn, run):
+        out += engine.observe(batch)
+    return out
+
+
+def check_run(store: Store, run: str, settings: Settings | None = None,
+              reference_ce: dict[int, float] | None = None) -> list[Finding]:
+    """Offline check of a whole run: every finding its stored rows yield."""
+    engine = FindingEngine(run, settings, reference_ce)
+    with store.engine.connect() as conn:
+        replay(conn, engine)
+    engine.finish()
+    return sorted(engine.findings.values(), key=sort_key)
+
+
+def load_engine(store: Store, run: str, settings: Settings | None = None,
+                reference_ce: dict[int, float] | None = None, **kwargs) -> FindingEngine:
+    """An engine that has seen everything stored for `run` (for `follow` resuming a run): its
+    `findings` hold the history; only what later batches add is returned by observe()."""
+    engine = FindingEngine(run, settings, reference_ce, **kwargs)
+    with store.engine.connect() as conn:
+        replay(conn, engine)
+    return engine
+
+
+def _upsert_sql(store_or_conn) -> str:
+    dialect = store_or_conn.engine.dialect if hasattr(store_or_conn, "engine") else store_or_conn.dialect
+    ph = "?" if dialect.paramstyle == "qmark" else "%s"
+    return (
+        f"INSERT INTO findings ({', '.join(FINDING_COLUMNS)}) VALUES ({', '.join([ph] * 8)}) "
+        "ON CONFLICT (run, kind, incarnation, first_step) DO UPDATE SET "
+        "last_step = excluded.last_step, detail = excluded.detail, severity = excluded.severity "
+        "WHERE findings.last_step <> excluded.last_step OR findings.detail <> excluded.detail "
+        "OR findings.severity <> excluded.severity"
+    )
+
+
+def save_findings(conn: sa.Connection, findings: list[Finding]) -> int:
+    """Insert new findings, bring grown ones up to date; rows written (0 on a re-check)."""
+    sql = _upsert_sql(conn)
+    written = 0
+    for f in findings:
+        res = conn.exec_driver_sql(sql, (f.run, f.kind, f.incarnation, f.first_step, f.last_step,
+                                         f.detail, f.severity, f.detected_ns))
+        written += max(res.rowcount, 0)
+    return written
+
+
+def load_findings(conn: sa.Connection, run: str) -> list[Finding]:
+    rows = conn.execute(
+        sa.text(f"SELECT {', '.join(FINDING_COLUMNS)} FROM findings WHERE run = :run"), {"run": run}
+    )
+    return sorted((Finding(*r) for r in rows), key=sort_key)
+
+
+def sync_findings(conn: sa.Connection, run: str, findings: list[Finding]) -> list[Finding]:
+    """Store the result of an offline check: recomputable findings it no longer yields are
+    dropped (e.g. a gate that now has its reference), live-only ones (stall, stream and auth
+    failures) are kept. Returns every finding of the run now stored."""
+    fresh = {f.key for f in findings}
+    for f in load_findings(conn, run):
+        if f.kind not in LIVE_KINDS and f.key not in fresh:
+            conn.execute(
+                sa.text("DELETE FROM findings WHERE run = :run AND kind = :kind"
+                        " AND incarnation = :inc AND first_step = :first"),
+                {"run": run, "kind": f.kind, "inc": f.incarnation, "first": f.first_step},
+            )
+    save_findings(conn, findings)
+    return load_findings(conn, run)
