@@ -1,0 +1,147 @@
+"""The three dashboards (Run, REQUIRED_RBF, Fleet), built with grafana-foundation-sdk."""
+
+from __future__ import annotations
+
+import itertools
+
+from grafana_foundation_sdk.builders import dashboard as db
+from grafana_foundation_sdk.builders import heatmap, table, timeseries, xychart
+from grafana_foundation_sdk.cog import builder as cogbuilder
+from grafana_foundation_sdk.models import dashboard as dm
+from grafana_foundation_sdk.models import xychart as xym
+
+from dashboards import queries as q
+from dashboards.sqlquery import SqlDataquery, SqlQuery, datasource_ref
+
+TAGS = ["steptail"]
+RUN_UID, RBF_UID, FLEET_UID = "steptail-run", "steptail-rbf", "steptail-fleet"
+
+
+# -- variables and annotations ----------------------------------------------------------
+def namespace_variable() -> db.QueryVariable:
+    return (
+        db.QueryVariable("namespace").label("Namespace").datasource(datasource_ref())
+        .query(q.VAR_NAMESPACE).multi(True).include_all(True)
+        .current(dm.VariableOption(selected=True, text="All", value="$__all"))
+        .refresh(dm.VariableRefresh.ON_DASHBOARD_LOAD).sort(dm.VariableSort.ALPHABETICAL_ASC)
+    )
+
+
+def run_variable() -> db.QueryVariable:
+    return (
+        db.QueryVariable("run").label("Run").datasource(datasource_ref())
+        .query(q.VAR_RUN).multi(True).include_all(False)
+        .refresh(dm.VariableRefresh.ON_DASHBOARD_LOAD)
+    )
+
+
+class SqlAnnotationQuery(dm.AnnotationQuery):
+    """An annotation whose target is a SQL query (the SDK types only Grafana's built-in one)."""
+
+    target: SqlDataquery | None  # type: ignore[assignment]
+
+
+class SqlAnnotation(cogbuilder.Builder[dm.AnnotationQuery]):
+    def __init__(self, name: str, sql: str, color: str) -> None:
+        target = SqlQuery(sql).format("table").ref_id("Anno").build()
+        self._internal = SqlAnnotationQuery(
+            name=name, datasource=datasource_ref(), enable=True, hide=False, icon_color=color,
+        )
+        self._internal.target = target
+
+    def build(self) -> dm.AnnotationQuery:
+        return self._internal
+
+
+def findings_annotation() -> SqlAnnotation:
+    return SqlAnnotation("Findings", q.FINDINGS_ANNOTATIONS, "red")
+
+
+# -- panels -------------------------------------------------------------------------
+def _step_xy(title: str, sql: str, y: str, unit: str, ids) -> xychart.Panel:
+    """y against step, one line per run incarnation (the query's `series` column)."""
+    return (
+        xychart.Panel().id(next(ids)).title(title).datasource(datasource_ref())
+        .with_target(SqlQuery(sql).format("table").ref_id("A"))
+        # One frame per series value: xychart draws each frame as its own line.
+        .with_transformation(dm.DataTransformerConfig(
+            id_val="partitionByValues", options={"fields": ["series"], "keepFields": False}))
+        .series_mapping(xym.SeriesMapping.AUTO)
+        .dims(xychart.XYDimensionConfig().x("step"))
+        .show(xym.ScatterShow.LINES)
+        .unit(unit).axis_label(y)
+        .height(10).span(24)
+    )
+
+
+def _over_time(title: str, sql: str, unit: str, ids, span: int = 12) -> timeseries.Panel:
+    return (
+        timeseries.Panel().id(next(ids)).title(title).datasource(datasource_ref())
+        .with_target(SqlQuery(sql).format("time_series").ref_id("A"))
+        .unit(unit).span_nulls(False).line_width(1).height(8).span(span)
+    )
+
+
+def _dashboard(uid: str, title: str, description: str) -> db.Dashboard:
+    return (
+        db.Dashboard(title).uid(uid).description(description).tags(TAGS)
+        .editable().time("now-24h", "now").refresh("1m").timezone("utc")
+        .tooltip(dm.DashboardCursorSync.CROSSHAIR)
+    )
+
+
+def run_dashboard() -> dm.Dashboard:
+    ids = itertools.count(1)
+    return (
+        _dashboard(RUN_UID, "steptail / Run",
+                   "Per-step CE of process 0, one series per run incarnation; findings as annotations.")
+        .with_variable(namespace_variable()).with_variable(run_variable())
+        .annotation(findings_annotation())
+        .with_panel(_step_xy("CE by step", q.CE_BY_STEP, "ce", "none", ids)
+                    .description("LOSS-PARTS ce against step; a restore starts a new series."))
+        .with_panel(_over_time("CE over time", q.CE_OVER_TIME, "none", ids, span=24))
+        .with_panel(_over_time("Step time (per-pod metrics)", q.STEP_SECONDS, "s", ids))
+        .with_panel(_over_time("Tokens/s/device (per-pod metrics)", q.TOKENS_PER_S, "none", ids))
+        .build()
+    )
+
+
+def rbf_dashboard() -> dm.Dashboard:
+    ids = itertools.count(1)
+    layers = (
+        heatmap.Panel().id(next(ids)).title("REQUIRED_RBF per layer: $run")
+        .datasource(datasource_ref())
+        .with_target(SqlQuery(q.RBF_PER_LAYER).format("time_series").ref_id("A"))
+        .calculate(False).repeat("run").repeat_direction("v")
+        .height(10).span(24)
+    )
+    return (
+        _dashboard(RBF_UID, "steptail / REQUIRED_RBF",
+                   "MoE ragged-buffer-factor probe: max per step and per layer.")
+        .with_variable(namespace_variable()).with_variable(run_variable())
+        .annotation(findings_annotation())
+        .with_panel(_step_xy("REQUIRED_RBF max by step", q.RBF_MAX_BY_STEP, "max", "none", ids))
+        .with_panel(layers)
+        .build()
+    )
+
+
+def fleet_dashboard() -> dm.Dashboard:
+    ids = itertools.count(1)
+    fleet = (
+        table.Panel().id(next(ids)).title("Runs").datasource(datasource_ref())
+        .with_target(SqlQuery(q.FLEET).format("table").ref_id("A"))
+        .override_by_name("seconds_since_last_step", [dm.DynamicConfigValue(id_val="unit", value="s")])
+        .height(16).span(24)
+    )
+    return (
+        _dashboard(FLEET_UID, "steptail / Fleet",
+                   "Every run: last step, seconds since it, reconnects, open findings.")
+        .with_variable(namespace_variable())
+        .with_panel(fleet)
+        .build()
+    )
+
+
+def all_dashboards() -> dict[str, dm.Dashboard]:
+    return {RUN_UID: run_dashboard(), RBF_UID: rbf_dashboard(), FLEET_UID: fleet_dashboard()}

@@ -1,0 +1,192 @@
+"""Create or update the datasource, folder, dashboards and alert rules in Grafana.
+
+Idempotent: every object is read first and written only when it differs from the code, so
+a second run makes no mutating call. Credentials: a bearer token (from a file or the
+environment, never argv); the database password goes to the datasource's secureJsonData
+and is never printed."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+from grafana_client import GrafanaApi
+from grafana_client.client import GrafanaClientError, GrafanaException
+
+from dashboards.alerts import FOLDER_TITLE, FOLDER_UID, GROUP_INTERVAL_S, RULE_GROUP
+from dashboards.render import dashboards_json, rules_json
+from dashboards.sqlquery import DATASOURCE_NAME, DATASOURCE_TYPE, DATASOURCE_UID
+
+log = logging.getLogger(__name__)
+TIMEOUT_S = 15.0
+
+
+class ProvisionError(Exception):
+    """One line, safe to show."""
+
+
+def datasource_body(url: sa.URL) -> tuple[dict, str | None]:
+    """Grafana datasource JSON for a PostgreSQL URL, and the password (secret, apart)."""
+    if url.get_backend_name() != "postgresql":
+        raise ProvisionError("Grafana reads the shared PostgreSQL store: pass a postgresql:// --db")
+    host = url.host or "localhost"
+    body = {
+        "uid": DATASOURCE_UID,
+        "name": DATASOURCE_NAME,
+        "type": DATASOURCE_TYPE,
+        "access": "proxy",
+        "url": f"{host}:{url.port or 5432}",
+        "user": url.username or "",
+        "isDefault": False,
+        "jsonData": {
+            "database": url.database or "",
+            "sslmode": url.query.get("sslmode", "disable"),
+            "postgresVersion": 1500,
+            "timescaledb": False,
+            "maxOpenConns": 10,
+        },
+    }
+    return body, url.password
+
+
+@dataclass
+class Report:
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"created": self.created, "updated": self.updated, "unchanged": self.unchanged}
+
+
+def _get(call: Callable[[], dict]) -> dict | None:
+    """The object, or None when Grafana answers 404."""
+    try:
+        return call()
+    except GrafanaClientError as exc:
+        if exc.status_code == 404:
+            return None
+        raise
+
+
+def _differs(want, have) -> bool:
+    """True when something we set has another value in Grafana; keys that Grafana adds on
+    its side (ids, versions, defaults filled into query models) are ignored."""
+    if isinstance(want, dict) and isinstance(have, dict):
+        return any(_differs(v, have.get(k)) for k, v in want.items())
+    if isinstance(want, list) and isinstance(have, list):
+        return len(want) != len(have) or any(_differs(w, h) for w, h in zip(want, have, strict=True))
+    return want != have
+
+
+class Provisioner:
+    def __init__(self, api: GrafanaApi, datasource: tuple[dict, str | None] | None) -> None:
+        self.api = api
+        self.datasource = datasource
+        self.report = Report()
+
+    def run(self) -> Report:
+        try:
+            if self.datasource is not None:
+                self._datasource(*self.datasource)
+            self._folder()
+            for uid, board in sorted(dashboards_json().items()):
+                self._dashboard(uid, board)
+            for uid, rule in sorted(rules_json().items()):
+                self._rule(uid, rule)
+            self._group()
+        except GrafanaException as exc:
+            raise ProvisionError(f"Grafana refused: {_reason(exc)}") from None
+        except OSError as exc:  # connection refused, DNS, TLS
+            raise ProvisionError(f"cannot reach Grafana: {type(exc).__name__}") from None
+        return self.report
+
+    def _datasource(self, body: dict, password: str | None) -> None:
+        ds = self.api.datasource
+        have = _get(lambda: ds.get_datasource_by_uid(DATASOURCE_UID))
+        name = f"datasource {DATASOURCE_UID}"
+        secret = {"secureJsonData": {"password": password}} if password else {}
+        if have is None:
+            ds.create_datasource(body | secret)
+            self.report.created.append(name)
+            return
+        missing_password = bool(password) and not (have.get("secureJsonFields") or {}).get("password")
+        if _differs(body, have) or missing_password:
+            ds.update_datasource_by_uid(DATASOURCE_UID, body | secret)
+            self.report.updated.append(name)
+        else:
+            self.report.unchanged.append(name)
+
+    def _folder(self) -> None:
+        name = f"folder {FOLDER_UID}"
+        have = _get(lambda: self.api.folder.get_folder(FOLDER_UID))
+        if have is None:
+            self.api.folder.create_folder(FOLDER_TITLE, uid=FOLDER_UID)
+            self.report.created.append(name)
+        elif have.get("title") != FOLDER_TITLE:
+            self.api.folder.update_folder(FOLDER_UID, title=FOLDER_TITLE, overwrite=True)
+            self.report.updated.append(name)
+        else:
+            self.report.unchanged.append(name)
+
+    def _dashboard(self, uid: str, board: dict) -> None:
+        name = f"dashboard {uid}"
+        have = _get(lambda: self.api.dashboard.get_dashboard(uid))
+        if have is not None:
+            in_folder = (have.get("meta") or {}).get("folderUid") == FOLDER_UID
+            if in_folder and not _differs(board, have.get("dashboard") or {}):
+                self.report.unchanged.append(name)
+                return
+        self.api.dashboard.update_dashboard({
+            "dashboard": board, "folderUid": FOLDER_UID, "overwrite": True,
+            "message": "steptail dashboards provision",
+        })
+        (self.report.created if have is None else self.report.updated).append(name)
+
+    def _rule(self, uid: str, rule: dict) -> None:
+        name = f"alert rule {uid}"
+        prov = self.api.alertingprovisioning
+        have = _get(lambda: prov.get_alertrule(uid))
+        if have is None:
+            prov.create_alertrule(rule)
+            self.report.created.append(name)
+        elif _differs(rule, have):
+            prov.update_alertrule(uid, rule)
+            self.report.updated.append(name)
+        else:
+            self.report.unchanged.append(name)
+
+    def _group(self) -> None:
+        name = f"rule group {RULE_GROUP}"
+        prov = self.api.alertingprovisioning
+        have = _get(lambda: prov.get_rule_group(FOLDER_UID, RULE_GROUP)) or {}
+        if have.get("interval") == GROUP_INTERVAL_S:
+            self.report.unchanged.append(name)
+            return
+        group = {"title": RULE_GROUP, "folderUid": FOLDER_UID, "interval": GROUP_INTERVAL_S,
+                 "rules": have.get("rules") or list(rules_json().values())}
+        prov.update_rule_group(FOLDER_UID, RULE_GROUP, group)
+        self.report.updated.append(name)
+
+
+def _reason(exc: GrafanaException) -> str:
+    msg = str(getattr(exc, "message", "") or exc).strip().splitlines()
+    return msg[0][:200] if msg else type(exc).__name__
+
+
+def connect(url: str, token: str | None) -> GrafanaApi:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ProvisionError(f"bad Grafana URL {url!r} (expected http(s)://host[:port])")
+    if parts.password:
+        raise ProvisionError("no credentials in --url: use --token-file or $GRAFANA_TOKEN")
+    return GrafanaApi.from_url(url, credential=token or None, timeout=TIMEOUT_S)
+
+
+def provision(url: str, token: str | None, db_url: sa.URL | None) -> Report:
+    api = connect(url, token)
+    return Provisioner(api, datasource_body(db_url) if db_url is not None else None).run()

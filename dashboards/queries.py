@@ -1,0 +1,183 @@
+"""The SQL of every panel, annotation, variable and alert rule (PostgreSQL, Grafana macros).
+
+Kept apart from the builders so that tests and the benchmark run exactly this text, after
+expanding Grafana's macros and variables (dashboards.macros). Timestamps are `ts_ns`
+nanoseconds, hence `$__unixEpochNanoFilter` and `to_timestamp(ts_ns / 1e9)`. A series is one
+incarnation of one run, named `<run> #<incarnation>`: replayed steps after a restore show as
+their own line instead of zig-zagging back over the first recording."""
+
+from __future__ import annotations
+
+# Finding kinds written by the detectors (steptail.findings); matched loosely so that a
+# renamed kind still reaches its alert.
+GATE_KINDS = "f.kind LIKE '%gate%'"
+DIVERGENCE_KINDS = (
+    "(f.kind LIKE '%diverg%' OR f.kind LIKE '%mismatch%' OR f.kind LIKE '%finite%')"
+)
+STALL_FACTOR = 10  # stalled: no step for this many median step times
+ALERT_WINDOW_S = 6 * 3600  # alerts consider runs that logged a step in the last 6 h
+
+SERIES = "run || ' #' || incarnation"
+
+# -- variables ------------------------------------------------------------------------
+VAR_NAMESPACE = "SELECT DISTINCT COALESCE(namespace, '-') FROM runs ORDER BY 1"
+VAR_RUN = (
+    "SELECT run FROM runs WHERE COALESCE(namespace, '-') IN ($namespace) ORDER BY updated_ns DESC"
+)
+
+# -- Run dashboard ----------------------------------------------------------------------
+CE_BY_STEP = f"""
+SELECT {SERIES} AS series, step, ce
+FROM loss_parts
+WHERE run IN ($run)
+ORDER BY run, incarnation, step
+""".strip()
+
+CE_OVER_TIME = f"""
+SELECT to_timestamp(ts_ns / 1e9) AS time, {SERIES} AS metric, ce AS value
+FROM loss_parts
+WHERE run IN ($run) AND $__unixEpochNanoFilter(ts_ns)
+ORDER BY 1, 2
+""".strip()
+
+STEP_SECONDS = f"""
+SELECT to_timestamp(ts_ns / 1e9) AS time, {SERIES} AS metric, seconds AS value
+FROM pod_metrics
+WHERE run IN ($run) AND seconds IS NOT NULL AND $__unixEpochNanoFilter(ts_ns)
+ORDER BY 1, 2
+""".strip()
+
+TOKENS_PER_S = f"""
+SELECT to_timestamp(ts_ns / 1e9) AS time, {SERIES} AS metric, tokens_per_s AS value
+FROM pod_metrics
+WHERE run IN ($run) AND tokens_per_s IS NOT NULL AND $__unixEpochNanoFilter(ts_ns)
+ORDER BY 1, 2
+""".strip()
+
+# A finding is drawn over the time of its steps: from the last recorded step at or before
+# first_step to the first recorded step at or after last_step (a gap's steps have no row).
+FINDINGS_ANNOTATIONS = """
+SELECT to_timestamp(a.t0 / 1e9) AS time, to_timestamp(COALESCE(a.t1, a.t0) / 1e9) AS timeend,
+       a.run || ': ' || a.kind || ' (steps ' || a.first_step || '-' || a.last_step || ') '
+         || a.detail AS text,
+       a.kind || ',' || a.severity || ',' || a.run AS tags
+FROM (
+  SELECT f.*,
+    COALESCE((SELECT l.ts_ns FROM loss_parts l
+              WHERE l.run = f.run AND (f.incarnation = 0 OR l.incarnation = f.incarnation)
+                AND l.step <= f.first_step AND l.ts_ns IS NOT NULL
+              ORDER BY l.step DESC, l.incarnation DESC LIMIT 1), f.detected_ns) AS t0,
+    (SELECT l.ts_ns FROM loss_parts l
+     WHERE l.run = f.run AND (f.incarnation = 0 OR l.incarnation = f.incarnation)
+       AND l.step >= f.last_step AND l.ts_ns IS NOT NULL
+     ORDER BY l.step, l.incarnation LIMIT 1) AS t1
+  FROM findings f
+  WHERE f.run IN ($run)
+) a
+WHERE a.t0 BETWEEN $__unixEpochNanoFrom() AND $__unixEpochNanoTo()
+ORDER BY 1
+""".strip()
+
+# -- REQUIRED_RBF dashboard ----------------------------------------------------------------
+RBF_MAX_BY_STEP = f"""
+SELECT {SERIES} AS series, step, max
+FROM required_rbf
+WHERE run IN ($run)
+ORDER BY run, incarnation, step
+""".strip()
+
+# One series per layer (zero-padded so that buckets sort), as the heatmap's y buckets.
+RBF_PER_LAYER = """
+SELECT to_timestamp(r.ts_ns / 1e9) AS time,
+       'layer ' || lpad((e.ord - 1)::text, 3, '0') AS metric, e.v::float8 AS value
+FROM required_rbf r
+CROSS JOIN LATERAL jsonb_array_elements_text(r.per_layer) WITH ORDINALITY AS e(v, ord)
+WHERE r.run IN ($run) AND $__unixEpochNanoFilter(r.ts_ns)
+ORDER BY 1, 2
+""".strip()
+
+# -- Fleet dashboard ---------------------------------------------------------------------
+# "reconnects": stream interruptions the follower recovered from (stream_gaps rows);
+# "open findings": every finding recorded for the run (findings carry no resolution state).
+FLEET = """
+SELECT r.run, r.namespace, r.jobset, last.incarnation, last.step AS last_step,
+       EXTRACT(EPOCH FROM now()) - last.ts_ns / 1e9 AS seconds_since_last_step,
+       (SELECT COUNT(*) FROM stream_gaps g WHERE g.run = r.run) AS reconnects,
+       (SELECT COUNT(*) FROM findings f WHERE f.run = r.run) AS open_findings
+FROM runs r
+LEFT JOIN LATERAL (
+  SELECT l.incarnation, l.step, l.ts_ns FROM loss_parts l WHERE l.run = r.run
+  ORDER BY l.incarnation DESC, l.step DESC LIMIT 1
+) last ON true
+WHERE COALESCE(r.namespace, '-') IN ($namespace)
+ORDER BY r.run
+""".strip()
+
+# -- alert rules (table format: string columns become labels, the number is the value) ----
+_ACTIVE = """
+SELECT run FROM loss_parts
+WHERE ts_ns BETWEEN $__unixEpochNanoFrom() AND $__unixEpochNanoTo()
+GROUP BY run
+""".strip()
+
+# Steps missing between two recorded steps of one incarnation, plus head gaps (the trainer's
+# start was read, yet the incarnation's first step is not 1 / restore + 1).
+ALERT_MISSING_STEPS = f"""
+WITH active AS ({_ACTIVE}),
+inner_gaps AS (
+  SELECT run, SUM(next_step - step - 1) AS missing FROM (
+    SELECT run, step, LEAD(step) OVER (PARTITION BY run, incarnation ORDER BY step) AS next_step
+    FROM loss_parts WHERE run IN (SELECT run FROM active)
+  ) s WHERE next_step > step + 1 GROUP BY run
+),
+head_gaps AS (
+  SELECT run, SUM(first_step - COALESCE(restored_from, 0) - 1) AS missing FROM incarnations
+  WHERE run IN (SELECT run FROM active) AND saw_start
+    AND first_step > COALESCE(restored_from, 0) + 1
+  GROUP BY run
+)
+SELECT a.run, (COALESCE(g.missing, 0) + COALESCE(h.missing, 0))::float8 AS missing_steps
+FROM active a LEFT JOIN inner_gaps g ON g.run = a.run LEFT JOIN head_gaps h ON h.run = a.run
+ORDER BY a.run
+""".strip()
+
+# Time since the last step, in median step intervals of the current incarnation's last 100.
+ALERT_STALL = f"""
+WITH active AS ({_ACTIVE}),
+cur AS (
+  SELECT run, MAX(incarnation) AS incarnation FROM loss_parts
+  WHERE run IN (SELECT run FROM active) GROUP BY run
+),
+recent AS (
+  SELECT l.run, l.step, l.ts_ns,
+         ROW_NUMBER() OVER (PARTITION BY l.run ORDER BY l.step DESC) AS k
+  FROM loss_parts l JOIN cur c ON c.run = l.run AND c.incarnation = l.incarnation
+  WHERE l.ts_ns IS NOT NULL
+),
+intervals AS (
+  SELECT run, ts_ns - LEAD(ts_ns) OVER (PARTITION BY run ORDER BY step DESC) AS dt
+  FROM recent WHERE k <= 101
+)
+SELECT i.run,
+       (($__unixEpochNanoTo() - MAX(r.ts_ns))
+         / NULLIF(percentile_cont(0.5) WITHIN GROUP (ORDER BY i.dt), 0))::float8 AS stall_ratio
+FROM intervals i JOIN recent r ON r.run = i.run AND r.k = 1
+WHERE i.dt IS NOT NULL AND i.dt > 0
+GROUP BY i.run
+ORDER BY i.run
+""".strip()
+
+_FINDINGS_OF_ACTIVE = """
+SELECT r.run, COUNT(f.id)::float8 AS {column}
+FROM runs r
+LEFT JOIN findings f ON f.run = r.run AND {kinds}
+WHERE r.run IN (SELECT run FROM active) OR f.detected_ns >= $__unixEpochNanoFrom()
+GROUP BY r.run
+ORDER BY r.run
+""".strip()
+
+ALERT_STEP1_GATE = f"WITH active AS ({_ACTIVE})\n" + _FINDINGS_OF_ACTIVE.format(
+    column="failed_gates", kinds=GATE_KINDS)
+
+ALERT_DIVERGENCE = f"WITH active AS ({_ACTIVE})\n" + _FINDINGS_OF_ACTIVE.format(
+    column="divergences", kinds=DIVERGENCE_KINDS)

@@ -1,0 +1,267 @@
+"""Every panel, annotation, variable and alert-rule query, as rendered, with Grafana's macros
+and variables expanded, runs on the real PostgreSQL loaded with the shared samples and
+returns the expected series."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from collector.files import open_source
+from dashboards import queries as q
+from dashboards.macros import Context, MacroError, TimeRange, Variable, expand
+from dashboards.render import dashboards_json, rules_json
+from steptail.ingest import ingest
+from storage.db import open_store
+
+try:
+    from store_fixtures import make_pg_database, samples_dir
+except ImportError:
+    from tests.store_fixtures import make_pg_database, samples_dir
+
+RUNS = ("clean-300", "resume-gap", "resume-mismatch", "cp4-lb-nan", "resume-from-zero")
+T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)  # the samples run 04:00-05:30 UTC
+T1 = datetime(2026, 11, 30, 7, 0, tzinfo=UTC)
+NS = 1_000_000_000
+
+
+def _ns(t: datetime) -> int:
+    return int(t.timestamp()) * NS
+
+
+FINDINGS = [  # what the detectors would write (steptail.findings is another issue's work)
+    ("resume-gap", "gap", 1, 60, 63, "steps 60-63 missing", "error"),
+    ("cp4-lb-nan", "step1_ce_gate", 1, 1, 1, "step-1 ce differs from HF reference", "error"),
+    ("cp4-lb-nan", "nonfinite_ce", 1, 77, 77, "ce=nan", "error"),
+    ("resume-mismatch", "resume_mismatch", 2, 101, 120, "replayed CE +0.05", "warning"),
+]
+
+
+@pytest.fixture(scope="module")
+def pg():
+    url, drop = make_pg_database()
+    store = open_store(url)
+    samples = samples_dir()
+    for run in RUNS:
+        src = open_source(str(samples / f"{run}.log"))
+        try:
+            ingest(store, run, [src])
+        finally:
+            src.close()
+    detected = _ns(datetime(2026, 11, 30, 5, 0, tzinfo=UTC))
+    with store.engine.begin() as conn:
+        for row in FINDINGS:
+            conn.execute(sa.text(
+                "INSERT INTO findings (run, kind, incarnation, first_step, last_step, detail,"
+                " severity, detected_ns) VALUES (:r, :k, :i, :a, :b, :d, :s, :t)"),
+                dict(zip("rkiabds", row, strict=True), t=detected))
+        conn.execute(sa.text("UPDATE runs SET namespace = 'team-a', jobset = 'js-a' WHERE run = 'clean-300'"))
+        conn.execute(sa.text(
+            "INSERT INTO stream_gaps (run, stream, start_ns, end_ns, reason, detected_ns)"
+            " VALUES ('resume-gap', 'log', 1, 2, 'rotation', 3), ('resume-gap', 'log', 5, 6, 'eof', 7)"))
+    yield store
+    store.dispose()
+    drop()
+
+
+def truth(run: str) -> dict:
+    return json.loads((samples_dir() / f"{run}.truth.json").read_text())
+
+
+def ctx(runs=("resume-gap",), namespaces=("-", "team-a"), start=T0, end=T1) -> Context:
+    return Context(
+        TimeRange(start, end),
+        {"run": Variable(list(runs), multi=True),
+         "namespace": Variable(list(namespaces), multi=True, include_all=True)},
+    )
+
+
+def run_sql(store, sql: str, c: Context) -> list[dict]:
+    with store.engine.connect() as conn:
+        return [dict(r) for r in conn.execute(sa.text(expand(sql, c).replace(":", r"\:"))).mappings()]
+
+
+def rendered_queries() -> list[tuple[str, str]]:
+    """(where, sql) for every SQL text in the rendered dashboards and alert rules."""
+    out = []
+    for uid, board in dashboards_json().items():
+        for v in board["templating"]["list"]:
+            out.append((f"{uid} variable {v['name']}", v["query"]))
+        for a in board.get("annotations", {}).get("list", []):
+            out.append((f"{uid} annotation {a['name']}", a["target"]["rawSql"]))
+        for p in board["panels"]:
+            for t in p.get("targets", []):
+                out.append((f"{uid} panel {p['title']}", t["rawSql"]))
+    for uid, rule in rules_json().items():
+        for d in rule["data"]:
+            if d["datasourceUid"] != "__expr__":
+                out.append((f"rule {uid}", d["model"]["rawSql"]))
+    return out
+
+
+@pytest.mark.parametrize("where,sql", rendered_queries(), ids=[w for w, _ in rendered_queries()])
+def test_every_rendered_query_runs(pg, where, sql):
+    for runs in (("resume-gap",), RUNS):
+        rows = run_sql(pg, sql, ctx(runs))
+        assert isinstance(rows, list)
+
+
+def _loss_truth(run):
+    return [(f"{run} #{r['incarnation']}", r["step"], r["ce"]) for r in truth(run)["loss_parts"]]
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_ce_by_step_returns_exactly_the_runs_steps(pg, run):
+    rows = run_sql(pg, q.CE_BY_STEP, ctx((run,)))
+    got = [(r["series"], r["step"], r["ce"]) for r in rows]
+    assert got == sorted(_loss_truth(run), key=lambda t: (int(t[0].rsplit("#")[1]), t[1]))
+
+
+def test_ce_by_step_multi_run_selection(pg):
+    rows = run_sql(pg, q.CE_BY_STEP, ctx(("resume-gap", "clean-300")))
+    assert {r["series"] for r in rows} == {"clean-300 #1", "resume-gap #1", "resume-gap #2"}
+    assert len(rows) == len(_loss_truth("resume-gap")) + len(_loss_truth("clean-300"))
+    steps_inc2 = [r["step"] for r in rows if r["series"] == "resume-gap #2"]
+    assert steps_inc2[0] == 151  # restored from checkpoint 150: incarnations stay apart
+
+
+def test_ce_over_time_is_time_filtered_series_per_incarnation(pg):
+    rows = run_sql(pg, q.CE_OVER_TIME, ctx(("resume-gap",)))
+    assert len(rows) == len(truth("resume-gap")["loss_parts"])
+    assert [r["time"] for r in rows] == sorted(r["time"] for r in rows)
+    assert {r["metric"] for r in rows} == {"resume-gap #1", "resume-gap #2"}
+    half = run_sql(pg, q.CE_OVER_TIME, ctx(("resume-gap",), end=datetime(2026, 11, 30, 4, 30, tzinfo=UTC)))
+    assert 0 < len(half) < len(rows)
+    assert all(r["time"] <= datetime(2026, 11, 30, 4, 30, tzinfo=UTC) for r in half)
+    # cp4-lb-nan has no kubelet timestamps: nothing to place on a time axis
+    assert run_sql(pg, q.CE_OVER_TIME, ctx(("cp4-lb-nan",))) == []
+
+
+def test_step_time_and_tokens_per_s_come_from_pod_metrics(pg):
+    with pg.engine.connect() as conn:
+        n_sec, n_tok = conn.execute(sa.text(
+            "SELECT COUNT(seconds), COUNT(tokens_per_s) FROM pod_metrics WHERE run = 'clean-300'")).one()
+    secs = run_sql(pg, q.STEP_SECONDS, ctx(("clean-300",)))
+    toks = run_sql(pg, q.TOKENS_PER_S, ctx(("clean-300",)))
+    assert len(secs) == n_sec > 250 and len(toks) == n_tok > 250
+    assert all(r["value"] > 0 for r in secs + toks)
+
+
+def test_rbf_max_by_step_and_per_layer_heatmap(pg):
+    rows = run_sql(pg, q.RBF_MAX_BY_STEP, ctx(("resume-gap",)))
+    want = sorted((f"resume-gap #{r['incarnation']}", r["step"], r["max"])
+                  for r in truth("resume-gap")["required_rbf"])
+    assert sorted((r["series"], r["step"], r["max"]) for r in rows) == want
+    cells = run_sql(pg, q.RBF_PER_LAYER, ctx(("resume-gap",)))
+    with pg.engine.connect() as conn:
+        n_cells = conn.execute(sa.text(
+            "SELECT SUM(jsonb_array_length(per_layer)) FROM required_rbf WHERE run = 'resume-gap'")).scalar()
+    assert len(cells) == n_cells
+    layers = sorted({r["metric"] for r in cells})
+    assert layers[0] == "layer 000" and len(layers) == 16
+    # each step's max is the max over its layers
+    by_time: dict = {}
+    for r in cells:
+        by_time.setdefault(r["time"], []).append(r["value"])
+    assert max(max(v) for v in by_time.values()) == pytest.approx(max(r["max"] for r in rows))
+
+
+def test_findings_annotations_span_the_steps_they_cover(pg):
+    rows = run_sql(pg, q.FINDINGS_ANNOTATIONS, ctx(RUNS))
+    gap = next(r for r in rows if "gap" in r["tags"])
+    with pg.engine.connect() as conn:
+        t59, t64 = (conn.execute(sa.text(
+            "SELECT ts_ns FROM loss_parts WHERE run = 'resume-gap' AND incarnation = 1 AND step = :s"),
+            {"s": s}).scalar() for s in (59, 64))
+    assert gap["time"].timestamp() == pytest.approx(t59 / NS, abs=1e-3)
+    assert gap["timeend"].timestamp() == pytest.approx(t64 / NS, abs=1e-3)
+    assert gap["text"].startswith("resume-gap: gap (steps 60-63)")
+    assert {r["tags"].split(",")[0] for r in rows} == {k for _, k, *_ in FINDINGS}
+    # only the selected runs, and only inside the time range
+    assert {r["text"].split(":")[0] for r in run_sql(pg, q.FINDINGS_ANNOTATIONS, ctx(("resume-gap",)))} == {"resume-gap"}
+    assert run_sql(pg, q.FINDINGS_ANNOTATIONS, ctx(RUNS, end=datetime(2026, 11, 30, 4, 1, tzinfo=UTC))) == []
+
+
+def test_fleet_lists_every_run(pg):
+    rows = {r["run"]: r for r in run_sql(pg, q.FLEET, ctx())}
+    assert set(rows) == set(RUNS)
+    assert (rows["resume-gap"]["incarnation"], rows["resume-gap"]["last_step"]) == (2, 400)
+    assert rows["clean-300"]["last_step"] == 300 and rows["clean-300"]["namespace"] == "team-a"
+    assert rows["resume-gap"]["reconnects"] == 2 and rows["clean-300"]["reconnects"] == 0
+    assert rows["cp4-lb-nan"]["open_findings"] == 2 and rows["resume-from-zero"]["open_findings"] == 0
+    assert rows["cp4-lb-nan"]["seconds_since_last_step"] is None  # no timestamps
+    last = datetime(2026, 11, 30, 5, 26, 6, tzinfo=UTC).timestamp()
+    since = float(rows["resume-gap"]["seconds_since_last_step"])
+    assert since == pytest.approx(time.time() - last, abs=120)
+    only_a = run_sql(pg, q.FLEET, ctx(namespaces=("team-a",)))
+    assert [r["run"] for r in only_a] == ["clean-300"]
+
+
+def test_variables(pg):
+    assert [r for (r,) in (tuple(x.values()) for x in run_sql(pg, q.VAR_NAMESPACE, ctx()))] == ["-", "team-a"]
+    runs = [tuple(x.values())[0] for x in run_sql(pg, q.VAR_RUN, ctx(namespaces=("team-a",)))]
+    assert runs == ["clean-300"]
+    assert len(run_sql(pg, q.VAR_RUN, ctx())) == len(RUNS)
+
+
+def _alert(pg, sql, end):
+    rows = run_sql(pg, sql, ctx(start=end - timedelta(seconds=q.ALERT_WINDOW_S), end=end))
+    return {r["run"]: list(r.values())[1] for r in rows}
+
+
+def test_alert_missing_steps(pg):
+    got = _alert(pg, q.ALERT_MISSING_STEPS, T1)
+    assert got["resume-gap"] == 4  # steps 60-63
+    assert got["clean-300"] == 0 and got["resume-mismatch"] == 0
+    assert "cp4-lb-nan" not in got  # no timestamps: never "active"
+    assert _alert(pg, q.ALERT_MISSING_STEPS, T1 + timedelta(days=1)) == {}  # old runs: quiet
+
+
+def test_alert_missing_steps_counts_head_gap(pg):
+    with pg.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE incarnations SET first_step = 5 WHERE run = 'clean-300'"))
+    try:
+        assert _alert(pg, q.ALERT_MISSING_STEPS, T1)["clean-300"] == 4
+    finally:
+        with pg.engine.begin() as conn:
+            conn.execute(sa.text("UPDATE incarnations SET first_step = 1 WHERE run = 'clean-300'"))
+
+
+def test_alert_stall(pg):
+    with pg.engine.connect() as conn:
+        ts = [t for (t,) in conn.execute(sa.text(
+            "SELECT ts_ns FROM loss_parts WHERE run = 'clean-300' ORDER BY step DESC LIMIT 101"))]
+    median = statistics.median(a - b for a, b in zip(ts, ts[1:], strict=False))
+    last_t = datetime.fromtimestamp(ts[0] // NS, UTC)
+    soon = _alert(pg, q.ALERT_STALL, last_t + timedelta(seconds=2))
+    late = _alert(pg, q.ALERT_STALL, last_t + timedelta(minutes=30))
+    assert soon["clean-300"] < q.STALL_FACTOR < late["clean-300"]
+    want = (_ns(last_t + timedelta(minutes=30)) - ts[0]) / median
+    assert late["clean-300"] == pytest.approx(want, rel=1e-9)
+    assert "cp4-lb-nan" not in late
+
+
+def test_alert_step1_gate_and_divergence(pg):
+    gate = _alert(pg, q.ALERT_STEP1_GATE, T1)
+    assert gate["cp4-lb-nan"] == 1 and gate["clean-300"] == 0
+    div = _alert(pg, q.ALERT_DIVERGENCE, T1)
+    assert div["resume-mismatch"] == 1 and div["cp4-lb-nan"] == 1 and div["resume-gap"] == 0
+
+
+def test_macro_expansion_follows_grafana():
+    c = Context(TimeRange(T0, T1), {"run": Variable(["a", "o'b"], multi=True),
+                                    "one": Variable(["x'y"])})
+    assert expand("run IN ($run)", c) == "run IN ('a','o''b')"
+    assert expand("${run:sqlstring}|${one:sqlstring}", c) == "'a','o''b'|'x''y'"
+    assert expand("[[one]]-${one}", c) == "x''y-x''y"
+    assert expand("$__unixEpochNanoFilter(ts_ns)", c) == (
+        f"ts_ns >= {_ns(T0)} AND ts_ns <= {_ns(T1)}")
+    assert expand("$__timeFilter(t)", c) == "t BETWEEN '2026-11-30T03:00:00Z' AND '2026-11-30T07:00:00Z'"
+    assert expand("$__unknownVar", c) == "$__unknownVar"
+    with pytest.raises(MacroError):
+        expand("$__nope(x)", c)
