@@ -114,7 +114,7 @@ def load_findings(conn: sa.Connection, run: str) -> list[Finding]:
     rows = conn.execute(
         sa.text(f"SELECT {', '.join(FINDING_COLUMNS)} FROM findings WHERE run = :run"), {"run": run}
     )
-    return sorted((Finding(*r) for r in rows), key=sort_key)
+    return sorted((Finding(**dict(zip(FINDING_COLUMNS, r, strict=True))) for r in rows), key=sort_key)
 
 
 def sync_findings(conn: sa.Connection, run: str, findings: list[Finding]) -> list[Finding]:

@@ -1,0 +1,113 @@
+"""`steptail check RUN`: run every detector over a stored run, store the findings, report them.
+
+Exit 0 when clean, 1 when anything is flagged, 2 on error."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy.exc import SQLAlchemyError
+
+from steptail.commands._common import db_option, fail, json_option, print_json, store_or_exit
+from steptail.findings import (
+    CRITICAL,
+    ReferenceError,
+    Settings,
+    check_run,
+    load_reference,
+    sync_findings,
+)
+from steptail.findings.model import Finding, sort_key
+from storage.reads import run_exists
+
+# Findings that mean the run's loss is wrong: the operator may want to stop the run.
+STOP_KINDS = ("resume_mismatch", "nonfinite_ce")
+
+
+def stop_worthy(f: Finding) -> bool:
+    return f.kind in STOP_KINDS or (f.kind == "step1_ce_gate" and f.severity == CRITICAL)
+
+
+def stop_command(workload: str, namespace: str) -> str:
+    """Printed, never executed: stopping a run is the operator's act (DESIGN §1)."""
+    return (f"kubectl patch workloads.kueue.x-k8s.io {workload} -n {namespace} --type=merge "
+            "-p '{\"spec\":{\"active\":false}}'")
+
+
+def _run_location(store, run: str) -> tuple[str | None, str | None]:
+    with store.engine.connect() as conn:
+        row = conn.exec_driver_sql(
+            f"SELECT jobset, namespace FROM runs WHERE run = {store.placeholder}", (run,)).first()
+    return (row[0], row[1]) if row else (None, None)
+
+
+@click.command()
+@click.argument("run")
+@db_option
+@json_option
+@click.option("--reference-ce", metavar="VALUE|FILE",
+              help="HF reference CE of step 1, or a JSON/CSV file of step -> ce.")
+@click.option("--gate-tolerance", type=float, default=1e-3, show_default=True,
+              help="Step-1 CE gate: largest allowed |ce - reference|.")
+@click.option("--resume-tolerance", type=float, default=1e-4, show_default=True,
+              help="Resume mismatch: largest allowed |replayed ce - first recording|.")
+@click.option("--stall-k", type=float, default=3.0, show_default=True,
+              help="Stall: no step for longer than k x the median step time.")
+@click.option("--workload", metavar="NAME", help="Kueue workload of the run (for the stop command).")
+@click.option("-n", "--namespace", metavar="NS", help="Namespace of the workload.")
+def command(run: str, db: str | None, as_json: bool, reference_ce: str | None, gate_tolerance: float,
+            resume_tolerance: float, stall_k: float, workload: str | None, namespace: str | None) -> None:
+    """Check RUN: gaps, stalls, non-finite CE, the step-1 CE gate, the load-balance rule,
+    resumes from zero, resume mismatches, missing REQUIRED_RBF. Exit 1 if anything is flagged."""
+    for name, value in (("--gate-tolerance", gate_tolerance), ("--resume-tolerance", resume_tolerance),
+                        ("--stall-k", stall_k)):
+        if not value >= 0:
+            fail(f"{name} must be a non-negative number")
+    try:
+        reference = load_reference(reference_ce)
+    except ReferenceError as exc:
+        fail(str(exc))
+    store = store_or_exit(db, create=False)
+    if not run_exists(store, run):
+        fail(f"no run {run!r} in {store.describe()}")
+    settings = Settings(stall_k=stall_k, gate_tolerance=gate_tolerance, resume_tolerance=resume_tolerance)
+    try:
+        fresh = check_run(store, run, settings, reference)
+        with store.engine.begin() as conn:
+            stored = sync_findings(conn, run, fresh)  # fresh ones plus live-only ones kept from follow
+    except SQLAlchemyError as exc:
+        fail(f"cannot check run {run!r} in {store.describe()}: {str(getattr(exc, 'orig', exc)).splitlines()[0]}")
+    findings = sorted(stored, key=sort_key)
+    jobset, ns = _run_location(store, run)
+    stop = None
+    if any(stop_worthy(f) for f in findings):
+        stop = stop_command(workload or "WORKLOAD", namespace or ns or "default")
+    if as_json:
+        print_json({"run": run, "findings": [f.to_dict() for f in findings], "stop_command": stop})
+    else:
+        _print(run, findings, stop, jobset, workload)
+    sys.exit(1 if findings else 0)
+
+
+def _print(run: str, findings: list[Finding], stop: str | None, jobset: str | None,
+           workload: str | None) -> None:
+    console = Console()
+    if not findings:
+        console.print(f"run {run}: clean")
+        return
+    table = Table("severity", "kind", "inc", "steps", "detail", title=f"run {run}", expand=False)
+    for f in findings:
+        style = "bold red" if f.severity == CRITICAL else "yellow"
+        table.add_row(f"[{style}]{f.severity}[/]", f.kind, str(f.incarnation), f.steps, f.detail)
+    console.print(table)
+    critical = sum(f.severity == CRITICAL for f in findings)
+    console.print(f"{len(findings)} finding(s), {critical} critical")
+    if stop:
+        click.echo("\nTo stop this run (the operator's decision; steptail never runs it):")
+        if workload is None:
+            owner = f" owned by JobSet {jobset}" if jobset else ""
+            click.echo(f"  # WORKLOAD: the Kueue workload{owner} (kubectl get workloads.kueue.x-k8s.io -n NS)")
+        click.echo(f"  {stop}")

@@ -1,0 +1,152 @@
+"""Arm vs control: CE of two runs aligned by step (each step's value from its latest
+incarnation), refused when the runs do not share a slice shape (process count)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+
+from storage.db import Store
+
+
+class CompareRefused(Exception):
+    """The comparison cannot be made; the message says why (one line)."""
+
+
+@dataclass
+class Comparison:
+    arm: str
+    control: str
+    tolerance: float
+    rel: float
+    process_count: int
+    rows: list[dict] = field(default_factory=list)  # step, arm_ce, control_ce, delta, beyond
+    only_arm: int = 0
+    only_control: int = 0
+
+    @property
+    def beyond(self) -> list[dict]:
+        return [r for r in self.rows if r["beyond"]]
+
+    @property
+    def first_divergent_step(self) -> int | None:
+        b = self.beyond
+        return b[0]["step"] if b else None
+
+    @property
+    def max_abs_delta(self) -> float | None:
+        deltas = [abs(r["delta"]) for r in self.rows if r["delta"] is not None]
+        return max(deltas) if deltas else None
+
+    @property
+    def max_delta_step(self) -> int | None:
+        best = None
+        for r in self.rows:
+            if r["delta"] is not None and (best is None or abs(r["delta"]) > abs(best["delta"])):
+                best = r
+        return best["step"] if best else None
+
+    def summary(self) -> dict:
+        return {
+            "arm": self.arm, "control": self.control, "process_count": self.process_count,
+            "tolerance": self.tolerance, "rel": self.rel, "steps_compared": len(self.rows),
+            "only_arm": self.only_arm, "only_control": self.only_control,
+            "max_abs_delta": self.max_abs_delta, "max_delta_step": self.max_delta_step,
+            "first_divergent_step": self.first_divergent_step, "divergent_steps": len(self.beyond),
+        }
+
+
+def latest_ce(conn: sa.Connection, run: str) -> dict[int, tuple[float | None, str]]:
+    """step -> (ce, ce_raw) of the latest incarnation that recorded the step."""
+    out: dict[int, tuple[float | None, str]] = {}
+    for step, ce, raw in conn.execute(
+        sa.text("SELECT step, ce, ce_raw FROM loss_parts WHERE run = :run ORDER BY step, incarnation"),
+        {"run": run},
+    ):
+        out[step] = (ce, raw)
+    return out
+
+
+def slice_shape(conn: sa.Connection, run: str) -> set[int | None]:
+    rows = conn.execute(
+        sa.text("SELECT DISTINCT process_count FROM incarnations WHERE run = :run"), {"run": run})
+    return {r[0] for r in rows}
+
+
+def _shape(run: str, shapes: set[int | None]) -> int:
+    known = {s for s in shapes if s is not None}
+    if not known:
+        raise CompareRefused(
+            f"slice shape of {run} unknown: its log has no 'process_count' (JAX start-up line), "
+            "so the comparison cannot be shown to be like for like")
+    if len(known) > 1:
+        raise CompareRefused(f"{run} ran on several slice shapes (process counts {sorted(known)})")
+    return known.pop()
+
+
+def beyond(arm: float | None, control: float | None, tolerance: float, rel: float) -> bool:
+    """|arm - control| > tolerance + rel x |control|; a non-finite CE on one side only is beyond."""
+    if arm is None or control is None:
+        return (arm is None) != (control is None)
+    return abs(arm - control) > tolerance + rel * abs(control)
+
+
+def compare_runs(store: Store, arm: str, control: str, tolerance: float = 1e-3, rel: float = 0.0) -> Comparison:
+    with store.engine.connect() as conn:
+        shape_arm = _shape(arm, slice_shape(conn, arm))
+        shape_control = _shape(control, slice_shape(conn, control))
+        if shape_arm != shape_control:
+            raise CompareRefused(
+                f"slice shapes differ: {arm} ran on {shape_arm} hosts (processes), {control} on "
+                f"{shape_control}; CE is only comparable on the same shape")
+        a, c = latest_ce(conn, arm), latest_ce(conn, control)
+    common = sorted(set(a) & set(c))
+    if not common:
+        raise CompareRefused(f"{arm} and {control} have no step in common")
+    result = Comparison(arm, control, tolerance, rel, shape_arm,
+                        only_arm=len(set(a) - set(c)), only_control=len(set(c) - set(a)))
+    for step in common:
+        (ace, _), (cce, _) = a[step], c[step]
+        delta = ace - cce if ace is not None and cce is not None else None
+        result.rows.append({
+            "step": step, "arm_ce": ace, "control_ce": cce, "delta": delta,  # None: not finite
+            "beyond": beyond(ace, cce, tolerance, rel),
+        })
+    return result
+
+
+def plot(result: Comparison, path: str) -> None:
+    """Both CE curves, their difference, and the first step beyond tolerance (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    steps = [r["step"] for r in result.rows]
+    nan = float("nan")
+    num = [(nan if r["arm_ce"] is None else r["arm_ce"], nan if r["control_ce"] is None else r["control_ce"])
+           for r in result.rows]
+    fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(9, 6), height_ratios=(3, 1))
+    try:
+        top.plot(steps, [n[1] for n in num], label=f"control {result.control}", lw=1.2)
+        top.plot(steps, [n[0] for n in num], label=f"arm {result.arm}", lw=1.2)
+        top.set_ylabel("ce")
+        bottom.plot(steps, [nan if r["delta"] is None else r["delta"] for r in result.rows],
+                    color="black", lw=1)
+        bottom.axhline(result.tolerance, color="grey", ls=":", lw=1)
+        bottom.axhline(-result.tolerance, color="grey", ls=":", lw=1)
+        bottom.set_ylabel("\u0394ce (arm - control)")
+        bottom.set_xlabel("step")
+        first = result.first_divergent_step
+        if first is not None:
+            for ax in (top, bottom):
+                ax.axvline(first, color="red", ls="--", lw=1)
+            top.annotate(f"diverges at step {first}", xy=(first, top.get_ylim()[1]), color="red",
+                         ha="left", va="top")
+        top.legend()
+        top.set_title(f"{result.arm} vs {result.control} ({result.process_count} processes)")
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+    finally:
+        plt.close(fig)
