@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import itertools
 
+from grafana_foundation_sdk.builders import common as cb
 from grafana_foundation_sdk.builders import dashboard as db
 from grafana_foundation_sdk.builders import heatmap, table, timeseries, xychart
 from grafana_foundation_sdk.cog import builder as cogbuilder
+from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models import xychart as xym
 
@@ -58,6 +60,15 @@ def findings_annotation() -> SqlAnnotation:
 
 
 # -- panels -------------------------------------------------------------------------
+def _legend() -> cb.VizLegendOptions:
+    return (cb.VizLegendOptions().show_legend(True).display_mode(cm.LegendDisplayMode.LIST)
+            .placement(cm.LegendPlacement.BOTTOM))
+
+
+def _tooltip() -> cb.VizTooltipOptions:
+    return cb.VizTooltipOptions().mode(cm.TooltipDisplayMode.MULTI).sort(cm.SortOrder.DESCENDING)
+
+
 def _step_xy(title: str, sql: str, y: str, unit: str, ids) -> xychart.Panel:
     """y against step, one line per run incarnation (the query's `series` column)."""
     return (
@@ -68,7 +79,7 @@ def _step_xy(title: str, sql: str, y: str, unit: str, ids) -> xychart.Panel:
             id_val="partitionByValues", options={"fields": ["series"], "keepFields": False}))
         .series_mapping(xym.SeriesMapping.AUTO)
         .dims(xychart.XYDimensionConfig().x("step"))
-        .show(xym.ScatterShow.LINES)
+        .show(xym.ScatterShow.LINES).legend(_legend()).tooltip(_tooltip())
         .unit(unit).axis_label(y)
         .height(10).span(24)
     )
@@ -78,7 +89,8 @@ def _over_time(title: str, sql: str, unit: str, ids, span: int = 12) -> timeseri
     return (
         timeseries.Panel().id(next(ids)).title(title).datasource(datasource_ref())
         .with_target(SqlQuery(sql).format("time_series").ref_id("A"))
-        .unit(unit).span_nulls(False).line_width(1).height(8).span(span)
+        .unit(unit).span_nulls(False).line_width(1).legend(_legend()).tooltip(_tooltip())
+        .height(8).span(span)
     )
 
 
@@ -108,11 +120,13 @@ def run_dashboard() -> dm.Dashboard:
 
 def rbf_dashboard() -> dm.Dashboard:
     ids = itertools.count(1)
+    rbf_max = _step_xy("REQUIRED_RBF max by step", q.RBF_MAX_BY_STEP, "max", "none", ids)
     layers = (
         heatmap.Panel().id(next(ids)).title("REQUIRED_RBF per layer: $run")
         .datasource(datasource_ref())
         .with_target(SqlQuery(q.RBF_PER_LAYER).format("time_series").ref_id("A"))
         .calculate(False).repeat("run").repeat_direction("v")
+        .scale_distribution(cb.ScaleDistributionConfig().type(cm.ScaleDistribution.LINEAR))
         .height(10).span(24)
     )
     return (
@@ -120,7 +134,7 @@ def rbf_dashboard() -> dm.Dashboard:
                    "MoE ragged-buffer-factor probe: max per step and per layer.")
         .with_variable(namespace_variable()).with_variable(run_variable())
         .annotation(findings_annotation())
-        .with_panel(_step_xy("REQUIRED_RBF max by step", q.RBF_MAX_BY_STEP, "max", "none", ids))
+        .with_panel(rbf_max)
         .with_panel(layers)
         .build()
     )
@@ -129,7 +143,7 @@ def rbf_dashboard() -> dm.Dashboard:
 def fleet_dashboard() -> dm.Dashboard:
     ids = itertools.count(1)
     fleet = (
-        table.Panel().id(next(ids)).title("Runs").datasource(datasource_ref())
+        table.Panel().id(next(ids)).title("Runs").datasource(datasource_ref()).show_header(True)
         .with_target(SqlQuery(q.FLEET).format("table").ref_id("A"))
         .override_by_name("seconds_since_last_step", [dm.DynamicConfigValue(id_val="unit", value="s")])
         .height(16).span(24)

@@ -8,13 +8,14 @@ their own line instead of zig-zagging back over the first recording."""
 
 from __future__ import annotations
 
-# Finding kinds written by the detectors (steptail.findings); matched loosely so that a
-# renamed kind still reaches its alert.
-GATE_KINDS = "f.kind LIKE '%gate%'"
-DIVERGENCE_KINDS = (
-    "(f.kind LIKE '%diverg%' OR f.kind LIKE '%mismatch%' OR f.kind LIKE '%finite%')"
-)
-STALL_FACTOR = 10  # stalled: no step for this many median step times
+from steptail.findings import Settings
+
+# Finding kinds written by the detectors (steptail.findings.KINDS). A step-1 gate that could
+# not run for want of a reference is a warning, not a failed gate. "divergence" also matches
+# an arm-vs-control kind should one be stored.
+GATE_KINDS = "f.kind = 'step1_ce_gate' AND f.severity = 'critical'"
+DIVERGENCE_KINDS = "(f.kind IN ('resume_mismatch', 'nonfinite_ce') OR f.kind LIKE '%diverg%')"
+STALL_FACTOR = Settings().stall_k  # stalled: no step for k x the median step time
 ALERT_WINDOW_S = 6 * 3600  # alerts consider runs that logged a step in the last 6 h
 
 SERIES = "run || ' #' || incarnation"

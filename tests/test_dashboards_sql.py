@@ -35,10 +35,11 @@ def _ns(t: datetime) -> int:
 
 
 FINDINGS = [  # what the detectors would write (steptail.findings is another issue's work)
-    ("resume-gap", "gap", 1, 60, 63, "steps 60-63 missing", "error"),
-    ("cp4-lb-nan", "step1_ce_gate", 1, 1, 1, "step-1 ce differs from HF reference", "error"),
-    ("cp4-lb-nan", "nonfinite_ce", 1, 77, 77, "ce=nan", "error"),
-    ("resume-mismatch", "resume_mismatch", 2, 101, 120, "replayed CE +0.05", "warning"),
+    ("resume-gap", "gap", 1, 60, 63, "steps 60-63 missing", "warning"),
+    ("cp4-lb-nan", "step1_ce_gate", 1, 1, 1, "step-1 ce differs from HF reference", "critical"),
+    ("cp4-lb-nan", "nonfinite_ce", 1, 77, 77, "ce=nan", "critical"),
+    ("resume-mismatch", "resume_mismatch", 2, 101, 120, "replayed CE +0.05", "critical"),
+    ("clean-300", "step1_ce_gate", 1, 1, 1, "no HF reference: gate not run", "warning"),
 ]
 
 
@@ -184,7 +185,7 @@ def test_findings_annotations_span_the_steps_they_cover(pg):
     assert {r["tags"].split(",")[0] for r in rows} == {k for _, k, *_ in FINDINGS}
     # only the selected runs, and only inside the time range
     assert {r["text"].split(":")[0] for r in run_sql(pg, q.FINDINGS_ANNOTATIONS, ctx(("resume-gap",)))} == {"resume-gap"}
-    assert run_sql(pg, q.FINDINGS_ANNOTATIONS, ctx(RUNS, end=datetime(2026, 11, 30, 4, 1, tzinfo=UTC))) == []
+    assert run_sql(pg, q.FINDINGS_ANNOTATIONS, ctx(RUNS, end=datetime(2026, 11, 30, 4, 0, 5, tzinfo=UTC))) == []
 
 
 def test_fleet_lists_every_run(pg):
@@ -193,7 +194,7 @@ def test_fleet_lists_every_run(pg):
     assert (rows["resume-gap"]["incarnation"], rows["resume-gap"]["last_step"]) == (2, 400)
     assert rows["clean-300"]["last_step"] == 300 and rows["clean-300"]["namespace"] == "team-a"
     assert rows["resume-gap"]["reconnects"] == 2 and rows["clean-300"]["reconnects"] == 0
-    assert rows["cp4-lb-nan"]["open_findings"] == 2 and rows["resume-from-zero"]["open_findings"] == 0
+    assert rows["cp4-lb-nan"]["open_findings"] == 2 and rows["clean-300"]["open_findings"] == 1 and rows["resume-from-zero"]["open_findings"] == 0
     assert rows["cp4-lb-nan"]["seconds_since_last_step"] is None  # no timestamps
     last = datetime(2026, 11, 30, 5, 26, 6, tzinfo=UTC).timestamp()
     since = float(rows["resume-gap"]["seconds_since_last_step"])
@@ -248,7 +249,7 @@ def test_alert_stall(pg):
 
 def test_alert_step1_gate_and_divergence(pg):
     gate = _alert(pg, q.ALERT_STEP1_GATE, T1)
-    assert gate["cp4-lb-nan"] == 1 and gate["clean-300"] == 0
+    assert gate["cp4-lb-nan"] == 1 and gate["clean-300"] == 0  # a gate without reference: no alert
     div = _alert(pg, q.ALERT_DIVERGENCE, T1)
     assert div["resume-mismatch"] == 1 and div["cp4-lb-nan"] == 1 and div["resume-gap"] == 0
 

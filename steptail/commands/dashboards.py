@@ -18,7 +18,7 @@ def command() -> None:
 
 
 @command.command("render")
-@click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
+@click.option("--out", "out", required=True, type=click.Path(path_type=Path),
               help="Directory for dashboards/*.json and alert-rules/*.json.")
 @json_option
 def render_cmd(out: Path, as_json: bool) -> None:
