@@ -1,0 +1,273 @@
+"""The detectors one by one, on small logs built line by line and fed through the real run
+model (the live path); the step-1 gate and its reference files through the CLI as well."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from test_findings_logs import SEC, LogBuilder, feed_engine, keys, store_lines
+
+from steptail.cli import main
+from steptail.findings import FindingEngine, ReferenceError, Settings, check_run, load_reference
+
+CP4 = {"ici_context_parallelism": 4, "context_parallel_load_balance": False}
+
+
+def ce1(step: int) -> float:
+    return 3.8 - step * 1e-3
+
+
+def only(engine, kind):
+    found = [f for f in engine.findings.values() if f.kind == kind]
+    assert len(found) == 1, engine.findings
+    return found[0]
+
+
+# -- step-1 CE gate ---------------------------------------------------------------------------
+@pytest.mark.parametrize("offset,flagged", [(0.0009, False), (-0.0009, False), (0.0011, True), (-0.5, True)])
+def test_gate_tolerance(offset, flagged):
+    lines = LogBuilder().start(**CP4).steps(1, 10).lines
+    engine, _ = feed_engine("g", lines, reference_ce={1: ce1(1) + offset})
+    if flagged:
+        f = only(engine, "step1_ce_gate")
+        assert f.severity == "critical" and (f.first_step, f.last_step) == (1, 1)
+        assert f"{-offset:+.6f}" in f.detail
+    else:
+        assert keys(engine.findings.values()) == set()
+
+
+def test_gate_missing_reference_is_reported():
+    engine, _ = feed_engine("g", LogBuilder().start(**CP4).steps(1, 10).lines)
+    f = only(engine, "step1_ce_gate")
+    assert "no HF reference" in f.detail and f.severity == "warning"
+
+
+def test_gate_not_applied_without_cp_or_reference():
+    lines = LogBuilder().start(ici_context_parallelism=1).steps(1, 10).lines
+    assert feed_engine("g", lines)[0].findings == {}
+    # an explicit reference is applied whatever the parallelism
+    engine, _ = feed_engine("g", lines, reference_ce={1: 1.0})
+    assert only(engine, "step1_ce_gate").severity == "critical"
+
+
+def test_gate_never_silently_skipped_when_step_1_is_missing():
+    lines = LogBuilder().start(**CP4, restore=50).steps(51, 60).lines
+    engine, _ = feed_engine("g", lines, reference_ce={1: 3.0})
+    assert "never recorded" in only(engine, "step1_ce_gate").detail
+
+
+def test_gate_tolerance_setting():
+    lines = LogBuilder().start(**CP4).steps(1, 5).lines
+    engine, _ = feed_engine("g", lines, reference_ce={1: ce1(1) + 0.01}, settings=Settings(gate_tolerance=0.02))
+    assert engine.findings == {}
+
+
+def test_reference_files(tmp_path):
+    assert load_reference("3.25") == {1: 3.25}
+    (tmp_path / "a.json").write_text('{"1": 3.5, "2": 3.4}')
+    assert load_reference(str(tmp_path / "a.json")) == {1: 3.5, 2: 3.4}
+    (tmp_path / "b.json").write_text('[{"step": 1, "ce": 3.5}]')
+    assert load_reference(str(tmp_path / "b.json")) == {1: 3.5}
+    (tmp_path / "c.csv").write_text("step,ce,source\n1,3.5,hf\n2,3.4,hf\n")
+    assert load_reference(str(tmp_path / "c.csv")) == {1: 3.5, 2: 3.4}
+    (tmp_path / "d.csv").write_text("1,3.5\n")
+    assert load_reference(str(tmp_path / "d.csv")) == {1: 3.5}
+    for bad, text in (("e.json", "{oops"), ("f.csv", "1,abc\n"), ("g.json", '{"1": "nan"}'), ("h.csv", "")):
+        (tmp_path / bad).write_text(text)
+        with pytest.raises(ReferenceError):
+            load_reference(str(tmp_path / bad))
+    with pytest.raises(ReferenceError):
+        load_reference(str(tmp_path / "absent.json"))
+
+
+def test_gate_through_cli(tmp_path):
+    db = str(tmp_path / "g.db")
+    log = tmp_path / "g.log"
+    log.write_bytes(b"".join(LogBuilder().start(**CP4).steps(1, 10).lines))
+    runner = CliRunner()
+    assert runner.invoke(main, ["ingest", str(log), "--run", "g", "--db", db]).exit_code == 0
+    ref = tmp_path / "ref.json"
+    ref.write_text(json.dumps({"1": ce1(1) + 0.0005}))
+    r = runner.invoke(main, ["check", "g", "--db", db, "--json", "--reference-ce", str(ref)])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["findings"] == []
+    r = runner.invoke(main, ["check", "g", "--db", db, "--reference-ce", str(ce1(1) + 0.4),
+                             "--workload", "jobset-g-abcde", "-n", "team"])
+    assert r.exit_code == 1
+    assert "step1_ce_gate" in r.output
+    assert ("kubectl patch workloads.kueue.x-k8s.io jobset-g-abcde -n team --type=merge "
+            "-p '{\"spec\":{\"active\":false}}'") in r.output
+    r = runner.invoke(main, ["check", "g", "--db", db, "--json"])  # no reference any more
+    assert r.exit_code == 1
+    (f,) = json.loads(r.output)["findings"]
+    assert "no HF reference" in f["detail"]  # the failed gate was replaced, not duplicated
+    r = runner.invoke(main, ["check", "g", "--db", db, "--reference-ce", str(tmp_path / "nope.csv")])
+    assert r.exit_code == 2 and "neither a number nor a readable file" in r.output
+    r = runner.invoke(main, ["check", "absent", "--db", db])
+    assert r.exit_code == 2
+
+
+# -- gaps -------------------------------------------------------------------------------------
+def test_gap_and_head_gap():
+    b = LogBuilder().start().steps(5, 20, skip={9, 10}).start(restore=15).steps(19, 25)
+    engine, _ = feed_engine("h", b.lines)
+    assert keys(engine.findings.values()) == {
+        ("head_gap", 1, 1, 4), ("gap", 1, 9, 10), ("head_gap", 2, 16, 18),
+    }
+    head2 = engine.findings[("h", "head_gap", 2, 16)]
+    assert "restore from step 15" in head2.detail and "is 19" in head2.detail
+
+
+def test_no_head_gap_when_following_began_mid_way():
+    b = LogBuilder().steps(40, 50)  # no start-up line: the head was simply never read
+    assert feed_engine("m", b.lines)[0].findings == {}
+
+
+def test_gap_names_the_stream_gap():
+    b = LogBuilder().start().steps(1, 10)
+    lost_from = b.t + SEC
+    b.steps(11, 20, skip=set(range(11, 15)))
+    engine = FindingEngine("s")
+    from steptail.model import RunModel
+
+    model = RunModel("s")
+    for line in b.lines:
+        model.feed(line)
+        if b"step=10 " in line:
+            engine.observe(model.take())
+            engine.observe_stream_gap("pod-0/trainer", lost_from, lost_from + 50 * SEC, "log rotation")
+    engine.observe(model.take())
+    f = only(engine, "gap")
+    assert (f.first_step, f.last_step) == (11, 14)
+    assert "log rotation" in f.detail and "pod-0/trainer" in f.detail
+
+
+# -- stall --------------------------------------------------------------------------------------
+def test_stall_offline_from_timestamps():
+    b = LogBuilder(step_seconds=10).start().steps(1, 20)
+    b.step(21, "3.7", after_s=45)  # 4.5 x the median
+    b.steps(22, 30, skip={25, 26})  # lost steps explain their time: not a stall
+    engine, _ = feed_engine("st", b.lines)
+    assert keys(engine.findings.values()) == {("stall", 1, 21, 21), ("gap", 1, 25, 26)}
+    b2 = LogBuilder(step_seconds=10).start().steps(1, 20)
+    b2.step(21, "3.7", after_s=25)  # 2.5 x: within k = 3
+    assert feed_engine("st", b2.lines)[0].findings == {}
+    engine, _ = feed_engine("st", b2.lines, settings=Settings(stall_k=2))
+    assert only(engine, "stall").first_step == 21
+
+
+def test_stall_live_from_the_clock():
+    clock = [0]
+    engine = FindingEngine("live", clock=lambda: clock[0])
+    from steptail.model import RunModel
+
+    model = RunModel("live")
+    b = LogBuilder(step_seconds=10).start(steps=100).steps(1, 20)
+    for line in b.lines:
+        model.feed(line)
+        clock[0] += SEC  # arrival times on the engine's clock
+    engine.observe(model.take())
+    last = clock[0]
+    assert engine.tick(last + 29 * SEC) == []
+    assert engine.tick(last + 40 * SEC, running=False) == []
+    (f,) = engine.tick(last + 31 * SEC)
+    assert (f.kind, f.first_step) == ("stall", 21) and f.detected_ns == last + 31 * SEC
+    assert engine.tick(last + 60 * SEC) == []  # once per stall
+    # the late step then arrives: same stall, not a second finding
+    b.step(21, "3.5", after_s=80)
+    for line in b.lines[-2:]:
+        model.feed(line)
+    assert engine.observe(model.take()) == []
+
+
+def test_no_stall_after_the_last_planned_step():
+    engine = FindingEngine("done", clock=lambda: 0)
+    from steptail.model import RunModel
+
+    model = RunModel("done")
+    for line in LogBuilder().start(steps=20).steps(1, 20).lines:
+        model.feed(line)
+    engine.observe(model.take())
+    assert engine.tick(10**6 * SEC) == []
+
+
+# -- CE -------------------------------------------------------------------------------------------
+def test_nonfinite_ranges():
+    b = LogBuilder().start()
+    for s in range(1, 11):
+        b.step(s, {4: "nan", 5: "inf", 8: "-inf"}.get(s, "3.5"))
+    engine, _ = feed_engine("n", b.lines)
+    assert keys(engine.findings.values()) == {("nonfinite_ce", 1, 4, 5), ("nonfinite_ce", 1, 8, 8)}
+    assert "inf, nan" in engine.findings[("n", "nonfinite_ce", 1, 4)].detail
+
+
+def test_resume_mismatch_ranges_and_growth():
+    b = LogBuilder().start().steps(1, 30).start(restore=20)
+    b.steps(21, 40, ce=lambda s: ce1(s) + (0.01 if s in (21, 22, 23, 26) else 0))
+    engine, outputs = feed_engine("r", b.lines, every=1)
+    assert keys(engine.findings.values()) == {("resume_mismatch", 2, 21, 23), ("resume_mismatch", 2, 26, 26)}
+    handed = [(f.first_step, f.last_step) for out in outputs for f in out]
+    assert handed[:3] == [(21, 21), (21, 22), (21, 23)]  # opened at once, then grown
+
+
+def test_resume_from_zero_and_not_after_a_crash_at_step_1():
+    b = LogBuilder().start().steps(1, 30).start().steps(1, 10)
+    assert keys(feed_engine("z", b.lines)[0].findings.values()) == {("resume_from_zero", 2, 1, 1)}
+    b = LogBuilder().start().steps(1, 1).start().steps(1, 10)
+    assert feed_engine("z", b.lines)[0].findings == {}
+
+
+def test_load_balance_rule():
+    lines = LogBuilder().start(ici_context_parallelism=8, context_parallel_load_balance="true").steps(1, 3).lines
+    engine, _ = feed_engine("lb", lines, reference_ce={1: ce1(1)})
+    f = only(engine, "load_balance_rule")
+    assert f.severity == "critical" and f.first_step == -1
+    lines = LogBuilder().start(ici_context_parallelism=1, context_parallel_load_balance="True").steps(1, 3).lines
+    assert feed_engine("lb", lines)[0].findings == {}
+
+
+# -- REQUIRED_RBF ---------------------------------------------------------------------------------
+def test_missing_rbf_rules():
+    b = LogBuilder().start().steps(1, 20, no_rbf={5, 6, 7, 12, 20}, skip={15, 16})
+    engine, _ = feed_engine("rbf", b.lines)
+    # 15-16 are a gap, not missing probes; 20 is the last step (its probe may still come)
+    assert keys(engine.findings.values()) == {
+        ("missing_rbf", 1, 5, 7), ("missing_rbf", 1, 12, 12), ("gap", 1, 15, 16),
+    }
+    b = LogBuilder().start().steps(1, 20, no_rbf={20}).start(restore=20).steps(21, 22)
+    assert ("missing_rbf", 1, 20, 20) in keys(feed_engine("rbf", b.lines)[0].findings.values())
+    # a run that never logs the probe owes none
+    b = LogBuilder().start().steps(1, 20, no_rbf=set(range(1, 21)))
+    assert feed_engine("rbf", b.lines)[0].findings == {}
+
+
+# -- follower failures --------------------------------------------------------------------------
+def test_failures_once_per_position():
+    engine = FindingEngine("f")
+    (a,) = engine.observe_failure("auth_failure", "getting credentials: exec: executable gke-gcloud-auth-plugin failed", 5)
+    assert a.severity == "critical" and a.first_step == -1 and "getting credentials" in a.detail
+    assert engine.observe_failure("auth_failure", "again", 6) == []
+    (s,) = engine.observe_failure("stream_failure", "HTTP 500", 7)
+    assert s.severity == "warning"
+    with pytest.raises(ValueError):
+        engine.observe_failure("gap", "x", 8)
+
+
+def test_offline_equals_live_on_a_busy_log(store):
+    """Every detector at once: offline through the store (SQLite and PostgreSQL) and live."""
+    b = (LogBuilder(step_seconds=10)
+         .start(ici_context_parallelism=2, context_parallel_load_balance=True, steps=200)
+         .steps(1, 60, skip={10, 11}, no_rbf={30, 31}))
+    b.step(61, "nan", after_s=60)
+    b.steps(62, 80).start(restore=50).steps(53, 90, ce=lambda s: ce1(s) + (0.001 if s < 60 else 0))
+    b.start().steps(1, 5)
+    live, _ = feed_engine("busy", b.lines, every=7)
+    store_lines(store, "busy", b.lines)
+    offline = check_run(store, "busy")
+    assert keys(offline) == keys(live.findings.values())
+    assert {k for k, *_ in keys(offline)} == {
+        "gap", "missing_rbf", "stall", "nonfinite_ce", "load_balance_rule", "step1_ce_gate",
+        "head_gap", "resume_mismatch", "resume_from_zero",
+    }
