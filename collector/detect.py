@@ -1,0 +1,111 @@
+"""The one place where the live path hands data to the detectors (steptail.findings) and
+the alerts (steptail.alerts): committed batches, stream gaps, follower failures, the clock.
+Stream failures are also kept here (with their reason) for the view and the demo."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+log = logging.getLogger("steptail.follow")
+
+
+@dataclass
+class Failure:
+    kind: str
+    reason: str
+    at_ns: int
+
+
+def _engine(store, run: str):
+    """An engine that has replayed what the store holds for the run (a resumed collector
+    neither re-alerts old findings nor misses a gap across the restart)."""
+    if importlib.util.find_spec("steptail.findings") is None:
+        return None
+    try:
+        from steptail.findings import load_engine
+
+        return load_engine(store, run)
+    except Exception as exc:  # noqa: BLE001 - a broken detector must not stop following
+        log.warning("findings engine unavailable: %s", exc)
+        return None
+
+
+def failure_kind(kind: str) -> str:
+    return "auth_failure" if kind == "auth" else "stream_failure"
+
+
+class Detectors:
+    def __init__(self, run: str, store=None, alerts=None, metrics=None) -> None:
+        self.run = run
+        self.metrics = metrics
+        self.engine = _engine(store, run) if store is not None else None
+        self.alerts = alerts
+        self.failures: list[Failure] = []
+        self.flagged: list = []  # every finding raised by this collector
+        self._seen_failures = 0  # failures handed to the engine so far
+        self._lock = threading.Lock()
+
+    # -- inputs ------------------------------------------------------------------------------
+    def observe(self, batch, gaps) -> list:
+        if self.engine is None:
+            return []
+        out = []
+        for g in gaps:  # first: gap findings in this batch name the window
+            out += self._guard(self.engine.observe_stream_gap, g.stream, g.start_ns, g.end_ns, g.reason) or []
+        return out + list(self._guard(self.engine.observe, batch) or [])
+
+    def failure(self, kind: str, reason: str) -> None:
+        # the engine is used from the commit thread only: queue, handled at the next tick
+        with self._lock:
+            self.failures.append(Failure(kind, reason, time.time_ns()))
+
+    def tick(self, now_ns: int, running: bool = True) -> list:
+        with self._lock:
+            todo, self._seen_failures = self.failures[self._seen_failures:], len(self.failures)
+        out = []
+        if self.engine is not None:
+            for f in todo:
+                out += self._guard(self.engine.observe_failure, failure_kind(f.kind), f.reason, f.at_ns) or []
+            out += self._guard(self.engine.tick, now_ns, running) or []
+        return out
+
+    @property
+    def has_queued(self) -> bool:
+        return len(self.failures) > self._seen_failures
+
+    def step(self, step: int, ts_ns: int | None) -> None:
+        if self.metrics is not None:
+            self._guard(self.metrics.step, self.run, step, ts_ns)
+
+    def reconnect(self, reason: str) -> None:
+        if self.metrics is not None:
+            self._guard(self.metrics.reconnect, self.run, reason)
+
+    # -- outputs -----------------------------------------------------------------------------
+    def save(self, conn, findings: list) -> None:
+        if findings:
+            from steptail.findings import save_findings
+
+            save_findings(conn, findings)
+
+    async def committed(self, findings: list) -> None:
+        """After the commit: remember and alert (publishing queues; it never waits on the network)."""
+        if not findings:
+            return
+        self.flagged += findings
+        if self.alerts is not None:
+            try:
+                await self.alerts.publish(findings)
+            except Exception as exc:  # noqa: BLE001
+                log.warning("%s: alert publish failed: %s", self.run, exc)
+
+    def _guard(self, fn, *args):
+        try:
+            return fn(*args)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("%s: detector %s failed: %s", self.run, getattr(fn, "__name__", fn), exc)
+            return None

@@ -1,0 +1,370 @@
+"""Following process 0 of one JobSet: `kubectl logs -f --timestamps` into the run model.
+
+One loop per run. Each pass looks at the JobSet's process-0 pods (oldest attempt first):
+old pods are drained (a non-follow read from the last timestamp) before the newest one is
+followed; an in-place container restart is caught up with `--previous`. A stream that goes
+quiet while the container runs (kubelet rotation hang) is killed and re-opened with
+`--since-time`; the model's cursor drops the overlap. When a re-read does not reach back
+to the last line read, the lines in between are gone: a stream gap is recorded."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+from collector import kubectl
+from collector.detect import Detectors
+from collector.discovery import Discovery, PodInfo
+from collector.kubectl import KubeTarget
+from collector.sink import Gap, RunSink
+from parsers.timestamps import split_timestamp
+from steptail.model import RunModel
+
+log = logging.getLogger("steptail.follow")
+
+
+@dataclass
+class FollowConfig:
+    silence: float = 20.0  # seconds without a line while the container runs: re-open the stream
+    flush_interval: float = 0.05  # commit cadence (rows reach the store within ~this)
+    drain_timeout: float = 30.0  # bound on one non-follow read
+    backoff_max: float = 15.0
+    until_done: bool = False  # stop when process 0 of the newest attempt completed
+    parquet_every: float = 30.0
+
+
+@dataclass
+class RunStatus:
+    """What the live view shows for one run."""
+
+    run: str
+    jobset: str
+    pod: str | None = None
+    state: str = "starting"
+    last_step: int | None = None
+    last_ce: float | None = None
+    last_incarnation: int | None = None
+    step_seconds: float | None = None
+    lines: int = 0
+    rows: int = 0
+    reconnects: int = 0
+    gaps: int = 0
+    failures: int = 0
+    last_error: str | None = None
+    done: bool = False
+    _last_ts: int | None = field(default=None, repr=False)
+
+
+def stream_key(pod: PodInfo, restart_count: int) -> str:
+    return f"{pod.uid}/{pod.container}/{restart_count}"
+
+
+class _Overlap:
+    """Decides, at the first timestamped line of a re-read, whether it reached back to the
+    last line read (no loss) or started after it (the lines in between are gone)."""
+
+    def __init__(self, hwm_ns: int | None) -> None:
+        self.hwm_ns = hwm_ns
+        self.first_ns: int | None = None
+
+    def see(self, ts_ns: int | None) -> bool:
+        """True once, when the re-read starts after the last line read: a gap."""
+        if self.hwm_ns is None or ts_ns is None or self.first_ns is not None:
+            return False
+        self.first_ns = ts_ns
+        return ts_ns > self.hwm_ns
+
+
+class RunFollower:
+    def __init__(self, run: str, jobset: str, target: KubeTarget, discovery: Discovery,
+                 model: RunModel, sink: RunSink, detectors: Detectors, cfg: FollowConfig,
+                 status: RunStatus) -> None:
+        self.run, self.jobset, self.target = run, jobset, target
+        self.discovery, self.model, self.sink = discovery, model, sink
+        self.detectors, self.cfg, self.status = detectors, cfg, status
+        self.env = target.env()
+        self.finished: set[str] = set()  # streams read to their end
+        self.known: dict[str, PodInfo] = {}  # every process-0 pod seen, by uid
+        self._backoff = 0.0
+        self._pending_check: dict[str, _Overlap] = {}  # stream -> unresolved re-read check
+
+    # ------------------------------------------------------------------------ main loop
+    async def run_forever(self) -> None:
+        flusher = asyncio.create_task(self._flush_loop())
+        try:
+            while not self.status.done:
+                await self._pass()
+        finally:
+            flusher.cancel()
+            try:
+                await flusher
+            except asyncio.CancelledError:
+                pass
+
+    async def _pass(self) -> None:
+        pods = self.discovery.process0(self.jobset)
+        for p in pods:
+            self.known[p.uid] = p
+        live = {p.uid for p in pods}
+        # pods gone from the API that were never read to the end
+        for uid, p in list(self.known.items()):
+            if uid not in live and stream_key(p, p.restart_count) not in self.finished:
+                await self._drain(p, gone=True)
+        if not pods:
+            self._set_state("waiting for process 0" if self.discovery.listed else "listing pods")
+            if self.discovery.error:
+                self._set_state(f"discovery failed: {self.discovery.error[1]}")
+            await self.discovery.wait_change(2.0)
+            return
+        newest = pods[-1]
+        for old in pods[:-1]:
+            if stream_key(old, old.restart_count) not in self.finished:
+                await self._drain(old)
+        if newest.deleting:  # restart in progress, replacement not listed yet
+            await self._drain(newest)
+            await self.discovery.wait_change(1.0)
+            return
+        await self._follow(newest)
+
+    # ------------------------------------------------------------------------ following
+    async def _follow(self, pod: PodInfo) -> None:
+        await self._catch_up_previous(pod)
+        key = stream_key(pod, pod.restart_count)
+        if pod.state == "waiting":
+            self._set_state(f"pending: {pod.reason}", pod)
+            await self.discovery.wait_change(1.0)
+            return
+        if key in self.finished:
+            if self.cfg.until_done and pod.reason == "Completed":
+                await self._final_flush()
+                self.status.done = True
+                self._set_state("done", pod)
+                return
+            self._set_state(f"container {pod.reason or 'ended'}; waiting", pod)
+            await self.discovery.wait_change(1.0)
+            return
+        outcome, code, err = await self._stream(pod, key)
+        if outcome == "silent":
+            self.status.reconnects += 1
+            self.detectors.reconnect("silence")
+            self._backoff = 0.0
+            return
+        if code == 0:
+            self._backoff = 0.0
+            fresh = await self._fresh(pod)
+            if fresh is None or (fresh.restart_count == pod.restart_count and fresh.state == "terminated"):
+                self.finished.add(key)  # the container ended and its log was read to EOF
+                if fresh is not None:
+                    self.known[fresh.uid] = fresh
+                    if self.cfg.until_done and fresh.reason == "Completed" and not fresh.deleting:
+                        await self._final_flush()
+                        self.status.done = True
+                        self._set_state("done", fresh)
+            elif fresh.restart_count == pod.restart_count:
+                self.status.reconnects += 1  # EOF while running: idle timeout, apiserver restart
+                self.detectors.reconnect("eof")
+            return
+        await self._failed(pod, key, code, err)
+
+    async def _stream(self, pod: PodInfo, key: str) -> tuple[str, int | None, str]:
+        """One `kubectl logs -f`; returns (eof|silent|exit, exit code, stderr)."""
+        since = self._since(key)
+        argv = self.target.logs_argv(pod.name, pod.container, follow=True, since_ns=since)
+        self.model.pod = pod.name
+        self._set_state("following", pod)
+        proc = await kubectl.spawn(argv, self.env)
+        err_task = asyncio.create_task(proc.stderr.read())
+        check = self._check_for(key, since)
+        outcome = "eof"
+        last_line = time.monotonic()
+        try:
+            while True:
+                try:
+                    line = await asyncio.wait_for(proc.stdout.readline(), 0.25)
+                except TimeoutError:
+                    quiet = time.monotonic() - last_line
+                    if quiet >= self._silence_limit(pod):
+                        outcome = "silent"
+                        break
+                    continue
+                except ValueError:  # over the reader's limit: the rest of it arrives as a fragment
+                    self.model.bad_line("line longer than 2 MiB")
+                    continue
+                if not line:
+                    break
+                last_line = time.monotonic()
+                self._feed(line, key, check, pod)
+        finally:
+            await kubectl.stop(proc)  # by PID, on every exit path (cancel included)
+        err = ""
+        if err_task.done() or outcome != "silent":
+            try:
+                err = (await asyncio.wait_for(err_task, 1.0)).decode("utf-8", "replace")
+            except (TimeoutError, asyncio.CancelledError):
+                err = ""
+        if not err_task.done():
+            err_task.cancel()
+        if outcome == "silent":
+            return outcome, None, ""
+        return ("eof" if proc.returncode == 0 else "exit"), proc.returncode, err
+
+    def _silence_limit(self, pod: PodInfo) -> float:
+        cur = self.discovery.pods.get(pod.uid)
+        if cur is None or cur.deleting or cur.restart_count != pod.restart_count or cur.state != "running":
+            return min(self.cfg.silence, 1.0)  # the container ended: do not wait for a slow EOF
+        return self.cfg.silence
+
+    # ------------------------------------------------------------------------ draining
+    async def _drain(self, pod: PodInfo, gone: bool = False) -> None:
+        """Read what an old (replaced, deleting) pod holds after the last line read."""
+        key = stream_key(pod, pod.restart_count)
+        if pod.state == "waiting" and key not in self.model.cursors:
+            self.finished.add(key)  # it never ran: nothing to read
+            return
+        await self._catch_up_previous(pod)
+        since = self._since(key)
+        self._set_state("draining old pod", pod)
+        check = self._check_for(key, since)
+        self.model.pod = pod.name
+        argv = self.target.logs_argv(pod.name, pod.container, since_ns=since)
+        code, err = await kubectl.run_once(argv, self.env, lambda ln: self._feed(ln, key, check, pod),
+                                           self.cfg.drain_timeout)
+        if code == 0:
+            self.finished.add(key)
+            return
+        kind, reason = kubectl.classify(err) if code is not None else ("timeout", err)
+        if kind == kubectl.NOT_FOUND or gone:
+            self._gap(key, since, pod.finished_ns, f"pod {pod.name} deleted before its log was read to "
+                                                   f"the end ({reason})")
+            self.finished.add(key)
+            self.known.pop(pod.uid, None)
+            return
+        await self._report(kind, f"draining {pod.name}: {reason}")
+
+    async def _catch_up_previous(self, pod: PodInfo) -> None:
+        """After an in-place restart, read the rest of the container we were following."""
+        prefix = f"{pod.uid}/{pod.container}/"
+        seen = [int(k[len(prefix):]) for k in self.model.cursors if k.startswith(prefix)]
+        older = [rc for rc in seen if rc < pod.restart_count and f"{prefix}{rc}" not in self.finished]
+        if not older:
+            return
+        rc = max(older)
+        key = f"{prefix}{rc}"
+        since = self._since(key)
+        if rc != pod.restart_count - 1:
+            # the container we read restarted more than once since: --previous is a later one
+            self._gap(key, since, pod.previous_finished_ns,
+                      f"container restarted {pod.restart_count - rc} times between reads")
+            self.finished.add(key)
+            return
+        check = self._check_for(key, since)
+        argv = self.target.logs_argv(pod.name, pod.container, previous=True, since_ns=since)
+        self._set_state("reading previous container", pod)
+        code, err = await kubectl.run_once(argv, self.env, lambda ln: self._feed(ln, key, check, pod),
+                                           self.cfg.drain_timeout)
+        if code == 0:
+            self.finished.add(key)
+            return
+        kind, reason = kubectl.classify(err) if code is not None else ("timeout", err)
+        if kind in (kubectl.NOT_FOUND, kubectl.NO_PREVIOUS):
+            self._gap(key, since, pod.previous_finished_ns, f"previous container unreadable: {reason}")
+            self.finished.add(key)
+        else:
+            await self._report(kind, f"reading --previous of {pod.name}: {reason}")
+
+    # ------------------------------------------------------------------------ lines
+    def _since(self, key: str) -> int | None:
+        cursor = self.model.cursors.get(key)
+        return cursor.hwm_ns if cursor is not None else None
+
+    def _check_for(self, key: str, since: int | None) -> _Overlap:
+        check = self._pending_check.get(key)
+        if check is None or check.hwm_ns != since:
+            check = self._pending_check[key] = _Overlap(since)
+        return check
+
+    def _feed(self, line: bytes, key: str, check: _Overlap, pod: PodInfo) -> None:
+        ts_ns = split_timestamp(line)[0] if line[:1].isdigit() else None
+        if check.see(ts_ns):
+            self._gap(key, check.hwm_ns, ts_ns,
+                      "log rotated between reads: the re-read starts after the last line read; "
+                      "lines written in between (if any) are in a rotated file and cannot be read")
+        if ts_ns is not None and check.first_ns is not None:
+            self._pending_check.pop(key, None)
+        self.model.counters.lines += 1
+        self.status.lines += 1
+        self.model.feed(line, stream=key)
+
+    def _gap(self, key: str, start_ns: int | None, end_ns: int | None, reason: str) -> None:
+        now = time.time_ns()
+        if start_ns is None:  # nothing read from this stream: lost from its start
+            start_ns = 0
+        self.sink.add_gap(Gap(key, start_ns, end_ns if end_ns is not None else now, reason, now))
+        self.status.gaps += 1
+        log.warning("%s: stream gap on %s: %s", self.run, key, reason)
+
+    # ------------------------------------------------------------------------ failures
+    async def _failed(self, pod: PodInfo, key: str, code: int | None, err: str) -> None:
+        kind, reason = kubectl.classify(err)
+        if kind == kubectl.CONTAINER_CREATING:
+            self._set_state(f"pending: {reason}", pod)
+            await self.discovery.wait_change(1.0)
+            return
+        if kind == kubectl.NOT_FOUND:
+            fresh = await self._fresh(pod)
+            if fresh is None:  # the pod is gone: what it held after our last line is lost
+                self._gap(key, self._since(key), pod.finished_ns,
+                          f"pod {pod.name} deleted before its log was read to the end ({reason})")
+                self.finished.add(key)
+                self.known.pop(pod.uid, None)
+                return
+        await self._report(kind, reason)
+
+    async def _report(self, kind: str, reason: str) -> None:
+        self.status.failures += 1
+        self.status.last_error = f"{kind}: {reason}"
+        self._set_state(f"failing ({kind})")
+        self.detectors.failure(kind, reason)
+        log.warning("%s: %s: %s", self.run, kind, reason)
+        self._backoff = min(self.cfg.backoff_max, max(0.25, self._backoff * 2))
+        await asyncio.sleep(self._backoff)
+
+    async def _fresh(self, pod: PodInfo) -> PodInfo | None:
+        try:
+            return await self.discovery.get_pod(pod.name)
+        except Exception:  # noqa: BLE001 - fall back to the watch's view
+            return self.discovery.pods.get(pod.uid)
+
+    def _set_state(self, state: str, pod: PodInfo | None = None) -> None:
+        self.status.state = state
+        self.sink.running = state == "following"  # stalls are judged only while the container runs
+        if pod is not None:
+            self.status.pod = pod.name
+        if state == "following":
+            self.status.last_error = None if self._backoff == 0 else self.status.last_error
+
+    # ------------------------------------------------------------------------ committing
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.flush_interval)
+            # shielded: a commit in flight at shutdown completes before the final flush
+            await asyncio.shield(self._flush())
+
+    async def _flush(self, parquet: bool = False) -> None:
+        rows = await self.sink.flush(self.model, parquet=parquet)
+        self.status.rows += rows
+        self._update_view()
+
+    async def _final_flush(self) -> None:
+        await self._flush(parquet=True)
+
+    def _update_view(self) -> None:
+        st, sink = self.status, self.sink
+        if sink.last_loss is not None:
+            _run, st.last_incarnation, st.last_step, ts_ns, st.last_ce = sink.last_loss[:5]
+            if sink.step_seconds is not None:
+                st.step_seconds = sink.step_seconds
+        if sink.error:
+            st.last_error = sink.error

@@ -1,0 +1,181 @@
+"""`kubectl logs` as an asyncio subprocess: argv (never a shell string), environment, stderr
+classification, and killing by process group on every exit path."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import sys
+import time
+from dataclasses import dataclass
+
+from parsers.timestamps import format_ns
+
+ACCOUNT_VAR = "CLOUDSDK_CORE_ACCOUNT"
+LINE_LIMIT = 1 << 21  # StreamReader limit: longer than any line the model keeps (1 MiB)
+
+# Every kubectl this process started and has not reaped yet: pid -> process.
+LIVE: dict[int, asyncio.subprocess.Process] = {}
+
+
+class AccountMissing(Exception):
+    """No account for kubectl / the auth plugin: refuse to start."""
+
+
+def resolve_account(account: str | None) -> str:
+    value = account or os.environ.get(ACCOUNT_VAR)
+    if not value:
+        raise AccountMissing(
+            f"no account: pass --account or set {ACCOUNT_VAR} to the agent service account "
+            "(without it the GKE auth plugin falls back to a user login that lapses daily)"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class KubeTarget:
+    """Where and as whom kubectl talks: passed through to every kubectl call."""
+
+    namespace: str
+    account: str
+    kubeconfig: str | None = None
+    context: str | None = None
+    kubectl: str = "kubectl"
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env[ACCOUNT_VAR] = self.account
+        if self.kubeconfig:
+            env["KUBECONFIG"] = self.kubeconfig
+        return env
+
+    def logs_argv(self, pod: str, container: str, *, follow: bool = False, since_ns: int | None = None,
+                  previous: bool = False) -> list[str]:
+        argv = [self.kubectl, "logs", pod, "-c", container, "--timestamps", "-n", self.namespace]
+        if self.kubeconfig:
+            argv.append(f"--kubeconfig={self.kubeconfig}")
+        if self.context:
+            argv.append(f"--context={self.context}")
+        if follow:
+            argv.append("-f")
+        if previous:
+            argv.append("--previous")
+        if since_ns is not None:
+            argv.append(f"--since-time={format_ns(since_ns)}")
+        return argv
+
+
+# ---- stderr classification -----------------------------------------------------------------
+
+AUTH = "auth"
+NOT_FOUND = "not_found"
+CONTAINER_CREATING = "container_creating"
+NO_PREVIOUS = "no_previous"
+SERVER_ERROR = "server_error"
+NETWORK = "network"
+OTHER = "other"
+
+_RULES = (
+    (AUTH, re.compile(r"getting credentials|exec: |Unauthorized|gcloud auth login|credential|"
+                      r"\(Forbidden\)|forbidden", re.I)),
+    (NO_PREVIOUS, re.compile(r"previous terminated container .* not found", re.I)),
+    (CONTAINER_CREATING, re.compile(r"waiting to start|ContainerCreating|PodInitializing", re.I)),
+    (NOT_FOUND, re.compile(r"\(NotFound\)|not found", re.I)),
+    (SERVER_ERROR, re.compile(r"InternalError|ServiceUnavailable|Timeout|TooManyRequests|"
+                              r"an error on the server|unable to handle|\b5\d\d\b", re.I)),
+    (NETWORK, re.compile(r"Unable to connect|connection refused|connection reset|EOF|"
+                         r"i/o timeout|no route|TLS", re.I)),
+)
+_SECRET = re.compile(r"(Bearer|token[\"':= ]+)\s*[A-Za-z0-9._~+/=-]{8,}", re.I)
+
+
+def classify(stderr: str) -> tuple[str, str]:
+    """(kind, one-line reason) for kubectl's stderr; tokens are masked."""
+    text = _SECRET.sub(r"\1 ***", stderr.strip())
+    kind = OTHER
+    for k, rx in _RULES:
+        if rx.search(text):
+            kind = k
+            break
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    # the most telling line: the gcloud ERROR for auth, else kubectl's error line, else the last
+    pick = next((ln for ln in lines if ln.startswith("ERROR:")), None) if kind == AUTH else None
+    pick = pick or next((ln for ln in lines if ln.lower().startswith(("error", "unable"))), None)
+    pick = pick or (lines[-1] if lines else "kubectl exited without a message")
+    return kind, pick[:300]
+
+
+# ---- processes -----------------------------------------------------------------------------
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the collector dies, even by SIGKILL (Linux)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - not Linux: the pipe closing still ends kubectl
+        pass
+
+
+async def spawn(argv: list[str], env: dict[str, str]) -> asyncio.subprocess.Process:
+    """Start kubectl in its own process group (the auth plugin it runs dies with it)."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env=env, start_new_session=True, limit=LINE_LIMIT,
+        preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+    )
+    LIVE[proc.pid] = proc
+    return proc
+
+
+def kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+async def stop(proc: asyncio.subprocess.Process, timeout: float = 5.0) -> int | None:
+    """Kill the process group of one kubectl (by its PID) and reap it."""
+    if proc.returncode is None:
+        kill_group(proc.pid)
+    try:
+        await asyncio.wait_for(proc.wait(), timeout)
+    except TimeoutError:
+        pass
+    LIVE.pop(proc.pid, None)
+    return proc.returncode
+
+
+def kill_all() -> None:
+    """Last resort on exit: no kubectl outlives the collector."""
+    for pid in list(LIVE):
+        kill_group(pid)
+        LIVE.pop(pid, None)
+
+
+async def run_once(argv: list[str], env: dict[str, str], line_cb, timeout: float) -> tuple[int | None, str]:
+    """A non-follow read (drain, --previous): every stdout line to line_cb; (exit code, stderr)."""
+    proc = await spawn(argv, env)
+    err_task = asyncio.create_task(proc.stderr.read())
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None, "timed out reading the log"
+            line = await asyncio.wait_for(proc.stdout.readline(), left)
+            if not line:
+                break
+            line_cb(line)
+        code = await asyncio.wait_for(proc.wait(), max(0.1, deadline - time.monotonic()))
+        return code, (await err_task).decode("utf-8", "replace")
+    except TimeoutError:
+        return None, "timed out reading the log"
+    finally:
+        await stop(proc)
+        if not err_task.done():
+            err_task.cancel()

@@ -1,0 +1,57 @@
+"""Running a Supervisor with its surroundings: the live view, alerts and metrics server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from rich.console import Console
+from rich.live import Live
+
+from collector import kubectl
+from collector.supervisor import Plan, Supervisor
+from collector.view import table
+from storage.db import Store
+
+log = logging.getLogger("steptail.follow")
+
+
+async def follow(store: Store, plan: Plan, *, view: bool = False, webhooks: tuple[str, ...] = (),
+                 metrics_port: int | None = None, duration: float | None = None,
+                 console: Console | None = None, on_start=None) -> Supervisor:
+    """Follow until every run is done (--until-done), a signal, or `duration` seconds."""
+    from steptail.alerts import Alerter, Metrics, MetricsServer
+
+    metrics = Metrics()
+    server = None
+    if metrics_port is not None:
+        server = MetricsServer(metrics, port=metrics_port)
+        port = await server.start()
+        log.info("metrics on http://127.0.0.1:%d/metrics", port)
+    plan.metrics = metrics
+    plan.alerts = Alerter(webhooks, metrics)
+    sup = Supervisor(store, plan)
+    try:
+        task = asyncio.create_task(sup.run())
+        if on_start is not None:
+            on_start(sup)
+        timer = None
+        if duration is not None:
+            timer = asyncio.get_running_loop().call_later(duration, sup.stop)
+        live = Live(table(sup.status), console=console, refresh_per_second=4, transient=False) if view \
+            else contextlib.nullcontext()
+        with live:
+            while not task.done():
+                await asyncio.wait([task], timeout=0.25)
+                if view:
+                    live.update(table(sup.status))
+        if timer is not None:
+            timer.cancel()
+        await task
+    finally:
+        kubectl.kill_all()
+        await plan.alerts.close(timeout=5.0)
+        if server is not None:
+            await server.stop()
+    return sup

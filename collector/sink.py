@@ -1,0 +1,149 @@
+"""A run's sinks on the live path: SQL in small transactions (rows, cursors, stream gaps and
+findings together, so a SIGKILL loses nothing committed and repeats nothing), Parquet row
+groups flushed periodically and at shutdown.
+
+Batches are taken from the model on the event loop and written on a worker thread. The
+model's Cursor objects keep moving while a write is in flight, so each batch carries a copy."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+from steptail.model import Batch, Cursor, RunModel
+from storage.db import Store
+from storage.parquet import ParquetSink
+from storage.sql import COLUMNS, SqlSink
+
+log = logging.getLogger("steptail.follow")
+_TABLES = tuple(COLUMNS)
+
+
+@dataclass
+class Gap:
+    stream: str
+    start_ns: int
+    end_ns: int | None
+    reason: str
+    detected_ns: int = field(default_factory=time.time_ns)
+
+
+def snapshot(batch: Batch) -> Batch:
+    batch.cursors = {k: Cursor(c.hwm_ns, set(c.at_hwm)) for k, c in batch.cursors.items()}
+    return batch
+
+
+class RunSink:
+    """Commits one run's rows; a failed commit is kept and retried, in order, next time."""
+
+    # SQLite has one writer: serialise the threads rather than meet "database is locked".
+    _sqlite_lock = threading.Lock()
+
+    def __init__(self, store: Store, run: str, parquet_root: str | None, detectors,
+                 parquet_every: float = 30.0, jobset: str | None = None, namespace: str | None = None):
+        self.store, self.run = store, run
+        self.sql = SqlSink(store)
+        self.detectors = detectors
+        self.parquet_root, self.parquet_every = parquet_root, parquet_every
+        self.pending: list[tuple[Batch, list[Gap]]] = []
+        self.gaps: list[Gap] = []
+        self.parquet_rows: dict[str, list[tuple]] = {t: [] for t in _TABLES}
+        self.parquet_last = time.monotonic()
+        self.tick_every = 1.0  # stall checks run on the clock even when no line arrives
+        self.last_tick = 0.0
+        self.running = True  # set by the follower: process 0's container runs
+        self.parquet_files = 0
+        self.committed_rows = 0
+        self.last_commit_ns: int | None = None
+        self.error: str | None = None
+        self.last_loss: tuple | None = None  # last LOSS-PARTS row committed
+        self.step_seconds: float | None = None  # from the last per-pod step line
+        self._lock = asyncio.Lock()
+        ph = store.placeholder
+        self._gap_sql = (
+            f"INSERT INTO stream_gaps (run, stream, start_ns, end_ns, reason, detected_ns) VALUES "
+            f"({', '.join([ph] * 6)}) ON CONFLICT (run, stream, start_ns) DO NOTHING"
+        )
+        with store.engine.begin() as conn:
+            self.sql.ensure_run(conn, run, jobset, namespace)
+
+    def add_gap(self, gap: Gap) -> None:
+        self.gaps.append(gap)
+
+    async def flush(self, model: RunModel, parquet: bool = False) -> int:
+        """Commit what the model produced since the last flush; returns rows committed."""
+        async with self._lock:
+            batch = model.take()
+            gaps, self.gaps = self.gaps, []
+            if len(batch) or batch.incarnations or batch.cursors or gaps:
+                self.pending.append((snapshot(batch), gaps))
+            written = 0
+            ticking = time.monotonic() - self.last_tick >= self.tick_every or self.detectors.has_queued
+            if self.pending or ticking:
+                self.last_tick = time.monotonic()
+                todo = list(self.pending)
+                try:
+                    findings = await asyncio.to_thread(self._commit, todo)
+                except Exception as exc:  # noqa: BLE001 - keep following; retry next flush
+                    self.error = f"store write failed: {str(exc).splitlines()[0][:200]}"
+                    log.warning("%s: %s", self.run, self.error)
+                    return 0
+                self.error = None
+                del self.pending[: len(todo)]
+                self.last_commit_ns = time.time_ns()
+                for b, _ in todo:
+                    written += len(b)
+                    if b.loss_parts:
+                        self.last_loss = b.loss_parts[-1]
+                        self.detectors.step(self.last_loss[2], self.last_loss[3])
+                    if b.pod_metrics:
+                        self.step_seconds = b.pod_metrics[-1][4]
+                    if self.parquet_root:
+                        for t in _TABLES:
+                            self.parquet_rows[t].extend(getattr(b, t))
+                self.committed_rows += written
+                await self.detectors.committed(findings)
+            if self.parquet_root and (parquet or time.monotonic() - self.parquet_last >= self.parquet_every):
+                await asyncio.to_thread(self._write_parquet)
+            return written
+
+    def _commit(self, todo: list[tuple[Batch, list[Gap]]]) -> list:
+        lock = self._sqlite_lock if self.store.is_sqlite else _NoLock()
+        with lock, self.store.engine.begin() as conn:
+            findings = []
+            for batch, gaps in todo:
+                self.sql.write(conn, self.run, batch)
+                if gaps:
+                    conn.exec_driver_sql(self._gap_sql, [
+                        (self.run, g.stream, g.start_ns, g.end_ns, g.reason, g.detected_ns) for g in gaps])
+                findings += self.detectors.observe(batch, gaps)
+            findings += self.detectors.tick(time.time_ns(), self.running)
+            self.detectors.save(conn, findings)
+            return findings
+
+    def _write_parquet(self) -> None:
+        self.parquet_last = time.monotonic()
+        self.tick_every = 1.0  # stall checks run on the clock even when no line arrives
+        self.last_tick = 0.0
+        self.running = True  # set by the follower: process 0's container runs
+        rows, self.parquet_rows = self.parquet_rows, {t: [] for t in _TABLES}
+        if not any(rows.values()):
+            return
+        sink = ParquetSink(self.parquet_root, self.run)
+        try:
+            sink.write(Batch(**rows))  # one row group per table for the whole period
+            self.parquet_files += len(sink.commit())
+        except Exception:
+            sink.abort()
+            raise
+
+
+class _NoLock:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False

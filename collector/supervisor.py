@@ -1,0 +1,141 @@
+"""Running the followers: one supervised task per run (a failing run is restarted on its own
+and never stops another), discovery shared by all, clean shutdown on SIGTERM/SIGINT:
+every kubectl killed by PID, every row flushed and committed, Parquet closed."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from dataclasses import dataclass, field
+
+from collector import kubectl
+from collector.detect import Detectors
+from collector.discovery import Discovery
+from collector.follower import FollowConfig, RunFollower, RunStatus
+from collector.kubectl import KubeTarget
+from collector.sink import RunSink
+from storage.db import Store
+from storage.sql import load_model
+
+log = logging.getLogger("steptail.follow")
+
+
+@dataclass
+class Plan:
+    """What to follow: named JobSets (run name per JobSet), or every JobSet whose process-0
+    pods match `selector` (`follow_all`)."""
+
+    target: KubeTarget
+    jobsets: dict[str, str] = field(default_factory=dict)  # jobset -> run
+    follow_all: bool = False
+    selector: str | None = None
+    parquet: str | None = None
+    config: FollowConfig = field(default_factory=FollowConfig)
+    alerts: object | None = None  # steptail.alerts.Alerter
+    metrics: object | None = None  # steptail.alerts.Metrics
+
+
+class Supervisor:
+    def __init__(self, store: Store, plan: Plan) -> None:
+        self.store, self.plan = store, plan
+        self.discovery = Discovery(plan.target, plan.selector if plan.follow_all else None)
+        self.status: dict[str, RunStatus] = {}
+        self.followers: dict[str, RunFollower] = {}
+        self.detectors: dict[str, Detectors] = {}
+        self.tasks: dict[str, asyncio.Task] = {}
+        self.stopping = asyncio.Event()
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    async def run(self, install_signals: bool = True) -> dict[str, RunStatus]:
+        loop = asyncio.get_running_loop()
+        if install_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.stopping.set)
+        try:
+            self.discovery.on_jobset = self._discovered if self.plan.follow_all else None
+            self.discovery.start()
+            for jobset, run in self.plan.jobsets.items():
+                await self.add(jobset, run)
+            waiter = asyncio.create_task(self.stopping.wait())
+            while not self.stopping.is_set():
+                active = [t for t in self.tasks.values() if not t.done()]
+                if not active and not self.plan.follow_all:
+                    break
+                await asyncio.wait([waiter, *active], return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+        finally:
+            await self.shutdown()
+            if install_signals:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(sig)
+        return self.status
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    async def shutdown(self) -> None:
+        for t in self.tasks.values():
+            t.cancel()
+        for t in self.tasks.values():
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001
+                pass
+        kubectl.kill_all()
+        for run, f in self.followers.items():
+            try:
+                await f._final_flush()
+            except Exception as exc:  # noqa: BLE001 - report, flush the others
+                log.error("%s: final flush failed: %s", run, exc)
+            if self.status[run].state != "done":
+                self.status[run].state = "stopped"
+        self.discovery.stop()
+
+    # -- runs ----------------------------------------------------------------------------------
+    def _discovered(self, jobset: str) -> None:
+        if jobset not in self.tasks and not self.stopping.is_set():
+            asyncio.get_running_loop().create_task(self.add(jobset, jobset))
+
+    async def add(self, jobset: str, run: str) -> None:
+        if run in self.tasks:
+            return
+        status = self.status[run] = RunStatus(run, jobset)
+        self.tasks[run] = asyncio.create_task(self._supervise(jobset, run, status), name=f"run:{run}")
+
+    async def _follower(self, jobset: str, run: str, status: RunStatus) -> RunFollower:
+        p = self.plan
+
+        def load():
+            with self.store.engine.begin() as conn:
+                return load_model(conn, run)
+
+        model = await asyncio.to_thread(load)
+        det = self.detectors[run] = await asyncio.to_thread(Detectors, run, self.store, p.alerts, p.metrics)
+        sink = await asyncio.to_thread(RunSink, self.store, run, p.parquet, det, p.config.parquet_every,
+                                       jobset, p.target.namespace)
+        f = RunFollower(run, jobset, p.target, self.discovery, model, sink, det, p.config, status)
+        self.followers[run] = f
+        return f
+
+    async def _supervise(self, jobset: str, run: str, status: RunStatus) -> None:
+        backoff = 0.5
+        follower = None
+        while not self.stopping.is_set():
+            try:
+                if follower is None:
+                    follower = await self._follower(jobset, run, status)
+                await follower.run_forever()
+                if status.done:
+                    return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - this run only: report, back off, go on
+                status.failures += 1
+                status.last_error = f"collector error: {exc!r}"[:300]
+                status.state = "restarting after an error"
+                log.exception("%s: follower failed; restarting", run)
+                if follower is not None:
+                    follower.detectors.failure("collector", repr(exc)[:300])
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 30.0)

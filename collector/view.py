@@ -1,0 +1,41 @@
+"""The live terminal view of `steptail follow`: one row per run (rich Live)."""
+
+from __future__ import annotations
+
+import math
+
+from rich.table import Table
+
+from collector.follower import RunStatus
+
+
+def _num(v, fmt: str) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    return format(v, fmt)
+
+
+def table(statuses: dict[str, RunStatus]) -> Table:
+    t = Table(title="steptail follow", expand=False)
+    for col in ("run", "pod", "state", "inc", "last step", "ce", "step s", "lines", "rows",
+                "reconnects", "gaps", "failures", "last error"):
+        t.add_column(col, overflow="fold")
+    for st in statuses.values():
+        t.add_row(
+            st.run, st.pod or "-", st.state, _num(st.last_incarnation, "d"), _num(st.last_step, "d"),
+            _num(st.last_ce, ".4f"), _num(st.step_seconds, ".2f"), str(st.lines), str(st.rows),
+            str(st.reconnects), f"[red]{st.gaps}[/]" if st.gaps else "0",
+            f"[red]{st.failures}[/]" if st.failures else "0", st.last_error or "",
+        )
+    return t
+
+
+def summary(statuses: dict[str, RunStatus]) -> list[dict]:
+    return [
+        {"run": s.run, "jobset": s.jobset, "pod": s.pod, "state": s.state, "incarnation": s.last_incarnation,
+         "last_step": s.last_step, "ce": s.last_ce, "lines": s.lines, "rows": s.rows,
+         "reconnects": s.reconnects, "gaps": s.gaps, "failures": s.failures, "last_error": s.last_error}
+        for s in statuses.values()
+    ]
