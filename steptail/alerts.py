@@ -103,7 +103,7 @@ class MetricsServer:
         """Start serving; returns the bound port (useful with port 0)."""
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
-        app.router.add_get("/healthz", lambda _r: web.Response(text="ok\n"))
+        app.router.add_get("/healthz", self._health)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
@@ -114,6 +114,9 @@ class MetricsServer:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}/metrics"
+
+    async def _health(self, _request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
 
     async def _metrics(self, _request: web.Request) -> web.Response:
         body = self.metrics.render()

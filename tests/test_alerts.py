@@ -1,0 +1,144 @@
+"""Live alerts over real sockets: webhooks to a local aiohttp receiver (one that fails twice
+then accepts, one that rejects), Prometheus metrics scraped over HTTP and parsed with
+prometheus_client's parser, and the structured log line."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import aiohttp
+import pytest
+from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
+from test_findings_logs import feed_engine, sample_lines
+
+from steptail.alerts import Alerter, Metrics, MetricsServer
+from steptail.findings import Finding
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Receiver:
+    """A webhook endpoint: /ok accepts, /flaky answers 500 twice then accepts, /reject 400."""
+
+    def __init__(self) -> None:
+        self.got: dict[str, list[dict]] = {"ok": [], "flaky": [], "reject": []}
+        self.flaky_failures = 2
+
+    async def handle(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        body = await request.json()
+        self.got[name].append(body)
+        if name == "reject":
+            return web.Response(status=400)
+        if name == "flaky" and self.flaky_failures:
+            self.flaky_failures -= 1
+            return web.Response(status=500)
+        return web.json_response({"ok": True})
+
+
+@pytest.fixture
+async def receiver():
+    rec = Receiver()
+    app = web.Application()
+    app.router.add_post("/hook/{name}", rec.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    rec.url = lambda name: f"http://127.0.0.1:{port}/hook/{name}?token=s3cret"
+    yield rec
+    await runner.cleanup()
+
+
+def finding(kind="gap", first=60, last=63, run="r1") -> Finding:
+    return Finding(kind, run, 1, first, last, f"{kind} at {first}", "warning", 1_796_011_200_000_000_000)
+
+
+async def test_webhooks_each_finding_once_with_retries(receiver, caplog):
+    caplog.set_level(logging.INFO, logger="steptail.alerts")
+    alerter = Alerter([receiver.url("ok"), receiver.url("flaky"), receiver.url("reject")], backoff=0.01)
+    f = finding()
+    assert await alerter.publish([f]) == [f]
+    grown = finding(last=64)  # same key, grown: not sent again
+    assert await alerter.publish([grown, f]) == []
+    assert await alerter.flush(timeout=20)
+    assert [p["id"] for p in receiver.got["ok"]] == ["r1/gap/1/60"]
+    assert receiver.got["ok"][0]["first_step"] == 60 and receiver.got["ok"][0]["last_step"] == 63
+    assert receiver.got["ok"][0]["detected_at"] == "2026-11-30T04:00:00Z"
+    assert len(receiver.got["flaky"]) == 3  # 500, 500, accepted
+    assert len(receiver.got["reject"]) == 1  # a 4xx is final
+    assert alerter.sent == {receiver.url("ok"): 1, receiver.url("flaky"): 1, receiver.url("reject"): 0}
+    assert alerter.failed[receiver.url("reject")] == 1
+    await alerter.close()
+    events = [json.loads(r.getMessage()) for r in caplog.records]
+    assert [e["event"] for e in events if e["event"] == "finding"] == ["finding"]
+    found = next(e for e in events if e["event"] == "finding")
+    assert found["kind"] == "gap" and found["run"] == "r1" and found["first_step"] == 60
+    assert sum(e["event"] == "webhook_retry" for e in events) >= 2
+    assert all("s3cret" not in r.getMessage() for r in caplog.records)  # secrets stay out of logs
+
+
+async def test_webhook_gives_up_on_an_unreachable_receiver(caplog):
+    alerter = Alerter(["http://127.0.0.1:9/hook"], attempts=3, backoff=0.01)
+    await alerter.publish([finding()])
+    assert await alerter.flush(timeout=20)
+    assert alerter.failed["http://127.0.0.1:9/hook"] == 1
+    await alerter.close()
+
+
+async def scrape(server: MetricsServer) -> dict:
+    async with aiohttp.ClientSession() as s, s.get(server.url) as resp:
+        assert resp.status == 200
+        text = await resp.text()
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+async def test_metrics_over_http_from_a_live_sample(samples, receiver):
+    metrics = Metrics()
+    server = MetricsServer(metrics, port=0)
+    port = await server.start()
+    assert port > 0 and server.host == "127.0.0.1"
+    alerter = Alerter([receiver.url("ok")], metrics=metrics, backoff=0.01)
+    try:
+        _, outputs = feed_engine("rg", sample_lines(samples / "resume-gap.log"), every=5)
+        for out in outputs:
+            await alerter.publish(out)
+        metrics.step("rg", 400, at_ns=0)
+        metrics.reconnect("rg", "eof")
+        metrics.reconnect("rg", "eof")
+        metrics.reconnect("rg", "silent")
+        metrics.bad_lines("rg", 3)
+        got = await scrape(server)
+        assert got[("steptail_last_step", (("run", "rg"),))] == 400
+        assert got[("steptail_seconds_since_last_step", (("run", "rg"),))] > 1e9  # since the epoch
+        assert got[("steptail_missing_steps_total", (("run", "rg"),))] == 4
+        assert got[("steptail_findings_total", (("kind", "gap"), ("run", "rg")))] == 1
+        assert got[("steptail_findings_total", (("kind", "missing_rbf"), ("run", "rg")))] == 1
+        assert got[("steptail_stream_reconnects_total", (("reason", "eof"), ("run", "rg")))] == 2
+        assert got[("steptail_stream_reconnects_total", (("reason", "silent"), ("run", "rg")))] == 1
+        assert got[("steptail_bad_lines_total", (("run", "rg"),))] == 3
+        assert await alerter.flush(timeout=20)
+        assert sorted(p["kind"] for p in receiver.got["ok"]) == ["gap", "missing_rbf"]
+    finally:
+        await alerter.close()
+        await server.stop()
+
+
+async def test_grown_range_alerted_once(samples, receiver):
+    alerter = Alerter([receiver.url("ok")], backoff=0.01)
+    _, outputs = feed_engine("rm", sample_lines(samples / "resume-mismatch.log"), every=1)
+    assert sum(len(o) for o in outputs) == 20  # opened at 101, grown 19 times
+    for out in outputs:
+        await alerter.publish(out)
+    assert await alerter.flush(timeout=20)
+    await alerter.close()
+    (p,) = receiver.got["ok"]
+    assert (p["kind"], p["first_step"], p["last_step"]) == ("resume_mismatch", 101, 101)
+    assert p["severity"] == "critical" and "[critical] rm: resume_mismatch" in p["text"]
