@@ -6,11 +6,20 @@ from __future__ import annotations
 import json
 
 import pytest
+import sqlalchemy as sa
 from click.testing import CliRunner
 from test_findings_logs import SEC, LogBuilder, feed_engine, keys, store_lines
 
 from steptail.cli import main
-from steptail.findings import FindingEngine, ReferenceError, Settings, check_run, load_reference
+from steptail.findings import (
+    Finding,
+    FindingEngine,
+    ReferenceError,
+    Settings,
+    check_run,
+    load_reference,
+    save_findings,
+)
 
 CP4 = {"ici_context_parallelism": 4, "context_parallel_load_balance": False}
 
@@ -271,3 +280,24 @@ def test_offline_equals_live_on_a_busy_log(store):
         "gap", "missing_rbf", "stall", "nonfinite_ce", "load_balance_rule", "step1_ce_gate",
         "head_gap", "resume_mismatch", "resume_from_zero",
     }
+
+
+def test_check_reads_stream_gaps_and_keeps_live_findings(store):
+    b = LogBuilder().start().steps(1, 10)
+    lost_from = b.t + SEC
+    b.steps(11, 20, skip={11, 12})
+    store_lines(store, "sg", b.lines)
+    with store.engine.begin() as conn:
+        conn.execute(
+            sa.text("INSERT INTO stream_gaps (run, stream, start_ns, end_ns, reason, detected_ns)"
+                    " VALUES ('sg', 'pod-a/trainer', :s, :e, 'rotated while silent', 0)"),
+            {"s": lost_from, "e": lost_from + 30 * SEC},
+        )
+        # found live by `follow`: `check` cannot recompute these and must keep reporting them
+        save_findings(conn, [Finding("auth_failure", "sg", 1, 20, 20, "getting credentials: exec", "critical", 1)])
+    (gap,) = check_run(store, "sg")
+    assert "rotated while silent" in gap.detail and (gap.first_step, gap.last_step) == (11, 12)
+    url = store.engine.url.render_as_string(hide_password=False)
+    r = CliRunner().invoke(main, ["check", "sg", "--db", url, "--json"])
+    assert r.exit_code == 1
+    assert {f["kind"] for f in json.loads(r.output)["findings"]} == {"gap", "auth_failure"}
