@@ -1,0 +1,304 @@
+"""Ledger export of one run: per-table Parquet, manifest.json and a CE plot.
+
+The bundle is built in a temporary directory next to the destination and renamed into
+place, so the ledger never sees a partial export; an existing destination is replaced only
+when asked (force)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import sqlalchemy as sa
+
+import steptail
+from parsers import format_ns
+from storage.db import Store
+from storage.parquet import SCHEMAS
+from storage.reads import run_exists
+
+MANIFEST_VERSION = 1
+_CHUNK = 20_000
+_TS = pa.timestamp("ns", tz="UTC")
+
+FINDINGS_SCHEMA = pa.schema([
+    ("kind", pa.string()), ("incarnation", pa.int32()), ("first_step", pa.int64()),
+    ("last_step", pa.int64()), ("detail", pa.string()), ("severity", pa.string()),
+    ("detected", _TS),
+])
+EXPORT_SCHEMAS = {
+    "loss_parts": SCHEMAS["loss_parts"],
+    "required_rbf": SCHEMAS["required_rbf"],
+    "pod_metrics": SCHEMAS["pod_metrics"],
+    "findings": FINDINGS_SCHEMA,
+}
+_SQL = {
+    "loss_parts": "SELECT incarnation, step, ts_ns, ce, ce_raw, parts FROM loss_parts"
+                  " WHERE run = :run ORDER BY incarnation, step",
+    "required_rbf": "SELECT incarnation, step, ts_ns, max, per_layer, program FROM required_rbf"
+                    " WHERE run = :run ORDER BY incarnation, step",
+    "pod_metrics": "SELECT incarnation, step, ts_ns, seconds, tflops, tokens_per_s, total_weights,"
+                   " loss, extra FROM pod_metrics WHERE run = :run ORDER BY incarnation, step",
+}
+
+
+class ExportError(Exception):
+    """One line, safe to show."""
+
+
+def _json_text(value) -> str:
+    # PostgreSQL (JSONB) hands back objects, SQLite the stored text: one canonical form.
+    obj = json.loads(value) if isinstance(value, str) else value
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True)
+
+
+def _json_list(value):
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _convert(table: str, rows: list[tuple]) -> dict[str, list]:
+    names = [f.name for f in EXPORT_SCHEMAS[table]]
+    cols = dict(zip(names, map(list, zip(*rows, strict=True)), strict=True))
+    if "parts" in cols:
+        cols["parts"] = [_json_text(v) for v in cols["parts"]]
+    if "extra" in cols:
+        cols["extra"] = [_json_text(v) for v in cols["extra"]]
+    if "per_layer" in cols:
+        cols["per_layer"] = [_json_list(v) for v in cols["per_layer"]]
+    return cols
+
+
+def _table_rows(conn: sa.Connection, table: str, run: str) -> Iterator[list[tuple]]:
+    result = conn.execution_options(stream_results=True).execute(sa.text(_SQL[table]), {"run": run})
+    while chunk := result.fetchmany(_CHUNK):
+        yield [tuple(r) for r in chunk]
+
+
+def _findings_rows(conn: sa.Connection, run: str) -> list[tuple]:
+    """Through steptail.findings when present (the detectors' own reader), else the table."""
+    try:
+        from steptail.findings import load_findings
+    except ImportError:
+        load_findings = None
+    if load_findings is not None:
+        found = load_findings(conn, run)
+        return [(f.kind, f.incarnation, f.first_step, f.last_step, f.detail, f.severity,
+                 f.detected_ns) for f in found]
+    return [tuple(r) for r in conn.execute(sa.text(
+        "SELECT kind, incarnation, first_step, last_step, detail, severity, detected_ns"
+        " FROM findings WHERE run = :run ORDER BY detected_ns, kind"), {"run": run})]
+
+
+def _write_parquet(path: Path, table: str, chunks) -> int:
+    schema = EXPORT_SCHEMAS[table]
+    n = 0
+    with pq.ParquetWriter(path, schema, compression="zstd") as writer:
+        for rows in chunks:
+            if rows:
+                writer.write_table(pa.Table.from_pydict(_convert(table, rows), schema=schema))
+                n += len(rows)
+        if n == 0:
+            writer.write_table(schema.empty_table())
+    return n
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _step_gaps(conn: sa.Connection, run: str) -> list[dict]:
+    """Steps missing between two recorded steps of an incarnation, and head gaps."""
+    inner = conn.execute(sa.text(
+        "SELECT incarnation, step, next_step FROM ("
+        " SELECT incarnation, step, LEAD(step) OVER (PARTITION BY incarnation ORDER BY step)"
+        " AS next_step FROM loss_parts WHERE run = :run) s"
+        " WHERE next_step > step + 1 ORDER BY incarnation, step"), {"run": run})
+    gaps = [{"incarnation": i, "first_step": s + 1, "last_step": n - 1, "kind": "gap"}
+            for i, s, n in inner]
+    heads = conn.execute(sa.text(
+        "SELECT incarnation, first_step, restored_from FROM incarnations WHERE run = :run"
+        " AND saw_start AND first_step > COALESCE(restored_from, 0) + 1 ORDER BY incarnation"),
+        {"run": run})
+    gaps += [{"incarnation": i, "first_step": (r or 0) + 1, "last_step": f - 1, "kind": "head_gap"}
+             for i, f, r in heads]
+    return sorted(gaps, key=lambda g: (g["incarnation"], g["first_step"]))
+
+
+def _manifest_facts(conn: sa.Connection, run: str) -> dict:
+    info = conn.execute(sa.text("SELECT jobset, namespace FROM runs WHERE run = :run"),
+                        {"run": run}).one()
+    per_inc = {r.incarnation: r for r in conn.execute(sa.text(
+        "SELECT incarnation, COUNT(*) AS steps, MIN(step) AS lo, MAX(step) AS hi,"
+        " MIN(ts_ns) AS t0, MAX(ts_ns) AS t1 FROM loss_parts WHERE run = :run"
+        " GROUP BY incarnation"), {"run": run})}
+    incarnations = []
+    for r in conn.execute(sa.text(
+            "SELECT incarnation, started_ns, saw_start, first_step, last_step, restored_from,"
+            " process_count, pod FROM incarnations WHERE run = :run ORDER BY incarnation"),
+            {"run": run}):
+        s = per_inc.get(r.incarnation)
+        incarnations.append({
+            "incarnation": r.incarnation, "pod": r.pod, "pods": [r.pod] if r.pod else [],
+            "started": format_ns(r.started_ns) if r.started_ns else None,
+            "saw_start": bool(r.saw_start), "restored_from": r.restored_from,
+            "process_count": r.process_count,
+            "first_step": s.lo if s else None, "last_step": s.hi if s else None,
+            "steps": s.steps if s else 0,
+            "first_ts": format_ns(s.t0) if s and s.t0 is not None else None,
+            "last_ts": format_ns(s.t1) if s and s.t1 is not None else None,
+        })
+    config: dict[str, dict[str, str]] = {}
+    for inc, name, value in conn.execute(sa.text(
+            "SELECT incarnation, name, value FROM config WHERE run = :run ORDER BY incarnation, name"),
+            {"run": run}):
+        config.setdefault(str(inc), {})[name] = value
+    lo, hi = conn.execute(sa.text("SELECT MIN(step), MAX(step) FROM loss_parts WHERE run = :run"),
+                          {"run": run}).one()
+    stream_gaps = [
+        {"stream": s, "start": format_ns(a), "end": format_ns(b) if b else None, "reason": why}
+        for s, a, b, why in conn.execute(sa.text(
+            "SELECT stream, start_ns, end_ns, reason FROM stream_gaps WHERE run = :run"
+            " ORDER BY start_ns"), {"run": run})
+    ]
+    schema = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
+    return {
+        "run": run, "jobset": info.jobset, "namespace": info.namespace,
+        "incarnations": incarnations, "config": config,
+        "step_range": {"first": lo, "last": hi},
+        "gaps": {"steps": _step_gaps(conn, run), "streams": stream_gaps},
+        "schema_version": schema,
+    }
+
+
+def plot_ce(path: Path, run: str, ce: list[tuple], incarnations: list[dict],
+            gaps: list[dict]) -> None:
+    """CE against step, one line per incarnation; gaps shaded, restores marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display; also safe in threads of the HTTP server
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10, 4.5), dpi=100)
+    ax = fig.add_subplot()
+    by_inc: dict[int, tuple[list, list]] = {}
+    for inc, step, value in ce:
+        xs, ys = by_inc.setdefault(inc, ([], []))
+        if value is not None:
+            xs.append(step)
+            ys.append(value)
+    for inc, (xs, ys) in sorted(by_inc.items()):
+        ax.plot(xs, ys, linewidth=1, label=f"incarnation {inc}")
+    for inc in incarnations[1:]:
+        if inc["first_step"] is not None:
+            ax.axvline(inc["first_step"], color="grey", linestyle="--", linewidth=0.8)
+    for i, g in enumerate(gaps):
+        ax.axvspan(g["first_step"] - 0.5, g["last_step"] + 0.5, color="red", alpha=0.25,
+                   label="missing steps" if i == 0 else None)
+    nonfinite = [step for _, step, value in ce if value is None]
+    if nonfinite:
+        ax.plot(nonfinite, [0.0] * len(nonfinite), "x", color="black", transform=ax.get_xaxis_transform(),
+                label="non-finite ce")
+    ax.set_xlabel("step")
+    ax.set_ylabel("ce")
+    ax.set_title(f"{run}: LOSS-PARTS ce")
+    ax.grid(True, alpha=0.3)
+    if by_inc:
+        ax.legend(loc="upper right", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+
+
+def _findings_summary(rows: list[tuple]) -> dict:
+    by_kind: dict[str, int] = {}
+    by_severity: dict[str, int] = {}
+    for kind, _inc, _a, _b, _detail, severity, _t in rows:
+        by_kind[kind] = by_kind.get(kind, 0) + 1
+        by_severity[severity] = by_severity.get(severity, 0) + 1
+    return {"total": len(rows), "by_kind": dict(sorted(by_kind.items())),
+            "by_severity": dict(sorted(by_severity.items()))}
+
+
+def _build(store: Store, run: str, folder: Path) -> dict:
+    counts, files = {}, {}
+    with store.engine.connect() as conn:
+        facts = _manifest_facts(conn, run)
+        for table in _SQL:
+            counts[table] = _write_parquet(folder / f"{table}.parquet", table,
+                                           _table_rows(conn, table, run))
+        findings = _findings_rows(conn, run)
+        counts["findings"] = _write_parquet(folder / "findings.parquet", "findings", [findings])
+        ce = [(i, s, c) for i, s, c in conn.execute(sa.text(
+            "SELECT incarnation, step, ce FROM loss_parts WHERE run = :run ORDER BY incarnation, step"),
+            {"run": run})]
+    plot_ce(folder / "ce.png", run, ce, facts["incarnations"], facts["gaps"]["steps"])
+    for path in sorted(folder.iterdir()):
+        files[path.name] = {"sha256": _sha256(path), "bytes": path.stat().st_size}
+    manifest = {
+        "manifest_version": MANIFEST_VERSION,
+        **facts,
+        "counts": {**counts, "incarnations": len(facts["incarnations"]),
+                   "steps": len({s for _, s, _ in ce})},
+        "findings": _findings_summary(findings),
+        "files": files,
+        "steptail_version": steptail.__version__,
+    }
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2, allow_nan=False) + "\n")
+    return manifest
+
+
+def export_run(store: Store, run: str, out: str | Path, *, force: bool = False) -> dict:
+    """Write the bundle of RUN to OUT; returns the manifest."""
+    out = Path(out)
+    if not run_exists(store, run):
+        raise ExportError(f"no run {run!r} in {store.describe()}")
+    if out.exists() and not force:
+        raise ExportError(f"{out} already exists (use --force to replace it)")
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"{out} exists and is not a directory")
+    if not out.parent.is_dir():
+        raise ExportError(f"directory {out.parent} does not exist")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        manifest = _build(store, run, tmp)
+        os.chmod(tmp, 0o755)
+        _swap_into_place(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return manifest
+
+
+def _swap_into_place(tmp: Path, out: Path) -> None:
+    if not out.exists():
+        tmp.rename(out)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+    old.rmdir()
+    out.rename(old)
+    try:
+        tmp.rename(out)
+    except BaseException:
+        old.rename(out)  # put the previous export back
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def verify(folder: str | Path) -> list[str]:
+    """Names of files whose sha256 does not match the manifest (empty: the bundle is whole)."""
+    folder = Path(folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    bad = [name for name, f in manifest["files"].items()
+           if not (folder / name).is_file() or _sha256(folder / name) != f["sha256"]]
+    extra = {p.name for p in folder.iterdir()} - set(manifest["files"]) - {"manifest.json"}
+    return sorted(bad + list(extra))
