@@ -301,3 +301,16 @@ def test_check_reads_stream_gaps_and_keeps_live_findings(store):
     r = CliRunner().invoke(main, ["check", "sg", "--db", url, "--json"])
     assert r.exit_code == 1
     assert {f["kind"] for f in json.loads(r.output)["findings"]} == {"gap", "auth_failure"}
+
+
+def test_replay_of_a_non_finite_step():
+    b = LogBuilder().start()
+    for s in range(1, 11):
+        b.step(s, "nan" if s in (5, 7) else f"{ce1(s):.6f}")
+    b.start(restore=3)
+    for s in range(4, 12):
+        b.step(s, "nan" if s == 7 else f"{ce1(s):.6f}")  # 5 now finite, 7 nan both times
+    engine, _ = feed_engine("nr", b.lines)
+    mm = engine.findings[("nr", "resume_mismatch", 2, 5)]
+    assert mm.last_step == 5 and "(" in mm.detail and "nan" in mm.detail
+    assert ("resume_mismatch", 2, 7, 7) not in keys(engine.findings.values())

@@ -13,7 +13,9 @@ they grow: alert on the first, store the last (save_findings upserts)."""
 from __future__ import annotations
 
 import heapq
+import math
 import time
+from array import array
 from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -61,6 +63,41 @@ class RunningMedian:
         if len(self._low) > len(self._high):
             return -self._low[0]
         return (-self._low[0] + self._high[0]) / 2
+
+
+class FirstRecordings:
+    """step -> (incarnation, ce, ce_raw) of a step's first recording, in 12 bytes a step for
+    dense step numbers (a follower holds one per run, for the run's whole life)."""
+
+    DENSE_LIMIT = 10_000_000  # steps beyond this (bogus or sparse) go to a dict
+
+    def __init__(self) -> None:
+        self._inc = array("i")  # 0: not recorded
+        self._ce = array("d")  # nan when not finite; the token is in _raw
+        self._raw: dict[int, str] = {}
+        self._sparse: dict[int, tuple[int, float | None, str]] = {}
+
+    def get(self, step: int) -> tuple[int, float | None, str] | None:
+        if 0 <= step < len(self._inc):
+            inc = self._inc[step]
+            if not inc:
+                return None
+            ce = self._ce[step]
+            return (inc, None, self._raw[step]) if step in self._raw else (inc, ce, "")
+        return self._sparse.get(step)
+
+    def add(self, step: int, inc: int, ce: float | None, raw: str) -> None:
+        if not 0 <= step < self.DENSE_LIMIT:
+            self._sparse[step] = (inc, ce, raw)
+            return
+        if step >= len(self._inc):
+            grow = step + 1 - len(self._inc)
+            self._inc.extend(array("i", [0]) * grow)
+            self._ce.extend(array("d", [0.0]) * grow)
+        self._inc[step] = inc
+        self._ce[step] = math.nan if ce is None else ce
+        if ce is None:
+            self._raw[step] = raw
 
 
 @dataclass
@@ -122,7 +159,7 @@ class FindingEngine:
         self.findings: dict[tuple, Finding] = {}  # every finding so far, by key, latest state
         self._incs: dict[int, _Inc] = {}
         self._current = 0
-        self._first: dict[int, tuple[int, float | None, str]] = {}  # step -> (inc, ce, ce_raw)
+        self._first = FirstRecordings()
         self._max_step: int | None = None
         self._probe = False  # the run logs REQUIRED_RBF
         self._cp: int | None = None  # latest ici_context_parallelism seen
@@ -274,7 +311,7 @@ class FindingEngine:
             self._grow("nonfinite_ce", inc.number, step, CRITICAL, self._nonfinite_detail, raw=ce_raw)
         first = self._first.get(step)
         if first is None:
-            self._first[step] = (inc.number, ce, ce_raw)
+            self._first.add(step, inc.number, ce, ce_raw)
         elif first[0] != inc.number:
             self._replay(inc, step, ce, ce_raw, first)
         if step == 1:
@@ -404,6 +441,8 @@ class FindingEngine:
                     while old.pending_rbf:
                         self._missing_rbf(old, old.pending_rbf.popleft())
         inc.rbf_steps.add(step)
+        if len(inc.rbf_steps) > 2048:  # only recent ones are ever looked up (probe before loss)
+            inc.rbf_steps = {s for s in inc.rbf_steps if s > step - 1024}
         inc.last_rbf = step if inc.last_rbf is None else max(inc.last_rbf, step)
         while inc.pending_rbf and inc.pending_rbf[0] <= step:
             s = inc.pending_rbf.popleft()
