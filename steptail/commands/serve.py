@@ -1,0 +1,61 @@
+"""`steptail serve`: health, Prometheus metrics and the JSON API over the store."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+import click
+
+from steptail.commands._common import db_option, fail, store_or_exit
+
+TOKEN_ENV = "STEPTAIL_SERVE_TOKEN"
+
+
+def read_token(token_file: Path | None) -> str | None:
+    """--token-file, else $STEPTAIL_SERVE_TOKEN; None: no token (only sensible on 127.0.0.1)."""
+    if token_file is not None:
+        try:
+            token = token_file.read_text().strip()
+        except OSError as exc:
+            fail(f"cannot read token file {token_file}: {exc.strerror or exc}")
+        if not token:
+            fail(f"token file {token_file} is empty")
+        return token
+    return os.environ.get(TOKEN_ENV, "").strip() or None
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", default=9464, show_default=True, type=click.IntRange(0, 65535),
+              help="Port (0: any free port, printed at start).")
+@click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path),
+              help=f"File holding the bearer token clients must send (else ${TOKEN_ENV}).")
+@db_option
+def command(host: str, port: int, token_file: Path | None, db: str | None) -> None:
+    """Serve /healthz, /metrics and /api/runs… (read-only)."""
+    from steptail.serve import serve
+
+    token = read_token(token_file)
+    store = store_or_exit(db, create=False)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+
+        def started(url: str) -> None:
+            auth = "bearer token required" if token else "no token: open to anyone who can connect"
+            click.echo(f"steptail: serving {store.describe()} on {url} ({auth})", err=True)
+
+        await serve(store, host, port, token, started=started, stop=stop)
+
+    try:
+        asyncio.run(main())
+    except OSError as exc:
+        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+    finally:
+        store.dispose()
