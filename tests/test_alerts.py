@@ -11,10 +11,12 @@ import aiohttp
 import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
-from test_findings_logs import feed_engine, sample_lines
+from test_findings_logs import feed_engine, keys, sample_lines, store_lines
 
 from steptail.alerts import Alerter, Metrics, MetricsServer
-from steptail.findings import Finding
+from steptail.findings import Finding, load_findings
+from steptail.findings.live import LiveFindings
+from storage.sql import SqlSink, load_model
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -142,3 +144,32 @@ async def test_grown_range_alerted_once(samples, receiver):
     (p,) = receiver.got["ok"]
     assert (p["kind"], p["first_step"], p["last_step"]) == ("resume_mismatch", 101, 101)
     assert p["severity"] == "critical" and "[critical] rm: resume_mismatch" in p["text"]
+
+
+@pytest.mark.parametrize("split_at,published", [(b"LOSS-PARTS step=50 ", {"gap", "missing_rbf"}),
+                                                (b"LOSS-PARTS step=100 ", set())])
+async def test_live_findings_resume_from_the_store(store, samples, receiver, split_at, published):
+    """`follow` restarting mid-run: history comes from the store, only new findings alert."""
+    lines = sample_lines(samples / "resume-gap.log")
+    cut = next(i for i, line in enumerate(lines) if split_at in line)
+    store_lines(store, "rg", lines[:cut])
+    metrics = Metrics()
+    alerter = Alerter([receiver.url("ok")], metrics=metrics, backoff=0.01)
+    live = LiveFindings(store, "rg", alerter)
+    sink = SqlSink(store)
+    with store.engine.connect() as conn:
+        model = load_model(conn, "rg")
+    for i in range(cut, len(lines), 50):
+        for line in lines[i:i + 50]:
+            model.feed(line)
+        batch = model.take()
+        with store.engine.begin() as conn:
+            sink.write(conn, "rg", batch)
+        await live.batch(batch)
+    await live.finish()
+    assert await alerter.flush(timeout=20)
+    await alerter.close()
+    assert {p["kind"] for p in receiver.got["ok"]} == published
+    with store.engine.connect() as conn:
+        assert keys(load_findings(conn, "rg")) == {("gap", 1, 60, 63), ("missing_rbf", 1, 90, 91)}
+    assert metrics.registry.get_sample_value("steptail_last_step", {"run": "rg"}) == 400
