@@ -12,7 +12,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 from parsers import MAX_LINE, candidate_lines, has_tag, split_timestamp
 
@@ -80,8 +80,7 @@ def first_timestamp(source: Source) -> int | None:
     return None
 
 
-@dataclass
-class Piece:
+class Piece(NamedTuple):
     """What a source yields: a block of whole lines, or a line that could not be kept."""
 
     block: bytes = b""

@@ -110,7 +110,7 @@ def _loss_parts(text: str, body: str) -> LossParts | Malformed:
         return Malformed("LOSS-PARTS", f"step {step_s!r} is not a non-negative integer", text)
     if ce is None:
         return Malformed("LOSS-PARTS", f"ce {ce_s!r} is not a number", text)
-    return LossParts(step, ce, ce_s, {k: parse_value(v) for k, v in pairs.items()})
+    return LossParts.make(step, ce, ce_s, {k: parse_value(v) for k, v in pairs.items()})
 
 
 def _required_rbf(text: str, body: str) -> RequiredRbf | Malformed:
@@ -131,7 +131,7 @@ def _required_rbf(text: str, body: str) -> RequiredRbf | Malformed:
     mx = parse_float(pairs.get("max", ""))
     if step is None or step < 0 or mx is None:
         return Malformed("REQUIRED_RBF", "step (integer) and max (number) are required", text)
-    return RequiredRbf(step, mx, tuple(layers), pairs.get("program"))
+    return RequiredRbf.make(step, mx, layers, pairs.get("program"))
 
 
 _POD_FIELDS = {

@@ -1,27 +1,85 @@
-"""Typed records parsed from one log line. Plain data, no behaviour."""
+"""Typed records parsed from one log line. Plain data, no behaviour beyond decoding.
+
+Loss parts and per-layer factors are carried as JSON text: that is the form both sinks
+store, and rendering it once in the parser keeps the hot path free of per-row encoding.
+JSON has no nan/inf, so non-finite values are the words "nan", "inf", "-inf" there; the
+`parts` / `per_layer` properties turn them back into floats."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+
+import orjson
 
 # A value of a LOSS-PARTS key: int, float (nan/inf allowed) or a bare word.
 PartValue = int | float | str
+_NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
-@dataclass(slots=True, frozen=True)
+def to_json(value) -> str:
+    """JSON text of a dict or list of parsed values, non-finite floats as words."""
+    if isinstance(value, dict):
+        value = {k: _safe(v) for k, v in value.items()}
+    else:
+        value = [_safe(v) for v in value]
+    return orjson.dumps(value).decode()
+
+
+def _safe(v):
+    return str(v) if isinstance(v, float) and not math.isfinite(v) else v
+
+
+def _restore(v):
+    return _NONFINITE.get(v, v) if isinstance(v, str) else v
+
+
+@dataclass(slots=True, frozen=True, eq=False)
 class LossParts:
     step: int
     ce: float  # may be nan/inf; `ce_raw` keeps the token as printed
     ce_raw: str
-    parts: dict[str, PartValue] = field(default_factory=dict)  # every key but step and ce
+    parts_json: str = "{}"  # every key but step and ce, as a JSON object
+
+    @classmethod
+    def make(cls, step: int, ce: float, ce_raw: str, parts: dict[str, PartValue]) -> LossParts:
+        return cls(step, ce, ce_raw, to_json(parts))
+
+    @property
+    def parts(self) -> dict[str, PartValue]:
+        return {k: _restore(v) for k, v in orjson.loads(self.parts_json).items()}
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, LossParts):
+            return NotImplemented
+        return (self.step, self.ce_raw, orjson.loads(self.parts_json)) == (
+            other.step, other.ce_raw, orjson.loads(other.parts_json))
+
+    __hash__ = None
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True, frozen=True, eq=False)
 class RequiredRbf:
     step: int
     max: float
-    per_layer: tuple[float, ...]
+    per_layer_json: str  # JSON array of floats
     program: str | None
+
+    @classmethod
+    def make(cls, step: int, mx: float, per_layer, program: str | None) -> RequiredRbf:
+        return cls(step, mx, to_json(list(per_layer)), program)
+
+    @property
+    def per_layer(self) -> tuple[float, ...]:
+        return tuple(float(_restore(v)) for v in orjson.loads(self.per_layer_json))
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, RequiredRbf):
+            return NotImplemented
+        return (self.step, self.max, self.per_layer, self.program) == (
+            other.step, other.max, other.per_layer, other.program)
+
+    __hash__ = None
 
 
 @dataclass(slots=True, frozen=True)

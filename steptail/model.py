@@ -22,7 +22,9 @@ from parsers import (
     TrainerStart,
     parse_message,
 )
+from parsers.fast import parse_fast
 from parsers.line import MAX_LINE, clean
+from parsers.records import to_json
 
 BAD_SAMPLES = 5
 
@@ -53,30 +55,42 @@ def line_digest(line: bytes) -> str:
     return hashlib.blake2b(line, digest_size=8).hexdigest()
 
 
-@dataclass
 class Cursor:
     """High-water mark of one stream's kubelet timestamps and the lines read at that instant.
 
     Reconnects re-read from a whole second before the last line, so every line at or before
-    the mark is a repeat unless it is a line at the mark not seen yet."""
+    the mark is a repeat unless it is a line at the mark not seen yet. Digests are taken
+    only when two lines share the mark or the cursor is saved (the common case hashes
+    nothing)."""
 
-    hwm_ns: int | None = None
-    at_hwm: set[str] = field(default_factory=set)
-    dirty: bool = False
+    __slots__ = ("hwm_ns", "_digests", "_lines")
+
+    def __init__(self, hwm_ns: int | None = None, at_hwm: set[str] | None = None) -> None:
+        self.hwm_ns = hwm_ns
+        self._digests: set[str] = set(at_hwm or ())
+        self._lines: list[bytes] = []  # lines at the mark not yet digested
+
+    @property
+    def at_hwm(self) -> set[str]:
+        if self._lines:
+            self._digests.update(line_digest(x) for x in self._lines)
+            self._lines.clear()
+        return self._digests
 
     def admit(self, ts_ns: int | None, line: bytes) -> bool:
         if ts_ns is None:
             return True
-        if self.hwm_ns is not None and ts_ns < self.hwm_ns:
+        hwm = self.hwm_ns
+        line = line.rstrip(b"\r\n")
+        if hwm is None or ts_ns > hwm:
+            self.hwm_ns, self._digests, self._lines = ts_ns, set(), [line]
+            return True
+        if ts_ns < hwm:
             return False
-        digest = line_digest(line.rstrip(b"\r\n"))
-        if ts_ns == self.hwm_ns:
-            if digest in self.at_hwm:
-                return False
-            self.at_hwm.add(digest)
-        else:
-            self.hwm_ns, self.at_hwm = ts_ns, {digest}
-        self.dirty = True
+        digest = line_digest(line)
+        if digest in self.at_hwm:
+            return False
+        self._digests.add(digest)
         return True
 
 
@@ -91,7 +105,7 @@ class Batch:
     config: list[tuple] = field(default_factory=list)
     checkpoints: list[tuple] = field(default_factory=list)
     incarnations: dict[int, tuple] = field(default_factory=dict)
-    cursors: dict[str, Cursor] = field(default_factory=dict)
+    cursors: dict[str, Cursor] = field(default_factory=dict)  # JSON columns hold JSON text
 
     def __len__(self) -> int:
         return (
@@ -116,11 +130,6 @@ class Counters:
             self.bad_samples.append(what[:300])
 
 
-def _finite_parts(parts: dict) -> dict:
-    # JSON has no nan/inf: non-finite values are kept as the words nan, inf, -inf.
-    return {k: (str(v) if isinstance(v, float) and not math.isfinite(v) else v) for k, v in parts.items()}
-
-
 class RunModel:
     """State of one run. Feed it lines; take its rows with `take()`."""
 
@@ -142,20 +151,48 @@ class RunModel:
     # -- input -----------------------------------------------------------------
     def feed(self, line: bytes, stream: str = "log") -> None:
         """One candidate line (any line is accepted; only tagged ones make rows)."""
-        ts_ns, ts, text = clean(line)
-        cursor = self.cursors.get(stream)
-        if cursor is None:
-            cursor = self.cursors[stream] = Cursor()
+        item = parse_fast(line) if len(line) <= MAX_LINE else None
+        if item is None:
+            self._feed_general(line, stream)
+        else:
+            self.feed_item(item + (line,), stream)
+
+    def feed_item(self, item: tuple, stream: str = "log") -> None:
+        """One item of parsers.block.parse_block: a fast-path tuple + line, or ("X", line)."""
+        kind = item[0]
+        if kind == "X":
+            self._feed_general(item[1], stream)
+            return
+        ts_ns, line = item[1], item[-1]
+        cursor = self._cursor(stream)
         if not cursor.admit(ts_ns, line):
             self.counters.duplicates += 1
             return
-        self.batch.cursors[stream] = cursor
+        if kind == "L":
+            self._loss(ts_ns, *item[2:6])
+        elif kind == "R":
+            self._rbf(ts_ns, *item[2:6])
+        else:
+            self._pod(ts_ns, *item[2:8], "{}")
+
+    def _feed_general(self, line: bytes, stream: str) -> None:
+        ts_ns, _, text = clean(line)
+        if not self._cursor(stream).admit(ts_ns, line):
+            self.counters.duplicates += 1
+            return
         if len(line) > MAX_LINE:
             self.counters.bad(f"line of {len(line)} bytes: {text[:80]}")
             return
         record = parse_message(text)
         if record is not None:
             self.apply(record, ts_ns)
+
+    def _cursor(self, stream: str) -> Cursor:
+        cursor = self.cursors.get(stream)
+        if cursor is None:
+            cursor = self.cursors[stream] = Cursor()
+        self.batch.cursors[stream] = cursor
+        return cursor
 
     def bad_line(self, what: str) -> None:
         """A line the source could not deliver whole (over-long, cut off at the end)."""
@@ -164,39 +201,12 @@ class RunModel:
     # -- the model ---------------------------------------------------------------
     def apply(self, rec, ts_ns: int | None) -> None:
         if isinstance(rec, LossParts):
-            cur = self.current
-            if cur is None or (cur.last_step is not None and rec.step <= cur.last_step):
-                cur = self._open(ts_ns)
-            if cur.first_step is None:
-                cur.first_step = rec.step
-            cur.last_step = rec.step
-            ce = rec.ce if math.isfinite(rec.ce) else None
-            self.batch.loss_parts.append(
-                (self.run, cur.number, rec.step, ts_ns, ce, rec.ce_raw, _finite_parts(rec.parts))
-            )
-            self.counters.loss_parts += 1
-            self._touch(cur)
+            self._loss(ts_ns, rec.step, rec.ce, rec.ce_raw, rec.parts_json)
         elif isinstance(rec, RequiredRbf):
-            cur = self._ensure(ts_ns)
-            if cur.last_rbf is not None and rec.step <= cur.last_rbf:
-                self.counters.duplicates += 1
-                return
-            cur.last_rbf = rec.step
-            self.batch.required_rbf.append(
-                (self.run, cur.number, rec.step, ts_ns, rec.max, list(rec.per_layer), rec.program)
-            )
-            self.counters.required_rbf += 1
+            self._rbf(ts_ns, rec.step, rec.max, rec.per_layer_json, rec.program)
         elif isinstance(rec, PodStep):
-            cur = self._ensure(ts_ns)
-            if cur.last_pod_step is not None and rec.step <= cur.last_pod_step:
-                self.counters.duplicates += 1
-                return
-            cur.last_pod_step = rec.step
-            self.batch.pod_metrics.append(
-                (self.run, cur.number, rec.step, ts_ns, rec.seconds, rec.tflops, rec.tokens_per_s,
-                 rec.total_weights, rec.loss, _finite_parts(rec.extra))
-            )
-            self.counters.pod_steps += 1
+            self._pod(ts_ns, rec.step, rec.seconds, rec.tflops, rec.tokens_per_s, rec.total_weights,
+                      rec.loss, to_json(rec.extra) if rec.extra else "{}")
         elif isinstance(rec, TrainerStart):
             cur = self.current
             if cur is None or cur.last_step is not None:
@@ -219,6 +229,40 @@ class RunModel:
         elif isinstance(rec, Malformed):
             self.counters.bad(f"{rec.tag}: {rec.reason}: {rec.text}")
 
+    def _loss(self, ts_ns, step, ce, ce_raw, parts_json) -> None:
+        cur = self.current
+        if cur is None or (cur.last_step is not None and step <= cur.last_step):
+            cur = self._open(ts_ns)
+        if cur.first_step is None:
+            cur.first_step = step
+            self._touch(cur)
+        cur.last_step = step
+        self.batch.incarnations[cur.number] = cur
+        if ce != ce or ce in (math.inf, -math.inf):  # nan or inf: stored as NULL, ce_raw says which
+            ce = None
+        self.batch.loss_parts.append((self.run, cur.number, step, ts_ns, ce, ce_raw, parts_json))
+        self.counters.loss_parts += 1
+
+    def _rbf(self, ts_ns, step, mx, per_layer_json, program) -> None:
+        cur = self.current if self.current is not None else self._open(ts_ns)
+        if cur.last_rbf is not None and step <= cur.last_rbf:
+            self.counters.duplicates += 1
+            return
+        cur.last_rbf = step
+        self.batch.required_rbf.append((self.run, cur.number, step, ts_ns, mx, per_layer_json, program))
+        self.counters.required_rbf += 1
+
+    def _pod(self, ts_ns, step, seconds, tflops, tokens, total_weights, loss, extra_json) -> None:
+        cur = self.current if self.current is not None else self._open(ts_ns)
+        if cur.last_pod_step is not None and step <= cur.last_pod_step:
+            self.counters.duplicates += 1
+            return
+        cur.last_pod_step = step
+        self.batch.pod_metrics.append(
+            (self.run, cur.number, step, ts_ns, seconds, tflops, tokens, total_weights, loss, extra_json)
+        )
+        self.counters.pod_steps += 1
+
     def _ensure(self, ts_ns: int | None) -> Incarnation:
         return self.current if self.current is not None else self._open(ts_ns)
 
@@ -236,6 +280,4 @@ class RunModel:
         """The rows produced since the last call; incarnation rows rendered now."""
         batch, self.batch = self.batch, Batch()
         batch.incarnations = {n: inc.row(self.run) for n, inc in batch.incarnations.items()}
-        for c in batch.cursors.values():
-            c.dirty = False
         return batch

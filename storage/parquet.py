@@ -6,12 +6,12 @@ leaves nothing behind. The partition column `run` lives in the path, not in the 
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from steptail.model import Batch
@@ -37,17 +37,19 @@ SCHEMAS = {
         ("incarnation", pa.int32()), ("kind", pa.string()), ("step", pa.int64()), ("ts", _TS),
     ]),
 }
-_JSON = {"parts", "extra"}
 
 
-def _columns(table: str, rows: list[tuple]) -> dict[str, list]:
+def _columns(table: str, rows: list[tuple]) -> dict:
     names = COLUMNS[table]
-    cols = dict(zip(names, map(list, zip(*rows, strict=True)), strict=True))
+    cols: dict = dict(zip(names, map(list, zip(*rows, strict=True)), strict=True))
     del cols["run"]
     if "ts_ns" in cols:
         cols["ts"] = cols.pop("ts_ns")
-    for name in _JSON & cols.keys():
-        cols[name] = [json.dumps(v, separators=(",", ":")) for v in cols[name]]
+    if "per_layer" in cols:  # JSON text -> list<double>, vectorised (nan/inf arrive as words)
+        text = pc.utf8_slice_codeunits(pa.array(cols["per_layer"], pa.string()), 1, -1)
+        parts = pc.split_pattern(pc.replace_substring(text, '"', ""), ",")
+        cols["per_layer"] = pc.cast(pc.if_else(pc.equal(text, ""), pa.scalar([], pa.list_(pa.string())), parts),
+                                    pa.list_(pa.float64()))
     return cols
 
 

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from steptail.model import Batch, Cursor, Incarnation, RunModel
 from storage.db import Store
 
-# Column order of the row tuples in steptail.model.Batch.
+# Column order of the row tuples in steptail.model.Batch (JSON columns arrive as JSON text).
 COLUMNS = {
     "loss_parts": ("run", "incarnation", "step", "ts_ns", "ce", "ce_raw", "parts"),
     "required_rbf": ("run", "incarnation", "step", "ts_ns", "max", "per_layer", "program"),
@@ -25,7 +25,6 @@ COLUMNS = {
     "config": ("run", "incarnation", "name", "value"),
     "checkpoints": ("run", "incarnation", "kind", "step", "ts_ns"),
 }
-JSON_COLUMNS = {"parts", "per_layer", "extra"}
 INCARNATION_COLUMNS = (
     "run", "incarnation", "started_ns", "saw_start", "first_step", "last_step", "restored_from",
     "process_index", "process_count", "pod",
@@ -37,28 +36,12 @@ def _insert_sql(store: Store, table: str, columns: tuple[str, ...], conflict: st
     return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({ph}) {conflict}"
 
 
-def _json_encoder(columns: tuple[str, ...]):
-    idx = [i for i, c in enumerate(columns) if c in JSON_COLUMNS]
-    if not idx:
-        return None
-    dumps = json.dumps
-
-    def encode(row: tuple) -> tuple:
-        row = list(row)
-        for i in idx:
-            row[i] = dumps(row[i], separators=(",", ":"))
-        return tuple(row)
-
-    return encode
-
-
 class SqlSink:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._sql = {
             t: _insert_sql(store, t, cols, "ON CONFLICT DO NOTHING") for t, cols in COLUMNS.items()
         }
-        self._encode = {t: _json_encoder(cols) for t, cols in COLUMNS.items()}
         updates = ", ".join(f"{c} = excluded.{c}" for c in INCARNATION_COLUMNS[2:])
         self._incarnation_sql = _insert_sql(
             store, "incarnations", INCARNATION_COLUMNS,
@@ -86,8 +69,7 @@ class SqlSink:
         for table in COLUMNS:
             rows = getattr(batch, table)
             if rows:
-                enc = self._encode[table]
-                conn.exec_driver_sql(self._sql[table], [enc(r) for r in rows] if enc else rows)
+                conn.exec_driver_sql(self._sql[table], rows)
         if batch.incarnations:
             conn.exec_driver_sql(self._incarnation_sql, list(batch.incarnations.values()))
         if batch.cursors:

@@ -14,14 +14,14 @@ TS = b"2026-11-30T04:00:0%dZ "
 
 def test_crlf_ansi_reordered_unknown_and_special_floats():
     rec = parse_line(TS % 1 + b"I1130 train.py:1] LOSS-PARTS step=1 ce=3.5 z_loss=1e-05\r\n").record
-    assert rec == LossParts(1, 3.5, "3.5", {"z_loss": 1e-05})
+    assert rec == LossParts.make(1, 3.5, "3.5", {"z_loss": 1e-05})
     rec = parse_line(b"\x1b[32mLOSS-PARTS\x1b[0m step=2 ce=1e-05 mode=word\x1b[0m\r\n").record
-    assert rec == LossParts(2, 1e-05, "1e-05", {"mode": "word"})
+    assert rec == LossParts.make(2, 1e-05, "1e-05", {"mode": "word"})
     rec = parse_line(b"LOSS-PARTS weights=7 ce=-inf new_key=0.5 step=3 total=nan").record
     assert rec.step == 3 and rec.ce == -math.inf and rec.parts["weights"] == 7
     assert rec.parts["new_key"] == 0.5 and math.isnan(rec.parts["total"])
     rbf = parse_line(b"x REQUIRED_RBF step=0 max=3.2500 per_layer=[1.5000,3.2500] program=first_phase").record
-    assert rbf == RequiredRbf(0, 3.25, (1.5, 3.25), "first_phase")
+    assert rbf == RequiredRbf.make(0, 3.25, (1.5, 3.25), "first_phase")
 
 
 def test_malformed_records_are_reported_not_raised():

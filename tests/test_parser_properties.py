@@ -70,7 +70,7 @@ def test_required_rbf_round_trip(step, mx, layers, program):
     line = f"REQUIRED_RBF step={step} max={mx!r} per_layer=[{','.join(map(repr, layers))}]"
     if program is not None:
         line += f" program={program}"
-    assert parse_line(line.encode()).record == RequiredRbf(step, mx, tuple(layers), program)
+    assert parse_line(line.encode()).record == RequiredRbf.make(step, mx, layers, program)
 
 
 @given(st.integers(0, 4_000_000_000 * 10**9))

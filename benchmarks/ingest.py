@@ -1,0 +1,141 @@
+"""Ingest speed and memory against grep, on one generated process-0 log of the samples' shape.
+
+    python benchmarks/ingest.py --json [--size-mb 420]
+
+Generates (once, cached in benchmarks/.cache/) a --timestamps log with restarts, then in one
+run times `grep -F -e LOSS-PARTS -e REQUIRED_RBF FILE` (output drained through a pipe, best
+of 3, page cache warm) and `steptail ingest FILE --parquet DIR` into a fresh SQLite file, and
+records ingest's peak RSS on the full file and on a quarter of it (memory must not grow with
+file size)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from collector.sim.trainer import Trainer  # noqa: E402
+from parsers import format_ns  # noqa: E402
+
+CACHE = ROOT / "benchmarks" / ".cache"
+STEPTAIL = str(Path(sys.executable).with_name("steptail"))
+RESTART_EVERY = 40_000  # steps between simulated preemptions
+
+
+def generate(path: Path, size_mb: int) -> None:
+    """Write a log of about size_mb MB: start-up, steps, preemption and restore, repeated."""
+    target = size_mb << 20
+    trainer = Trainer(steps=10**9, seed=7, checkpoint_period=1000, step_seconds=10.0)
+    tmp = path.with_suffix(".tmp")
+    written, step, incarnation, restore = 0, 0, 1, None
+    clock = trainer.start_time
+    with open(tmp, "w", encoding="utf-8", newline="\n") as out:
+
+        def emit(lines: list[str]) -> None:
+            nonlocal written, clock
+            base = int(clock.timestamp() * 1e9)
+            text = "".join(f"{format_ns(base + i * 1_731)} {line}\n" for i, line in enumerate(lines))
+            out.write(text)
+            written += len(text)
+
+        while written < target:
+            emit(trainer.startup_lines(restore_from=restore, at=clock))
+            clock += timedelta(seconds=5)
+            for _ in range(RESTART_EVERY):
+                step += 1
+                emit(trainer.step_lines(step, incarnation, at=clock, record=False))
+                clock += timedelta(seconds=10)
+                if written >= target:
+                    break
+            emit(trainer.preemption_lines())
+            restore = trainer.last_checkpoint(step)
+            step, incarnation = restore, incarnation + 1
+    tmp.rename(path)
+
+
+def prefix_copy(src: Path, dst: Path, fraction: float) -> None:
+    size = int(src.stat().st_size * fraction)
+    with open(src, "rb") as f, open(dst, "wb") as out:
+        data = f.read(size)
+        out.write(data[: data.rfind(b"\n") + 1])
+
+
+def time_grep(path: Path, repeat: int = 3) -> tuple[float, int]:
+    best, lines = float("inf"), 0
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(
+            ["grep", "-F", "-e", "LOSS-PARTS", "-e", "REQUIRED_RBF", str(path)], stdout=subprocess.PIPE
+        )
+        lines = 0
+        while chunk := proc.stdout.read(1 << 20):
+            lines += chunk.count(b"\n")
+        proc.wait()
+        best = min(best, time.perf_counter() - t0)
+    return best, lines
+
+
+def time_ingest(path: Path, work: Path) -> dict:
+    db, pq = work / f"{path.stem}.db", work / f"{path.stem}-pq"
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        [STEPTAIL, "ingest", str(path), "--run", "bench", "--db", str(db), "--parquet", str(pq), "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - t0
+    out, err = proc.stdout.read(), proc.stderr.read()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"ingest failed: {err.decode()}")
+    return {"seconds": seconds, "peak_rss_mb": usage.ru_maxrss / 1024, "result": json.loads(out)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size-mb", type=int, default=420)
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    args = ap.parse_args()
+
+    CACHE.mkdir(parents=True, exist_ok=True)
+    log = CACHE / f"ingest-{args.size_mb}mb.log"
+    if not log.exists():
+        print(f"generating {log} …", file=sys.stderr)
+        generate(log, args.size_mb)
+    with tempfile.TemporaryDirectory(prefix="steptail-bench-") as tmp:
+        work = Path(tmp)
+        quarter = work / "quarter.log"
+        prefix_copy(log, quarter, 0.25)
+        time_grep(log, 1)  # warm the page cache
+        grep_s, grep_lines = time_grep(log)
+        full = time_ingest(log, work)
+        small = time_ingest(quarter, work)
+    report = {
+        "file_mb": round(log.stat().st_size / 2**20, 1),
+        "grep_seconds": round(grep_s, 3),
+        "grep_lines": grep_lines,
+        "ingest_seconds": round(full["seconds"], 2),
+        "ratio_grep_over_ingest": round(grep_s / full["seconds"], 4),
+        "ingest_peak_rss_mb": round(full["peak_rss_mb"], 1),
+        "ingest_quarter_file_peak_rss_mb": round(small["peak_rss_mb"], 1),
+        "ingest_mb_per_s": round(log.stat().st_size / 2**20 / full["seconds"], 1),
+        "records": full["result"],
+    }
+    if args.json:
+        print(json.dumps(report))
+    else:
+        for k, v in report.items():
+            print(f"{k:34} {v}")
+
+
+if __name__ == "__main__":
+    main()

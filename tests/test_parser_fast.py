@@ -1,0 +1,82 @@
+"""The canonical-form fast path agrees with the general parser on every line it accepts."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from parsers import parse_line
+from parsers.fast import as_record, parse_fast
+
+SAMPLES = ["clean-300", "resume-gap", "resume-mismatch", "cp4-lb-nan", "resume-from-zero"]
+
+
+def agree(line: bytes) -> bool:
+    """True when the fast path took the line; asserts it matches the reference parser."""
+    fast = parse_fast(line)
+    if fast is None:
+        return False
+    ref = parse_line(line)
+    assert (fast[1], as_record(fast)) == (ref.ts_ns, ref.record), line
+    return True
+
+
+def test_samples_take_the_fast_path_and_agree(samples):
+    taken = 0
+    for name in SAMPLES:
+        for line in (samples / f"{name}.log").read_bytes().splitlines(keepends=True):
+            taken += agree(line)
+    assert taken > 4000  # nearly every per-step line is canonical
+
+
+def test_fast_path_declines_what_it_cannot_judge():
+    for line in (
+        b"\x1b[32mLOSS-PARTS\x1b[0m step=1 ce=2.0",  # ANSI
+        b"LOSS-PARTS ce=2.0 step=1",  # reordered
+        b"LOSS-PARTS step=1 ce=2.0 mode=word",  # a word
+        b"LOSS-PARTS step=1 ce=2.0 z=1 z=2",  # repeated key
+        b"LOSS-PARTS step=1 ce=2.0 ce=3.0",
+        b"LOSS-PARTS step=1 ce=2.0 total=nan",
+        b"LOSS-PARTS step=1 ce=2.",  # not a JSON number
+        b"2026-11-30T25:00:00Z LOSS-PARTS step=1 ce=2.0",  # hour 25
+        b"2026-02-30T01:00:00Z LOSS-PARTS step=1 ce=2.0",  # no such day
+        b"2026-11-30T01:00:00+01:00 LOSS-PARTS step=1 ce=2.0",  # offset
+        b"LOSS-PARTSX LOSS-PARTS step=1 ce=2.0",  # first tag is not the record
+        b"REQUIRED_RBF step=1 max=1 per_layer=[1.0] program=p",  # int max
+        b"REQUIRED_RBF step=1 max=1.0 per_layer=[1.0, 2.0] program=p",
+        b"completed step: 1, seconds: 1.0",
+    ):
+        assert parse_fast(line) is None, line
+
+
+NUM = st.one_of(
+    st.integers(-(10**9), 10**9).map(str),
+    st.floats(allow_nan=False, allow_infinity=False).map(repr).filter(lambda s: "inf" not in s),
+    st.sampled_from(["0.012400", "1.234530e-04", "-0.5", "3E+2", "0", "1048576"]),
+)
+
+
+@given(
+    ts=st.sampled_from(["", "2026-11-30T04:00:11.72698Z ", "2026-11-30T04:00:11Z ", "1999-01-01T00:00:00.000000001Z "]),
+    prefix=st.sampled_from(["", "I1130 04:09:24.123456 140233 train.py:812] ", "x "]),
+    step=st.integers(0, 10**7),
+    ce=st.one_of(NUM, st.sampled_from(["nan", "inf", "-inf"])),
+    parts=st.lists(st.tuples(st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True), NUM), max_size=6),
+    end=st.sampled_from(["", "\n", "\r\n", "  \n"]),
+)
+def test_loss_parts_agree(ts, prefix, step, ce, parts, end):
+    tail = "".join(f" {k}={v}" for k, v in parts)
+    agree(f"{ts}{prefix}LOSS-PARTS step={step} ce={ce}{tail}{end}".encode())
+
+
+@given(
+    step=st.integers(0, 10**7),
+    layers=st.lists(st.floats(0, 100, allow_nan=False).map(lambda v: f"{v:.4f}"), max_size=20),
+    mx=st.floats(0, 100).map(lambda v: f"{v:.4f}"),
+)
+def test_rbf_and_pod_agree(step, layers, mx):
+    agree(f"REQUIRED_RBF step={step} max={mx} per_layer=[{','.join(layers)}] program=normal\n".encode())
+    agree(
+        f"completed step: {step}, seconds: 12.251, TFLOP/s/device: 181.918, Tokens/s/device: "
+        f"4016.205, total_weights: 1048576, loss: {mx}\n".encode()
+    )

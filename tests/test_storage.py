@@ -1,0 +1,88 @@
+"""The store: schema from the migrations on both databases, URL handling, state reload."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from steptail.model import RunModel
+from storage.db import SCHEMA_HEAD, migration_head, open_store, resolve_url
+from storage.sql import SqlSink, load_model
+
+TABLES = {
+    "runs", "incarnations", "loss_parts", "required_rbf", "pod_metrics", "config", "checkpoints",
+    "ingest_stats", "cursors", "stream_gaps", "findings", "alembic_version",
+}
+
+
+def test_schema_head_constant_matches_alembic():
+    assert SCHEMA_HEAD == migration_head()
+
+
+def test_migrations_build_the_schema(store):
+    assert TABLES <= set(store.tables)
+    with store.engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == SCHEMA_HEAD
+    indexes = {ix["name"] for ix in sa.inspect(store.engine).get_indexes("loss_parts")}
+    assert "ix_loss_parts_run_step" in indexes
+    # Opening again is a no-op upgrade.
+    again = open_store(store.engine.url.render_as_string(hide_password=False))
+    assert set(again.tables) == set(store.tables)
+    again.dispose()
+
+
+def test_resolve_url_defaults(monkeypatch, tmp_path):
+    monkeypatch.delenv("STEPTAIL_DB", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert resolve_url(None).database == str(tmp_path / "steptail.db")
+    monkeypatch.setenv("STEPTAIL_DB", str(tmp_path / "x.db"))
+    assert resolve_url(None).database == str(tmp_path / "x.db")
+    assert resolve_url("postgresql://u@h/db").drivername == "postgresql+psycopg"
+
+
+LINES = [
+    b"2026-11-30T04:00:00Z I1130 max_utils.py:273] Attempting to initialize the jax distributed system...",
+    b"2026-11-30T04:00:00.1Z I1130 max_utils.py:290] Jax distributed system initialized! process_index=0 process_count=32",
+    b"2026-11-30T04:00:00.2Z I1130 pyconfig.py:584] Config param ici_context_parallelism: 4",
+    b"2026-11-30T04:00:01Z I1130 train_sft.py:301] LOSS-PARTS step=1 ce=3.5 total=3.6",
+    b"2026-11-30T04:00:01Z I1130 train.py:1333] REQUIRED_RBF step=1 max=1.5000 per_layer=[1.5000,1.0000] program=first_phase",
+    b"2026-11-30T04:00:02Z I1130 train_sft.py:301] LOSS-PARTS step=2 ce=3.4 total=3.5",
+]
+
+
+def test_model_state_survives_a_reload(store):
+    """A restarted reader resumes where the store left off: same incarnation, no repeats."""
+    sink = SqlSink(store)
+    model = RunModel("r")
+    for line in LINES[:4]:
+        model.feed(line)
+    with store.engine.begin() as conn:
+        sink.ensure_run(conn, "r")
+        sink.write(conn, "r", model.take())
+    with store.engine.begin() as conn:
+        again = load_model(conn, "r")
+    assert again.current.number == 1 and again.current.last_step == 1 and again.current.saw_start
+    assert again.current.process_count == 32 and "ici_context_parallelism" in again.current.config
+    for line in LINES:  # a reconnect re-reads everything: only the two new lines count
+        again.feed(line)
+    batch = again.take()
+    assert [r[2] for r in batch.loss_parts] == [2] and [r[2] for r in batch.required_rbf] == [1]
+    assert again.counters.duplicates == 4 and again.current.number == 1
+
+
+def test_step_going_back_opens_an_incarnation():
+    model = RunModel("r")
+    for line in LINES[3:]:
+        model.feed(line)
+    model.feed(b"2026-11-30T04:10:00Z LOSS-PARTS step=2 ce=3.4")
+    rows = model.take().loss_parts
+    assert [(r[1], r[2]) for r in rows] == [(1, 1), (1, 2), (2, 2)]
+
+
+def test_lines_sharing_a_timestamp_are_all_kept_once():
+    model = RunModel("r")
+    same = [b"2026-11-30T04:00:01Z LOSS-PARTS step=1 ce=3.5", b"2026-11-30T04:00:01Z REQUIRED_RBF step=1 max=1.5000 per_layer=[1.5000] program=normal"]
+    for line in same + same + same[::-1]:
+        model.feed(line)
+    batch = model.take()
+    assert len(batch.loss_parts) == 1 and len(batch.required_rbf) == 1
+    assert model.counters.duplicates == 4
