@@ -47,6 +47,7 @@ class Detectors:
         self.failures: list[Failure] = []
         self.flagged: list = []  # every finding raised by this collector
         self._seen_failures = 0  # failures handed to the engine so far
+        self.finishing = False  # the run ended: end-of-data checks at the next commit
         self._lock = threading.Lock()
 
     # -- inputs ------------------------------------------------------------------------------
@@ -70,12 +71,15 @@ class Detectors:
         if self.engine is not None:
             for f in todo:
                 out += self._guard(self.engine.observe_failure, failure_kind(f.kind), f.reason, f.at_ns) or []
+            if self.finishing:
+                self.finishing = False
+                out += self._guard(self.engine.finish) or []
             out += self._guard(self.engine.tick, now_ns, running) or []
         return out
 
     @property
     def has_queued(self) -> bool:
-        return len(self.failures) > self._seen_failures
+        return len(self.failures) > self._seen_failures or self.finishing
 
     def step(self, step: int, ts_ns: int | None) -> None:
         if self.metrics is not None:

@@ -138,9 +138,7 @@ class RunFollower:
             return
         if key in self.finished:
             if self.cfg.until_done and pod.reason == "Completed":
-                await self._final_flush()
-                self.status.done = True
-                self._set_state("done", pod)
+                await self._finish(pod)
                 return
             self._set_state(f"container {pod.reason or 'ended'}; waiting", pod)
             await self.discovery.wait_change(1.0)
@@ -159,9 +157,7 @@ class RunFollower:
                 if fresh is not None:
                     self.known[fresh.uid] = fresh
                     if self.cfg.until_done and fresh.reason == "Completed" and not fresh.deleting:
-                        await self._final_flush()
-                        self.status.done = True
-                        self._set_state("done", fresh)
+                        await self._finish(fresh)
             elif fresh.restart_count == pod.restart_count:
                 self.status.reconnects += 1  # EOF while running: idle timeout, apiserver restart
                 self.detectors.reconnect("eof")
@@ -359,6 +355,13 @@ class RunFollower:
 
     async def _final_flush(self) -> None:
         await self._flush(parquet=True)
+
+    async def _finish(self, pod: PodInfo) -> None:
+        """Process 0 completed: end-of-data checks, everything committed, done."""
+        self.detectors.finishing = True
+        await self._final_flush()
+        self.status.done = True
+        self._set_state("done", pod)
 
     def _update_view(self) -> None:
         st, sink = self.status, self.sink

@@ -1,0 +1,159 @@
+"""`steptail demo`: a simulated cluster with faults, followed live with the real kubectl."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from steptail.commands._common import fail, json_option, print_json
+
+NS = "demo"
+
+
+def demo_scenario(seconds: float) -> dict:
+    """Two JobSets over `seconds`: a rotation hang, an EOF, a JobSet restart, an auth lapse,
+    a double rotation (lines really lost), a NaN step and context parallelism with load balancing."""
+    rate = 200 / seconds  # ~200 steps in the demo
+
+    def at(fraction: float) -> float:
+        return round(seconds * fraction, 2)
+
+    return {
+        "namespace": NS, "seed": 7, "rate": rate, "grace_seconds": max(2.0, seconds / 10),
+        "restart_pending_seconds": 1.0,
+        "jobsets": [
+            {"name": "olmo3-sft", "hosts": 4,
+             "trainer": {"steps": 220, "checkpoint_period": 50}},
+            {"name": "qwen3-cp4", "hosts": 4,
+             "trainer": {"steps": 220, "checkpoint_period": 50, "context_parallelism": 4,
+                         "load_balance": True, "nan_steps": [90]}},
+        ],
+        "faults": [
+            {"action": "rotate", "jobset": "olmo3-sft", "at": at(0.15)},  # hang: silent, no EOF
+            {"action": "eof_streams", "at": at(0.30)},  # idle timeout: every stream ends
+            {"action": "restart_jobset", "jobset": "olmo3-sft", "at": at(0.45)},  # preemption
+            {"action": "auth_lapse", "at": at(0.62), "seconds": max(2.0, seconds / 15)},
+            {"action": "eof_streams", "at": at(0.63)},  # reconnects meet the lapsed login
+            {"action": "rotate", "jobset": "qwen3-cp4", "at": at(0.78)},  # two rotations within
+            {"action": "rotate", "jobset": "qwen3-cp4", "at": at(0.78) + 0.4},  # one silence: a real gap
+        ],
+    }
+
+
+@click.command()
+@click.option("--dir", "out_dir", default="steptail-demo", show_default=True, type=click.Path(file_okay=False),
+              help="Where the demo writes its SQLite file and Parquet tables.")
+@click.option("--seconds", type=float, default=60.0, show_default=True, help="How long the simulated runs take.")
+@click.option("--no-view", is_flag=True, help="No live table.")
+@json_option
+def command(out_dir: str, seconds: float, no_view: bool, as_json: bool) -> None:
+    """Start a simulated GKE cluster with two training JobSets and scripted faults (rotation
+    hang, EOF, JobSet restart, auth lapse, lost lines), follow them with the real kubectl
+    into DIR (SQLite + Parquet), then print what was recorded and flagged."""
+    from collector.follower import FollowConfig
+    from collector.kubectl import KubeTarget
+    from collector.live import follow
+    from collector.sim.cluster import SimCluster
+    from collector.supervisor import Plan
+    from storage.db import StoreError, open_store
+
+    if seconds < 8:
+        fail("--seconds must be at least 8")
+    if shutil.which("kubectl") is None:
+        fail("kubectl not found on PATH")
+    out = Path(out_dir).absolute()
+    out.mkdir(parents=True, exist_ok=True)
+    db, parquet = out / "steptail.db", out / "parquet"
+    for stale in (db, Path(f"{db}-wal"), Path(f"{db}-shm")):
+        stale.unlink(missing_ok=True)  # the demo starts from scratch every time
+    shutil.rmtree(parquet, ignore_errors=True)
+    try:
+        store = open_store(str(db))
+    except StoreError as exc:
+        fail(str(exc))
+    logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
+    console = Console()
+    sim = SimCluster(demo_scenario(seconds), state_dir=out / "simcluster",
+                     kubeconfig_out=out / "simcluster" / "kubeconfig")
+    sim.start_in_thread()
+    try:
+        if not as_json:
+            console.print(f"simulated cluster on {sim.server_url}; following JobSets olmo3-sft and qwen3-cp4 "
+                          f"in namespace {NS} for ~{seconds:.0f} s …")
+        target = KubeTarget(NS, sim.account, str(sim.kubeconfig_path))
+        plan = Plan(target, jobsets={"olmo3-sft": "olmo3-sft", "qwen3-cp4": "qwen3-cp4"}, parquet=str(parquet),
+                    config=FollowConfig(silence=2.0, until_done=True, parquet_every=10.0))
+        view = console.is_terminal and not no_view and not as_json
+        sup = asyncio.run(follow(store, plan, view=view, console=console, duration=seconds * 2 + 30))
+        report = _report(store, sup, sim, db, parquet)
+    finally:
+        sim.stop_thread()
+        store.dispose()
+    if as_json:
+        print_json(report)
+    else:
+        _print(console, report)
+
+
+def _report(store, sup, sim, db: Path, parquet: Path) -> dict:
+    import sqlalchemy as sa
+
+    runs = []
+    with store.engine.connect() as c:
+        for run, st in sup.status.items():
+            q = {"r": run}
+            truth = sim.truth(st.jobset)
+            runs.append({
+                "run": run,
+                "state": st.state,
+                "steps_recorded": c.execute(sa.text("SELECT COUNT(*) FROM loss_parts WHERE run=:r"), q).scalar(),
+                "steps_written_by_trainer": len(truth),
+                "steps_lost_to_rotation": sorted(t.step for t in truth if t.rotated_unread),
+                "incarnations": c.execute(sa.text("SELECT COUNT(*) FROM incarnations WHERE run=:r"), q).scalar(),
+                "reconnects": st.reconnects,
+                "failures": [{"kind": f.kind, "reason": f.reason} for f in sup.detectors[run].failures],
+                "stream_gaps": [{"stream": s, "start_ns": a, "end_ns": b, "reason": why} for s, a, b, why in c.execute(
+                    sa.text("SELECT stream, start_ns, end_ns, reason FROM stream_gaps WHERE run=:r ORDER BY start_ns"),
+                    q)],
+                "findings": [{"kind": k, "incarnation": i, "first_step": a, "last_step": b, "severity": sev,
+                              "detail": d} for k, i, a, b, sev, d in c.execute(
+                    sa.text("SELECT kind, incarnation, first_step, last_step, severity, detail FROM findings"
+                            " WHERE run=:r ORDER BY id"), q)],
+            })
+    return {"db": str(db), "parquet": str(parquet), "runs": runs}
+
+
+def _print(console: Console, report: dict) -> None:
+    from parsers.timestamps import format_ns
+
+    for r in report["runs"]:
+        console.rule(f"[bold]{r['run']}")
+        console.print(f"{r['steps_recorded']} steps recorded of {r['steps_written_by_trainer']} written "
+                      f"({r['incarnations']} incarnations), {r['reconnects']} reconnects, state {r['state']}")
+        if r["steps_lost_to_rotation"]:
+            lost = r["steps_lost_to_rotation"]
+            console.print(f"[red]lost to log rotation (simulator truth): steps {lost[0]}…{lost[-1]} "
+                          f"({len(lost)})[/]")
+        for g in r["stream_gaps"]:
+            end = format_ns(g["end_ns"]) if g["end_ns"] else "?"
+            console.print(f"  stream gap {format_ns(g['start_ns'])} → {end}: {g['reason']}", highlight=False)
+        kinds: dict[str, int] = {}
+        for f in r["failures"]:
+            kinds[f["kind"]] = kinds.get(f["kind"], 0) + 1
+        for kind, n in kinds.items():
+            reason = next(f["reason"] for f in r["failures"] if f["kind"] == kind)
+            console.print(f"  follower failure {kind} ×{n}: {reason}", highlight=False)
+        for f in r["findings"]:
+            console.print(f"  [yellow]{f['severity']}[/] {f['kind']} (inc {f['incarnation']}, steps "
+                          f"{f['first_step']}–{f['last_step']}): {f['detail']}", highlight=False)
+    db = report["db"]
+    console.rule("data")
+    console.print(f"SQLite:  {db}\nParquet: {report['parquet']}")
+    console.print(f"try:     steptail runs --db {db}\n         steptail steps olmo3-sft --db {db}\n"
+                  f"         steptail check qwen3-cp4 --db {db}", highlight=False)

@@ -1,0 +1,131 @@
+"""Helpers for the follow tests (no tests here): run the collector against a simulated
+cluster with the real kubectl, and compare what it recorded with the simulator's truth."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import psutil
+import sqlalchemy as sa
+
+from collector.follower import FollowConfig
+from collector.kubectl import KubeTarget
+from collector.supervisor import Plan, Supervisor
+from parsers.timestamps import parse_rfc3339
+from storage.db import open_store
+
+FAST = {
+    "namespace": "default",
+    "rate": 50,
+    "grace_seconds": 3,
+    "restart_pending_seconds": 0.3,
+    "jobsets": [{"name": "olmo3-sft", "hosts": 2, "trainer": {"steps": 160, "checkpoint_period": 50}}],
+}
+
+
+def scenario(*faults: dict, **over) -> dict:
+    return {**FAST, **over, "faults": list(faults)}
+
+
+def follow_sim(sim, db: str, jobsets: dict[str, str] | None = None, *, silence: float = 1.0,
+               parquet: str | None = None, follow_all: bool = False, selector: str | None = None,
+               expect_runs: int = 1, timeout: float = 60.0) -> Supervisor:
+    """Follow until every run is done (process 0 completed), bounded by `timeout`."""
+    store = open_store(db)
+    target = KubeTarget(sim.scenario.namespace, sim.account, str(sim.kubeconfig_path))
+    plan = Plan(target, jobsets if jobsets is not None else {"olmo3-sft": "r"}, follow_all=follow_all,
+                selector=selector, parquet=parquet,
+                config=FollowConfig(silence=silence, until_done=True, parquet_every=2.0))
+
+    async def main() -> Supervisor:
+        sup = Supervisor(store, plan)
+        task = asyncio.create_task(sup.run(install_signals=False))
+        deadline = time.monotonic() + timeout
+        while not task.done():
+            st = sup.status.values()
+            if follow_all and len(sup.status) >= expect_runs and all(s.done for s in st):
+                sup.stop()
+            if time.monotonic() > deadline:
+                sup.stop()
+                await task
+                raise TimeoutError(f"runs not done: {[(s.run, s.state, s.last_step) for s in st]}")
+            await asyncio.wait([task], timeout=0.1)
+        await task
+        return sup
+
+    try:
+        return asyncio.run(main())
+    finally:
+        store.dispose()
+
+
+def recorded(db: str, run: str) -> list[tuple[int, int]]:
+    store = open_store(db)
+    try:
+        with store.engine.connect() as c:
+            return [tuple(r) for r in c.execute(
+                sa.text("SELECT incarnation, step FROM loss_parts WHERE run = :r"), {"r": run})]
+    finally:
+        store.dispose()
+
+
+def gaps(db: str, run: str) -> list[tuple[str, int, int | None, str]]:
+    store = open_store(db)
+    try:
+        with store.engine.connect() as c:
+            return [tuple(r) for r in c.execute(
+                sa.text("SELECT stream, start_ns, end_ns, reason FROM stream_gaps WHERE run = :r"), {"r": run})]
+    finally:
+        store.dispose()
+
+
+def findings(db: str, run: str) -> list[tuple[str, str]]:
+    store = open_store(db)
+    try:
+        with store.engine.connect() as c:
+            return [tuple(r) for r in c.execute(
+                sa.text("SELECT kind, detail FROM findings WHERE run = :r"), {"r": run})]
+    finally:
+        store.dispose()
+
+
+def in_gap(t, gap_rows) -> bool:
+    ts = parse_rfc3339(t.timestamp)
+    return any(stream.startswith(t.pod_uid + "/") and start < ts and (end is None or ts <= end)
+               for stream, start, end, _ in gap_rows)
+
+
+def assert_exactly_once(sim, db: str, run: str, jobset: str | None = None) -> dict:
+    """Recorded (incarnation, step) = every step written, once; the ones not recorded were
+    never served and lie inside a recorded stream gap; everything still retrievable is in."""
+    truth = sim.truth(jobset)
+    rows = recorded(db, run)
+    assert len(rows) == len(set(rows)), "duplicate steps recorded"
+    got = set(rows)
+    written = {(t.incarnation, t.step) for t in truth}
+    assert got <= written, f"recorded steps the trainer never wrote: {sorted(got - written)[:5]}"
+    retrievable = {(t.incarnation, t.step) for t in truth if t.retrievable}
+    assert retrievable <= got, f"missing retrievable steps: {sorted(retrievable - got)[:10]}"
+    g = gaps(db, run)
+    lost = [t for t in truth if (t.incarnation, t.step) not in got]
+    outside = [(t.incarnation, t.step) for t in lost if not in_gap(t, g)]
+    assert not outside, f"steps lost outside any stream gap: {outside[:10]}"
+    for t in truth:
+        if t.rotated_unread:
+            assert in_gap(t, g), f"rotated-away step {t.step} not inside a stream gap"
+    return {"truth": truth, "got": got, "lost": lost, "gaps": g}
+
+
+def kubectl_procs(marker: str) -> list[psutil.Process]:
+    """kubectl processes whose command line mentions `marker` (our kubeconfig)."""
+    out = []
+    for p in psutil.process_iter(["name", "cmdline"]):
+        try:
+            cmd = p.info["cmdline"] or []
+            if cmd and os.path.basename(cmd[0]) == "kubectl" and any(marker in a for a in cmd):
+                out.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return out
