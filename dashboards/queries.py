@@ -122,14 +122,16 @@ GROUP BY run
 """.strip()
 
 # Steps missing between two recorded steps of one incarnation, plus head gaps (the trainer's
-# start was read, yet the incarnation's first step is not 1 / restore + 1).
+# start was read, yet the incarnation's first step is not 1 / restore + 1). (run, incarnation,
+# step) is unique, so max - min + 1 - count is exactly the sum of the inner gaps: one
+# aggregate instead of a window over every row.
 ALERT_MISSING_STEPS = f"""
 WITH active AS ({_ACTIVE}),
 inner_gaps AS (
-  SELECT run, SUM(next_step - step - 1) AS missing FROM (
-    SELECT run, step, LEAD(step) OVER (PARTITION BY run, incarnation ORDER BY step) AS next_step
-    FROM loss_parts WHERE run IN (SELECT run FROM active)
-  ) s WHERE next_step > step + 1 GROUP BY run
+  SELECT run, SUM(hi - lo + 1 - n) AS missing FROM (
+    SELECT run, MIN(step) AS lo, MAX(step) AS hi, COUNT(*) AS n FROM loss_parts
+    WHERE run IN (SELECT run FROM active) GROUP BY run, incarnation
+  ) s GROUP BY run
 ),
 head_gaps AS (
   SELECT run, SUM(first_step - COALESCE(restored_from, 0) - 1) AS missing FROM incarnations

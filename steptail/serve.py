@@ -44,7 +44,10 @@ def _clean(value):
 
 
 def _json(data, status: int = 200) -> web.Response:
-    body = json.dumps(_clean(data), allow_nan=False, separators=(",", ":"))
+    try:  # fast path: stored values are finite almost always
+        body = json.dumps(data, allow_nan=False, separators=(",", ":"))
+    except ValueError:
+        body = json.dumps(_clean(data), allow_nan=False, separators=(",", ":"))
     return web.Response(text=body, status=status, content_type="application/json")
 
 

@@ -201,3 +201,10 @@ def test_cli_bad_token_file_is_exit_2(tmp_path):
                           "--db", str(tmp_path / "x.db")], capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "cannot read token file" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_non_finite_numbers_become_null():
+    from steptail.serve import _json
+
+    body = json.loads(_json({"a": [float("nan"), 1.5, {"b": float("inf")}]}).text)
+    assert body == {"a": [None, 1.5, {"b": None}]}
