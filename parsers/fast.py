@@ -1,9 +1,10 @@
-"""Fast path for the three per-step lines in their canonical form (one regex each, on bytes).
+"""Fast path for the three per-step lines in their canonical form.
 
 Nine lines in ten that carry a record are LOSS-PARTS, REQUIRED_RBF or `completed step`
-exactly as MaxText prints them. Matching that form whole lets the parser skip decoding,
-tokenising and JSON encoding. Anything else (ANSI codes, reordered keys, words, nan,
-odd timestamps, malformed input) returns None and goes to the general parser in line.py,
+exactly as MaxText prints them. For those, one anchored regex at the tag (found with
+bytes.find) and JSON text built by substitution (validated by orjson) replace decoding,
+tokenising and encoding. Anything else (ANSI codes, reordered keys, words, nan parts, odd
+timestamps, malformed input) returns None and goes to the general parser in line.py,
 which is the reference: both give equal records (tests/test_parser_fast.py)."""
 
 from __future__ import annotations
@@ -12,55 +13,90 @@ import calendar
 import datetime
 import re
 
+import orjson
+
 from parsers.records import LossParts, PodStep, RequiredRbf
 
 _NUM = rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"  # a JSON number
-_DEC = rb"-?(?:0|[1-9][0-9]*)\.[0-9]+(?:[eE][+-]?[0-9]+)?"  # a JSON number with a point
-_TS = rb"(?:([0-9]{4}-[0-9]{2}-[0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]{1,9}))?Z )?"
-_PREFIX = rb"[^\x1b\r\n]*?"
 _END = rb"[ \t]*\r?\n?\Z"
-
+_TS = re.compile(rb"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})")
 _LOSS = re.compile(
-    _TS + _PREFIX + rb"(LOSS-PARTS) step=([0-9]+) ce=(" + _NUM + rb"|nan|inf|-inf)"
-    rb"((?: [A-Za-z_][A-Za-z0-9_]*=" + _NUM + rb")*)" + _END
+    rb"LOSS-PARTS step=([0-9]+) ce=(" + _NUM + rb"|nan|inf|-inf)( [^\r\n]*)?\r?\n?\Z"
 )
 _RBF = re.compile(
-    _TS + _PREFIX + rb"(REQUIRED_RBF) step=([0-9]+) max=(" + _DEC + rb")"
-    rb" per_layer=\[((?:" + _DEC + rb",)*" + _DEC + rb")?\] program=([A-Za-z_][A-Za-z0-9_.-]*)" + _END
+    rb"REQUIRED_RBF step=([0-9]+) max=(" + _NUM + rb") per_layer=\[([^\]\s]*)\]"
+    rb" program=([A-Za-z_][A-Za-z0-9_.-]*)" + _END
 )
 _POD = re.compile(
-    _TS + _PREFIX + rb"(completed step:) ([0-9]+), seconds: (" + _NUM + rb"), TFLOP/s/device: ("
-    + _NUM + rb"), Tokens/s/device: (" + _NUM + rb"), total_weights: ([0-9]+), loss: ("
-    + _NUM + rb")" + _END
+    rb"completed step: ([0-9]+), seconds: (" + _NUM + rb"), TFLOP/s/device: (" + _NUM
+    + rb"), Tokens/s/device: (" + _NUM + rb"), total_weights: ([0-9]+), loss: (" + _NUM + rb")" + _END
 )
-_KEYS = re.compile(rb" ([A-Za-z_][A-Za-z0-9_]*)=")
-_DAYS: dict[bytes, int] = {}
-_LAYOUTS: dict[bytes, bool] = {}  # key layout of a LOSS-PARTS tail -> keys are unique
+_SECONDS: dict[bytes, int] = {}  # "YYYY-MM-DDTHH:MM:SS" -> epoch seconds
+# Validity of a LOSS-PARTS tail depends only on its shape: digits 1-9 folded to 1 keep
+# every JSON-number rule (leading zeros, points, exponents), so one check serves each shape.
+_FOLD = bytes.maketrans(b"23456789", b"11111111")
+_SHAPES: dict[bytes, bool] = {}
+_KEY_VALUE = re.compile(rb"(?: [A-Za-z_][A-Za-z0-9_]*=" + _NUM + rb")+")
 
 
-def _ts(m: re.Match) -> int | None | bool:
+def _ts(line: bytes) -> int | None | bool:
     """ns since epoch, None without a timestamp, False when the general parser must judge."""
-    day = m.group(1)
-    if day is None:  # a line opening with a digit may carry a timestamp of another form
-        return False if m.string[:1].isdigit() else None
-    secs = _DAYS.get(day)
-    if secs is None:
-        y, mo, d = int(day[:4]), int(day[5:7]), int(day[8:10])
-        try:
-            datetime.date(y, mo, d)
-        except ValueError:
-            return False
-        secs = _DAYS[day] = calendar.timegm((y, mo, d, 0, 0, 0))
-    h, mi, s = int(m.group(2)), int(m.group(3)), int(m.group(4))
-    if h > 23 or mi > 59 or s > 61:
+    if not line[:1].isdigit():
+        return None
+    z = line.find(b"Z ", 19, 31)
+    if z < 0:
         return False
-    frac = m.group(5)
-    ns = (secs + h * 3600 + mi * 60 + s) * 1_000_000_000
-    return ns + int(frac.ljust(9, b"0")) if frac else ns
+    secs = _SECONDS.get(line[:19])
+    if secs is None:
+        secs = _seconds(line[:19])
+        if secs is None:
+            return False
+    frac = line[19:z]
+    if not frac:
+        return secs * 1_000_000_000
+    if frac[:1] != b"." or not frac[1:].isdigit() or len(frac) > 10:
+        return False
+    return secs * 1_000_000_000 + int(frac[1:].ljust(9, b"0"))
 
 
-def _first_tag(line: bytes, m: re.Match) -> bool:
-    return line.find(m.group(6)) == m.start(6)
+def _seconds(whole: bytes) -> int | None:
+    m = _TS.fullmatch(whole)
+    if m is None:
+        return None
+    y, mo, d, h, mi, s = map(int, m.groups())
+    try:
+        datetime.date(y, mo, d)
+    except ValueError:
+        return None
+    if h > 23 or mi > 59 or s > 61:
+        return None
+    if len(_SECONDS) > 100_000:
+        _SECONDS.clear()
+    secs = _SECONDS[whole] = calendar.timegm((y, mo, d, h, mi, s))
+    return secs
+
+
+def _parts_json(tail: bytes | None) -> str | None:
+    """`k=v k=v` -> `{"k":v,"k":v}` when every value is a JSON number and keys are unique."""
+    if not tail:
+        return "{}"
+    shape = tail.translate(_FOLD)
+    ok = _SHAPES.get(shape)
+    if ok is None:
+        ok = _shape_ok(shape)
+        if len(_SHAPES) < 4096:
+            _SHAPES[shape] = ok
+    if not ok:
+        return None
+    return '{"' + tail[1:].replace(b"=", b'":').replace(b" ", b',"').decode() + "}"
+
+
+def _shape_ok(shape: bytes) -> bool:
+    if not _KEY_VALUE.fullmatch(shape):
+        return False
+    keys = [t.partition(b"=")[0] for t in shape.split()]
+    # Folded keys may collide (a2/a3): such a tail goes to the general parser, to be safe.
+    return len(set(keys)) == len(keys) and b"step" not in keys and b"ce" not in keys
 
 
 def parse_fast(line: bytes) -> tuple | None:
@@ -70,48 +106,44 @@ def parse_fast(line: bytes) -> tuple | None:
     ("R", ts_ns, step, max, per_layer_json, program)       REQUIRED_RBF
     ("P", ts_ns, step, seconds, tflops, tokens_per_s, total_weights, loss)   completed step
     """
-    if b"LOSS-PARTS" in line:
-        m = _LOSS.match(line)
-        if m is None or not _first_tag(line, m):
+    if b"\x1b" in line:
+        return None
+    if (i := line.find(b"LOSS-PARTS")) >= 0:
+        m = _LOSS.match(line, i)
+        if m is None:
             return None
-        tail = m.group(9)
-        if tail:
-            layout = b" ".join(_KEYS.findall(tail))
-            ok = _LAYOUTS.get(layout)
-            if ok is None:
-                keys = layout.split()
-                ok = len(set(keys)) == len(keys) and b"step" not in keys and b"ce" not in keys
-                if len(_LAYOUTS) < 1024:
-                    _LAYOUTS[layout] = ok
-            if not ok:
-                return None
-            parts = '{"' + tail[1:].replace(b"=", b'":').replace(b" ", b',"').decode() + "}"
-        else:
-            parts = "{}"
-        ts = _ts(m)
+        step, ce_raw, tail = m.groups()
+        parts = _parts_json(tail.rstrip(b" \t") if tail else tail)
+        ts = _ts(line)
+        if parts is None or ts is False:
+            return None
+        ce = ce_raw.decode()
+        return "L", ts, int(step), float(ce), ce, parts
+    if (i := line.find(b"REQUIRED_RBF")) >= 0:
+        m = _RBF.match(line, i)
+        if m is None:
+            return None
+        step, mx, layers, program = m.groups()
+        ts = _ts(line)
         if ts is False:
             return None
-        ce_raw = m.group(8).decode()
-        return "L", ts, int(m.group(7)), float(ce_raw), ce_raw, parts
-    if b"REQUIRED_RBF" in line:
-        m = _RBF.match(line)
-        if m is None or not _first_tag(line, m):
+        per_layer = b"[" + layers + b"]"
+        try:
+            values = orjson.loads(per_layer)
+        except orjson.JSONDecodeError:
             return None
-        ts = _ts(m)
-        if ts is False:
+        if layers.count(b".") != len(values):  # each a decimal float, as the general parser gives
             return None
-        layers = m.group(9)
-        per_layer = "[" + layers.decode() + "]" if layers else "[]"
-        return "R", ts, int(m.group(7)), float(m.group(8)), per_layer, m.group(10).decode()
-    if b"completed step:" in line:
-        m = _POD.match(line)
-        if m is None or not _first_tag(line, m):
+        return "R", ts, int(step), float(mx), per_layer.decode(), program.decode()
+    if (i := line.find(b"completed step:")) >= 0:
+        m = _POD.match(line, i)
+        if m is None:
             return None
-        ts = _ts(m)
+        ts = _ts(line)
         if ts is False:
             return None
         g = m.groups()
-        return "P", ts, int(g[6]), float(g[7]), float(g[8]), float(g[9]), int(g[10]), float(g[11])
+        return "P", ts, int(g[0]), float(g[1]), float(g[2]), float(g[3]), int(g[4]), float(g[5])
     return None
 
 

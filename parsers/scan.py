@@ -10,13 +10,13 @@ from collections.abc import Iterator
 
 from parsers.line import TAGS
 
-_CANDIDATE = re.compile(b"|".join(re.escape(t) for t in TAGS))
+CANDIDATE = re.compile(b"|".join(re.escape(t) for t in TAGS))
 
 
 def candidate_lines(block: bytes) -> Iterator[bytes]:
     """Each line of `block` (complete lines, `\\n`-separated) that holds a tag, once, in order."""
     end = -1
-    for m in _CANDIDATE.finditer(block):
+    for m in CANDIDATE.finditer(block):
         if m.start() <= end:
             continue  # a second tag on a line already yielded
         start = block.rfind(b"\n", 0, m.start()) + 1
@@ -27,4 +27,4 @@ def candidate_lines(block: bytes) -> Iterator[bytes]:
 
 
 def has_tag(line: bytes) -> bool:
-    return _CANDIDATE.search(line) is not None
+    return CANDIDATE.search(line) is not None

@@ -14,7 +14,7 @@ import re
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -98,10 +98,12 @@ def ingest(
     # The rows in flight are acyclic; the cyclic collector would only rescan them (~20%).
     gc_was_enabled = gc.isenabled()
     gc.disable()
+    writer = None
     try:
         with store.engine.begin() as conn:
             sink.ensure_run(conn, run)
             model = load_model(conn, run)
+            writer = _Writer(sink, pq_sink, conn, run)
             done = 0
             for source in order_sources(sources):
                 tick = (lambda pos, base=done: progress(base + pos)) if progress else None
@@ -114,9 +116,10 @@ def ingest(
                     if _seen(conn, run, digest):
                         result.skipped.append(source.name)
                         continue
-                _feed(model, source, sink, pq_sink, conn, tick, pool)
+                _feed(model, source, writer, tick, pool)
                 done += source.size or 0
-                _flush(model, sink, pq_sink, conn)
+                _flush(model, writer)
+                writer.drain()
                 _record(conn, run, source.name, digest, started, model.counters)
                 _add(result, model.counters)
             result.incarnations = conn.execute(
@@ -127,6 +130,8 @@ def ingest(
             pq_sink.abort()
         raise
     finally:
+        if writer is not None:
+            writer.close()
         if gc_was_enabled:
             gc.enable()
         if pool is not None:
@@ -136,7 +141,7 @@ def ingest(
     return result
 
 
-def _feed(model, source, sink, pq_sink, conn, progress, pool) -> None:
+def _feed(model, source, writer, progress, pool) -> None:
     """Blocks are parsed in worker processes (pure, ordered) and applied here in order."""
     feed_item = model.feed_item
     window: deque = deque()
@@ -148,7 +153,7 @@ def _feed(model, source, sink, pq_sink, conn, progress, pool) -> None:
         for item in items:
             feed_item(item)
         if len(model.batch) >= FLUSH_ROWS:
-            _flush(model, sink, pq_sink, conn)
+            _flush(model, writer)
         if progress:
             progress(source.position())
 
@@ -177,11 +182,38 @@ def _pool(sources: list[Source]):
     return ProcessPoolExecutor(max_workers=min(cpus, 4), mp_context=mp.get_context("forkserver"))
 
 
-def _flush(model, sink, pq_sink, conn) -> None:
-    batch = model.take()
-    sink.write(conn, model.run, batch)
-    if pq_sink:
-        pq_sink.write(batch)
+class _Writer:
+    """Writes batches on one background thread while the main thread reads and parses:
+    SQLite and Parquet encoding release the GIL for most of their work. At most two batches
+    wait, so memory stays bounded; an error surfaces at the next submit or at drain()."""
+
+    def __init__(self, sink: SqlSink, pq_sink: ParquetSink | None, conn, run: str) -> None:
+        self.sink, self.pq_sink, self.conn, self.run = sink, pq_sink, conn, run
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="steptail-writer")
+        self.pending: deque = deque()
+
+    def _write(self, batch) -> None:
+        self.sink.write(self.conn, self.run, batch)
+        if self.pq_sink:
+            self.pq_sink.write(batch)
+
+    def submit(self, batch) -> None:
+        while len(self.pending) >= 2:
+            self.pending.popleft().result()
+        self.pending.append(self.pool.submit(self._write, batch))
+
+    def drain(self) -> None:
+        while self.pending:
+            self.pending.popleft().result()
+
+    def close(self) -> None:
+        for f in self.pending:
+            f.cancel()
+        self.pool.shutdown(wait=True)
+
+
+def _flush(model, writer: _Writer) -> None:
+    writer.submit(model.take())
 
 
 def _seen(conn, run: str, digest: str) -> bool:

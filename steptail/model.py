@@ -280,4 +280,6 @@ class RunModel:
         """The rows produced since the last call; incarnation rows rendered now."""
         batch, self.batch = self.batch, Batch()
         batch.incarnations = {n: inc.row(self.run) for n, inc in batch.incarnations.items()}
+        # Snapshots: the batch may be written by another thread while reading goes on.
+        batch.cursors = {k: Cursor(c.hwm_ns, set(c.at_hwm)) for k, c in batch.cursors.items()}
         return batch

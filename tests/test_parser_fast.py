@@ -42,7 +42,8 @@ def test_fast_path_declines_what_it_cannot_judge():
         b"2026-02-30T01:00:00Z LOSS-PARTS step=1 ce=2.0",  # no such day
         b"2026-11-30T01:00:00+01:00 LOSS-PARTS step=1 ce=2.0",  # offset
         b"LOSS-PARTSX LOSS-PARTS step=1 ce=2.0",  # first tag is not the record
-        b"REQUIRED_RBF step=1 max=1 per_layer=[1.0] program=p",  # int max
+        b"REQUIRED_RBF step=1 max=1.0 per_layer=[1,2] program=p",  # ints
+        b"REQUIRED_RBF step=1 max=1_0 per_layer=[1.0] program=p",
         b"REQUIRED_RBF step=1 max=1.0 per_layer=[1.0, 2.0] program=p",
         b"completed step: 1, seconds: 1.0",
     ):

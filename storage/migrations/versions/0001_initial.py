@@ -16,6 +16,9 @@ depends_on = None
 
 JSON = sa.JSON().with_variant(JSONB(), "postgresql")
 RUN = sa.String(128)
+# Per-step tables are clustered on their key in SQLite (one B-tree per row written, not
+# two): ingest speed. The key (run, incarnation, step) also serves reading a run by step.
+CLUSTERED = {"sqlite_with_rowid": False}
 
 
 def _run_inc_step() -> list[sa.Column]:
@@ -58,8 +61,12 @@ def upgrade() -> None:
         sa.Column("ce_raw", sa.String(64), nullable=False),
         sa.Column("parts", JSON, nullable=False),
         sa.PrimaryKeyConstraint("run", "incarnation", "step"),
+        **CLUSTERED,
     )
-    op.create_index("ix_loss_parts_run_step", "loss_parts", ["run", "step"])
+    if op.get_bind().dialect.name == "postgresql":
+        # Grafana's shared store: steps across incarnations and "recently active" scans.
+        op.create_index("ix_loss_parts_run_step", "loss_parts", ["run", "step"])
+        op.create_index("ix_loss_parts_ts", "loss_parts", ["ts_ns"])
     op.create_table(
         "required_rbf",
         *_run_inc_step(),
@@ -67,8 +74,8 @@ def upgrade() -> None:
         sa.Column("per_layer", JSON, nullable=False),
         sa.Column("program", sa.String(128)),
         sa.PrimaryKeyConstraint("run", "incarnation", "step"),
+        **CLUSTERED,
     )
-    op.create_index("ix_required_rbf_run_step", "required_rbf", ["run", "step"])
     op.create_table(
         "pod_metrics",
         *_run_inc_step(),
@@ -79,6 +86,7 @@ def upgrade() -> None:
         sa.Column("loss", sa.Float(53)),  # the per-pod loss: never the loss of record
         sa.Column("extra", JSON, nullable=False),
         sa.PrimaryKeyConstraint("run", "incarnation", "step"),
+        **CLUSTERED,
     )
     op.create_table(
         "config",
