@@ -181,18 +181,30 @@ async def steps(request: web.Request) -> web.Response:
     hi = _int_param(request, "to", None, -1, big)
     offset = _int_param(request, "offset", 0, 0, 2**62)
     limit = _int_param(request, "limit", PAGE_DEFAULT, 1, PAGE_MAX)
+    after = _after_param(request)
     store = request.app[STORE]
     # One row more than asked tells whether another page follows.
-    rows = await asyncio.to_thread(lambda: list(iter_steps(store, run, lo, hi, offset, limit + 1)))
+    rows = await asyncio.to_thread(
+        lambda: list(iter_steps(store, run, lo, hi, offset, limit + 1, after=after)))
     more = len(rows) > limit
     rows = rows[:limit]
     nxt = None
-    if more:
+    if more:  # the next page resumes behind the last row (keyset): constant cost per page
         query = {k: v for k, v in (("from", lo), ("to", hi)) if v is not None}
-        query |= {"offset": offset + limit, "limit": limit}
+        query |= {"after": f"{rows[-1]['incarnation']}:{rows[-1]['step']}", "limit": limit}
         nxt = f"{request.path}?{urlencode(query)}"
     return _json({"run": run, "from": lo, "to": hi, "offset": offset, "limit": limit,
                   "count": len(rows), "next": nxt, "steps": rows})
+
+
+def _after_param(request: web.Request) -> tuple[int, int] | None:
+    raw = request.query.get("after")
+    if raw is None:
+        return None
+    inc, colon, step = raw.partition(":")
+    if not colon or not inc.isdigit() or not step.isdigit():
+        raise ApiError(400, "after must be INCARNATION:STEP")
+    return int(inc), int(step)
 
 
 def _findings(store: Store, run: str) -> list[dict]:

@@ -64,10 +64,12 @@ SELECT l.incarnation, l.step, l.ts_ns, l.ce, l.ce_raw, l.parts,
 FROM loss_parts l LEFT JOIN required_rbf r
   ON r.run = l.run AND r.incarnation = l.incarnation AND r.step = l.step
 WHERE l.run = :run AND l.step >= :lo AND l.step <= :hi
+  AND (l.incarnation > :ai OR (l.incarnation = :ai AND l.step > :as_))
 UNION ALL
 SELECT r.incarnation, r.step, r.ts_ns, NULL, NULL, NULL, r.max, r.per_layer, r.program
 FROM required_rbf r
-WHERE r.run = :run AND r.step >= :lo AND r.step <= :hi AND NOT EXISTS (
+WHERE r.run = :run AND r.step >= :lo AND r.step <= :hi
+  AND (r.incarnation > :ai OR (r.incarnation = :ai AND r.step > :as_)) AND NOT EXISTS (
   SELECT 1 FROM loss_parts l WHERE l.run = r.run AND l.incarnation = r.incarnation AND l.step = r.step)
 ORDER BY 1, 2
 """
@@ -75,10 +77,16 @@ _BIG = 2**31 - 1
 
 
 def iter_steps(store: Store, run: str, lo: int | None = None, hi: int | None = None,
-               offset: int = 0, limit: int | None = None) -> Iterator[dict]:
-    """One dict per (incarnation, step) in log order; the fields of `steps --json`."""
+               offset: int = 0, limit: int | None = None,
+               after: tuple[int, int] | None = None) -> Iterator[dict]:
+    """One dict per (incarnation, step) in log order; the fields of `steps --json`.
+
+    `after=(incarnation, step)` resumes behind a row already read (keyset paging: every
+    page costs the same, unlike `offset`)."""
     sql = _STEPS
-    params = {"run": run, "lo": -1 if lo is None else lo, "hi": _BIG if hi is None else hi}
+    ai, as_ = after if after is not None else (-1, -1)
+    params = {"run": run, "lo": -1 if lo is None else lo, "hi": _BIG if hi is None else hi,
+              "ai": ai, "as_": as_}
     if limit is not None:
         sql += " LIMIT :limit OFFSET :offset"
         params |= {"limit": limit, "offset": offset}

@@ -121,6 +121,7 @@ async def test_steps_pages_equal_steps_json(loaded):
 @pytest.mark.parametrize("query,message", [
     ("limit=0", "limit must be between"), ("limit=100001", "limit must be between"),
     ("from=abc", "from must be an integer"), ("offset=-1", "offset must be between"),
+    ("after=2", "after must be INCARNATION:STEP"), ("after=a:1", "after must be INCARNATION:STEP"),
 ])
 async def test_bad_parameters_are_400_json(loaded, query, message):
     async with running(loaded) as http:
