@@ -8,7 +8,7 @@ import json
 import pytest
 from click.testing import CliRunner
 from matplotlib import image
-from test_findings_logs import LogBuilder, store_lines
+from findings_logs import LogBuilder, store_lines
 
 from steptail.cli import main
 

@@ -8,7 +8,7 @@ import json
 import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
-from test_findings_logs import SEC, LogBuilder, feed_engine, keys, store_lines
+from findings_logs import SEC, LogBuilder, feed_engine, keys, store_lines
 
 from steptail.cli import main
 from steptail.findings import (

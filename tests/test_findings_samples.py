@@ -9,7 +9,7 @@ import json
 import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
-from test_findings_logs import feed_engine, keys, sample_lines
+from findings_logs import feed_engine, keys, sample_lines
 
 from steptail.cli import main
 from steptail.findings import FindingEngine, check_run, load_findings, save_findings
