@@ -36,6 +36,7 @@ class PodInfo:
     state: str  # waiting | running | terminated
     reason: str  # waiting / terminated reason
     finished_ns: int | None  # current container's finishedAt
+    started_ns: int | None  # current container's startedAt (whole seconds)
     previous_finished_ns: int | None  # lastState.terminated.finishedAt
 
     @property
@@ -61,14 +62,15 @@ def pod_info(pod) -> PodInfo:
     for c in (status.container_statuses or []) if status else []:
         if c.name == container:
             cs = c
-    state, reason, finished, prev_finished, rc = "waiting", "Pending", None, None, 0
+    state, reason, finished, prev_finished, rc, started = "waiting", "Pending", None, None, 0, None
     if cs is not None:
         rc = cs.restart_count or 0
         if cs.state and cs.state.running:
-            state, reason = "running", ""
+            state, reason, started = "running", "", _ns(cs.state.running.started_at)
         elif cs.state and cs.state.terminated:
             t = cs.state.terminated
             state, reason, finished = "terminated", t.reason or "", _ns(t.finished_at)
+            started = _ns(t.started_at)
         elif cs.state and cs.state.waiting:
             reason = cs.state.waiting.reason or "Waiting"
         if cs.last_state and cs.last_state.terminated:
@@ -81,7 +83,8 @@ def pod_info(pod) -> PodInfo:
         name=meta.name, uid=meta.uid, jobset=labels.get(JOBSET, ""), attempt=attempt,
         created=str(meta.creation_timestamp), phase=(status.phase if status else "") or "",
         deleting=meta.deletion_timestamp is not None, container=container, restart_count=rc,
-        state=state, reason=reason, finished_ns=finished, previous_finished_ns=prev_finished,
+        state=state, reason=reason, finished_ns=finished, started_ns=started,
+        previous_finished_ns=prev_finished,
     )
 
 

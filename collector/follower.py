@@ -62,19 +62,42 @@ def stream_key(pod: PodInfo, restart_count: int) -> str:
 
 
 class _Overlap:
-    """Decides, at the first timestamped line of a re-read, whether it reached back to the
-    last line read (no loss) or started after it (the lines in between are gone)."""
+    """Decides, early in a read, whether lines before it are gone.
 
-    def __init__(self, hwm_ns: int | None) -> None:
+    A re-read (we hold a cursor) must reach back to the last line read: when its first line
+    comes after it, the lines in between were rotated away. A first read starts at the
+    beginning of the current log file: when a step line comes before the trainer's start-up
+    line, the file(s) holding the start-up and the first steps were rotated away before
+    following began (window: container start to that first step)."""
+
+    ROTATED = ("log rotated between reads: the re-read starts after the last line read; lines "
+               "written in between (if any) are in a rotated file and cannot be read")
+    HEAD = ("the current log file begins after the trainer's start-up: earlier lines were rotated "
+            "away before following began")
+
+    def __init__(self, hwm_ns: int | None, started_ns: int | None = None) -> None:
         self.hwm_ns = hwm_ns
+        self.started_ns = started_ns
         self.first_ns: int | None = None
+        self.resolved = False
 
-    def see(self, ts_ns: int | None) -> bool:
-        """True once, when the re-read starts after the last line read: a gap."""
-        if self.hwm_ns is None or ts_ns is None or self.first_ns is not None:
-            return False
-        self.first_ns = ts_ns
-        return ts_ns > self.hwm_ns
+    def see(self, ts_ns: int | None, line: bytes) -> tuple[int, int, str] | None:
+        """(start, end, reason) of a gap, at most once per read; else None."""
+        if self.resolved or ts_ns is None:
+            return None
+        if self.first_ns is None:
+            self.first_ns = ts_ns
+        if self.hwm_ns is not None:
+            self.resolved = True
+            return (self.hwm_ns, ts_ns, self.ROTATED) if ts_ns > self.hwm_ns else None
+        if b"distributed system" in line:  # the trainer's start-up line (parsers.line.TAGS)
+            self.resolved = True
+        elif b"LOSS-PARTS" in line or b"completed step:" in line:
+            self.resolved = True
+            start = self.started_ns if self.started_ns is not None else self.first_ns
+            if ts_ns > start:
+                return (start, ts_ns, self.HEAD)
+        return None
 
 
 class RunFollower:
@@ -109,7 +132,7 @@ class RunFollower:
             self.known[p.uid] = p
         live = {p.uid for p in pods}
         # pods gone from the API that were never read to the end
-        for uid, p in list(self.known.items()):
+        for uid, p in sorted(self.known.items(), key=lambda kv: kv[1].order):
             if uid not in live and stream_key(p, p.restart_count) not in self.finished:
                 await self._drain(p, gone=True)
         if not pods:
@@ -122,6 +145,8 @@ class RunFollower:
         for old in pods[:-1]:
             if stream_key(old, old.restart_count) not in self.finished:
                 await self._drain(old)
+                if stream_key(old, old.restart_count) not in self.finished:
+                    return  # lines in order: the new pod waits until the old one is read or gone
         if newest.deleting:  # restart in progress, replacement not listed yet
             await self._drain(newest)
             await self.discovery.wait_change(1.0)
@@ -130,7 +155,8 @@ class RunFollower:
 
     # ------------------------------------------------------------------------ following
     async def _follow(self, pod: PodInfo) -> None:
-        await self._catch_up_previous(pod)
+        if not await self._catch_up_previous(pod):
+            return
         key = stream_key(pod, pod.restart_count)
         if pod.state == "waiting":
             self._set_state(f"pending: {pod.reason}", pod)
@@ -153,8 +179,10 @@ class RunFollower:
             self._backoff = 0.0
             fresh = await self._fresh(pod)
             if fresh is None or (fresh.restart_count == pod.restart_count and fresh.state == "terminated"):
-                self.finished.add(key)  # the container ended and its log was read to EOF
-                if fresh is not None:
+                # The container ended. An EOF does not prove the log was read to its end (a stream
+                # hung on a rotated file ends too): one non-follow read from the cursor settles it.
+                await self._drain(fresh or pod, gone=fresh is None)
+                if fresh is not None and key in self.finished:
                     self.known[fresh.uid] = fresh
                     if self.cfg.until_done and fresh.reason == "Completed" and not fresh.deleting:
                         await self._finish(fresh)
@@ -172,7 +200,7 @@ class RunFollower:
         self._set_state("following", pod)
         proc = await kubectl.spawn(argv, self.env)
         err_task = asyncio.create_task(proc.stderr.read())
-        check = self._check_for(key, since)
+        check = self._check_for(key, since, pod)
         outcome = "eof"
         last_line = time.monotonic()
         try:
@@ -219,10 +247,11 @@ class RunFollower:
         if pod.state == "waiting" and key not in self.model.cursors:
             self.finished.add(key)  # it never ran: nothing to read
             return
-        await self._catch_up_previous(pod)
+        if not await self._catch_up_previous(pod) and not gone:
+            return
         since = self._since(key)
         self._set_state("draining old pod", pod)
-        check = self._check_for(key, since)
+        check = self._check_for(key, since, pod)
         self.model.pod = pod.name
         argv = self.target.logs_argv(pod.name, pod.container, since_ns=since)
         code, err = await kubectl.run_once(argv, self.env, lambda ln: self._feed(ln, key, check, pod),
@@ -239,13 +268,14 @@ class RunFollower:
             return
         await self._report(kind, f"draining {pod.name}: {reason}")
 
-    async def _catch_up_previous(self, pod: PodInfo) -> None:
-        """After an in-place restart, read the rest of the container we were following."""
+    async def _catch_up_previous(self, pod: PodInfo) -> bool:
+        """After an in-place restart, read the rest of the container we were following.
+        False while that is not done (the new container must wait: lines stay in order)."""
         prefix = f"{pod.uid}/{pod.container}/"
         seen = [int(k[len(prefix):]) for k in self.model.cursors if k.startswith(prefix)]
         older = [rc for rc in seen if rc < pod.restart_count and f"{prefix}{rc}" not in self.finished]
         if not older:
-            return
+            return True
         rc = max(older)
         key = f"{prefix}{rc}"
         since = self._since(key)
@@ -254,7 +284,7 @@ class RunFollower:
             self._gap(key, since, pod.previous_finished_ns,
                       f"container restarted {pod.restart_count - rc} times between reads")
             self.finished.add(key)
-            return
+            return True
         check = self._check_for(key, since)
         argv = self.target.logs_argv(pod.name, pod.container, previous=True, since_ns=since)
         self._set_state("reading previous container", pod)
@@ -262,32 +292,33 @@ class RunFollower:
                                            self.cfg.drain_timeout)
         if code == 0:
             self.finished.add(key)
-            return
+            return True
         kind, reason = kubectl.classify(err) if code is not None else ("timeout", err)
         if kind in (kubectl.NOT_FOUND, kubectl.NO_PREVIOUS):
             self._gap(key, since, pod.previous_finished_ns, f"previous container unreadable: {reason}")
             self.finished.add(key)
-        else:
-            await self._report(kind, f"reading --previous of {pod.name}: {reason}")
+            return True
+        await self._report(kind, f"reading --previous of {pod.name}: {reason}")
+        return False
 
     # ------------------------------------------------------------------------ lines
     def _since(self, key: str) -> int | None:
         cursor = self.model.cursors.get(key)
         return cursor.hwm_ns if cursor is not None else None
 
-    def _check_for(self, key: str, since: int | None) -> _Overlap:
+    def _check_for(self, key: str, since: int | None, pod: PodInfo | None = None) -> _Overlap:
         check = self._pending_check.get(key)
         if check is None or check.hwm_ns != since:
-            check = self._pending_check[key] = _Overlap(since)
+            started = pod.started_ns if pod is not None and key == stream_key(pod, pod.restart_count) else None
+            check = self._pending_check[key] = _Overlap(since, started)
         return check
 
     def _feed(self, line: bytes, key: str, check: _Overlap, pod: PodInfo) -> None:
         ts_ns = split_timestamp(line)[0] if line[:1].isdigit() else None
-        if check.see(ts_ns):
-            self._gap(key, check.hwm_ns, ts_ns,
-                      "log rotated between reads: the re-read starts after the last line read; "
-                      "lines written in between (if any) are in a rotated file and cannot be read")
-        if ts_ns is not None and check.first_ns is not None:
+        gap = check.see(ts_ns, line)
+        if gap is not None:
+            self._gap(key, *gap)
+        if check.resolved:
             self._pending_check.pop(key, None)
         self.model.counters.lines += 1
         self.status.lines += 1
