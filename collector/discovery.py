@@ -90,9 +90,15 @@ def pod_info(pod) -> PodInfo:
 
 def api_client(target: KubeTarget):
     """A kubernetes ApiClient for the target (the exec auth plugin sees the account)."""
-    from kubernetes import config
+    from kubernetes import client, config
 
     os.environ[ACCOUNT_VAR] = target.account  # the client's exec provider copies os.environ
+    in_cluster = not target.kubeconfig and not os.environ.get("KUBECONFIG") \
+        and not os.path.exists(os.path.expanduser("~/.kube/config")) and os.environ.get("KUBERNETES_SERVICE_HOST")
+    if in_cluster:  # a pod with a ServiceAccount (deploy/): the token kubectl uses too
+        cfg = client.Configuration()
+        config.load_incluster_config(client_configuration=cfg)
+        return client.ApiClient(cfg)
     return config.new_client_from_config(config_file=target.kubeconfig, context=target.context)
 
 

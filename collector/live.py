@@ -18,7 +18,7 @@ log = logging.getLogger("steptail.follow")
 
 
 async def follow(store: Store, plan: Plan, *, view: bool = False, webhooks: tuple[str, ...] = (),
-                 metrics_port: int | None = None, duration: float | None = None,
+                 metrics_port: int | None = None, metrics_host: str = "127.0.0.1", duration: float | None = None,
                  console: Console | None = None, on_start=None) -> Supervisor:
     """Follow until every run is done (--until-done), a signal, or `duration` seconds."""
     from steptail.alerts import Alerter, Metrics, MetricsServer
@@ -26,16 +26,16 @@ async def follow(store: Store, plan: Plan, *, view: bool = False, webhooks: tupl
     metrics = Metrics()
     server = None
     if metrics_port is not None:
-        server = MetricsServer(metrics, port=metrics_port)
+        server = MetricsServer(metrics, port=metrics_port, host=metrics_host)
         port = await server.start()
-        log.info("metrics on http://127.0.0.1:%d/metrics", port)
+        log.info("metrics on http://%s:%d/metrics", metrics_host, port)
     plan.metrics = metrics
     plan.alerts = Alerter(webhooks, metrics)
     sup = Supervisor(store, plan)
     try:
         task = asyncio.create_task(sup.run())
         if on_start is not None:
-            on_start(sup)
+            on_start(sup, server.url if server is not None else None)
         timer = None
         if duration is not None:
             timer = asyncio.get_running_loop().call_later(duration, sup.stop)

@@ -30,12 +30,14 @@ from steptail.commands._common import db_option, fail, json_option, print_json, 
 @click.option("--parquet-every", type=float, default=30.0, show_default=True,
               help="Seconds between Parquet flushes (and at shutdown).")
 @click.option("--alert-webhook", "webhooks", multiple=True, metavar="URL", help="POST findings here (repeatable).")
-@click.option("--metrics-port", type=int, help="Serve Prometheus metrics on 127.0.0.1:PORT.")
+@click.option("--metrics-port", type=int, help="Serve Prometheus metrics on PORT.")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address of the metrics server.")
 @click.option("--duration", type=float, help="Stop after this many seconds.")
 @click.option("--no-view", is_flag=True, help="No live table (default when stdout is not a terminal).")
 @json_option
 def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parquet, until_done, follow_all,
-            selector, silence, parquet_every, webhooks, metrics_port, duration, no_view, as_json) -> None:
+            selector, silence, parquet_every, webhooks, metrics_port, metrics_host, duration, no_view,
+            as_json) -> None:
     """Follow JAX process 0 of JobSets with `kubectl logs -f`, surviving rotation hangs, EOFs,
     JobSet and container restarts and auth lapses; rows committed within ~0.1 s, stream gaps
     and findings recorded. SIGTERM/SIGINT: flush, commit, stop every kubectl."""
@@ -81,7 +83,7 @@ def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parq
     view = console.is_terminal and not no_view and not as_json
     try:
         sup = asyncio.run(follow(store, plan, view=view, webhooks=webhooks, metrics_port=metrics_port,
-                                 duration=duration, console=console))
+                                 metrics_host=metrics_host, duration=duration, console=console))
     except OSError as exc:
         fail(f"cannot start: {exc}")
     finally:

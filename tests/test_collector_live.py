@@ -1,0 +1,99 @@
+"""The live path's surroundings: findings reach a webhook (real HTTP) and the Prometheus
+metrics server while following; the RBAC manifest stays read-only."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import aiohttp
+import pytest
+import yaml
+from aiohttp import web
+
+from collector.follower import FollowConfig
+from collector.kubectl import KubeTarget, classify
+from collector.live import follow
+from collector.supervisor import Plan
+from storage.db import open_store
+
+pytestmark = pytest.mark.timeout(90)
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+
+
+async def test_findings_go_to_webhooks_and_metrics_while_following(make_simcluster, tmp_path, monkeypatch):
+    monkeypatch.setenv("CLOUDSDK_CORE_ACCOUNT", "placeholder@example.invalid")
+    got: list[dict] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        got.append(await request.json())
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}/hook"
+
+    sim = make_simcluster({"rate": 50, "jobsets": [{"name": "olmo3-sft", "hosts": 2,
+                                                    "trainer": {"steps": 120, "nan_steps": [30]}}]})
+    store = open_store(str(tmp_path / "l.db"))
+    plan = Plan(KubeTarget("default", sim.account, str(sim.kubeconfig_path)), {"olmo3-sft": "r"},
+                config=FollowConfig(silence=1.0, until_done=True))
+    scraped: list[str] = []
+
+    def on_start(sup, metrics_url):
+        async def scrape():
+            async with aiohttp.ClientSession() as s:
+                for _ in range(200):  # bounded: until the step gauge shows up
+                    async with s.get(metrics_url) as resp:
+                        text = await resp.text()
+                    if 'steptail_last_step{run="r"}' in text:
+                        scraped.append(text)
+                        return
+                    await asyncio.sleep(0.05)
+
+        asyncio.get_running_loop().create_task(scrape())
+
+    try:
+        sup = await asyncio.wait_for(follow(store, plan, webhooks=(url,), metrics_port=0, on_start=on_start), 60)
+    finally:
+        store.dispose()
+        await runner.cleanup()
+    assert sup.status["r"].done
+    assert scraped and "steptail_last_step" in scraped[0]
+    kinds = {p["kind"] for p in got}
+    assert "nonfinite_ce" in kinds
+    assert all(p["run"] == "r" for p in got)
+
+
+def test_rbac_is_read_only_pods_and_logs():
+    docs = list(yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text()))
+    kinds = {d["kind"]: d for d in docs}
+    assert set(kinds) == {"ServiceAccount", "Role", "RoleBinding"}
+    rules = {(tuple(r["apiGroups"]), tuple(r["resources"])): set(r["verbs"]) for r in kinds["Role"]["rules"]}
+    assert rules == {(("",), ("pods",)): {"get", "list", "watch"}, (("",), ("pods/log",)): {"get"}}
+    binding = kinds["RoleBinding"]
+    assert binding["roleRef"]["name"] == kinds["Role"]["metadata"]["name"]
+    assert binding["subjects"][0]["name"] == kinds["ServiceAccount"]["metadata"]["name"]
+    dep = yaml.safe_load((DEPLOY / "deployment.yaml").read_text())
+    spec = dep["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == "steptail"
+    env = {e["name"]: e for e in spec["containers"][0]["env"]}
+    assert "CLOUDSDK_CORE_ACCOUNT" in env and "secretKeyRef" in env["STEPTAIL_DB"]["valueFrom"]
+
+
+@pytest.mark.parametrize("stderr,kind", [
+    ("E1130 cred.go:145] print credential failed\nERROR: (gcloud.config.config-helper) Reauthentication "
+     "failed.\nUnable to connect to the server: getting credentials: exec: executable python failed", "auth"),
+    ('Error from server (NotFound): pods "x" not found', "not_found"),
+    ('Error from server (BadRequest): container "jax-tpu" in pod "x" is waiting to start: ContainerCreating',
+     "container_creating"),
+    ('Error from server (InternalError): an error on the server ("unknown") has prevented the request', "server_error"),
+    ("Unable to connect to the server: dial tcp 10.0.0.1:443: connect: connection refused", "network"),
+])
+def test_stderr_is_classified_and_secrets_masked(stderr, kind):
+    assert classify(stderr)[0] == kind
+    assert "abcdefghijklmnop" not in classify("error: Bearer abcdefghijklmnopqrstuvwxyz invalid")[1]
