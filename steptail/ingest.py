@@ -143,15 +143,13 @@ def ingest(
 
 def _feed(model, source, writer, progress, pool) -> None:
     """Blocks are parsed in worker processes (pure, ordered) and applied here in order."""
-    feed_item = model.feed_item
     window: deque = deque()
 
     def apply(items, piece) -> None:
         model.counters.lines += piece.lines
         if piece.bad:
             model.bad_line(piece.bad)
-        for item in items:
-            feed_item(item)
+        model.feed_items(items)
         if len(model.batch) >= FLUSH_ROWS:
             _flush(model, writer)
         if progress:

@@ -159,21 +159,24 @@ class RunModel:
 
     def feed_item(self, item: tuple, stream: str = "log") -> None:
         """One item of parsers.block.parse_block: a fast-path tuple + line, or ("X", line)."""
-        kind = item[0]
-        if kind == "X":
-            self._feed_general(item[1], stream)
-            return
-        ts_ns, line = item[1], item[-1]
-        cursor = self._cursor(stream)
-        if not cursor.admit(ts_ns, line):
-            self.counters.duplicates += 1
-            return
-        if kind == "L":
-            self._loss(ts_ns, *item[2:6])
-        elif kind == "R":
-            self._rbf(ts_ns, *item[2:6])
-        else:
-            self._pod(ts_ns, *item[2:8], "{}")
+        self.feed_items((item,), stream)
+
+    def feed_items(self, items, stream: str = "log") -> None:
+        """Items of parsers.block.parse_block, in order (the ingest hot loop)."""
+        admit = self._cursor(stream).admit
+        loss, rbf, pod = self._loss, self._rbf, self._pod
+        for item in items:
+            kind = item[0]
+            if kind == "X":
+                self._feed_general(item[1], stream)
+            elif not admit(item[1], item[-1]):
+                self.counters.duplicates += 1
+            elif kind == "L":
+                loss(item[1], item[2], item[3], item[4], item[5])
+            elif kind == "R":
+                rbf(item[1], item[2], item[3], item[4], item[5])
+            else:
+                pod(item[1], item[2], item[3], item[4], item[5], item[6], item[7], "{}")
 
     def _feed_general(self, line: bytes, stream: str) -> None:
         ts_ns, _, text = clean(line)

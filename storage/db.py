@@ -4,7 +4,9 @@ The schema comes from the Alembic migrations alone; tables are reflected after u
 
 from __future__ import annotations
 
+import fcntl
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,7 +73,7 @@ def open_store(db: str | None = None, *, create: bool = True) -> Store:
             raise StoreError(f"directory {path.parent} does not exist")
     try:
         engine = _engine(url)
-        with engine.begin() as conn:
+        with _sqlite_lock(url), engine.begin() as conn:
             _upgrade(conn)
         meta = sa.MetaData()
         meta.reflect(engine)
@@ -82,6 +84,21 @@ def open_store(db: str | None = None, *, create: bool = True) -> Store:
         reason = str(getattr(exc, "orig", exc) or exc).strip().splitlines()[0]
         raise StoreError(f"cannot use database {safe}: {reason}") from None
     return Store(engine, dict(meta.tables))
+
+
+@contextmanager
+def _sqlite_lock(url: sa.URL):
+    """Serialise first-use upgrades of one SQLite file across processes (PostgreSQL uses an
+    advisory lock). flock on the database file is independent of SQLite's own fcntl locks."""
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        yield
+        return
+    with open(url.database, "ab") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _engine(url: sa.URL) -> Engine:

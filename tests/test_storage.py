@@ -89,3 +89,15 @@ def test_lines_sharing_a_timestamp_are_all_kept_once():
     batch = model.take()
     assert len(batch.loss_parts) == 1 and len(batch.required_rbf) == 1
     assert model.counters.duplicates == 4
+
+
+def test_concurrent_first_use_of_one_sqlite_file(tmp_path):
+    """Several processes opening a new SQLite store at once: one builds the schema, none fails."""
+    import subprocess
+    import sys
+
+    db = tmp_path / "race.db"
+    code = "import sys; from storage.db import open_store; open_store(sys.argv[1]).dispose()"
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(db)], stderr=subprocess.PIPE) for _ in range(6)]
+    errors = [p.communicate(timeout=120)[1].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0] * 6, errors
