@@ -60,9 +60,10 @@ class Supervisor:
             waiter = asyncio.create_task(self.stopping.wait())
             while not self.stopping.is_set():
                 active = [t for t in self.tasks.values() if not t.done()]
-                if not active and not self.plan.follow_all:
-                    break
-                await asyncio.wait([waiter, *active], return_when=asyncio.FIRST_COMPLETED)
+                if not active and (not self.plan.follow_all or (self.plan.config.until_done and self.tasks)):
+                    break  # with --all --until-done: every run found so far is done
+                # bounded: runs found by discovery (--all) join while we wait
+                await asyncio.wait([waiter, *active], timeout=0.5, return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
         finally:
             await self.shutdown()

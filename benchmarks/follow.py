@@ -1,0 +1,210 @@
+"""Benchmark of the live collector against the simulated cluster with the real kubectl.
+
+1. latency: from the simulator writing a line (its kubelet timestamp) to its row being
+   committed, p50 and p99, at ~100 lines/s (collector and simulator in one process);
+2. scale: 10 and 50 concurrent runs at ~20 lines/s each for SECONDS: lines lost (must be
+   0), collector CPU and peak RSS, peak total kubectl RSS (simulator in its own process,
+   collector = `steptail follow --all --until-done` in its own process);
+3. rotation hang: time from a log rotation (stream silent, no EOF) to rows flowing again,
+   with the silence threshold used.
+
+    .venv/bin/python benchmarks/follow.py --json [--seconds 60] [--runs 10,50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import sqlalchemy as sa
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from collector.follower import FollowConfig  # noqa: E402
+from collector.kubectl import KubeTarget  # noqa: E402
+from collector.sim.cluster import SimCluster  # noqa: E402
+from collector.sink import RunSink  # noqa: E402
+from collector.supervisor import Plan, Supervisor  # noqa: E402
+from storage.db import open_store  # noqa: E402
+
+LINES_PER_STEP = 6.7  # the simulated trainer's process 0 writes ~6-7 lines per step
+CLI = [sys.executable, "-c", "from steptail.cli import main; main()"]
+
+
+def _pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+async def _follow_until(sim: SimCluster, db: str, stop_when, silence: float, timeout: float) -> Supervisor:
+    store = open_store(db)
+    plan = Plan(KubeTarget("default", sim.account, str(sim.kubeconfig_path)), {"bench": "bench"},
+                config=FollowConfig(silence=silence, until_done=True))
+    sup = Supervisor(store, plan)
+    task = asyncio.create_task(sup.run(install_signals=False))
+    deadline = time.monotonic() + timeout
+    while not task.done() and time.monotonic() < deadline and not stop_when(sup):
+        await asyncio.sleep(0.02)
+    sup.stop()
+    await task
+    store.dispose()
+    return sup
+
+
+def latency(seconds: float) -> dict:
+    """Per committed row: commit end (wall clock) minus the line's kubelet timestamp."""
+    samples: list[float] = []
+    orig = RunSink._commit
+
+    def timed(self, todo):
+        out = orig(self, todo)
+        now = time.time_ns()
+        for batch, _ in todo:
+            for table in ("loss_parts", "required_rbf", "pod_metrics"):
+                samples.extend((now - row[3]) / 1e6 for row in getattr(batch, table) if row[3])
+        return out
+
+    rate = 100 / LINES_PER_STEP
+    steps = int(rate * seconds)
+    with tempfile.TemporaryDirectory() as d:
+        sim = SimCluster({"rate": rate, "jobsets": [{"name": "bench", "hosts": 1, "trainer": {"steps": steps}}]},
+                         state_dir=Path(d) / "sim").start_in_thread()
+        RunSink._commit = timed
+        try:
+            asyncio.run(_follow_until(sim, str(Path(d) / "l.db"), lambda s: False, 5.0, seconds + 30))
+        finally:
+            RunSink._commit = orig
+            sim.stop_thread()
+    # the first rows are the backlog read at start-up: skip the first second of the run
+    steady = samples[int(len(samples) * 1 / max(1.0, seconds)):]
+    return {"lines_per_s": 100, "rows": len(samples), "p50_ms": round(_pct(steady, 50), 1),
+            "p99_ms": round(_pct(steady, 99), 1), "max_ms": round(max(steady), 1)}
+
+
+def rotation_hang(silence: float = 2.0, trials: int = 3) -> dict:
+    """Rotate process 0's log while followed; time until a row written after it is committed."""
+    out = []
+    with tempfile.TemporaryDirectory() as d:
+        sim = SimCluster({"rate": 20, "jobsets": [{"name": "bench", "hosts": 1, "trainer": {"steps": 100000}}]},
+                         state_dir=Path(d) / "sim").start_in_thread()
+        db = str(Path(d) / "r.db")
+        marks: dict[str, float] = {}
+
+        def stop_when(sup: Supervisor) -> bool:
+            st = sup.status.get("bench")
+            if st is None or st.rows == 0:
+                return False
+            now = time.time()
+            if "rotated" not in marks and now - marks.setdefault("flowing", now) > 1.0:
+                marks["rotated"] = time.time()
+                marks["rotated_step"] = sim.last_step("bench")
+                sim.rotate("bench")
+            elif "rotated" in marks and st.last_step is not None and st.last_step > marks["rotated_step"] + 1:
+                out.append(time.time() - marks["rotated"])
+                marks.clear()
+                marks["flowing"] = time.time()
+            return len(out) >= trials
+
+        try:
+            asyncio.run(_follow_until(sim, db, stop_when, silence, 60))
+        finally:
+            sim.stop_thread()
+    return {"silence_threshold_s": silence, "trials": len(out),
+            "resume_s": [round(x, 2) for x in out], "mean_s": round(statistics.mean(out), 2) if out else None}
+
+
+def scale(runs: int, seconds: float) -> dict:
+    """N JobSets at ~20 lines/s each, followed by `steptail follow --all --until-done`."""
+    rate = 20 / LINES_PER_STEP
+    steps = int(rate * seconds)
+    with tempfile.TemporaryDirectory() as d:
+        scen = Path(d) / "scenario.yaml"
+        scen.write_text(yaml.safe_dump({
+            "rate": rate, "jobsets": [{"name": f"run-{i:02d}", "hosts": 1, "trainer": {"steps": steps}}
+                                      for i in range(runs)]}))
+        kc = Path(d) / "kubeconfig"
+        sim = subprocess.Popen([*CLI, "simcluster", "--scenario", str(scen), "--kubeconfig-out", str(kc)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 30
+            while not kc.exists():
+                if sim.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("simcluster did not start")
+                time.sleep(0.05)
+            account = "steptail-agent@steptail-sim.iam.gserviceaccount.com"
+            env = {**os.environ, "CLOUDSDK_CORE_ACCOUNT": account}
+            db = str(Path(d) / "s.db")
+            follower = subprocess.Popen(
+                [*CLI, "follow", "--all", "--until-done", "--kubeconfig", str(kc), "--db", db, "--no-view",
+                 "--silence", "10", "--duration", str(seconds * 3 + 60), "--json"],
+                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            p = psutil.Process(follower.pid)
+            peak_rss = peak_kubectl = 0
+            kubectl_max = 0
+            started = time.monotonic()
+            while follower.poll() is None:
+                try:
+                    kids = [c for c in p.children(recursive=True) if c.name() == "kubectl"]
+                    peak_rss = max(peak_rss, p.memory_info().rss)
+                    total = sum(c.memory_info().rss for c in kids)
+                    peak_kubectl, kubectl_max = max(peak_kubectl, total), max(kubectl_max, len(kids))
+                    cpu = p.cpu_times()
+                except psutil.Error:
+                    pass
+                time.sleep(0.5)
+            wall = time.monotonic() - started
+            out, err = follower.communicate()
+            store = open_store(db)
+            with store.engine.connect() as c:
+                counts = dict(c.execute(sa.text("SELECT run, COUNT(*) FROM loss_parts GROUP BY run")).all())
+                gaps = c.execute(sa.text("SELECT COUNT(*) FROM stream_gaps")).scalar()
+            store.dispose()
+        finally:
+            sim.terminate()
+            sim.wait(10)
+    lost_steps = sum(steps - counts.get(f"run-{i:02d}", 0) for i in range(runs))
+    cpu_s = cpu.user + cpu.system
+    return {
+        "runs": runs, "lines_per_s_per_run": 20, "seconds": seconds, "steps_per_run": steps,
+        "exit_code": follower.returncode,
+        "lines_lost": round(lost_steps * LINES_PER_STEP), "steps_lost": lost_steps, "stream_gaps": gaps,
+        "collector_cpu_s": round(cpu_s, 1), "collector_cpu_pct": round(100 * cpu_s / wall, 1),
+        "collector_peak_rss_mb": round(peak_rss / 2**20, 1),
+        "kubectl_processes": kubectl_max, "kubectl_peak_total_rss_mb": round(peak_kubectl / 2**20, 1),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--seconds", type=float, default=60.0, help="duration of the scale runs")
+    ap.add_argument("--runs", default="10,50", help="concurrent runs for the scale part")
+    args = ap.parse_args()
+    logging.disable(logging.WARNING)
+    os.environ.setdefault("CLOUDSDK_CORE_ACCOUNT", "steptail-agent@steptail-sim.iam.gserviceaccount.com")
+    result = {
+        "cpus": os.cpu_count(),
+        "latency": latency(min(args.seconds, 20.0)),
+        "rotation_hang": rotation_hang(),
+        "scale": [scale(int(n), args.seconds) for n in args.runs.split(",")],
+    }
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
