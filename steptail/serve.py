@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
-import math
 import shutil
 import tempfile
 import time
@@ -22,6 +21,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from steptail.jsonsafe import strict
 from storage.db import Store
 from storage.reads import iter_steps, list_runs, run_exists
 
@@ -33,21 +33,11 @@ REGISTRY = web.AppKey("registry", CollectorRegistry)
 
 
 # -- JSON ------------------------------------------------------------------------------
-def _clean(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
-    return value
-
-
 def _json(data, status: int = 200) -> web.Response:
     try:  # fast path: stored values are finite almost always
         body = json.dumps(data, allow_nan=False, separators=(",", ":"))
     except ValueError:
-        body = json.dumps(_clean(data), allow_nan=False, separators=(",", ":"))
+        body = json.dumps(strict(data), allow_nan=False, separators=(",", ":"))
     return web.Response(text=body, status=status, content_type="application/json")
 
 

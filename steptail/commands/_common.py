@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
-import math
+import os
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 import click
 
+from steptail.jsonsafe import strict
 from storage.db import Store, StoreError, open_store
 
 db_option = click.option(
@@ -33,16 +35,22 @@ def store_or_exit(db: str | None, *, create: bool = True) -> Store:
         fail(str(exc))
 
 
-def _clean(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
-    return value
-
-
 def print_json(data) -> None:
     """Strict JSON (non-finite numbers become null)."""
-    click.echo(json.dumps(_clean(data), indent=None, allow_nan=False))
+    click.echo(json.dumps(strict(data), indent=None, allow_nan=False))
+
+
+def read_secret(token_file: Path | None, env_names: tuple[str, ...]) -> str | None:
+    """A token from --token-file, else the first set variable of env_names (never argv)."""
+    if token_file is not None:
+        try:
+            token = token_file.read_text().strip()
+        except OSError as exc:
+            fail(f"cannot read token file {token_file}: {exc.strerror or exc}")
+        if not token:
+            fail(f"token file {token_file} is empty")
+        return token
+    for name in env_names:
+        if os.environ.get(name, "").strip():
+            return os.environ[name].strip()
+    return None

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
 
-from steptail.commands._common import db_option, fail, json_option, print_json
+from steptail.commands._common import db_option, fail, json_option, print_json, read_secret
 
 TOKEN_ENV = ("STEPTAIL_GRAFANA_TOKEN", "GRAFANA_TOKEN")
 
@@ -40,18 +39,7 @@ def render_cmd(out: Path, as_json: bool) -> None:
 
 def read_token(token_file: Path | None) -> str | None:
     """--token-file, else $STEPTAIL_GRAFANA_TOKEN / $GRAFANA_TOKEN (never argv, never logged)."""
-    if token_file is not None:
-        try:
-            token = token_file.read_text().strip()
-        except OSError as exc:
-            fail(f"cannot read token file {token_file}: {exc.strerror or exc}")
-        if not token:
-            fail(f"token file {token_file} is empty")
-        return token
-    for name in TOKEN_ENV:
-        if os.environ.get(name):
-            return os.environ[name].strip()
-    return None
+    return read_secret(token_file, TOKEN_ENV)
 
 
 @command.command("provision")

@@ -3,28 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 from pathlib import Path
 
 import click
 
-from steptail.commands._common import db_option, fail, store_or_exit
+from steptail.commands._common import db_option, fail, read_secret, store_or_exit
 
 TOKEN_ENV = "STEPTAIL_SERVE_TOKEN"
 
 
 def read_token(token_file: Path | None) -> str | None:
     """--token-file, else $STEPTAIL_SERVE_TOKEN; None: no token (only sensible on 127.0.0.1)."""
-    if token_file is not None:
-        try:
-            token = token_file.read_text().strip()
-        except OSError as exc:
-            fail(f"cannot read token file {token_file}: {exc.strerror or exc}")
-        if not token:
-            fail(f"token file {token_file} is empty")
-        return token
-    return os.environ.get(TOKEN_ENV, "").strip() or None
+    return read_secret(token_file, (TOKEN_ENV,))
 
 
 @click.command()
