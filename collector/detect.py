@@ -85,6 +85,10 @@ class Detectors:
         if self.metrics is not None:
             self._guard(self.metrics.step, self.run, step, ts_ns)
 
+    def bad_lines(self, n: int) -> None:
+        if self.metrics is not None:
+            self._guard(self.metrics.bad_lines, self.run, n)
+
     def reconnect(self, reason: str) -> None:
         if self.metrics is not None:
             self._guard(self.metrics.reconnect, self.run, reason)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from collector import kubectl
 from collector.detect import Detectors
@@ -54,7 +54,6 @@ class RunStatus:
     failures: int = 0
     last_error: str | None = None
     done: bool = False
-    _last_ts: int | None = field(default=None, repr=False)
 
 
 def stream_key(pod: PodInfo, restart_count: int) -> str:

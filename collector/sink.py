@@ -57,6 +57,7 @@ class RunSink:
         self.running = True  # set by the follower: process 0's container runs
         self.parquet_files = 0
         self.committed_rows = 0
+        self.bad_lines = 0  # model.counters.bad_lines already reported to the metrics
         self.last_commit_ns: int | None = None
         self.error: str | None = None
         self.last_loss: tuple | None = None  # last LOSS-PARTS row committed
@@ -105,6 +106,10 @@ class RunSink:
                         for t in _TABLES:
                             self.parquet_rows[t].extend(getattr(b, t))
                 self.committed_rows += written
+                bad = model.counters.bad_lines
+                if bad > self.bad_lines:
+                    self.detectors.bad_lines(bad - self.bad_lines)
+                    self.bad_lines = bad
                 await self.detectors.committed(findings)
             if self.parquet_root and (parquet or time.monotonic() - self.parquet_last >= self.parquet_every):
                 await asyncio.to_thread(self._write_parquet)
