@@ -35,13 +35,14 @@ def _db(tmp_path) -> str:
     return str(tmp_path / "s.db")
 
 
-def test_clean_run_every_step_once_and_parquet_matches(make_simcluster, tmp_path):
+def test_clean_run_every_step_once_and_parquet_matches(make_simcluster, tmp_path, db_url):
+    """On SQLite and on the real PostgreSQL."""
     from storage.parquet import read_table
 
-    sim = make_simcluster(scenario())
-    sup = follow_sim(sim, _db(tmp_path), parquet=str(tmp_path / "pq"))
-    r = assert_exactly_once(sim, _db(tmp_path), "r")
-    assert len(r["got"]) == 160 and not r["gaps"]
+    sim = make_simcluster(scenario({"action": "restart_jobset", "at_step": 130}))
+    sup = follow_sim(sim, db_url, parquet=str(tmp_path / "pq"))
+    r = assert_exactly_once(sim, db_url, "r")
+    assert len(r["got"]) == 160 + 30 and not r["gaps"]  # 1..130, then 101..160 after the restart
     st = sup.status["r"]
     assert st.done and st.last_step == 160 and st.failures == 0
     lp = read_table(tmp_path / "pq", "loss_parts", "r").to_pydict()
