@@ -89,11 +89,13 @@ def open_store(db: str | None = None, *, create: bool = True) -> Store:
 @contextmanager
 def _sqlite_lock(url: sa.URL):
     """Serialise first-use upgrades of one SQLite file across processes (PostgreSQL uses an
-    advisory lock). flock on the database file is independent of SQLite's own fcntl locks."""
+    advisory lock). The flock is on a side file: closing any descriptor of the database file
+    itself would drop the POSIX locks SQLite holds on it in this process (a reader elsewhere
+    could then checkpoint and unlink the WAL under a live writer)."""
     if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
         yield
         return
-    with open(url.database, "ab") as handle:
+    with open(f"{url.database}.lock", "ab") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
