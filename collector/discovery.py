@@ -102,7 +102,7 @@ def api_client(target: KubeTarget):
     return config.new_client_from_config(config_file=target.kubeconfig, context=target.context)
 
 
-def _reason(exc: Exception) -> tuple[str, str]:
+def reason_of(exc: Exception) -> tuple[str, str]:
     status = getattr(exc, "status", None)
     if status in (401, 403):
         return "auth", f"Kubernetes API answered {status} {getattr(exc, 'reason', '')}".strip()
@@ -150,7 +150,7 @@ class _Watcher(threading.Thread):
             except Exception as exc:  # noqa: BLE001 - any failure: report, back off, re-list
                 if self.stopping.is_set():
                     break
-                self._post(self.on_error, *_reason(exc))
+                self._post(self.on_error, *reason_of(exc))
                 self.stopping.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from collector import kubectl
 from collector.detect import Detectors
-from collector.discovery import Discovery, PodInfo
+from collector.discovery import Discovery, PodInfo, reason_of
 from collector.kubectl import KubeTarget
 from collector.sink import Gap, RunSink
 from parsers.timestamps import split_timestamp
@@ -80,6 +80,13 @@ class _Overlap:
         self.first_ns: int | None = None
         self.resolved = False
 
+    def would_gap(self, line: bytes) -> bool:
+        """This line would open a re-read gap (checked before it is fed)."""
+        if self.resolved or self.hwm_ns is None or not line[:1].isdigit():
+            return False
+        ts_ns = split_timestamp(line)[0]
+        return ts_ns is not None and ts_ns > self.hwm_ns
+
     def see(self, ts_ns: int | None, line: bytes) -> tuple[int, int, str] | None:
         """(start, end, reason) of a gap, at most once per read; else None."""
         if self.resolved or ts_ns is None:
@@ -110,6 +117,7 @@ class RunFollower:
         self.finished: set[str] = set()  # streams read to their end
         self.known: dict[str, PodInfo] = {}  # every process-0 pod seen, by uid
         self._backoff = 0.0
+        self._stream_started = 0.0
         self._pending_check: dict[str, _Overlap] = {}  # stream -> unresolved re-read check
 
     # ------------------------------------------------------------------------ main loop
@@ -154,6 +162,17 @@ class RunFollower:
 
     # ------------------------------------------------------------------------ following
     async def _follow(self, pod: PodInfo) -> None:
+        # A fresh read of the pod, not the watch's view (stale after a watch failure): a stream
+        # opened with an old restartCount would file the new container's lines under the old one.
+        try:
+            fresh = await self.discovery.get_pod(pod.name)
+        except Exception as exc:  # noqa: BLE001 - e.g. auth lapse: report, back off, retry
+            await self._report(*reason_of(exc))
+            return
+        if fresh is None:
+            await self._drain(pod, gone=True)
+            return
+        pod = self.known[pod.uid] = fresh
         if not await self._catch_up_previous(pod):
             return
         key = stream_key(pod, pod.restart_count)
@@ -169,6 +188,8 @@ class RunFollower:
             await self.discovery.wait_change(1.0)
             return
         outcome, code, err = await self._stream(pod, key)
+        if outcome == "moved":
+            return  # the next pass reads the old container's rest with --previous, then the new one
         if outcome == "silent":
             self.status.reconnects += 1
             self.detectors.reconnect("silence")
@@ -176,6 +197,8 @@ class RunFollower:
             return
         if code == 0:
             self._backoff = 0.0
+            if time.monotonic() - self._stream_started < 1.0:
+                await asyncio.sleep(0.5)  # a server that ends every stream at once: no busy loop
             fresh = await self._fresh(pod)
             if fresh is None or (fresh.restart_count == pod.restart_count and fresh.state == "terminated"):
                 # The container ended. An EOF does not prove the log was read to its end (a stream
@@ -197,6 +220,7 @@ class RunFollower:
         argv = self.target.logs_argv(pod.name, pod.container, follow=True, since_ns=since)
         self.model.pod = pod.name
         self._set_state("following", pod)
+        self._stream_started = time.monotonic()
         proc = await kubectl.spawn(argv, self.env)
         err_task = asyncio.create_task(proc.stderr.read())
         check = self._check_for(key, since, pod)
@@ -218,6 +242,9 @@ class RunFollower:
                 if not line:
                     break
                 last_line = time.monotonic()
+                if check.would_gap(line) and not await self._same_container(pod):
+                    outcome = "moved"  # opened just as the container restarted: those lines are not ours
+                    break
                 self._feed(line, key, check, pod)
         finally:
             await kubectl.stop(proc)  # by PID, on every exit path (cancel included)
@@ -229,7 +256,7 @@ class RunFollower:
                 err = ""
         if not err_task.done():
             err_task.cancel()
-        if outcome == "silent":
+        if outcome in ("silent", "moved"):
             return outcome, None, ""
         return ("eof" if proc.returncode == 0 else "exit"), proc.returncode, err
 
@@ -273,6 +300,8 @@ class RunFollower:
         prefix = f"{pod.uid}/{pod.container}/"
         seen = [int(k[len(prefix):]) for k in self.model.cursors if k.startswith(prefix)]
         older = [rc for rc in seen if rc < pod.restart_count and f"{prefix}{rc}" not in self.finished]
+        if not seen and pod.restart_count > 0 and f"{prefix}{pod.restart_count - 1}" not in self.finished:
+            older = [pod.restart_count - 1]  # first sight of a restarted pod: its previous container first
         if not older:
             return True
         rc = max(older)
@@ -356,6 +385,16 @@ class RunFollower:
         log.warning("%s: %s: %s", self.run, kind, reason)
         self._backoff = min(self.cfg.backoff_max, max(0.25, self._backoff * 2))
         await asyncio.sleep(self._backoff)
+
+    async def _same_container(self, pod: PodInfo) -> bool:
+        """Whether the container we meant to read is still the pod's current one. kubectl logs
+        names no container instance: a stream opened just after an in-place restart serves the
+        new container. Asked only when a re-read would otherwise record a gap."""
+        try:
+            fresh = await self.discovery.get_pod(pod.name)
+        except Exception:  # noqa: BLE001 - cannot tell: keep reading, a gap gets recorded
+            return True
+        return fresh is not None and fresh.uid == pod.uid and fresh.restart_count == pod.restart_count
 
     async def _fresh(self, pod: PodInfo) -> PodInfo | None:
         try:

@@ -119,6 +119,14 @@ def test_container_restart_in_place_reads_previous(make_simcluster, tmp_path):
     assert any("previous=true" in q for _, q, code in sim.requests if code == 200)
 
 
+def test_collector_started_after_a_container_restart_reads_previous_first(make_simcluster, tmp_path):
+    sim = make_simcluster(scenario({"action": "restart_container", "at_step": 30}))
+    sim.wait_step(60, incarnation=2)
+    follow_sim(sim, _db(tmp_path))
+    r = assert_exactly_once(sim, _db(tmp_path), "r")
+    assert {(1, 1), (1, 30), (2, 1), (2, 160)} <= r["got"]  # no checkpoint yet: restarted at step 1
+
+
 def test_auth_lapse_surfaces_with_its_reason_and_recovers(make_simcluster, tmp_path):
     sim = make_simcluster(scenario({"action": "auth_lapse", "at_step": 60, "seconds": 1.5},
                                    {"action": "eof_streams", "at_step": 61}))
