@@ -20,7 +20,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from collector.files import Source, first_timestamp, read_pieces
+from collector.files import BLOCK, Source, first_timestamp, read_pieces
 from parsers.block import parse_block
 from steptail.model import Counters
 from storage.db import Store
@@ -31,6 +31,7 @@ RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 FLUSH_ROWS = 50_000
 WINDOW = 6  # blocks in flight to the workers: bounds memory
 POOL_MIN_BYTES = 32 << 20  # below this, starting workers costs more than it saves
+READ_BLOCK = BLOCK
 
 
 class IngestError(Exception):
@@ -156,7 +157,7 @@ def _feed(model, source, writer, progress, pool) -> None:
             progress(source.position())
 
     try:
-        for piece in read_pieces(source):
+        for piece in read_pieces(source, READ_BLOCK):
             if pool is None:
                 apply(parse_block(piece.block), piece)
                 continue
@@ -173,41 +174,44 @@ def _feed(model, source, writer, progress, pool) -> None:
 
 
 def _pool(sources: list[Source]):
-    """Worker processes for big inputs (forkserver: children never inherit DB connections)."""
+    """Worker processes for big inputs (forkserver: children never inherit DB connections).
+    One core stays for the main thread (run model) and the writer threads."""
     cpus = os.cpu_count() or 1
-    if cpus < 2 or sum(s.size or 0 for s in sources) < POOL_MIN_BYTES:
+    workers = int(os.environ.get("STEPTAIL_INGEST_WORKERS", max(1, min(cpus - 1, 4))))
+    if workers < 1 or cpus < 2 or sum(s.size or 0 for s in sources) < POOL_MIN_BYTES:
         return None
-    return ProcessPoolExecutor(max_workers=min(cpus, 4), mp_context=mp.get_context("forkserver"))
+    return ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("forkserver"))
 
 
 class _Writer:
-    """Writes batches on one background thread while the main thread reads and parses:
-    SQLite and Parquet encoding release the GIL for most of their work. At most two batches
-    wait, so memory stays bounded; an error surfaces at the next submit or at drain()."""
+    """Writes batches on background threads while the main thread reads and applies: one
+    thread for SQL, one for Parquet (SQLite stepping and Parquet encoding release the GIL).
+    At most two batches wait per sink, so memory stays bounded; an error surfaces at the
+    next submit or at drain()."""
 
     def __init__(self, sink: SqlSink, pq_sink: ParquetSink | None, conn, run: str) -> None:
-        self.sink, self.pq_sink, self.conn, self.run = sink, pq_sink, conn, run
-        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="steptail-writer")
-        self.pending: deque = deque()
-
-    def _write(self, batch) -> None:
-        self.sink.write(self.conn, self.run, batch)
-        if self.pq_sink:
-            self.pq_sink.write(batch)
+        sql = ThreadPoolExecutor(max_workers=1, thread_name_prefix="steptail-sql")
+        self.lanes = [(sql, lambda batch: sink.write(conn, run, batch), deque())]
+        if pq_sink is not None:
+            pq = ThreadPoolExecutor(max_workers=1, thread_name_prefix="steptail-parquet")
+            self.lanes.append((pq, pq_sink.write, deque()))
 
     def submit(self, batch) -> None:
-        while len(self.pending) >= 2:
-            self.pending.popleft().result()
-        self.pending.append(self.pool.submit(self._write, batch))
+        for pool, write, pending in self.lanes:
+            while len(pending) >= 2:
+                pending.popleft().result()
+            pending.append(pool.submit(write, batch))
 
     def drain(self) -> None:
-        while self.pending:
-            self.pending.popleft().result()
+        for _, _, pending in self.lanes:
+            while pending:
+                pending.popleft().result()
 
     def close(self) -> None:
-        for f in self.pending:
-            f.cancel()
-        self.pool.shutdown(wait=True)
+        for pool, _, pending in self.lanes:
+            for f in pending:
+                f.cancel()
+            pool.shutdown(wait=True)
 
 
 def _flush(model, writer: _Writer) -> None:
