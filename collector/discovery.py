@@ -7,6 +7,7 @@ so it notices `stop()` within seconds. Every change wakes the followers (`change
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 import time
@@ -102,9 +103,33 @@ def api_client(target: KubeTarget):
     return config.new_client_from_config(config_file=target.kubeconfig, context=target.context)
 
 
+class _ExecPluginErrors(logging.Filter):
+    """The kubernetes client logs an exec auth plugin failure on the root logger (with the
+    plugin's stderr) and then sends no credentials: keep that text as the reason of the 401
+    instead of printing it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last: tuple[float, str] | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        if msg.startswith("exec: process returned"):
+            self.last = (time.monotonic(), classify(msg)[1])
+            return False
+        return True
+
+
+EXEC_ERRORS = _ExecPluginErrors()
+logging.getLogger().addFilter(EXEC_ERRORS)
+
+
 def reason_of(exc: Exception) -> tuple[str, str]:
     status = getattr(exc, "status", None)
     if status in (401, 403):
+        last = EXEC_ERRORS.last
+        if last is not None and time.monotonic() - last[0] < 30:
+            return "auth", f"{last[1]} (Kubernetes API answered {status})"
         return "auth", f"Kubernetes API answered {status} {getattr(exc, 'reason', '')}".strip()
     if isinstance(status, int) and status >= 500:
         return "server_error", f"Kubernetes API answered {status}"
