@@ -18,20 +18,25 @@ import orjson
 from parsers.records import LossParts, PodStep, RequiredRbf
 
 _NUM = rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"  # a JSON number
-_END = rb"[ \t]*\r?\n?\Z"
 _TS = re.compile(rb"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})")
-_LOSS = re.compile(
-    rb"LOSS-PARTS step=([0-9]+) ce=(" + _NUM + rb"|nan|inf|-inf)( [^\r\n]*)?\r?\n?\Z"
-)
-_RBF = re.compile(
+# Record bodies from their tag to the end of the line; compiled once for a single line
+# (ending at the end of the text) and once for a block of lines (ending at the newline).
+_LOSS_BODY = rb"LOSS-PARTS step=([0-9]+) ce=(" + _NUM + rb"|nan|inf|-inf)( [^\r\n]*)?\r?"
+_RBF_BODY = (
     rb"REQUIRED_RBF step=([0-9]+) max=(" + _NUM + rb") per_layer=\[([^\]\s]*)\]"
-    rb" program=([A-Za-z_][A-Za-z0-9_.-]*)" + _END
+    rb" program=([A-Za-z_][A-Za-z0-9_.-]*)[ \t]*\r?"
 )
-_POD = re.compile(
+_POD_BODY = (
     rb"completed step: ([0-9]+), seconds: (" + _NUM + rb"), TFLOP/s/device: (" + _NUM
-    + rb"), Tokens/s/device: (" + _NUM + rb"), total_weights: ([0-9]+), loss: (" + _NUM + rb")" + _END
+    + rb"), Tokens/s/device: (" + _NUM + rb"), total_weights: ([0-9]+), loss: (" + _NUM
+    + rb")[ \t]*\r?"
 )
-_SECONDS: dict[bytes, int] = {}  # "YYYY-MM-DDTHH:MM:SS" -> epoch seconds
+_LOSS, _RBF, _POD = (re.compile(b + rb"\n?\Z") for b in (_LOSS_BODY, _RBF_BODY, _POD_BODY))
+LOSS_IN_BLOCK, RBF_IN_BLOCK, POD_IN_BLOCK = (
+    re.compile(b + rb"\n") for b in (_LOSS_BODY, _RBF_BODY, _POD_BODY)
+)
+_DAYS: dict[bytes, int] = {}  # b"YYYY-MM-DD" -> epoch seconds at 00:00 UTC
+_MINUTES: dict[bytes, int] = {}  # b"THH:MM:" -> seconds into the day
 # Validity of a LOSS-PARTS tail depends only on its shape: digits 1-9 folded to 1 keep
 # every JSON-number rule (leading zeros, points, exponents), so one check serves each shape.
 _FOLD = bytes.maketrans(b"23456789", b"11111111")
@@ -39,27 +44,31 @@ _SHAPES: dict[bytes, bool] = {}
 _KEY_VALUE = re.compile(rb"(?: [A-Za-z_][A-Za-z0-9_]*=" + _NUM + rb")+")
 
 
-def _ts(line: bytes) -> int | None | bool:
+def ts_of(line: bytes) -> int | None | bool:
     """ns since epoch, None without a timestamp, False when the general parser must judge."""
     if not line[:1].isdigit():
         return None
     z = line.find(b"Z ", 19, 31)
     if z < 0:
         return False
-    secs = _SECONDS.get(line[:19])
-    if secs is None:
-        secs = _seconds(line[:19])
-        if secs is None:
+    # Day and hour:minute from caches (a log spans few of either); seconds and fraction here.
+    day, minute, sec = _DAYS.get(line[:10]), _MINUTES.get(line[10:17]), line[17:19]
+    if day is None or minute is None or not sec.isdigit() or sec[:1] > b"6":
+        whole = _seconds(line[:19])
+        if whole is None:
             return False
+    else:
+        whole = day + minute + int(sec)
     frac = line[19:z]
     if not frac:
-        return secs * 1_000_000_000
+        return whole * 1_000_000_000
     if frac[:1] != b"." or not frac[1:].isdigit() or len(frac) > 10:
         return False
-    return secs * 1_000_000_000 + int(frac[1:].ljust(9, b"0"))
+    return whole * 1_000_000_000 + int(frac[1:].ljust(9, b"0"))
 
 
 def _seconds(whole: bytes) -> int | None:
+    """Validate `YYYY-MM-DDTHH:MM:SS` the slow way and remember its day and minute."""
     m = _TS.fullmatch(whole)
     if m is None:
         return None
@@ -70,10 +79,11 @@ def _seconds(whole: bytes) -> int | None:
         return None
     if h > 23 or mi > 59 or s > 61:
         return None
-    if len(_SECONDS) > 100_000:
-        _SECONDS.clear()
-    secs = _SECONDS[whole] = calendar.timegm((y, mo, d, h, mi, s))
-    return secs
+    if len(_DAYS) > 10_000:
+        _DAYS.clear()
+    _DAYS[whole[:10]] = calendar.timegm((y, mo, d, 0, 0, 0))
+    _MINUTES[whole[10:17]] = h * 3600 + mi * 60
+    return _DAYS[whole[:10]] + h * 3600 + mi * 60 + s
 
 
 def _parts_json(tail: bytes | None) -> str | None:
@@ -99,6 +109,33 @@ def _shape_ok(shape: bytes) -> bool:
     return len(set(keys)) == len(keys) and b"step" not in keys and b"ce" not in keys
 
 
+def loss_item(ts, step: bytes, ce_raw: bytes, tail: bytes | None) -> tuple | None:
+    parts = _parts_json(tail.rstrip(b" \t") if tail else tail)
+    if parts is None or ts is False:
+        return None
+    ce = ce_raw.decode()
+    return "L", ts, int(step), float(ce), ce, parts
+
+
+def rbf_item(ts, step: bytes, mx: bytes, layers: bytes, program: bytes) -> tuple | None:
+    if ts is False:
+        return None
+    per_layer = b"[" + layers + b"]"
+    try:
+        values = orjson.loads(per_layer)
+    except orjson.JSONDecodeError:
+        return None
+    if layers.count(b".") != len(values):  # each a decimal float, as the general parser gives
+        return None
+    return "R", ts, int(step), float(mx), per_layer.decode(), program.decode()
+
+
+def pod_item(ts, g: tuple) -> tuple | None:
+    if ts is False:
+        return None
+    return "P", ts, int(g[0]), float(g[1]), float(g[2]), float(g[3]), int(g[4]), float(g[5])
+
+
 def parse_fast(line: bytes) -> tuple | None:
     """A canonical per-step line as a plain tuple (cheap to pickle between processes), else None:
 
@@ -110,40 +147,13 @@ def parse_fast(line: bytes) -> tuple | None:
         return None
     if (i := line.find(b"LOSS-PARTS")) >= 0:
         m = _LOSS.match(line, i)
-        if m is None:
-            return None
-        step, ce_raw, tail = m.groups()
-        parts = _parts_json(tail.rstrip(b" \t") if tail else tail)
-        ts = _ts(line)
-        if parts is None or ts is False:
-            return None
-        ce = ce_raw.decode()
-        return "L", ts, int(step), float(ce), ce, parts
+        return None if m is None else loss_item(ts_of(line), *m.groups())
     if (i := line.find(b"REQUIRED_RBF")) >= 0:
         m = _RBF.match(line, i)
-        if m is None:
-            return None
-        step, mx, layers, program = m.groups()
-        ts = _ts(line)
-        if ts is False:
-            return None
-        per_layer = b"[" + layers + b"]"
-        try:
-            values = orjson.loads(per_layer)
-        except orjson.JSONDecodeError:
-            return None
-        if layers.count(b".") != len(values):  # each a decimal float, as the general parser gives
-            return None
-        return "R", ts, int(step), float(mx), per_layer.decode(), program.decode()
+        return None if m is None else rbf_item(ts_of(line), *m.groups())
     if (i := line.find(b"completed step:")) >= 0:
         m = _POD.match(line, i)
-        if m is None:
-            return None
-        ts = _ts(line)
-        if ts is False:
-            return None
-        g = m.groups()
-        return "P", ts, int(g[0]), float(g[1]), float(g[2]), float(g[3]), int(g[4]), float(g[5])
+        return None if m is None else pod_item(ts_of(line), m.groups())
     return None
 
 

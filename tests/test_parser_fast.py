@@ -81,3 +81,53 @@ def test_rbf_and_pod_agree(step, layers, mx):
         f"completed step: {step}, seconds: 12.251, TFLOP/s/device: 181.918, Tokens/s/device: "
         f"4016.205, total_weights: 1048576, loss: {mx}\n".encode()
     )
+
+
+# -- whole blocks: the canonical scan agrees with the line-by-line reference ---------------
+from parsers.block import _canonical, _line_by_line, parse_block  # noqa: E402
+
+CANONICAL = [
+    b"2026-11-30T04:00:11.7Z I1130 04:00:11.726424 140233 train_sft.py:301] LOSS-PARTS step=%d ce=3.781865 z_loss=1.279788e-04 weights=1048576",
+    b"2026-11-30T04:00:11.8Z I1130 04:00:11.726981 140233 metric_logger.py:210] completed step: %d, seconds: 12.251, TFLOP/s/device: 181.918, Tokens/s/device: 4016.205, total_weights: 1048576, loss: 5.191",
+    b"2026-11-30T04:00:11.9Z I1130 04:00:11.728095 140233 train.py:1333] REQUIRED_RBF step=%d max=1.3958 per_layer=[1.3958,1.1695] program=normal",
+    b"2026-11-30T04:00:12Z I1130 04:00:11.728095 140233 x.py:1] noise without a tag",
+    b"2026-11-30T04:00:12Z \x1b[32mINFO\x1b[0m tunix.sft.peft_trainer: train step done",
+    b"2026-11-30T04:00:12.5Z I1130 checkpointing.py:401] Saved a checkpoint at step %d.",
+]
+ODD = [
+    b"\x1b[32mLOSS-PARTS\x1b[0m step=%d ce=2.0",
+    b"LOSS-PARTS step=%d ce=2.0 mode=word",
+    b"REQUIRED_RBF step=%d max=1 per_layer=[1,2] program=p",
+    b"completed step: %d, seconds: 1.0",
+    b"Config param x: LOSS-PARTS step=%d ce=1.0",
+    b"LOSS-PARTS step=%d ce=1.0 REQUIRED_RBF step=1 max=1.0 per_layer=[] program=p",
+    b"Saved a checkpoint at step %d. Restoring checkpoint from step 1.",
+    b"garbage \xff\xfe LOSS-PARTS step=%d ce=1.0",
+    b"LOSS-PARTSLOSS-PARTS step=%d ce=1.0",
+]
+
+
+def test_block_paths_agree_on_samples(samples):
+    canonical_blocks = 0
+    for name in SAMPLES:
+        data = (samples / f"{name}.log").read_bytes()
+        for i in range(0, len(data), 20_000):  # blocks of whole lines
+            start = data.rfind(b"\n", 0, i) + 1 if i else 0
+            end = data.rfind(b"\n", 0, i + 20_000) + 1
+            block = data[start:end]
+            fast = _canonical(block)
+            if fast is not None:
+                canonical_blocks += 1
+                assert fast == _line_by_line(block)
+            assert parse_block(block) == _line_by_line(block)
+    assert canonical_blocks > 50  # the steady state takes the scan
+
+
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 5), st.integers(0, 999)), max_size=40))
+def test_block_paths_agree_on_mixed_lines(spec):
+    lines = [((CANONICAL if canon else ODD)[k % len(CANONICAL if canon else ODD)]).replace(b"%d", b"%d" % step)
+             for canon, k, step in spec]
+    block = b"".join(line + b"\n" for line in lines)
+    fast = _canonical(block)
+    assert fast is None or fast == _line_by_line(block)
+    assert parse_block(block) == _line_by_line(block)
