@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from itertools import pairwise
 from operator import itemgetter
+from typing import NamedTuple
 
 from parsers.fast import (
     LOSS_IN_BLOCK,
@@ -25,7 +26,8 @@ from parsers.fast import (
     rbf_item,
     ts_of,
 )
-from parsers.line import MAX_LINE
+from parsers.line import MAX_LINE, parse_line
+from parsers.records import Checkpoint
 from parsers.scan import CANDIDATE
 
 _LOSS, _RBF, _POD = b"LOSS-PARTS", b"REQUIRED_RBF", b"completed step:"
@@ -38,14 +40,15 @@ _KINDS = (
 )
 
 
-def parse_block(block: bytes) -> list[tuple]:
-    """One tuple per candidate line, in order: parse_fast's tuple + (line,), or ("X", line)
-    for a line the general parser must read."""
-    items = _canonical(block)
-    return items if items is not None else _line_by_line(block)
+def parse_block(block: bytes) -> tuple:
+    """("C", Steady) for a steady-state block, else ("I", items) with one item per candidate
+    line in order: parse_fast's tuple + (line,), or ("X", line) for the general parser."""
+    steady = _steady(block)
+    return ("C", steady) if steady is not None else ("I", line_by_line(block))
 
 
-def _line_by_line(block: bytes) -> list[tuple]:
+def line_by_line(block: bytes) -> list[tuple]:
+    """The reference: every candidate line on its own."""
     out = []
     append = out.append
     find, rfind = block.find, block.rfind
@@ -63,14 +66,27 @@ def _line_by_line(block: bytes) -> list[tuple]:
     return out
 
 
-def _canonical(block: bytes) -> list[tuple] | None:
-    """The items of a block whose per-step lines are all canonical, else None."""
+class Steady(NamedTuple):
+    """A block that a run model can take whole: canonical per-step lines and checkpoint saves
+    only, each kind's steps strictly rising, timestamps all present and non-decreasing (or
+    all absent), no line repeated. Rows carry no kind and no line: cheap to pickle."""
+
+    loss: list[tuple]  # (ts_ns, step, ce, ce_raw, parts_json)
+    rbf: list[tuple]  # (ts_ns, step, max, per_layer_json, program)
+    pod: list[tuple]  # (ts_ns, step, seconds, tflops, tokens_per_s, total_weights, loss)
+    saves: list[tuple]  # (ts_ns, step) of `Saved a checkpoint at step N.`
+    first_ts: int | None
+    last_ts: int | None
+    lines_at_last: list[bytes]  # the lines at last_ts, for the dedupe cursor
+
+
+def _steady(block: bytes) -> Steady | None:
     if not block.endswith(b"\n"):
         return None
     find, rfind = block.find, block.rfind
-    found: list[tuple[int, tuple]] = []
+    found: list[tuple[int, int, tuple, bytes]] = []  # (line start, kind, row, line)
     append = found.append
-    for scanner, tag, earlier, build in _KINDS:
+    for kind, (scanner, tag, earlier, build) in enumerate(_KINDS):
         n = 0
         for m in scanner.finditer(block):
             tag_at, end = m.start(), m.end() - 1
@@ -84,7 +100,7 @@ def _canonical(block: bytes) -> list[tuple] | None:
             item = build(ts_of(line), m.groups())
             if item is None:
                 return None
-            append((start, item + (line,)))
+            append((start, kind, item[1:], line))
             n += 1
         if n != block.count(tag):
             return None  # some line with this tag is not canonical
@@ -93,10 +109,33 @@ def _canonical(block: bytes) -> list[tuple] | None:
         while i >= 0:
             start = rfind(b"\n", 0, i) + 1
             end = find(b"\n", i)
-            append((start, ("X", block[start:end])))
+            line = block[start:end]
+            parsed = parse_line(line)
+            if not isinstance(parsed.record, Checkpoint) or parsed.record.kind != "save":
+                return None  # a start-up, restore, config or odd line: the model reads it alone
+            append((start, 3, (parsed.ts_ns, parsed.record.step), line))
             i = find(tag, end)
     found.sort(key=itemgetter(0))
+    columns: tuple[list, list, list, list] = ([], [], [], [])
     for a, b in pairwise(found):
         if a[0] == b[0]:
             return None  # one line, two tags: the reference decides which
-    return [item for _, item in found]
+    prev_ts, at_prev = found[0][2][0] if found else None, set()
+    for _, kind, row, line in found:
+        ts, step = row[0], row[1]
+        rows = columns[kind]
+        if rows and step <= rows[-1][1]:
+            return None  # a step going back or repeating: the model decides
+        if (ts is None) != (prev_ts is None) or (ts is not None and ts < prev_ts):
+            return None  # timestamps missing on some lines, or going back
+        if ts != prev_ts:
+            prev_ts, at_prev = ts, set()
+        elif ts is not None and line in at_prev:
+            return None  # the same line twice at one instant: the cursor decides
+        at_prev.add(line)
+        rows.append(row)
+    if not found:
+        return None
+    first, last = found[0][2][0], found[-1][2][0]
+    at_last = [line for _, _, row, line in found if last is not None and row[0] == last]
+    return Steady(*columns, first, last, at_last)

@@ -21,7 +21,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from collector.files import BLOCK, Source, first_timestamp, read_pieces
-from parsers.block import parse_block
+from parsers.block import line_by_line, parse_block
 from steptail.model import Counters
 from storage.db import Store
 from storage.parquet import ParquetSink
@@ -146,11 +146,15 @@ def _feed(model, source, writer, progress, pool) -> None:
     """Blocks are parsed in worker processes (pure, ordered) and applied here in order."""
     window: deque = deque()
 
-    def apply(items, piece) -> None:
+    def apply(parsed, piece) -> None:
         model.counters.lines += piece.lines
         if piece.bad:
             model.bad_line(piece.bad)
-        model.feed_items(items)
+        kind, body = parsed
+        if kind == "I":
+            model.feed_items(body)
+        elif not model.feed_steady(body):
+            model.feed_items(line_by_line(piece.block))  # the run's state needs each line
         if len(model.batch) >= FLUSH_ROWS:
             _flush(model, writer)
         if progress:
@@ -161,7 +165,7 @@ def _feed(model, source, writer, progress, pool) -> None:
             if pool is None:
                 apply(parse_block(piece.block), piece)
                 continue
-            window.append((pool.submit(parse_block, piece.block), piece._replace(block=b"")))
+            window.append((pool.submit(parse_block, piece.block), piece))
             if len(window) >= WINDOW:
                 future, done = window.popleft()
                 apply(future.result(), done)
@@ -180,7 +184,8 @@ def _pool(sources: list[Source]):
     workers = int(os.environ.get("STEPTAIL_INGEST_WORKERS", max(1, min(cpus - 1, 4))))
     if workers < 1 or cpus < 2 or sum(s.size or 0 for s in sources) < POOL_MIN_BYTES:
         return None
-    return ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("forkserver"))
+    return ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("forkserver"),
+                               initializer=gc.disable)  # parse results are acyclic
 
 
 class _Writer:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, field
+from itertools import repeat
 
 from parsers import (
     Checkpoint,
@@ -177,6 +178,46 @@ class RunModel:
                 rbf(item[1], item[2], item[3], item[4], item[5])
             else:
                 pod(item[1], item[2], item[3], item[4], item[5], item[6], item[7], "{}")
+
+    def feed_steady(self, block, stream: str = "log") -> bool:
+        """Take a parsers.block.Steady block whole, if the run's state allows: the current
+        incarnation goes on (every step above the last one recorded) and every line is past
+        the cursor. False (nothing changed) when the block must be read line by line."""
+        cur, cursor = self.current, self._cursor(stream)
+        if cur is None:
+            return False
+        if block.first_ts is not None and cursor.hwm_ns is not None and block.first_ts <= cursor.hwm_ns:
+            return False
+        for rows, last in ((block.loss, cur.last_step), (block.rbf, cur.last_rbf),
+                           (block.pod, cur.last_pod_step)):
+            if rows and last is not None and rows[0][1] <= last:
+                return False
+        run, batch, counters = self.run, self.batch, self.counters
+        inc = cur.number
+        if block.loss:
+            if cur.first_step is None:
+                cur.first_step = block.loss[0][1]
+            cur.last_step = block.loss[-1][1]
+            self._touch(cur)
+            ts, step, ce, ce_raw, parts = zip(*block.loss, strict=True)
+            ce = [None if c != c or c in (math.inf, -math.inf) else c for c in ce]
+            batch.loss_parts.extend(zip(repeat(run), repeat(inc), step, ts, ce, ce_raw, parts))
+            counters.loss_parts += len(block.loss)
+        if block.rbf:
+            cur.last_rbf = block.rbf[-1][1]
+            ts, step, mx, per_layer, program = zip(*block.rbf, strict=True)
+            batch.required_rbf.extend(zip(repeat(run), repeat(inc), step, ts, mx, per_layer, program))
+            counters.required_rbf += len(block.rbf)
+        if block.pod:
+            cur.last_pod_step = block.pod[-1][1]
+            ts, step, seconds, tflops, tokens, weights, loss = zip(*block.pod, strict=True)
+            batch.pod_metrics.extend(
+                zip(repeat(run), repeat(inc), step, ts, seconds, tflops, tokens, weights, loss, repeat("{}")))
+            counters.pod_steps += len(block.pod)
+        batch.checkpoints.extend((run, cur.number, "save", step, ts) for ts, step in block.saves)
+        if block.last_ts is not None:
+            cursor.hwm_ns, cursor._digests, cursor._lines = block.last_ts, set(), list(block.lines_at_last)
+        return True
 
     def _feed_general(self, line: bytes, stream: str) -> None:
         ts_ns, _, text = clean(line)
