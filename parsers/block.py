@@ -87,12 +87,17 @@ def _steady(block: bytes) -> Steady | None:
     found: list[tuple[int, int, tuple, bytes]] = []  # (line start, kind, row, line)
     append = found.append
     for kind, (scanner, tag, earlier, build) in enumerate(_KINDS):
-        n = 0
-        for m in scanner.finditer(block):
-            tag_at, end = m.start(), m.end() - 1
+        # bytes.find is the fast scan; the regex only runs anchored at each tag. Starting each
+        # search at the next line, every hit is its line's first tag of this kind.
+        tag_at = find(tag)
+        while tag_at >= 0:
+            m = scanner.match(block, tag_at)
+            if m is None:
+                return None  # a line with this tag is not canonical
+            end = m.end() - 1
             start = rfind(b"\n", 0, tag_at) + 1
-            if find(tag, start, tag_at) >= 0 or find(b"\x1b", start, end) >= 0 or end - start > MAX_LINE:
-                return None  # not the line's first tag, ANSI codes, too long: the reference decides
+            if find(b"\x1b", start, end) >= 0 or end - start > MAX_LINE:
+                return None  # ANSI codes, too long: the reference decides
             for other in earlier:
                 if find(other, start, end) >= 0:
                     return None
@@ -101,9 +106,7 @@ def _steady(block: bytes) -> Steady | None:
             if item is None:
                 return None
             append((start, kind, item[1:], line))
-            n += 1
-        if n != block.count(tag):
-            return None  # some line with this tag is not canonical
+            tag_at = find(tag, end)
     for tag in _RARE:
         i = find(tag)
         while i >= 0:
@@ -120,19 +123,18 @@ def _steady(block: bytes) -> Steady | None:
     for a, b in pairwise(found):
         if a[0] == b[0]:
             return None  # one line, two tags: the reference decides which
-    prev_ts, at_prev = found[0][2][0] if found else None, set()
-    for _, kind, row, line in found:
+    prev_ts, run_from = (found[0][2][0] if found else None), 0
+    for n, (_, kind, row, line) in enumerate(found):
         ts, step = row[0], row[1]
         rows = columns[kind]
         if rows and step <= rows[-1][1]:
             return None  # a step going back or repeating: the model decides
-        if (ts is None) != (prev_ts is None) or (ts is not None and ts < prev_ts):
-            return None  # timestamps missing on some lines, or going back
         if ts != prev_ts:
-            prev_ts, at_prev = ts, set()
-        elif ts is not None and line in at_prev:
+            if ts is None or prev_ts is None or ts < prev_ts:
+                return None  # timestamps missing on some lines, or going back
+            prev_ts, run_from = ts, n
+        elif ts is not None and any(found[k][3] == line for k in range(run_from, n)):
             return None  # the same line twice at one instant: the cursor decides
-        at_prev.add(line)
         rows.append(row)
     if not found:
         return None

@@ -10,8 +10,8 @@ import logging
 import aiohttp
 import pytest
 from aiohttp import web
-from prometheus_client.parser import text_string_to_metric_families
 from findings_logs import feed_engine, keys, sample_lines, store_lines
+from prometheus_client.parser import text_string_to_metric_families
 
 from steptail.alerts import Alerter, Metrics, MetricsServer
 from steptail.findings import Finding, load_findings

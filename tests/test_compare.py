@@ -7,8 +7,8 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from matplotlib import image
 from findings_logs import LogBuilder, store_lines
+from matplotlib import image
 
 from steptail.cli import main
 
