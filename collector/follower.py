@@ -56,6 +56,11 @@ class RunStatus:
     done: bool = False
 
 
+def _upper(ns: int | None) -> int | None:
+    """End of a window from a Kubernetes time (whole seconds, truncated): the next second."""
+    return None if ns is None else ns + 1_000_000_000
+
+
 def stream_key(pod: PodInfo, restart_count: int) -> str:
     return f"{pod.uid}/{pod.container}/{restart_count}"
 
@@ -287,7 +292,7 @@ class RunFollower:
             return
         kind, reason = kubectl.classify(err) if code is not None else ("timeout", err)
         if kind == kubectl.NOT_FOUND or gone:
-            self._gap(key, since, pod.finished_ns, f"pod {pod.name} deleted before its log was read to "
+            self._gap(key, since, _upper(pod.finished_ns), f"pod {pod.name} deleted before its log was read to "
                                                    f"the end ({reason})")
             self.finished.add(key)
             self.known.pop(pod.uid, None)
@@ -309,7 +314,7 @@ class RunFollower:
         since = self._since(key)
         if rc != pod.restart_count - 1:
             # the container we read restarted more than once since: --previous is a later one
-            self._gap(key, since, pod.previous_finished_ns,
+            self._gap(key, since, _upper(pod.previous_finished_ns),
                       f"container restarted {pod.restart_count - rc} times between reads")
             self.finished.add(key)
             return True
@@ -323,7 +328,7 @@ class RunFollower:
             return True
         kind, reason = kubectl.classify(err) if code is not None else ("timeout", err)
         if kind in (kubectl.NOT_FOUND, kubectl.NO_PREVIOUS):
-            self._gap(key, since, pod.previous_finished_ns, f"previous container unreadable: {reason}")
+            self._gap(key, since, _upper(pod.previous_finished_ns), f"previous container unreadable: {reason}")
             self.finished.add(key)
             return True
         await self._report(kind, f"reading --previous of {pod.name}: {reason}")
@@ -370,7 +375,7 @@ class RunFollower:
         if kind == kubectl.NOT_FOUND:
             fresh = await self._fresh(pod)
             if fresh is None:  # the pod is gone: what it held after our last line is lost
-                self._gap(key, self._since(key), pod.finished_ns,
+                self._gap(key, self._since(key), _upper(pod.finished_ns),
                           f"pod {pod.name} deleted before its log was read to the end ({reason})")
                 self.finished.add(key)
                 self.known.pop(pod.uid, None)

@@ -111,7 +111,10 @@ def assert_exactly_once(sim, db: str, run: str, jobset: str | None = None) -> di
     g = gaps(db, run)
     lost = [t for t in truth if (t.incarnation, t.step) not in got]
     outside = [(t.incarnation, t.step) for t in lost if not in_gap(t, g)]
-    assert not outside, f"steps lost outside any stream gap: {outside[:10]}"
+    detail = [(t.incarnation, t.step, t.pod_uid[:8], t.restart_count, t.rotated, t.served, t.timestamp)
+              for t in lost if not in_gap(t, g)][:3]
+    assert not outside, (f"steps lost outside any stream gap: {outside[:10]} ({len(outside)}); {detail}; "
+                         f"gaps {[(s[:8] + s[-2:], a, b, r[:30]) for s, a, b, r in g]}")
     for t in truth:
         if t.rotated_unread:
             assert in_gap(t, g), f"rotated-away step {t.step} not inside a stream gap"
