@@ -118,3 +118,51 @@ def read_pieces(source: Source, block_size: int = BLOCK) -> Iterator[Piece]:
         # The writer was cut off: a record on an unterminated last line cannot be trusted.
         yield Piece(lines=1, bad="cut-off last line: " + carry[:200].decode("utf-8", "replace")
                     if has_tag(carry) else None)
+
+
+# -- ranges of a plain file, read by worker processes themselves -----------------------------
+_PROBE = 64 << 10
+
+
+def line_ranges(source: Source, block_size: int = BLOCK) -> list[tuple[int, int]] | None:
+    """Byte ranges of whole lines covering a plain file (the last may end without a newline),
+    so that workers can read their own blocks instead of receiving them through a pipe. None
+    for compressed input, stdin, or a line too long to find a boundary in: read_pieces then."""
+    if source.stream is not source.raw or source.name == "<stdin>" or source.size is None:
+        return None
+    fd, size = source.raw.fileno(), source.size
+    ranges, pos = [], 0
+    while pos < size:
+        end = pos + block_size
+        if end >= size:
+            ranges.append((pos, size))
+            break
+        probe = os.pread(fd, _PROBE, end)
+        nl = probe.find(b"\n")
+        if nl < 0:
+            probe = os.pread(fd, MAX_LINE + 1, end)
+            nl = probe.find(b"\n")
+            if nl < 0:
+                return None
+        ranges.append((pos, end + nl + 1))
+        pos = end + nl + 1
+    return ranges
+
+
+def read_range(path: str, start: int, end: int) -> Piece:
+    """The piece of a plain file between two line boundaries, as read_pieces would give it."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        data = os.pread(fd, end - start, start)
+    finally:
+        os.close(fd)
+    cut = data.rfind(b"\n") + 1
+    block, tail = data[:cut], data[cut:]
+    lines = block.count(b"\n")
+    if not tail:
+        return Piece(block, lines)
+    if len(tail) > MAX_LINE:
+        bad = f"line of {len(tail)} bytes without newline skipped" if has_tag(tail[:4096]) else None
+    else:
+        bad = "cut-off last line: " + tail[:200].decode("utf-8", "replace") if has_tag(tail) else None
+    return Piece(block, lines + 1, bad)

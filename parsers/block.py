@@ -17,9 +17,9 @@ from operator import itemgetter
 from typing import NamedTuple
 
 from parsers.fast import (
-    LOSS_IN_BLOCK,
-    POD_IN_BLOCK,
-    RBF_IN_BLOCK,
+    LOSS_LINE,
+    POD_LINE,
+    RBF_LINE,
     loss_item,
     parse_fast,
     pod_item,
@@ -32,12 +32,33 @@ from parsers.scan import CANDIDATE
 
 _LOSS, _RBF, _POD = b"LOSS-PARTS", b"REQUIRED_RBF", b"completed step:"
 _RARE = (b"Config param ", b"Restoring checkpoint", b"Saved a checkpoint", b"distributed system")
-# Per kind: its scanner, tag, the tags parse_fast tries first, and the item builder.
+# Per kind: its line regex, tag, the tags parse_fast tries first, and the item builder.
 _KINDS = (
-    (LOSS_IN_BLOCK, _LOSS, (), lambda ts, g: loss_item(ts, *g)),
-    (RBF_IN_BLOCK, _RBF, (_LOSS,), lambda ts, g: rbf_item(ts, *g)),
-    (POD_IN_BLOCK, _POD, (_LOSS, _RBF), pod_item),
+    (LOSS_LINE, _LOSS, (), lambda ts, g: loss_item(ts, *g)),
+    (RBF_LINE, _RBF, (_LOSS,), lambda ts, g: rbf_item(ts, *g)),
+    (POD_LINE, _POD, (_LOSS, _RBF), pod_item),
 )
+# Templates: a log prints the same few line shapes over and over. With every digit folded to
+# 1, whether a line matches its kind's regex and where each group lies is the same for all
+# lines of one shape (leading zeros aside, which the builders reject), so the regex runs once
+# per shape and every other line is cut at the remembered offsets.
+_FOLD_ALL = bytes.maketrans(b"0123456789", b"1111111111")
+_TEMPLATES: tuple[dict, dict, dict] = ({}, {}, {})
+
+
+def _template(line: bytes, line_rx, tag: bytes, earlier) -> tuple | bool:
+    """Group spans of a canonical line of this kind, or False (the reference must read it)."""
+    if b"\x1b" in line or len(line) > MAX_LINE or any(o in line for o in earlier):
+        return False
+    m = line_rx.match(line, line.find(tag))
+    if m is None:
+        return False
+    spans = tuple(m.span(g) for g in range(1, line_rx.groups + 1))
+    if line_rx is LOSS_LINE and spans[2][0] >= 0:
+        keys = line[spans[2][0] : spans[2][1]].split()
+        if any(ch in b"0123456789" for key in keys for ch in key.partition(b"=")[0]):
+            return False  # keys with digits: folded shapes could hide a repeated key
+    return spans
 
 
 def parse_block(block: bytes) -> tuple:
@@ -86,23 +107,24 @@ def _steady(block: bytes) -> Steady | None:
     find, rfind = block.find, block.rfind
     found: list[tuple[int, int, tuple, bytes]] = []  # (line start, kind, row, line)
     append = found.append
-    for kind, (scanner, tag, earlier, build) in enumerate(_KINDS):
-        # bytes.find is the fast scan; the regex only runs anchored at each tag. Starting each
-        # search at the next line, every hit is its line's first tag of this kind.
+    for kind, (line_rx, tag, earlier, build) in enumerate(_KINDS):
+        templates = _TEMPLATES[kind]
+        # bytes.find is the scan. Starting each search at the next line, every hit is its
+        # line's first tag of this kind.
         tag_at = find(tag)
         while tag_at >= 0:
-            m = scanner.match(block, tag_at)
-            if m is None:
-                return None  # a line with this tag is not canonical
-            end = m.end() - 1
             start = rfind(b"\n", 0, tag_at) + 1
-            if find(b"\x1b", start, end) >= 0 or end - start > MAX_LINE:
-                return None  # ANSI codes, too long: the reference decides
-            for other in earlier:
-                if find(other, start, end) >= 0:
-                    return None
+            end = find(b"\n", tag_at)
             line = block[start:end]
-            item = build(ts_of(line), m.groups())
+            shape = line.translate(_FOLD_ALL)
+            spans = templates.get(shape)
+            if spans is None:
+                if len(templates) >= 4096:
+                    templates.clear()
+                spans = templates[shape] = _template(line, line_rx, tag, earlier)
+            if spans is False:
+                return None  # not canonical: the reference decides
+            item = build(ts_of(line), tuple(line[a:b] if a >= 0 else None for a, b in spans))
             if item is None:
                 return None
             append((start, kind, item[1:], line))

@@ -13,14 +13,11 @@ import calendar
 import datetime
 import re
 
-import orjson
-
 from parsers.records import LossParts, PodStep, RequiredRbf
 
 _NUM = rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"  # a JSON number
 _TS = re.compile(rb"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})")
-# Record bodies from their tag to the end of the line; compiled once for a single line
-# (ending at the end of the text) and once for a block of lines (ending at the newline).
+# Record bodies from their tag to the end of the line.
 _LOSS_BODY = rb"LOSS-PARTS step=([0-9]+) ce=(" + _NUM + rb"|nan|inf|-inf)( [^\r\n]*)?\r?"
 _RBF_BODY = (
     rb"REQUIRED_RBF step=([0-9]+) max=(" + _NUM + rb") per_layer=\[([^\]\s]*)\]"
@@ -31,16 +28,33 @@ _POD_BODY = (
     + rb"), Tokens/s/device: (" + _NUM + rb"), total_weights: ([0-9]+), loss: (" + _NUM
     + rb")[ \t]*\r?"
 )
-_LOSS, _RBF, _POD = (re.compile(b + rb"\n?\Z") for b in (_LOSS_BODY, _RBF_BODY, _POD_BODY))
-LOSS_IN_BLOCK, RBF_IN_BLOCK, POD_IN_BLOCK = (
-    re.compile(b + rb"\n") for b in (_LOSS_BODY, _RBF_BODY, _POD_BODY)
-)
+LOSS_LINE, RBF_LINE, POD_LINE = (re.compile(b + rb"\n?\Z") for b in (_LOSS_BODY, _RBF_BODY, _POD_BODY))
 _DAYS: dict[bytes, int] = {}  # b"YYYY-MM-DD" -> epoch seconds at 00:00 UTC
 _MINUTES: dict[bytes, int] = {}  # b"THH:MM:" -> seconds into the day
-# Validity of a LOSS-PARTS tail depends only on its shape: digits 1-9 folded to 1 keep
-# every JSON-number rule (leading zeros, points, exponents), so one check serves each shape.
-_FOLD = bytes.maketrans(b"23456789", b"11111111")
+# Validity of a LOSS-PARTS tail or a layer list depends only on its shape once leading
+# zeros are ruled out: every digit folded to 1 keeps the other JSON-number rules (points,
+# signs, exponents), so one check serves each shape and the caches stay small.
+_FOLD = bytes.maketrans(b"0123456789", b"1111111111")
+_DIGITS = frozenset(b"0123456789")
+
+
+def _leading_zero(text: bytes) -> bool:
+    """What folding hides: a number with a leading zero (`007`, `-01.5`), which JSON forbids.
+    Numbers start after `=` (a tail) or `,` (a layer list), or at the very start."""
+    for mark in (b"=0", b",0", b"=-0", b",-0"):
+        i = text.find(mark)
+        while i >= 0:
+            i += len(mark)
+            if i < len(text) and text[i] in _DIGITS:
+                return True
+            i = text.find(mark, i)
+    head = text[1:2] if text[:1] == b"0" else text[2:3] if text[:2] == b"-0" else b""
+    return bool(head) and head[0] in _DIGITS
 _SHAPES: dict[bytes, bool] = {}
+_LAYER_SHAPES: dict[bytes, bool] = {}
+# Comma-separated decimal floats (a point in each, as the general parser's floats render).
+_DEC = rb"-?(?:0|[1-9][0-9]*)\.[0-9]+(?:[eE][+-]?[0-9]+)?"
+_DECIMALS = re.compile(rb"(?:" + _DEC + rb",)*" + _DEC)
 _KEY_VALUE = re.compile(rb"(?: [A-Za-z_][A-Za-z0-9_]*=" + _NUM + rb")+")
 
 
@@ -90,6 +104,8 @@ def _parts_json(tail: bytes | None) -> str | None:
     """`k=v k=v` -> `{"k":v,"k":v}` when every value is a JSON number and keys are unique."""
     if not tail:
         return "{}"
+    if _leading_zero(tail):
+        return None
     shape = tail.translate(_FOLD)
     ok = _SHAPES.get(shape)
     if ok is None:
@@ -109,29 +125,38 @@ def _shape_ok(shape: bytes) -> bool:
     return len(set(keys)) == len(keys) and b"step" not in keys and b"ce" not in keys
 
 
+def _lz(number: bytes) -> bool:
+    """A leading zero (`05`, `-05`): JSON forbids it. The regexes reject it; a line parsed by
+    digit-folded template (parsers.block) is checked here."""
+    return number[:1] == b"0" and number[1:2].isdigit() or number[:2] == b"-0" and number[2:3].isdigit()
+
+
 def loss_item(ts, step: bytes, ce_raw: bytes, tail: bytes | None) -> tuple | None:
     parts = _parts_json(tail.rstrip(b" \t") if tail else tail)
-    if parts is None or ts is False:
+    if parts is None or ts is False or _lz(ce_raw):
         return None
     ce = ce_raw.decode()
     return "L", ts, int(step), float(ce), ce, parts
 
 
 def rbf_item(ts, step: bytes, mx: bytes, layers: bytes, program: bytes) -> tuple | None:
-    if ts is False:
+    if ts is False or _lz(mx):
         return None
-    per_layer = b"[" + layers + b"]"
-    try:
-        values = orjson.loads(per_layer)
-    except orjson.JSONDecodeError:
+    if _leading_zero(layers):
         return None
-    if layers.count(b".") != len(values):  # each a decimal float, as the general parser gives
+    shape = layers.translate(_FOLD)  # as for LOSS-PARTS tails: validity depends on the shape
+    ok = _LAYER_SHAPES.get(shape)
+    if ok is None:
+        ok = _DECIMALS.fullmatch(shape) is not None or not shape
+        if len(_LAYER_SHAPES) < 4096:
+            _LAYER_SHAPES[shape] = ok
+    if not ok:
         return None
-    return "R", ts, int(step), float(mx), per_layer.decode(), program.decode()
+    return "R", ts, int(step), float(mx), "[" + layers.decode() + "]", program.decode()
 
 
 def pod_item(ts, g: tuple) -> tuple | None:
-    if ts is False:
+    if ts is False or _lz(g[1]) or _lz(g[2]) or _lz(g[3]) or _lz(g[5]):
         return None
     return "P", ts, int(g[0]), float(g[1]), float(g[2]), float(g[3]), int(g[4]), float(g[5])
 
@@ -146,13 +171,13 @@ def parse_fast(line: bytes) -> tuple | None:
     if b"\x1b" in line:
         return None
     if (i := line.find(b"LOSS-PARTS")) >= 0:
-        m = _LOSS.match(line, i)
+        m = LOSS_LINE.match(line, i)
         return None if m is None else loss_item(ts_of(line), *m.groups())
     if (i := line.find(b"REQUIRED_RBF")) >= 0:
-        m = _RBF.match(line, i)
+        m = RBF_LINE.match(line, i)
         return None if m is None else rbf_item(ts_of(line), *m.groups())
     if (i := line.find(b"completed step:")) >= 0:
-        m = _POD.match(line, i)
+        m = POD_LINE.match(line, i)
         return None if m is None else pod_item(ts_of(line), m.groups())
     return None
 

@@ -20,7 +20,15 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from collector.files import BLOCK, Source, first_timestamp, read_pieces
+from collector.files import (
+    BLOCK,
+    Piece,
+    Source,
+    first_timestamp,
+    line_ranges,
+    read_pieces,
+    read_range,
+)
 from parsers.block import line_by_line, parse_block
 from steptail.model import Counters
 from storage.db import Store
@@ -90,12 +98,17 @@ def ingest(
     sources: list[Source],
     parquet: str | Path | None = None,
     progress: Callable[[int], None] | None = None,
+    pool: ProcessPoolExecutor | None = None,
 ) -> IngestResult:
+    """Ingest `sources` into `run`. `pool`: workers from start_workers(), started before the
+    store was opened so that they boot while the schema is checked (else started here)."""
     check_run_name(run)
     sink = SqlSink(store)
     pq_sink = ParquetSink(parquet, run) if parquet else None
     result = IngestResult(run)
-    pool = _pool(sources)
+    own_pool = pool is None
+    if own_pool:
+        pool = start_workers(sources)
     # The rows in flight are acyclic; the cyclic collector would only rescan them (~20%).
     gc_was_enabled = gc.isenabled()
     gc.disable()
@@ -135,7 +148,7 @@ def ingest(
             writer.close()
         if gc_was_enabled:
             gc.enable()
-        if pool is not None:
+        if own_pool and pool is not None:
             pool.shutdown(cancel_futures=True)
     if pq_sink:
         pq_sink.commit()
@@ -146,7 +159,7 @@ def _feed(model, source, writer, progress, pool) -> None:
     """Blocks are parsed in worker processes (pure, ordered) and applied here in order."""
     window: deque = deque()
 
-    def apply(parsed, piece) -> None:
+    def apply(parsed, piece, pos: int | None = None) -> None:
         model.counters.lines += piece.lines
         if piece.bad:
             model.bad_line(piece.bad)
@@ -158,9 +171,28 @@ def _feed(model, source, writer, progress, pool) -> None:
         if len(model.batch) >= FLUSH_ROWS:
             _flush(model, writer)
         if progress:
-            progress(source.position())
+            progress(source.position() if pos is None else pos)
 
+    def apply_range(result, start: int, end: int) -> None:
+        lines, bad, parsed = result
+        if parsed[0] == "C" and model.feed_steady(parsed[1]):
+            parsed = ("I", ())
+        elif parsed[0] == "C":  # the run's state needs each line: read the block again here
+            parsed = ("I", line_by_line(read_range(source.name, start, end).block))
+        apply(parsed, Piece(b"", lines, bad), end)
+
+    ranges = line_ranges(source, READ_BLOCK) if pool is not None else None
     try:
+        if ranges is not None:  # workers read their own ranges of the file
+            for start, end in ranges:
+                window.append((pool.submit(_parse_range, source.name, start, end), (start, end)))
+                if len(window) >= WINDOW:
+                    future, (a, b) = window.popleft()
+                    apply_range(future.result(), a, b)
+            while window:
+                future, (a, b) = window.popleft()
+                apply_range(future.result(), a, b)
+            return
         for piece in read_pieces(source, READ_BLOCK):
             if pool is None:
                 apply(parse_block(piece.block), piece)
@@ -177,15 +209,25 @@ def _feed(model, source, writer, progress, pool) -> None:
             future.cancel()
 
 
-def _pool(sources: list[Source]):
-    """Worker processes for big inputs (forkserver: children never inherit DB connections).
-    One core stays for the main thread (run model) and the writer threads."""
+def _parse_range(path: str, start: int, end: int) -> tuple:
+    """In a worker: read one range and parse its block (the block itself stays there)."""
+    piece = read_range(path, start, end)
+    return piece.lines, piece.bad, parse_block(piece.block)
+
+
+def start_workers(sources: list[Source]) -> ProcessPoolExecutor | None:
+    """Worker processes for big inputs, already booting when this returns (forkserver:
+    children never inherit DB connections). As many as cores: the main thread and the
+    writers mostly wait on them or on SQLite. None for small inputs or one core."""
     cpus = os.cpu_count() or 1
-    workers = int(os.environ.get("STEPTAIL_INGEST_WORKERS", max(1, min(cpus - 1, 4))))
+    workers = int(os.environ.get("STEPTAIL_INGEST_WORKERS", min(cpus, 4)))
     if workers < 1 or cpus < 2 or sum(s.size or 0 for s in sources) < POOL_MIN_BYTES:
         return None
-    return ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("forkserver"),
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("forkserver"),
                                initializer=gc.disable)  # parse results are acyclic
+    for _ in range(workers):
+        pool.submit(parse_block, b"")  # boot them now, while the caller opens the store
+    return pool
 
 
 class _Writer:

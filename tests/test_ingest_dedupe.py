@@ -89,14 +89,20 @@ def test_gzip_and_stdin(store, samples, tmp_path, monkeypatch):
     assert counts(store, "gz") == counts(store, "stdin")
 
 
-def test_worker_processes_give_the_same_rows(store, samples, monkeypatch):
-    """Big inputs are parsed in worker processes: same rows, same order, same counts."""
+@pytest.mark.parametrize("compressed", [False, True])
+def test_worker_processes_give_the_same_rows(store, samples, monkeypatch, tmp_path, compressed):
+    """Big inputs are parsed in worker processes (reading their own ranges of a plain file,
+    or sent blocks of a compressed one): same rows, same order, same counts."""
     import steptail.ingest as ingest_module
 
+    path = samples / "resume-gap.log"
+    if compressed:
+        path = tmp_path / "resume-gap.log.gz"
+        path.write_bytes(gzip.compress((samples / "resume-gap.log").read_bytes()))
     ingest_paths(store, "seq", samples / "resume-gap.log")
     monkeypatch.setattr(ingest_module, "POOL_MIN_BYTES", 0)
     monkeypatch.setattr(ingest_module, "READ_BLOCK", 64 << 10)  # many blocks in flight
-    result = ingest_paths(store, "pool", samples / "resume-gap.log")
+    result = ingest_paths(store, "pool", path)
     assert (result.loss_parts, result.required_rbf, result.pod_steps, result.incarnations) == (426, 424, 426, 2)
     with store.engine.connect() as conn:
         for table in ("loss_parts", "required_rbf", "pod_metrics", "checkpoints", "config"):
@@ -104,3 +110,26 @@ def test_worker_processes_give_the_same_rows(store, samples, monkeypatch):
             a = sorted(tuple(r[1:]) for r in conn.execute(sa.text(q), {"r": "seq"}))
             b = sorted(tuple(r[1:]) for r in conn.execute(sa.text(q), {"r": "pool"}))
             assert a == b, table
+
+
+def test_ranges_read_like_pieces(tmp_path, samples):
+    """Ranges read by workers give the same blocks, line counts and bad lines as read_pieces;
+    a line too long to find a boundary in sends the file back to read_pieces."""
+    from collector.files import line_ranges, read_pieces, read_range
+
+    head = (samples / "clean-300.log").read_bytes()[:50_000]
+    path = tmp_path / "h.log"
+    path.write_bytes(head + b"LOSS-PARTS step=10 ce=2.")  # a cut-off last line
+    source = open_source(str(path))
+    ranges = line_ranges(source, 16 << 10)
+    pieces = list(read_pieces(source, 16 << 10))
+    source.close()
+    got = [read_range(str(path), a, b) for a, b in ranges]
+    assert len(got) > 2 and b"".join(p.block for p in got) == b"".join(p.block for p in pieces)
+    assert sum(p.lines for p in got) == sum(p.lines for p in pieces)
+    assert [p.bad for p in got if p.bad] == [p.bad for p in pieces if p.bad] != []
+
+    path.write_bytes(head + b"LOSS-PARTS step=9 ce=" + b"7" * (2 << 20) + b"\n")
+    source = open_source(str(path))
+    assert line_ranges(source, 16 << 10) is None
+    source.close()

@@ -11,7 +11,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColu
 
 from collector.files import SourceError, open_source
 from steptail.commands._common import db_option, fail, json_option, print_json, store_or_exit
-from steptail.ingest import IngestError, check_run_name, ingest
+from steptail.ingest import IngestError, check_run_name, ingest, start_workers
 
 
 @click.command()
@@ -41,7 +41,13 @@ def command(paths: tuple[str, ...], run: str, db: str | None, parquet: str | Non
         for s in sources:
             s.close()
         fail(str(exc))
-    store = store_or_exit(db)
+    pool = start_workers(sources)  # workers boot while the store is opened and migrated
+    try:
+        store = store_or_exit(db)
+    except SystemExit:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+        raise
     total = sum(s.size or 0 for s in sources)
     err = Console(stderr=True)
     show = err.is_terminal and not as_json
@@ -54,12 +60,15 @@ def command(paths: tuple[str, ...], run: str, db: str | None, parquet: str | Non
             def progress(pos: int) -> None:
                 bar.update(task, completed=min(total, pos))
 
-            result = ingest(store, run, sources, parquet=parquet, progress=progress if show else None)
+            result = ingest(store, run, sources, parquet=parquet,
+                            progress=progress if show else None, pool=pool)
     except IngestError as exc:
         fail(str(exc))
     except (OSError, EOFError, zlib.error) as exc:
         fail(f"read failed, nothing written: {exc}")
     finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
         for s in sources:
             s.close()
         store.dispose()
