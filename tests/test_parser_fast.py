@@ -177,3 +177,15 @@ def test_block_paths_agree_on_mixed_lines(spec, nblocks, primed, ordered):
               b"2026-11-30T04:00:05Z LOSS-PARTS step=3 ce=1.0"] if primed else []
     _, ref, fast = _both(_blocks(data, max(1, len(data) // nblocks)), prefix)
     assert fast == ref
+
+
+def test_templates_never_hide_a_leading_zero():
+    """A line shaped like a known template but with a leading zero (valid for the general
+    parser, not JSON) must not slip through the per-shape template."""
+    good = b"2026-11-30T04:00:1%dZ I1 train_sft.py:301] LOSS-PARTS step=%d ce=%s z=%s"
+    lines = [good % (0, 1, b"15.5", b"11.25"), good % (1, 2, b"05.5", b"11.25"),
+             good % (2, 3, b"15.5", b"01.25")]
+    block = b"".join(line + b"\n" for line in lines)
+    n, ref, fast = _both([block])
+    assert n == 0 and fast == ref
+    assert [r[5] for r in ref[0]] == ["15.5", "05.5", "15.5"]
