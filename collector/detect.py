@@ -4,11 +4,12 @@ Stream failures are also kept here (with their reason) for the view and the demo
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import threading
 import time
 from dataclasses import dataclass
+
+from steptail.findings import load_engine
 
 log = logging.getLogger("steptail.follow")
 
@@ -20,15 +21,11 @@ class Failure:
     at_ns: int
 
 
-def _engine(store, run: str):
+def _engine(store, run: str, settings=None, reference_ce=None):
     """An engine that has replayed what the store holds for the run (a resumed collector
     neither re-alerts old findings nor misses a gap across the restart)."""
-    if importlib.util.find_spec("steptail.findings") is None:
-        return None
     try:
-        from steptail.findings import load_engine
-
-        return load_engine(store, run)
+        return load_engine(store, run, settings, reference_ce)
     except Exception as exc:  # noqa: BLE001 - a broken detector must not stop following
         log.warning("findings engine unavailable: %s", exc)
         return None
@@ -39,10 +36,11 @@ def failure_kind(kind: str) -> str:
 
 
 class Detectors:
-    def __init__(self, run: str, store=None, alerts=None, metrics=None) -> None:
+    def __init__(self, run: str, store=None, alerts=None, metrics=None, settings=None,
+                 reference_ce=None) -> None:
         self.run = run
         self.metrics = metrics
-        self.engine = _engine(store, run) if store is not None else None
+        self.engine = _engine(store, run, settings, reference_ce) if store is not None else None
         self.alerts = alerts
         self.failures: list[Failure] = []
         self.flagged: list = []  # every finding raised by this collector

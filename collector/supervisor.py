@@ -34,6 +34,8 @@ class Plan:
     config: FollowConfig = field(default_factory=FollowConfig)
     alerts: object | None = None  # steptail.alerts.Alerter
     metrics: object | None = None  # steptail.alerts.Metrics
+    settings: object | None = None  # steptail.findings.Settings (None: defaults)
+    reference_ce: dict[int, float] | None = None  # HF reference CE per step, for the step-1 gate
 
 
 class Supervisor:
@@ -112,7 +114,8 @@ class Supervisor:
                 return load_model(conn, run)
 
         model = await asyncio.to_thread(load)
-        det = self.detectors[run] = await asyncio.to_thread(Detectors, run, self.store, p.alerts, p.metrics)
+        det = self.detectors[run] = await asyncio.to_thread(
+            Detectors, run, self.store, p.alerts, p.metrics, p.settings, p.reference_ce)
         sink = await asyncio.to_thread(RunSink, self.store, run, p.parquet, det, p.config.parquet_every,
                                        jobset, p.target.namespace)
         f = RunFollower(run, jobset, p.target, self.discovery, model, sink, det, p.config, status)

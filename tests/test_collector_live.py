@@ -97,3 +97,12 @@ def test_rbac_is_read_only_pods_and_logs():
 def test_stderr_is_classified_and_secrets_masked(stderr, kind):
     assert classify(stderr)[0] == kind
     assert "abcdefghijklmnop" not in classify("error: Bearer abcdefghijklmnopqrstuvwxyz invalid")[1]
+
+
+def test_follow_passes_detector_settings_to_the_live_engine(store):
+    """`follow --reference-ce/--stall-k…` reach the same engine `check` uses."""
+    from collector.detect import Detectors
+    from steptail.findings import Settings
+
+    det = Detectors("r", store, settings=Settings(stall_k=7.0), reference_ce={1: 3.5})
+    assert det.engine.settings.stall_k == 7.0 and det.engine.reference_ce == {1: 3.5}

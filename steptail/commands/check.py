@@ -12,14 +12,8 @@ from rich.table import Table
 from sqlalchemy.exc import SQLAlchemyError
 
 from steptail.commands._common import db_option, fail, json_option, print_json, store_or_exit
-from steptail.findings import (
-    CRITICAL,
-    ReferenceError,
-    Settings,
-    check_run,
-    load_reference,
-    sync_findings,
-)
+from steptail.commands._detect_options import detector_options, detector_settings
+from steptail.findings import CRITICAL, check_run, sync_findings
 from steptail.findings.model import Finding, sort_key
 from storage.reads import run_exists
 
@@ -48,32 +42,17 @@ def _run_location(store, run: str) -> tuple[str | None, str | None]:
 @click.argument("run")
 @db_option
 @json_option
-@click.option("--reference-ce", metavar="VALUE|FILE",
-              help="HF reference CE of step 1, or a JSON/CSV file of step -> ce.")
-@click.option("--gate-tolerance", type=float, default=1e-3, show_default=True,
-              help="Step-1 CE gate: largest allowed |ce - reference|.")
-@click.option("--resume-tolerance", type=float, default=1e-4, show_default=True,
-              help="Resume mismatch: largest allowed |replayed ce - first recording|.")
-@click.option("--stall-k", type=float, default=3.0, show_default=True,
-              help="Stall: no step for longer than k x the median step time.")
+@detector_options
 @click.option("--workload", metavar="NAME", help="Kueue workload of the run (for the stop command).")
 @click.option("-n", "--namespace", metavar="NS", help="Namespace of the workload.")
 def command(run: str, db: str | None, as_json: bool, reference_ce: str | None, gate_tolerance: float,
             resume_tolerance: float, stall_k: float, workload: str | None, namespace: str | None) -> None:
     """Check RUN: gaps, stalls, non-finite CE, the step-1 CE gate, the load-balance rule,
     resumes from zero, resume mismatches, missing REQUIRED_RBF. Exit 1 if anything is flagged."""
-    for name, value in (("--gate-tolerance", gate_tolerance), ("--resume-tolerance", resume_tolerance),
-                        ("--stall-k", stall_k)):
-        if not value >= 0:
-            fail(f"{name} must be a non-negative number")
-    try:
-        reference = load_reference(reference_ce)
-    except ReferenceError as exc:
-        fail(str(exc))
+    settings, reference = detector_settings(reference_ce, gate_tolerance, resume_tolerance, stall_k)
     store = store_or_exit(db, create=False)
     if not run_exists(store, run):
         fail(f"no run {run!r} in {store.describe()}")
-    settings = Settings(stall_k=stall_k, gate_tolerance=gate_tolerance, resume_tolerance=resume_tolerance)
     try:
         fresh = check_run(store, run, settings, reference)
         with store.engine.begin() as conn:

@@ -11,6 +11,7 @@ import click
 from rich.console import Console
 
 from steptail.commands._common import db_option, fail, json_option, print_json, store_or_exit
+from steptail.commands._detect_options import detector_options, detector_settings
 
 
 @click.command()
@@ -34,10 +35,11 @@ from steptail.commands._common import db_option, fail, json_option, print_json, 
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address of the metrics server.")
 @click.option("--duration", type=float, help="Stop after this many seconds.")
 @click.option("--no-view", is_flag=True, help="No live table (default when stdout is not a terminal).")
+@detector_options
 @json_option
 def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parquet, until_done, follow_all,
             selector, silence, parquet_every, webhooks, metrics_port, metrics_host, duration, no_view,
-            as_json) -> None:
+            reference_ce, gate_tolerance, resume_tolerance, stall_k, as_json) -> None:
     """Follow JAX process 0 of JobSets with `kubectl logs -f`, surviving rotation hangs, EOFs,
     JobSet and container restarts and auth lapses; rows committed within ~0.1 s, stream gaps
     and findings recorded. SIGTERM/SIGINT: flush, commit, stop every kubectl."""
@@ -65,6 +67,7 @@ def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parq
         acct = resolve_account(account)
     except (IngestError, AccountMissing) as exc:
         fail(str(exc))
+    settings, reference = detector_settings(reference_ce, gate_tolerance, resume_tolerance, stall_k)
     if shutil.which("kubectl") is None:
         fail("kubectl not found on PATH")
     store = store_or_exit(db)
@@ -78,6 +81,8 @@ def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parq
         selector=selector,
         parquet=parquet,
         config=FollowConfig(silence=silence, until_done=until_done, parquet_every=parquet_every),
+        settings=settings,
+        reference_ce=reference,
     )
     console = Console()
     view = console.is_terminal and not no_view and not as_json
