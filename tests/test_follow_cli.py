@@ -29,11 +29,27 @@ def _env(account: str | None) -> dict:
     return env
 
 
+_STARTED: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_collector_outlives_a_test():
+    """A failing assertion must not leave a collector (and its kubectl) running."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
 def _follow(sim, db: str, *extra: str) -> subprocess.Popen:
     args = [*CLI, "follow", "--jobset", "olmo3-sft", "--run", "r", "-n", "default", "--kubeconfig",
             str(sim.kubeconfig_path), "--db", db, "--silence", "1", "--no-view", *extra]
-    return subprocess.Popen(args, env=_env(sim.account), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen(args, env=_env(sim.account), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
+    _STARTED.append(proc)
+    return proc
 
 
 def _wait_rows(db: str, n: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
