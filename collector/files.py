@@ -166,3 +166,12 @@ def read_range(path: str, start: int, end: int) -> Piece:
     else:
         bad = "cut-off last line: " + tail[:200].decode("utf-8", "replace") if has_tag(tail) else None
     return Piece(block, lines + 1, bad)
+
+
+def parse_range(path: str, start: int, end: int) -> tuple:
+    """In an ingest worker: read one range and parse its block (the block stays there). Lives
+    here, away from the SQL and Parquet modules, so that workers import only the parsers."""
+    from parsers.block import parse_block
+
+    piece = read_range(path, start, end)
+    return piece.lines, piece.bad, parse_block(piece.block)

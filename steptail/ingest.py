@@ -26,6 +26,7 @@ from collector.files import (
     Source,
     first_timestamp,
     line_ranges,
+    parse_range,
     read_pieces,
     read_range,
 )
@@ -36,8 +37,8 @@ from storage.parquet import ParquetSink
 from storage.sql import SqlSink, load_model
 
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
-FLUSH_ROWS = 50_000
-WINDOW = 6  # blocks in flight to the workers: bounds memory
+FLUSH_ROWS = 20_000
+WINDOW = 4  # blocks in flight to the workers: bounds memory
 POOL_MIN_BYTES = 32 << 20  # below this, starting workers costs more than it saves
 READ_BLOCK = BLOCK
 
@@ -185,7 +186,7 @@ def _feed(model, source, writer, progress, pool) -> None:
     try:
         if ranges is not None:  # workers read their own ranges of the file
             for start, end in ranges:
-                window.append((pool.submit(_parse_range, source.name, start, end), (start, end)))
+                window.append((pool.submit(parse_range, source.name, start, end), (start, end)))
                 if len(window) >= WINDOW:
                     future, (a, b) = window.popleft()
                     apply_range(future.result(), a, b)
@@ -207,12 +208,6 @@ def _feed(model, source, writer, progress, pool) -> None:
     finally:
         for future, _ in window:
             future.cancel()
-
-
-def _parse_range(path: str, start: int, end: int) -> tuple:
-    """In a worker: read one range and parse its block (the block itself stays there)."""
-    piece = read_range(path, start, end)
-    return piece.lines, piece.bad, parse_block(piece.block)
 
 
 def start_workers(sources: list[Source]) -> ProcessPoolExecutor | None:
