@@ -46,8 +46,9 @@ _FOLD_ALL = bytes.maketrans(b"0123456789", b"1111111111")
 _TEMPLATES: tuple[dict, dict, dict] = ({}, {}, {})
 
 
-def _template(line: bytes, line_rx, tag: bytes, earlier) -> tuple | bool:
-    """Group spans of a canonical line of this kind, or False (the reference must read it)."""
+def _template(line: bytes, line_rx, tag: bytes, earlier):
+    """A cutter for canonical lines of this shape (line -> the regex's groups), or False (the
+    reference must read it). An absent optional group comes out empty, not None."""
     if b"\x1b" in line or len(line) > MAX_LINE or any(o in line for o in earlier):
         return False
     m = line_rx.match(line, line.find(tag))
@@ -58,7 +59,7 @@ def _template(line: bytes, line_rx, tag: bytes, earlier) -> tuple | bool:
         keys = line[spans[2][0] : spans[2][1]].split()
         if any(ch in b"0123456789" for key in keys for ch in key.partition(b"=")[0]):
             return False  # keys with digits: folded shapes could hide a repeated key
-    return spans
+    return itemgetter(*(slice(a, b) if a >= 0 else slice(0, 0) for a, b in spans))
 
 
 def parse_block(block: bytes) -> tuple:
@@ -92,9 +93,10 @@ class Steady(NamedTuple):
     only, each kind's steps strictly rising, timestamps all present and non-decreasing (or
     all absent), no line repeated. Rows carry no kind and no line: cheap to pickle."""
 
-    loss: list[tuple]  # (ts_ns, step, ce, ce_raw, parts_json)
-    rbf: list[tuple]  # (ts_ns, step, max, per_layer_json, program)
-    pod: list[tuple]  # (ts_ns, step, seconds, tflops, tokens_per_s, total_weights, loss)
+    # Columns (one tuple per field, in line order), or () when the block has none:
+    loss: tuple  # ts_ns, step, ce, ce_raw, parts_json
+    rbf: tuple  # ts_ns, step, max, per_layer_json, program
+    pod: tuple  # ts_ns, step, seconds, tflops, tokens_per_s, total_weights, loss
     saves: list[tuple]  # (ts_ns, step) of `Saved a checkpoint at step N.`
     first_ts: int | None
     last_ts: int | None
@@ -117,14 +119,14 @@ def _steady(block: bytes) -> Steady | None:
             end = find(b"\n", tag_at)
             line = block[start:end]
             shape = line.translate(_FOLD_ALL)
-            spans = templates.get(shape)
-            if spans is None:
+            cut = templates.get(shape)
+            if cut is None:
                 if len(templates) >= 4096:
                     templates.clear()
-                spans = templates[shape] = _template(line, line_rx, tag, earlier)
-            if spans is False:
+                cut = templates[shape] = _template(line, line_rx, tag, earlier)
+            if cut is False:
                 return None  # not canonical: the reference decides
-            item = build(ts_of(line), tuple(line[a:b] if a >= 0 else None for a, b in spans))
+            item = build(ts_of(line), cut(line))
             if item is None:
                 return None
             append((start, kind, item[1:], line))
@@ -162,4 +164,5 @@ def _steady(block: bytes) -> Steady | None:
         return None
     first, last = found[0][2][0], found[-1][2][0]
     at_last = [line for _, _, row, line in found if last is not None and row[0] == last]
-    return Steady(*columns, first, last, at_last)
+    loss, rbf, pod = (tuple(zip(*rows, strict=True)) for rows in columns[:3])  # pickles lighter
+    return Steady(loss, rbf, pod, columns[3], first, last, at_last)

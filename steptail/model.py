@@ -188,32 +188,32 @@ class RunModel:
             return False
         if block.first_ts is not None and cursor.hwm_ns is not None and block.first_ts <= cursor.hwm_ns:
             return False
-        for rows, last in ((block.loss, cur.last_step), (block.rbf, cur.last_rbf),
+        for cols, last in ((block.loss, cur.last_step), (block.rbf, cur.last_rbf),
                            (block.pod, cur.last_pod_step)):
-            if rows and last is not None and rows[0][1] <= last:
+            if cols and last is not None and cols[1][0] <= last:  # cols[1]: the steps
                 return False
         run, batch, counters = self.run, self.batch, self.counters
         inc = cur.number
         if block.loss:
+            ts, step, ce, ce_raw, parts = block.loss
             if cur.first_step is None:
-                cur.first_step = block.loss[0][1]
-            cur.last_step = block.loss[-1][1]
+                cur.first_step = step[0]
+            cur.last_step = step[-1]
             self._touch(cur)
-            ts, step, ce, ce_raw, parts = zip(*block.loss, strict=True)
             ce = [None if c != c or c in (math.inf, -math.inf) else c for c in ce]
             batch.loss_parts.extend(zip(repeat(run), repeat(inc), step, ts, ce, ce_raw, parts))
-            counters.loss_parts += len(block.loss)
+            counters.loss_parts += len(step)
         if block.rbf:
-            cur.last_rbf = block.rbf[-1][1]
-            ts, step, mx, per_layer, program = zip(*block.rbf, strict=True)
+            ts, step, mx, per_layer, program = block.rbf
+            cur.last_rbf = step[-1]
             batch.required_rbf.extend(zip(repeat(run), repeat(inc), step, ts, mx, per_layer, program))
-            counters.required_rbf += len(block.rbf)
+            counters.required_rbf += len(step)
         if block.pod:
-            cur.last_pod_step = block.pod[-1][1]
-            ts, step, seconds, tflops, tokens, weights, loss = zip(*block.pod, strict=True)
+            ts, step, seconds, tflops, tokens, weights, loss = block.pod
+            cur.last_pod_step = step[-1]
             batch.pod_metrics.extend(
                 zip(repeat(run), repeat(inc), step, ts, seconds, tflops, tokens, weights, loss, repeat("{}")))
-            counters.pod_steps += len(block.pod)
+            counters.pod_steps += len(step)
         batch.checkpoints.extend((run, cur.number, "save", step, ts) for ts, step in block.saves)
         if block.last_ts is not None:
             cursor.hwm_ns, cursor._digests, cursor._lines = block.last_ts, set(), list(block.lines_at_last)
