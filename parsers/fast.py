@@ -31,6 +31,8 @@ _POD_BODY = (
 LOSS_LINE, RBF_LINE, POD_LINE = (re.compile(b + rb"\n?\Z") for b in (_LOSS_BODY, _RBF_BODY, _POD_BODY))
 _DAYS: dict[bytes, int] = {}  # b"YYYY-MM-DD" -> epoch seconds at 00:00 UTC
 _MINUTES: dict[bytes, int] = {}  # b"THH:MM:" -> seconds into the day
+_RECENT: dict[bytes, int] = {}  # b"YYYY-MM-DDTHH:MM:SS" -> ns, for the last few seconds seen
+_SCALE = [10 ** (9 - k) for k in range(10)]  # fraction digits -> ns multiplier
 # Validity of a LOSS-PARTS tail or a layer list depends only on its shape once leading
 # zeros are ruled out: every digit folded to 1 keeps the other JSON-number rules (points,
 # signs, exponents), so one check serves each shape and the caches stay small.
@@ -65,20 +67,26 @@ def ts_of(line: bytes) -> int | None | bool:
     z = line.find(b"Z ", 19, 31)
     if z < 0:
         return False
-    # Day and hour:minute from caches (a log spans few of either); seconds and fraction here.
-    day, minute, sec = _DAYS.get(line[:10]), _MINUTES.get(line[10:17]), line[17:19]
-    if day is None or minute is None or not sec.isdigit() or sec[:1] > b"6":
-        whole = _seconds(line[:19])
-        if whole is None:
-            return False
-    else:
-        whole = day + minute + int(sec)
-    frac = line[19:z]
-    if not frac:
-        return whole * 1_000_000_000
-    if frac[:1] != b"." or not frac[1:].isdigit() or len(frac) > 10:
+    head = line[:19]
+    base = _RECENT.get(head)  # lines of one step share their second
+    if base is None:
+        # Day and hour:minute from caches (a log spans few of either); seconds here.
+        day, minute, sec = _DAYS.get(line[:10]), _MINUTES.get(line[10:17]), line[17:19]
+        if day is None or minute is None or not sec.isdigit() or int(sec) > 61:
+            whole = _seconds(head)
+            if whole is None:
+                return False
+        else:
+            whole = day + minute + int(sec)
+        if len(_RECENT) > 64:
+            _RECENT.clear()
+        base = _RECENT[head] = whole * 1_000_000_000
+    if z == 19:
+        return base
+    frac = line[20:z]
+    if line[19] != 46 or not frac.isdigit() or len(frac) > 9:  # 46: "."
         return False
-    return whole * 1_000_000_000 + int(frac[1:].ljust(9, b"0"))
+    return base + int(frac) * _SCALE[len(frac)]
 
 
 def _seconds(whole: bytes) -> int | None:
