@@ -175,3 +175,22 @@ def parse_range(path: str, start: int, end: int) -> tuple:
 
     piece = read_range(path, start, end)
     return piece.lines, piece.bad, parse_block(piece.block)
+
+
+def worker_init() -> None:
+    """Ingest worker set-up: no cyclic GC (parse results are acyclic), and exit when the
+    ingest process dies: pool workers otherwise wait for work forever (holding its pipes)."""
+    import gc
+    import multiprocessing as mp
+    import threading
+    from multiprocessing.connection import wait
+
+    gc.disable()
+    parent = mp.parent_process()
+    if parent is not None:
+
+        def watch() -> None:
+            wait([parent.sentinel])
+            os._exit(1)
+
+        threading.Thread(target=watch, name="watch-parent", daemon=True).start()

@@ -110,8 +110,8 @@ def classify(stderr: str) -> tuple[str, str]:
 # ---- processes -----------------------------------------------------------------------------
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGKILL when the collector dies, even by SIGKILL (Linux)."""
+def die_with_parent() -> None:
+    """In a child process: SIGKILL when its parent dies, even by SIGKILL (Linux)."""
     try:
         import ctypes
 
@@ -125,7 +125,7 @@ async def spawn(argv: list[str], env: dict[str, str]) -> asyncio.subprocess.Proc
     proc = await asyncio.create_subprocess_exec(
         *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, env=env, start_new_session=True, limit=LINE_LIMIT,
-        preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        preexec_fn=die_with_parent if sys.platform == "linux" else None,
     )
     LIVE[proc.pid] = proc
     return proc

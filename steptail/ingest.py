@@ -29,6 +29,7 @@ from collector.files import (
     parse_range,
     read_pieces,
     read_range,
+    worker_init,
 )
 from parsers.block import line_by_line, parse_block
 from steptail.model import Counters
@@ -219,7 +220,7 @@ def start_workers(sources: list[Source]) -> ProcessPoolExecutor | None:
     if workers < 1 or cpus < 2 or sum(s.size or 0 for s in sources) < POOL_MIN_BYTES:
         return None
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("forkserver"),
-                               initializer=gc.disable)  # parse results are acyclic
+                               initializer=worker_init)
     for _ in range(workers):
         pool.submit(parse_block, b"")  # boot them now, while the caller opens the store
     return pool

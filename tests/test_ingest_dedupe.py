@@ -133,3 +133,39 @@ def test_ranges_read_like_pieces(tmp_path, samples):
     source = open_source(str(path))
     assert line_ranges(source, 16 << 10) is None
     source.close()
+
+
+def test_ingest_workers_die_with_a_killed_ingest(tmp_path):
+    """A crashed or killed ingest leaves no parse worker behind (they would hold its pipes)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "pool.py"
+    script.write_text(
+        "import multiprocessing as mp, os, time\n"
+        "from concurrent.futures import ProcessPoolExecutor\n"
+        "from collector.files import worker_init\n"
+        "def pid(_):\n"
+        "    time.sleep(0.2)\n"
+        "    return os.getpid()\n"
+        "if __name__ == '__main__':\n"
+        "    pool = ProcessPoolExecutor(2, mp_context=mp.get_context('forkserver'), initializer=worker_init)\n"
+        "    print(' '.join(map(str, sorted(set(pool.map(pid, range(4)))))), flush=True)\n"
+        "    time.sleep(60)\n"
+    )
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    workers = [int(p) for p in proc.stdout.readline().split()]
+    assert workers
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    alive = workers
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if os.path.exists(f"/proc/{p}") and
+                 open(f"/proc/{p}/stat").read().split()[2] != "Z"]
+        time.sleep(0.1)
+    assert not alive
