@@ -15,7 +15,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -58,24 +58,14 @@ def check_run_name(run: str) -> str:
 
 
 @dataclass
-class IngestResult:
-    run: str
-    lines: int = 0
-    loss_parts: int = 0
-    required_rbf: int = 0
-    pod_steps: int = 0
-    bad_lines: int = 0
-    incarnations: int = 0
-    duplicates: int = 0
-    bad_samples: list[str] = field(default_factory=list)
+class IngestResult(Counters):
+    run: str = ""
+    incarnations: int = 0  # of the run, after this ingest
     skipped: list[str] = field(default_factory=list)  # sources already ingested whole
 
     def summary(self) -> dict:
         keys = ("run", "lines", "loss_parts", "required_rbf", "pod_steps", "bad_lines", "incarnations")
         return {k: getattr(self, k) for k in keys}
-
-    def full(self) -> dict:
-        return asdict(self)
 
 
 def order_sources(sources: list[Source]) -> list[Source]:
@@ -107,7 +97,7 @@ def ingest(
     check_run_name(run)
     sink = SqlSink(store)
     pq_sink = ParquetSink(parquet, run) if parquet else None
-    result = IngestResult(run)
+    result = IngestResult(run=run)
     own_pool = pool is None
     if own_pool:
         pool = start_workers(sources)
@@ -137,7 +127,7 @@ def ingest(
                 _flush(model, writer)
                 writer.drain()
                 _record(conn, run, source.name, digest, started, model.counters)
-                _add(result, model.counters)
+                result.add(model.counters)
             result.incarnations = conn.execute(
                 sa.text("SELECT COUNT(*) FROM incarnations WHERE run = :run"), {"run": run}
             ).scalar_one()
@@ -281,13 +271,3 @@ def _record(conn, run, name, digest, started, c) -> None:
             "bad": c.bad_lines, "dup": c.duplicates, "samples": json.dumps(c.bad_samples),
         },
     )
-
-
-def _add(result: IngestResult, c) -> None:
-    result.lines += c.lines
-    result.loss_parts += c.loss_parts
-    result.required_rbf += c.required_rbf
-    result.pod_steps += c.pod_steps
-    result.bad_lines += c.bad_lines
-    result.duplicates += c.duplicates
-    result.bad_samples.extend(c.bad_samples[: 5 - len(result.bad_samples)])

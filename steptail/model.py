@@ -125,6 +125,11 @@ class Counters:
     duplicates: int = 0
     bad_samples: list[str] = field(default_factory=list)
 
+    def add(self, other: Counters) -> None:
+        for name in ("lines", "loss_parts", "required_rbf", "pod_steps", "bad_lines", "duplicates"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.bad_samples.extend(other.bad_samples[: BAD_SAMPLES - len(self.bad_samples)])
+
     def bad(self, what: str) -> None:
         self.bad_lines += 1
         if len(self.bad_samples) < BAD_SAMPLES:
