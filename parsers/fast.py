@@ -2,8 +2,8 @@
 
 Nine lines in ten that carry a record are LOSS-PARTS, REQUIRED_RBF or `completed step`
 exactly as MaxText prints them. For those, one anchored regex at the tag (found with
-bytes.find) and JSON text built by substitution (validated by orjson) replace decoding,
-tokenising and encoding. Anything else (ANSI codes, reordered keys, words, nan parts, odd
+bytes.find) and JSON text built by substitution (its validity cached per digit-folded
+shape) replace decoding, tokenising and encoding. Anything else (ANSI codes, reordered keys, words, nan parts, odd
 timestamps, malformed input) returns None and goes to the general parser in line.py,
 which is the reference: both give equal records (tests/test_parser_fast.py)."""
 
