@@ -90,7 +90,7 @@ def ingest(
     sources: list[Source],
     parquet: str | Path | None = None,
     progress: Callable[[int], None] | None = None,
-    pool: ProcessPoolExecutor | None = None,
+    pool: Workers | None = None,
 ) -> IngestResult:
     """Ingest `sources` into `run`. `pool`: workers from start_workers(), started before the
     store was opened so that they boot while the schema is checked (else started here)."""
@@ -141,7 +141,7 @@ def ingest(
         if gc_was_enabled:
             gc.enable()
         if own_pool and pool is not None:
-            pool.shutdown(cancel_futures=True)
+            pool.shutdown()
     if pq_sink:
         pq_sink.commit()
     return result
@@ -176,7 +176,8 @@ def _feed(model, source, writer, progress, pool) -> None:
     ranges = line_ranges(source, READ_BLOCK) if pool is not None else None
     try:
         if ranges is not None:  # workers read their own ranges of the file
-            for start, end in ranges:
+            window = pool.take_ahead(source)  # the first ones may be under way already
+            for start, end in ranges[len(window):]:
                 window.append((pool.submit(parse_range, source.name, start, end), (start, end)))
                 if len(window) >= WINDOW:
                     future, (a, b) = window.popleft()
@@ -201,19 +202,45 @@ def _feed(model, source, writer, progress, pool) -> None:
             future.cancel()
 
 
-def start_workers(sources: list[Source]) -> ProcessPoolExecutor | None:
-    """Worker processes for big inputs, already booting when this returns (forkserver:
-    children never inherit DB connections). As many as cores: the main thread and the
-    writers mostly wait on them or on SQLite. None for small inputs or one core."""
+class Workers:
+    """Parse worker processes (forkserver: children never inherit DB connections), with the
+    first ranges of the first plain-file source already submitted: they parse while the
+    caller opens and migrates the store."""
+
+    def __init__(self, pool: ProcessPoolExecutor, sources: list[Source]) -> None:
+        self.pool = pool
+        self._ahead: dict[int, deque] = {}
+        first = order_sources(sources)[0]
+        ranges = line_ranges(first, READ_BLOCK)
+        if ranges:
+            self._ahead[id(first)] = deque(
+                (pool.submit(parse_range, first.name, a, b), (a, b)) for a, b in ranges[:WINDOW])
+
+    def submit(self, fn, *args):
+        return self.pool.submit(fn, *args)
+
+    def take_ahead(self, source: Source) -> deque:
+        """The futures already submitted for `source`'s first ranges (empty if none)."""
+        return self._ahead.pop(id(source), deque())
+
+    def shutdown(self) -> None:
+        for window in self._ahead.values():
+            for future, _ in window:
+                future.cancel()
+        self.pool.shutdown(cancel_futures=True)
+
+
+def start_workers(sources: list[Source]) -> Workers | None:
+    """Workers for big inputs, already booting and parsing when this returns. As many as
+    cores: the main thread and the writers mostly wait on them or on SQLite. None for small
+    inputs or one core."""
     cpus = os.cpu_count() or 1
     workers = int(os.environ.get("STEPTAIL_INGEST_WORKERS", min(cpus, 4)))
     if workers < 1 or cpus < 2 or sum(s.size or 0 for s in sources) < POOL_MIN_BYTES:
         return None
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("forkserver"),
                                initializer=worker_init)
-    for _ in range(workers):
-        pool.submit(parse_block, b"")  # boot them now, while the caller opens the store
-    return pool
+    return Workers(pool, sources)
 
 
 class _Writer:

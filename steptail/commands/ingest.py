@@ -46,7 +46,7 @@ def command(paths: tuple[str, ...], run: str, db: str | None, parquet: str | Non
         store = store_or_exit(db)
     except SystemExit:
         if pool is not None:
-            pool.shutdown(cancel_futures=True)
+            pool.shutdown()
         raise
     total = sum(s.size or 0 for s in sources)
     err = Console(stderr=True)
@@ -68,7 +68,7 @@ def command(paths: tuple[str, ...], run: str, db: str | None, parquet: str | Non
         fail(f"read failed, nothing written: {exc}")
     finally:
         if pool is not None:
-            pool.shutdown(cancel_futures=True)
+            pool.shutdown()
         for s in sources:
             s.close()
         store.dispose()
