@@ -37,21 +37,18 @@ _SCALE = [10 ** (9 - k) for k in range(10)]  # fraction digits -> ns multiplier
 # zeros are ruled out: every digit folded to 1 keeps the other JSON-number rules (points,
 # signs, exponents), so one check serves each shape and the caches stay small.
 _FOLD = bytes.maketrans(b"0123456789", b"1111111111")
-_DIGITS = frozenset(b"0123456789")
+# For the leading-zero test: nonzero digits become 1 and commas `=`, so that a number with a
+# leading zero is `=0` + digit (or `=-0` + digit), whatever separates it from the previous.
+_ZEROS = bytes.maketrans(b"123456789,", b"111111111=")
 
 
 def _leading_zero(text: bytes) -> bool:
     """What folding hides: a number with a leading zero (`007`, `-01.5`), which JSON forbids.
     Numbers start after `=` (a tail) or `,` (a layer list), or at the very start."""
-    for mark in (b"=0", b",0", b"=-0", b",-0"):
-        i = text.find(mark)
-        while i >= 0:
-            i += len(mark)
-            if i < len(text) and text[i] in _DIGITS:
-                return True
-            i = text.find(mark, i)
-    head = text[1:2] if text[:1] == b"0" else text[2:3] if text[:2] == b"-0" else b""
-    return bool(head) and head[0] in _DIGITS
+    z = b"=" + text.translate(_ZEROS)
+    return b"=00" in z or b"=01" in z or b"=-00" in z or b"=-01" in z
+
+
 _SHAPES: dict[bytes, bool] = {}
 _LAYER_SHAPES: dict[bytes, bool] = {}
 # Comma-separated decimal floats (a point in each, as the general parser's floats render).
