@@ -21,9 +21,12 @@ from parsers.fast import (
     POD_LINE,
     RBF_LINE,
     loss_item,
+    loss_row,
     parse_fast,
     pod_item,
+    pod_row,
     rbf_item,
+    rbf_row,
     ts_of,
 )
 from parsers.line import MAX_LINE, parse_line
@@ -32,11 +35,12 @@ from parsers.scan import CANDIDATE
 
 _LOSS, _RBF, _POD = b"LOSS-PARTS", b"REQUIRED_RBF", b"completed step:"
 _RARE = (b"Config param ", b"Restoring checkpoint", b"Saved a checkpoint", b"distributed system")
-# Per kind: its line regex, tag, the tags parse_fast tries first, and the item builder.
+# Per kind: its line regex, tag, the tags parse_fast tries first, the item builder (all
+# checks) and the row builder (value checks only, for lines of a vouched-for shape).
 _KINDS = (
-    (LOSS_LINE, _LOSS, (), lambda ts, g: loss_item(ts, *g)),
-    (RBF_LINE, _RBF, (_LOSS,), lambda ts, g: rbf_item(ts, *g)),
-    (POD_LINE, _POD, (_LOSS, _RBF), pod_item),
+    (LOSS_LINE, _LOSS, (), lambda ts, g: loss_item(ts, *g), lambda ts, g: loss_row(ts, *g)),
+    (RBF_LINE, _RBF, (_LOSS,), lambda ts, g: rbf_item(ts, *g), lambda ts, g: rbf_row(ts, *g)),
+    (POD_LINE, _POD, (_LOSS, _RBF), pod_item, pod_row),
 )
 # Templates: a log prints the same few line shapes over and over. With every digit folded to
 # 1, whether a line matches its kind's regex and where each group lies is the same for all
@@ -46,13 +50,16 @@ _FOLD_ALL = bytes.maketrans(b"0123456789", b"1111111111")
 _TEMPLATES: tuple[dict, dict, dict] = ({}, {}, {})
 
 
-def _template(line: bytes, line_rx, tag: bytes, earlier):
+def _template(line: bytes, line_rx, tag: bytes, earlier, build):
     """A cutter for canonical lines of this shape (line -> the regex's groups), or False (the
-    reference must read it). An absent optional group comes out empty, not None."""
+    reference must read it). An absent optional group comes out empty, not None. The shape is
+    vouched for only if the full item builder accepts this line."""
     if b"\x1b" in line or len(line) > MAX_LINE or any(o in line for o in earlier):
         return False
     m = line_rx.match(line, line.find(tag))
     if m is None:
+        return False
+    if build(ts_of(line), m.groups()) is None:
         return False
     spans = tuple(m.span(g) for g in range(1, line_rx.groups + 1))
     if line_rx is LOSS_LINE and spans[2][0] >= 0:
@@ -109,7 +116,7 @@ def _steady(block: bytes) -> Steady | None:
     find, rfind = block.find, block.rfind
     found: list[tuple[int, int, tuple, bytes]] = []  # (line start, kind, row, line)
     append = found.append
-    for kind, (line_rx, tag, earlier, build) in enumerate(_KINDS):
+    for kind, (line_rx, tag, earlier, build, row_of) in enumerate(_KINDS):
         templates = _TEMPLATES[kind]
         # bytes.find is the scan. Starting each search at the next line, every hit is its
         # line's first tag of this kind.
@@ -123,13 +130,13 @@ def _steady(block: bytes) -> Steady | None:
             if cut is None:
                 if len(templates) >= 4096:
                     templates.clear()
-                cut = templates[shape] = _template(line, line_rx, tag, earlier)
+                cut = templates[shape] = _template(line, line_rx, tag, earlier, build)
             if cut is False:
                 return None  # not canonical: the reference decides
-            item = build(ts_of(line), cut(line))
-            if item is None:
+            row = row_of(ts_of(line), cut(line))
+            if row is None:
                 return None
-            append((start, kind, item[1:], line))
+            append((start, kind, row, line))
             tag_at = find(tag, end)
     for tag in _RARE:
         i = find(tag)

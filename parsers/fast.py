@@ -136,34 +136,51 @@ def _lz(number: bytes) -> bool:
     return number[:1] == b"0" and number[1:2].isdigit() or number[:2] == b"-0" and number[2:3].isdigit()
 
 
-def loss_item(ts, step: bytes, ce_raw: bytes, tail: bytes | None) -> tuple | None:
-    parts = _parts_json(tail.rstrip(b" \t") if tail else tail)
-    if parts is None or ts is False or _lz(ce_raw):
+# Row builders: groups -> a row (ts_ns first), checking what depends on the values (the
+# timestamp, leading zeros). The *_item builders add the checks that depend only on a line's
+# shape, and the kind letter; parsers.block runs those once per shape, then rows alone.
+def loss_row(ts, step: bytes, ce_raw: bytes, tail: bytes | None) -> tuple | None:
+    tail = tail.rstrip(b" \t") if tail else tail
+    if ts is False or _lz(ce_raw) or (tail and _leading_zero(tail)):
         return None
+    parts = '{"' + tail[1:].replace(b"=", b'":').replace(b" ", b',"').decode() + "}" if tail else "{}"
     ce = ce_raw.decode()
-    return "L", ts, int(step), float(ce), ce, parts
+    return ts, int(step), float(ce), ce, parts
+
+
+def rbf_row(ts, step: bytes, mx: bytes, layers: bytes, program: bytes) -> tuple | None:
+    if ts is False or _lz(mx) or _leading_zero(layers):
+        return None
+    return ts, int(step), float(mx), "[" + layers.decode() + "]", program.decode()
+
+
+def pod_row(ts, g: tuple) -> tuple | None:
+    if ts is False or _lz(g[1]) or _lz(g[2]) or _lz(g[3]) or _lz(g[5]):
+        return None
+    return ts, int(g[0]), float(g[1]), float(g[2]), float(g[3]), int(g[4]), float(g[5])
+
+
+def loss_item(ts, step: bytes, ce_raw: bytes, tail: bytes | None) -> tuple | None:
+    if tail and _parts_json(tail.rstrip(b" \t")) is None:
+        return None
+    row = loss_row(ts, step, ce_raw, tail)
+    return None if row is None else ("L", *row)
 
 
 def rbf_item(ts, step: bytes, mx: bytes, layers: bytes, program: bytes) -> tuple | None:
-    if ts is False or _lz(mx):
-        return None
-    if _leading_zero(layers):
-        return None
     shape = layers.translate(_FOLD)  # as for LOSS-PARTS tails: validity depends on the shape
     ok = _LAYER_SHAPES.get(shape)
     if ok is None:
         ok = _DECIMALS.fullmatch(shape) is not None or not shape
         if len(_LAYER_SHAPES) < 4096:
             _LAYER_SHAPES[shape] = ok
-    if not ok:
-        return None
-    return "R", ts, int(step), float(mx), "[" + layers.decode() + "]", program.decode()
+    row = rbf_row(ts, step, mx, layers, program) if ok else None
+    return None if row is None else ("R", *row)
 
 
 def pod_item(ts, g: tuple) -> tuple | None:
-    if ts is False or _lz(g[1]) or _lz(g[2]) or _lz(g[3]) or _lz(g[5]):
-        return None
-    return "P", ts, int(g[0]), float(g[1]), float(g[2]), float(g[3]), int(g[4]), float(g[5])
+    row = pod_row(ts, g)
+    return None if row is None else ("P", *row)
 
 
 def parse_fast(line: bytes) -> tuple | None:
