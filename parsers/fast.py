@@ -105,21 +105,15 @@ def _seconds(whole: bytes) -> int | None:
     return _DAYS[whole[:10]] + h * 3600 + mi * 60 + s
 
 
-def _parts_json(tail: bytes | None) -> str | None:
-    """`k=v k=v` -> `{"k":v,"k":v}` when every value is a JSON number and keys are unique."""
-    if not tail:
-        return "{}"
-    if _leading_zero(tail):
-        return None
-    shape = tail.translate(_FOLD)
-    ok = _SHAPES.get(shape)
+def _valid_shape(text: bytes, cache: dict[bytes, bool], check) -> bool:
+    """check(folded text), remembered per digit-folded shape (leading zeros checked apart)."""
+    shape = text.translate(_FOLD)
+    ok = cache.get(shape)
     if ok is None:
-        ok = _shape_ok(shape)
-        if len(_SHAPES) < 4096:
-            _SHAPES[shape] = ok
-    if not ok:
-        return None
-    return '{"' + tail[1:].replace(b"=", b'":').replace(b" ", b',"').decode() + "}"
+        ok = check(shape)
+        if len(cache) < 4096:
+            cache[shape] = ok
+    return ok
 
 
 def _shape_ok(shape: bytes) -> bool:
@@ -161,19 +155,14 @@ def pod_row(ts, g: tuple) -> tuple | None:
 
 
 def loss_item(ts, step: bytes, ce_raw: bytes, tail: bytes | None) -> tuple | None:
-    if tail and _parts_json(tail.rstrip(b" \t")) is None:
+    if tail and not _valid_shape(tail.rstrip(b" \t"), _SHAPES, _shape_ok):
         return None
     row = loss_row(ts, step, ce_raw, tail)
     return None if row is None else ("L", *row)
 
 
 def rbf_item(ts, step: bytes, mx: bytes, layers: bytes, program: bytes) -> tuple | None:
-    shape = layers.translate(_FOLD)  # as for LOSS-PARTS tails: validity depends on the shape
-    ok = _LAYER_SHAPES.get(shape)
-    if ok is None:
-        ok = _DECIMALS.fullmatch(shape) is not None or not shape
-        if len(_LAYER_SHAPES) < 4096:
-            _LAYER_SHAPES[shape] = ok
+    ok = _valid_shape(layers, _LAYER_SHAPES, lambda shape: not shape or _DECIMALS.fullmatch(shape) is not None)
     row = rbf_row(ts, step, mx, layers, program) if ok else None
     return None if row is None else ("R", *row)
 
