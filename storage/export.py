@@ -22,7 +22,7 @@ import steptail
 from parsers import format_ns
 from storage.db import Store
 from storage.parquet import SCHEMAS
-from storage.reads import run_exists
+from storage.reads import json_value, run_exists
 
 MANIFEST_VERSION = 1
 _CHUNK = 20_000
@@ -55,12 +55,7 @@ class ExportError(Exception):
 
 def _json_text(value) -> str:
     # PostgreSQL (JSONB) hands back objects, SQLite the stored text: one canonical form.
-    obj = json.loads(value) if isinstance(value, str) else value
-    return json.dumps(obj, separators=(",", ":"), sort_keys=True)
-
-
-def _json_list(value):
-    return json.loads(value) if isinstance(value, str) else value
+    return json.dumps(json_value(value), separators=(",", ":"), sort_keys=True)
 
 
 def _convert(table: str, rows: list[tuple]) -> dict[str, list]:
@@ -71,7 +66,7 @@ def _convert(table: str, rows: list[tuple]) -> dict[str, list]:
     if "extra" in cols:
         cols["extra"] = [_json_text(v) for v in cols["extra"]]
     if "per_layer" in cols:
-        cols["per_layer"] = [_json_list(v) for v in cols["per_layer"]]
+        cols["per_layer"] = [json_value(v) for v in cols["per_layer"]]
     return cols
 
 

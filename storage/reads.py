@@ -11,7 +11,8 @@ from parsers import format_ns
 from storage.db import Store
 
 
-def _json(value):
+def json_value(value):
+    """A JSON column's value: SQLite hands back the stored text, PostgreSQL (JSONB) objects."""
     return json.loads(value) if isinstance(value, str) else value
 
 
@@ -98,8 +99,8 @@ def iter_steps(store: Store, run: str, lo: int | None = None, hi: int | None = N
                 "ts": format_ns(row.ts_ns) if row.ts_ns is not None else None,
                 "ce": row.ce,
                 "ce_raw": row.ce_raw,
-                "parts": _json(row.parts) if row.parts is not None else {},
+                "parts": json_value(row.parts) if row.parts is not None else {},
                 "rbf_max": row.rbf_max,
-                "rbf_per_layer": _json(row.rbf_per_layer) if row.rbf_per_layer is not None else None,
+                "rbf_per_layer": json_value(row.rbf_per_layer) if row.rbf_per_layer is not None else None,
                 "rbf_program": row.rbf_program,
             }

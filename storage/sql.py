@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 from steptail.model import Batch, Cursor, Incarnation, RunModel
 from storage.db import Store
+from storage.reads import json_value
 
 # Column order of the row tuples in steptail.model.Batch (JSON columns arrive as JSON text).
 COLUMNS = {
@@ -107,13 +108,9 @@ def load_model(conn: sa.Connection, run: str) -> RunModel:
             )
         }
     cursors = {
-        stream: Cursor(hwm, set(_json(at)))
+        stream: Cursor(hwm, set(json_value(at)))
         for stream, hwm, at in conn.execute(
             sa.text("SELECT stream, hwm_ns, at_hwm FROM cursors WHERE run = :run"), {"run": run}
         )
     }
     return RunModel(run, current, cursors)
-
-
-def _json(value):
-    return json.loads(value) if isinstance(value, str) else value
