@@ -29,12 +29,12 @@ from parsers.fast import (
     rbf_row,
     ts_of,
 )
-from parsers.line import MAX_LINE, parse_line
+from parsers.line import MAX_LINE, TAGS, parse_line
 from parsers.records import Checkpoint
-from parsers.scan import CANDIDATE
+from parsers.scan import candidate_lines
 
 _LOSS, _RBF, _POD = b"LOSS-PARTS", b"REQUIRED_RBF", b"completed step:"
-_RARE = (b"Config param ", b"Restoring checkpoint", b"Saved a checkpoint", b"distributed system")
+_RARE = tuple(t for t in TAGS if t not in (_LOSS, _RBF, _POD))  # start-up, config, checkpoints
 # Per kind: its line regex, tag, the tags parse_fast tries first, the item builder (all
 # checks) and the row builder (value checks only, for lines of a vouched-for shape).
 _KINDS = (
@@ -79,19 +79,9 @@ def parse_block(block: bytes) -> tuple:
 def line_by_line(block: bytes) -> list[tuple]:
     """The reference: every candidate line on its own."""
     out = []
-    append = out.append
-    find, rfind = block.find, block.rfind
-    end = -1
-    for m in CANDIDATE.finditer(block):
-        if m.start() <= end:
-            continue
-        start = rfind(b"\n", 0, m.start()) + 1
-        end = find(b"\n", m.end())
-        if end < 0:
-            end = len(block)
-        line = block[start:end]
-        item = parse_fast(line) if end - start <= MAX_LINE else None
-        append(("X", line) if item is None else item + (line,))
+    for line in candidate_lines(block):
+        item = parse_fast(line) if len(line) <= MAX_LINE else None
+        out.append(("X", line) if item is None else item + (line,))
     return out
 
 
