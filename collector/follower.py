@@ -234,7 +234,10 @@ class RunFollower:
         try:
             while True:
                 try:
-                    line = await asyncio.wait_for(proc.stdout.readline(), 0.25)
+                    # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancel that
+                    # meets a completed read, and the follower would outlive its shutdown
+                    async with asyncio.timeout(0.25):
+                        line = await proc.stdout.readline()
                 except TimeoutError:
                     quiet = time.monotonic() - last_line
                     if quiet >= self._silence_limit(pod):
@@ -255,9 +258,10 @@ class RunFollower:
             await kubectl.stop(proc)  # by PID, on every exit path (cancel included)
         err = ""
         if err_task.done() or outcome != "silent":
-            try:
-                err = (await asyncio.wait_for(err_task, 1.0)).decode("utf-8", "replace")
-            except (TimeoutError, asyncio.CancelledError):
+            try:  # a cancel of this task must propagate: only the timeout is ours to absorb
+                async with asyncio.timeout(1.0):
+                    err = (await err_task).decode("utf-8", "replace")
+            except TimeoutError:
                 err = ""
         if not err_task.done():
             err_task.cancel()

@@ -131,9 +131,6 @@ class RunSink:
 
     def _write_parquet(self) -> None:
         self.parquet_last = time.monotonic()
-        self.tick_every = 1.0  # stall checks run on the clock even when no line arrives
-        self.last_tick = 0.0
-        self.running = True  # set by the follower: process 0's container runs
         rows, self.parquet_rows = self.parquet_rows, {t: [] for t in _TABLES}
         if not any(rows.values()):
             return

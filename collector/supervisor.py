@@ -78,13 +78,7 @@ class Supervisor:
         self.stopping.set()
 
     async def shutdown(self) -> None:
-        for t in self.tasks.values():
-            t.cancel()
-        for t in self.tasks.values():
-            try:
-                await t
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001
-                pass
+        await cancel_all(list(self.tasks.values()))
         kubectl.kill_all()
         for run, f in self.followers.items():
             try:
@@ -143,3 +137,16 @@ class Supervisor:
                     follower.detectors.failure("collector", repr(exc)[:300])
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 30.0)
+
+
+async def cancel_all(tasks: list[asyncio.Task], every: float = 1.0) -> None:
+    """Cancel tasks and wait for them to end, cancelling again while any lives on: a cancel can
+    be absorbed (a library catching CancelledError, a race in wait_for) and shutdown must not
+    then wait forever on a follower that keeps reading."""
+    while live := [t for t in tasks if not t.done()]:
+        for t in live:
+            t.cancel()
+        await asyncio.wait(live, timeout=every)
+    for t in tasks:
+        if not t.cancelled() and t.exception() is not None:
+            log.debug("task %s ended with %r", t.get_name(), t.exception())

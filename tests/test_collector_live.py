@@ -106,3 +106,29 @@ def test_follow_passes_detector_settings_to_the_live_engine(store):
 
     det = Detectors("r", store, settings=Settings(stall_k=7.0), reference_ce={1: 3.5})
     assert det.engine.settings.stall_k == 7.0 and det.engine.reference_ce == {1: 3.5}
+
+
+async def test_shutdown_outlasts_a_follower_that_absorbs_a_cancel():
+    """A cancel can be swallowed (3.11's wait_for race, a library's except): shutdown cancels
+    again instead of waiting forever on a follower that keeps reading."""
+    from collector.supervisor import cancel_all
+
+    cancels = []
+
+    async def stubborn():
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                cancels.append(1)
+                if len(cancels) == 2:
+                    raise
+
+    async def fails():
+        raise RuntimeError("boom")
+
+    tasks = [asyncio.create_task(stubborn()), asyncio.create_task(fails())]
+    await asyncio.sleep(0)
+    await asyncio.wait_for(cancel_all(tasks, every=0.05), 5)
+    assert len(cancels) == 2 and tasks[0].cancelled()
+    assert isinstance(tasks[1].exception(), RuntimeError)
