@@ -33,6 +33,11 @@ from parsers.line import MAX_LINE, TAGS, parse_line
 from parsers.records import Checkpoint
 from parsers.scan import candidate_lines
 
+try:  # parsers/_steady.c, built at install; without it the Python scan does the same work
+    from parsers import _steady as _native
+except ImportError:
+    _native = None
+
 _LOSS, _RBF, _POD = b"LOSS-PARTS", b"REQUIRED_RBF", b"completed step:"
 _RARE = tuple(t for t in TAGS if t not in (_LOSS, _RBF, _POD))  # start-up, config, checkpoints
 # Per kind: its line regex, tag, the tags parse_fast tries first, the item builder (all
@@ -85,6 +90,44 @@ def line_by_line(block: bytes) -> list[tuple]:
     return out
 
 
+def _save_of(line: bytes) -> tuple | None:
+    """(ts_ns, step) of a checkpoint-save line, else None (a start-up, restore, config or odd
+    line: the model reads those alone)."""
+    parsed = parse_line(line)
+    if not isinstance(parsed.record, Checkpoint) or parsed.record.kind != "save":
+        return None
+    return parsed.ts_ns, parsed.record.step
+
+
+def _saves(block: bytes) -> list[tuple] | None:
+    """The block's rare-tag lines if each is a checkpoint save: (line start, (ts_ns, step),
+    line) in line order, else None."""
+    find, rfind = block.find, block.rfind
+    out = []
+    for tag in _RARE:
+        i = find(tag)
+        while i >= 0:
+            start = rfind(b"\n", 0, i) + 1
+            end = find(b"\n", i)
+            line = block[start:end]
+            row = _save_of(line)
+            if row is None:
+                return None
+            out.append((start, row, line))
+            i = find(tag, end)
+    out.sort(key=itemgetter(0))
+    return out
+
+
+def _steady(block: bytes) -> Steady | None:
+    """The C scan when it is built, else the Python one. What the C scan does not vouch for
+    goes line by line (the Python scan would accept little more, and at ten times the cost)."""
+    if _native is None:
+        return _steady_py(block)
+    out = _native.steady(block, _save_of)
+    return None if out is None else Steady(*out)
+
+
 class Steady(NamedTuple):
     """A block that a run model can take whole: canonical per-step lines and checkpoint saves
     only, each kind's steps strictly rising, timestamps all present and non-decreasing (or
@@ -100,7 +143,7 @@ class Steady(NamedTuple):
     lines_at_last: list[bytes]  # the lines at last_ts, for the dedupe cursor
 
 
-def _steady(block: bytes) -> Steady | None:
+def _steady_py(block: bytes) -> Steady | None:
     if not block.endswith(b"\n"):
         return None
     find, rfind = block.find, block.rfind
@@ -128,17 +171,10 @@ def _steady(block: bytes) -> Steady | None:
                 return None
             append((start, kind, row, line))
             tag_at = find(tag, end)
-    for tag in _RARE:
-        i = find(tag)
-        while i >= 0:
-            start = rfind(b"\n", 0, i) + 1
-            end = find(b"\n", i)
-            line = block[start:end]
-            parsed = parse_line(line)
-            if not isinstance(parsed.record, Checkpoint) or parsed.record.kind != "save":
-                return None  # a start-up, restore, config or odd line: the model reads it alone
-            append((start, 3, (parsed.ts_ns, parsed.record.step), line))
-            i = find(tag, end)
+    rare = _saves(block)
+    if rare is None:
+        return None
+    found += ((start, 3, row, line) for start, row, line in rare)
     found.sort(key=itemgetter(0))
     columns: tuple[list, list, list, list] = ([], [], [], [])
     for a, b in pairwise(found):

@@ -39,18 +39,46 @@ SCHEMAS = {
 }
 
 
-def _columns(table: str, rows: list[tuple]) -> dict:
-    names = COLUMNS[table]
-    cols: dict = dict(zip(names, map(list, zip(*rows, strict=True)), strict=True))
-    del cols["run"]
-    if "ts_ns" in cols:
-        cols["ts"] = cols.pop("ts_ns")
-    if "per_layer" in cols:  # JSON text -> list<double>, vectorised (nan/inf arrive as words)
-        text = pc.utf8_slice_codeunits(pa.array(cols["per_layer"], pa.string()), 1, -1)
-        parts = pc.split_pattern(pc.replace_substring(text, '"', ""), ",")
-        cols["per_layer"] = pc.cast(pc.if_else(pc.equal(text, ""), pa.scalar([], pa.list_(pa.string())), parts),
-                                    pa.list_(pa.float64()))
-    return cols
+# Columns whose values repeat (a few hundred distinct per-layer values, program names…).
+# Dictionary encoding elsewhere (floats, JSON text) is tried, found useless and costs time.
+DICTIONARY = {
+    "loss_parts": (),
+    "required_rbf": ("per_layer.list.element", "program"),
+    "pod_metrics": ("extra",),
+    "config": ("name", "value"),
+    "checkpoints": ("kind",),
+}
+
+
+def _row_type(table: str) -> pa.StructType:
+    """The Batch row tuples as Arrow sees them (JSON text as strings, ts as int ns)."""
+    schema = SCHEMAS[table]
+    return pa.struct([
+        pa.field(name, pa.int64() if name == "ts_ns" else pa.string() if name in ("run", "per_layer")
+                 else schema.field(name).type)
+        for name in COLUMNS[table]
+    ])
+
+
+_ROW_TYPES = {table: _row_type(table) for table in SCHEMAS}
+
+
+def to_arrow(table: str, rows: list[tuple]) -> pa.Table:
+    """Batch rows -> a table of SCHEMAS[table]. Arrow converts the tuples itself (a struct
+    array), several times faster than transposing them in Python first."""
+    rows_ = pa.RecordBatch.from_struct_array(pa.array(rows, type=_ROW_TYPES[table]))
+    cols = []
+    for name in SCHEMAS[table].names:
+        if name == "ts":
+            cols.append(rows_.column("ts_ns").cast(_TS))
+        elif name == "per_layer":  # JSON text -> list<double>, vectorised (nan/inf arrive as words)
+            text = pc.utf8_slice_codeunits(rows_.column("per_layer"), 1, -1)
+            parts = pc.split_pattern(pc.replace_substring(text, '"', ""), ",")
+            cols.append(pc.cast(pc.if_else(pc.equal(text, ""), pa.scalar([], pa.list_(pa.string())), parts),
+                                pa.list_(pa.float64())))
+        else:
+            cols.append(rows_.column(name))
+    return pa.Table.from_arrays(cols, schema=SCHEMAS[table])
 
 
 class ParquetSink:
@@ -60,12 +88,11 @@ class ParquetSink:
         self._writers: dict[str, tuple[pq.ParquetWriter, Path, Path]] = {}
 
     def write(self, batch: Batch) -> None:
-        for table, schema in SCHEMAS.items():
+        for table in SCHEMAS:
             rows = getattr(batch, table)
             if not rows:
                 continue
-            arrow = pa.Table.from_pydict(_columns(table, rows), schema=schema)
-            self._writer(table).write_table(arrow)
+            self._writer(table).write_table(to_arrow(table, rows))
 
     def _writer(self, table: str) -> pq.ParquetWriter:
         if table not in self._writers:
@@ -74,7 +101,8 @@ class ParquetSink:
             name = f"part-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}.parquet"
             final = folder / name
             tmp = folder / f".{name}.tmp"
-            writer = pq.ParquetWriter(tmp, SCHEMAS[table], compression="zstd")
+            writer = pq.ParquetWriter(tmp, SCHEMAS[table], compression="zstd",
+                                      use_dictionary=list(DICTIONARY[table]))
             self._writers[table] = (writer, tmp, final)
         return self._writers[table][0]
 

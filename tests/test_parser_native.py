@@ -1,0 +1,156 @@
+"""The C scan (parsers/_steady.c) against the Python scan it stands in for: whatever block the
+C scan vouches for, the Python scan vouches for too and yields the same Steady fields."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from parsers import block as B
+from parsers.line import TAGS
+
+native = B._native
+
+
+def test_the_extension_is_built_and_knows_every_tag():
+    assert native is not None, "parsers/_steady.c was not compiled (pip install -e . needs gcc)"
+    assert native.TAGS == TAGS
+
+
+def _nan_safe(x):
+    if isinstance(x, float) and x != x:
+        return "nan"
+    if isinstance(x, (tuple, list)):
+        return type(x)(_nan_safe(v) for v in x)
+    return x
+
+
+def same(block: bytes) -> bool:
+    """True when the C scan took the block; asserts the Python scan gives the same fields."""
+    out = native.steady(block, B._save_of)
+    if out is None:
+        return False
+    ref = B._steady_py(block)
+    assert ref is not None, block
+    assert _nan_safe(tuple(B.Steady(*out))) == _nan_safe(tuple(ref)), block
+    return True
+
+
+def test_samples_agree_block_by_block(samples):
+    taken = 0
+    for path in sorted(samples.glob("*.log")):
+        data = path.read_bytes()
+        pos = 0
+        while pos < len(data):
+            end = data.rfind(b"\n", pos, pos + 16_384) + 1 or len(data)
+            taken += same(data[pos:end]) if data[end - 1 : end] == b"\n" else 0
+            pos = end
+    assert taken > 20
+
+
+TS = "2026-11-30T04:00:1{s}.{f}Z "
+LOSS = "I1130 04:00:11.726424 140233 train_sft.py:301] LOSS-PARTS step={n} ce={ce}{tail}"
+RBF = "I1130 train.py:1333] REQUIRED_RBF step={n} max={mx} per_layer=[{layers}] program={prog}"
+POD = ("metric_logger.py:210] completed step: {n}, seconds: {v}, TFLOP/s/device: 181.918, "
+       "Tokens/s/device: 4016.205, total_weights: {w}, loss: {v}")
+
+GOOD_NUM = st.one_of(
+    st.integers(-(10**6), 10**6).map(str),
+    st.floats(allow_nan=False, allow_infinity=False).map(repr).filter(lambda s: "inf" not in s),
+    st.sampled_from(["0.012400", "1.234530e-04", "-0.5", "3E+2", "0", "-0", "1e400", "2.5e-320"]),
+)
+BAD_NUM = st.sampled_from(["05", "1.", "1e", "1_0", "+1", ".5", "0x1"])
+GOOD_KEY = st.sampled_from(["z_loss", "moe_lb", "total", "weights", "Total", "_"])
+BAD_KEY = st.sampled_from(["a1", "step", "ce", "x-y"])
+
+
+@st.composite
+def line(draw, n: int, ts: str, clean: bool) -> str:
+    """One line at step n; `clean` lines are canonical (the C scan should take them)."""
+    num = GOOD_NUM if clean else st.one_of(GOOD_NUM, BAD_NUM)
+    key = GOOD_KEY if clean else st.one_of(GOOD_KEY, BAD_KEY)
+    kinds = ["loss", "rbf", "pod", "save", "noise"] + ([] if clean else ["odd"])
+    kind = draw(st.sampled_from(kinds))
+    end = draw(st.sampled_from(["", "\r"] if clean else ["", "\r", " ", "\t", "\r\r"]))
+    if kind == "loss":
+        pairs = draw(st.lists(st.tuples(key, num), max_size=4, unique_by=lambda kv: kv[0]))
+        tail = "".join(f" {k}={v}" for k, v in pairs) + (draw(st.sampled_from(["", " ", "\t "])) if pairs else "")
+        ce = draw(st.one_of(num, st.sampled_from(["nan", "inf", "-inf"] + ([] if clean else ["nanx", "Inf"]))))
+        body = LOSS.format(n=n, ce=ce, tail=tail)
+    elif kind == "rbf":
+        layer = st.floats(0, 2).map(lambda v: f"{v:.4f}") if clean else st.one_of(num, st.floats(0, 2).map(str))
+        prog = st.sampled_from(["normal", "p.v-1", "_x"] + ([] if clean else ["9x", "REQUIRED_RBF"]))
+        body = RBF.format(n=n, mx=draw(num), layers=",".join(draw(st.lists(layer, max_size=5))), prog=draw(prog))
+    elif kind == "pod":
+        body = POD.format(n=n, v=draw(num), w=draw(st.sampled_from(["1048576", "007"] + ([] if clean else ["x"]))))
+    elif kind == "save":
+        body = f"checkpointing.py:401] Saved a checkpoint at step {n}."
+    elif kind == "noise":
+        body = draw(st.sampled_from(["train step done", "\x1b[32mINFO\x1b[0m step", "Loaded batch"]))
+    else:
+        body = draw(st.sampled_from([
+            "Config param x: 1", "Restoring checkpoint from step 5.", "LOSS-PARTS step=1 ce=1 REQUIRED_RBF",
+            "\x1b[1mLOSS-PARTS step=3 ce=1.0", "Attempting to initialize the jax distributed system",
+        ]))
+    return ts + body + end
+
+
+TIMES = ["2026-11-30T04:00:{s:02d}.{f:06d}Z ", "2024-02-29T23:59:{s:02d}Z ", "2200-12-31T23:59:{s:02d}.5Z ", ""]
+ODD_TIMES = ["2201-01-01T00:00:00Z ", "2026-11-30T04:00:11.1234567890Z ", "2026-02-29T01:00:00Z ",
+             "2026-11-30T24:00:00Z ", "2026-11-30T04:00:11.Z "]
+
+
+@settings(max_examples=500)
+@given(st.data(), st.integers(1, 40), st.booleans(), st.booleans(), st.booleans())
+def test_random_blocks_agree(data, count, rising, clean, odd_time):
+    if rising:
+        steps = list(range(1, count + 1))
+    else:
+        steps = data.draw(st.lists(st.integers(0, 9), min_size=count, max_size=count))
+    form = data.draw(st.sampled_from(TIMES))
+    lines = []
+    for i, n in enumerate(steps):
+        ts = form.format(s=min(i // 3, 61), f=i)
+        if odd_time and not clean and data.draw(st.booleans()):
+            ts = data.draw(st.sampled_from(ODD_TIMES))
+        lines.append(data.draw(line(n, ts, clean)))
+    same("".join(ln + "\n" for ln in lines).encode())
+
+
+def test_canonical_blocks_are_taken():
+    lines = []
+    for n in range(1, 200):
+        ts = f"2026-11-30T04:{n // 60:02d}:{n % 60:02d}.{n:06d}Z "
+        lines += [ts + LOSS.format(n=n, ce="3.781865", tail=" z_loss=1.279788e-04 weights=1048576"),
+                  ts + POD.format(n=n, v="12.251", w="1048576"),
+                  ts + RBF.format(n=n, mx="1.3958", layers="1.3958,1.1695", prog="normal")]
+        if n % 50 == 0:
+            lines.append(ts + f"checkpointing.py:401] Saved a checkpoint at step {n}.")
+    block = "".join(ln + "\n" for ln in lines).encode()
+    assert same(block)
+    assert same(block.replace(b"\n", b"\r\n"))
+
+
+@pytest.mark.parametrize("body, taken", [
+    ("LOSS-PARTS step=1 ce=1.5", True),
+    ("LOSS-PARTS step=1 ce=1.5 ", False),  # trailing blank without parts: not canonical
+    ("LOSS-PARTS step=1 ce=1.5 a=1 ", True),
+    ("LOSS-PARTS step=1 ce=05", False),
+    ("LOSS-PARTS step=1 ce=nan total=-0", True),
+    ("LOSS-PARTS step=1 ce=1.5 a=1 a=2", False),
+    ("REQUIRED_RBF step=1 max=1.0 per_layer=[] program=p", True),
+    ("REQUIRED_RBF step=1 max=1.0 per_layer=[1.0,02.0] program=p", False),
+    ("completed step: 1, seconds: 1.0, TFLOP/s/device: 2, Tokens/s/device: 3, total_weights: 4, loss: 5", True),
+])
+def test_single_lines(body, taken):
+    for ts in ("", "2026-11-30T04:00:11.5Z "):
+        assert same((ts + body + "\n").encode()) is taken
+
+
+def test_a_callback_error_propagates():
+    def boom(line):
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        native.steady(b"Saved a checkpoint at step 1.\n", boom)
