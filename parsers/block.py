@@ -74,11 +74,36 @@ def _template(line: bytes, line_rx, tag: bytes, earlier, build):
     return itemgetter(*(slice(a, b) if a >= 0 else slice(0, 0) for a, b in spans))
 
 
+# A block the steady scan refuses (a restart's start-up lines, one odd line) is cut in PARTS
+# and each part tried again, down to MIN_PART: only the parts around the odd lines then go
+# line by line, not the whole block.
+PARTS = 16
+MIN_PART = 64 << 10
+
+
 def parse_block(block: bytes) -> tuple:
-    """("C", Steady) for a steady-state block, else ("I", items) with one item per candidate
-    line in order: parse_fast's tuple + (line,), or ("X", line) for the general parser."""
+    """One of:
+    ("C", Steady)   a steady-state block;
+    ("I", items)    one item per candidate line in order: parse_fast's tuple + (line,), or
+                    ("X", line) for the general parser;
+    ("M", parts)    (start, end, parse_block(block[start:end])) per part, in order."""
     steady = _steady(block)
-    return ("C", steady) if steady is not None else ("I", line_by_line(block))
+    if steady is not None:
+        return ("C", steady)
+    cuts = _cuts(block, PARTS) if len(block) >= 2 * MIN_PART else []
+    if len(cuts) < 2:  # small, or one long line
+        return ("I", line_by_line(block))
+    return ("M", [(a, b, parse_block(block[a:b])) for a, b in cuts])
+
+
+def _cuts(block: bytes, parts: int) -> list[tuple[int, int]]:
+    """`parts` ranges of whole lines covering the block (fewer if lines are long)."""
+    out, start, size = [], 0, len(block) // parts
+    while start < len(block):
+        end = block.find(b"\n", start + size) + 1 or len(block)
+        out.append((start, end))
+        start = end
+    return out
 
 
 def line_by_line(block: bytes) -> list[tuple]:

@@ -151,15 +151,11 @@ def _feed(model, source, writer, progress, pool) -> None:
     """Blocks are parsed in worker processes (pure, ordered) and applied here in order."""
     window: deque = deque()
 
-    def apply(parsed, piece, pos: int | None = None) -> None:
+    def apply(parsed, piece, pos: int | None = None, reread=None) -> None:
         model.counters.lines += piece.lines
         if piece.bad:
             model.bad_line(piece.bad)
-        kind, body = parsed
-        if kind == "I":
-            model.feed_items(body)
-        elif not model.feed_steady(body):
-            model.feed_items(line_by_line(piece.block))  # the run's state needs each line
+        apply_parsed(model, parsed, reread or (lambda a, b: piece.block[a:b]))
         if len(model.batch) >= FLUSH_ROWS:
             _flush(model, writer)
         if progress:
@@ -167,11 +163,9 @@ def _feed(model, source, writer, progress, pool) -> None:
 
     def apply_range(result, start: int, end: int) -> None:
         lines, bad, parsed = result
-        if parsed[0] == "C" and model.feed_steady(parsed[1]):
-            parsed = ("I", ())
-        elif parsed[0] == "C":  # the run's state needs each line: read the block again here
-            parsed = ("I", line_by_line(read_range(source.name, start, end).block))
-        apply(parsed, Piece(b"", lines, bad), end)
+        # the block stayed in the worker: read what is needed again here
+        apply(parsed, Piece(b"", lines, bad), end,
+              lambda a, b: read_range(source.name, start + a, end if b is None else start + b).block)
 
     ranges = line_ranges(source, READ_BLOCK) if pool is not None else None
     try:
@@ -200,6 +194,20 @@ def _feed(model, source, writer, progress, pool) -> None:
     finally:
         for future, _ in window:
             future.cancel()
+
+
+def apply_parsed(model, parsed: tuple, reread, start: int = 0, end: int | None = None) -> None:
+    """Feed one parse_block result to the model, in line order. A steady part the model cannot
+    take whole (its state needs each line) is read again (`reread(start, end)`, offsets in
+    the block, end None for its end) and fed line by line."""
+    kind, body = parsed
+    if kind == "M":
+        for a, b, part in body:
+            apply_parsed(model, part, reread, start + a, start + b)
+    elif kind == "I":
+        model.feed_items(body)
+    elif not model.feed_steady(body):
+        model.feed_items(line_by_line(reread(start, end)))
 
 
 class Workers:

@@ -84,7 +84,11 @@ def test_rbf_and_pod_agree(step, layers, mx):
 
 
 # -- whole blocks: the steady-state path gives the run model exactly what line by line gives --
-from parsers.block import line_by_line, parse_block  # noqa: E402
+from unittest.mock import patch  # noqa: E402
+
+from parsers import block as block_module  # noqa: E402
+from parsers.block import MIN_PART, line_by_line, parse_block  # noqa: E402
+from steptail.ingest import apply_parsed  # noqa: E402
 from steptail.model import RunModel  # noqa: E402
 
 CANONICAL = [
@@ -130,13 +134,14 @@ def _both(blocks, prefix=()) -> tuple[int, tuple, tuple]:
         ref.feed(line)
         fast.feed(line)
     steady = 0
+    taken: list[bool] = []  # what feed_steady answered, call by call
+    feed = fast.feed_steady
+    fast.feed_steady = lambda body: taken.append(feed(body)) or taken[-1]
     for block in blocks:
         ref.feed_items(line_by_line(block))
-        kind, body = parse_block(block)
-        if kind == "C" and fast.feed_steady(body):
-            steady += 1
-        else:
-            fast.feed_items(line_by_line(block) if kind == "C" else body)
+        parsed, before = parse_block(block), len(taken)
+        apply_parsed(fast, parsed, lambda a, b, blk=block: blk[a:b])
+        steady += parsed[0] == "C" and all(taken[before:])
     return steady, _state(ref), _state(fast)
 
 
@@ -164,8 +169,9 @@ def test_block_paths_agree_on_samples(samples):
     st.integers(1, 6),
     st.booleans(),
     st.booleans(),
+    st.sampled_from([MIN_PART, 16, 64, 256]),
 )
-def test_block_paths_agree_on_mixed_lines(spec, nblocks, primed, ordered):
+def test_block_paths_agree_on_mixed_lines(spec, nblocks, primed, ordered, min_part):
     if ordered:  # mostly rising time and steps: the shape of a healthy log, steady blocks likely
         spec = sorted(spec, key=lambda t: (t[2], t[3]))
     lines = []
@@ -175,8 +181,32 @@ def test_block_paths_agree_on_mixed_lines(spec, nblocks, primed, ordered):
     data = b"".join(line + b"\n" for line in lines)
     prefix = [b"2026-11-30T04:00:00Z Attempting to initialize the jax distributed system...",
               b"2026-11-30T04:00:05Z LOSS-PARTS step=3 ce=1.0"] if primed else []
-    _, ref, fast = _both(_blocks(data, max(1, len(data) // nblocks)), prefix)
+    with patch.object(block_module, "MIN_PART", min_part):  # small: refused blocks are cut in parts
+        _, ref, fast = _both(_blocks(data, max(1, len(data) // nblocks)), prefix)
     assert fast == ref
+
+
+def test_a_refused_block_is_cut_and_only_the_odd_part_goes_line_by_line():
+    lines, steps = [], [*range(1, 1501), *range(1001, 2501)]  # a restart replays from 1000
+    for t, n in enumerate(steps, start=1):
+        ts = b"2026-11-30T%02d:%02d:%02d.000001Z " % (t // 3600, t // 60 % 60, t % 60)
+        if n == 1001 and t > 1500:
+            lines += [ts + b"Attempting to initialize the jax distributed system...",
+                      ts + b"Restoring checkpoint from step 1000."]
+        lines += [ts + CANONICAL[0].split(b"Z ", 1)[1] % n, ts + CANONICAL[2].split(b"Z ", 1)[1] % n]
+    block = b"".join(line + b"\n" for line in lines)
+    assert len(block) > 2 * MIN_PART
+    kind, parts = parse_block(block)
+    assert kind == "M"
+
+    def leaves(parsed):
+        return [leaf for _, _, p in parsed[1] for leaf in leaves(p)] if parsed[0] == "M" else [parsed[0]]
+
+    kinds = leaves((kind, parts))
+    assert kinds.count("I") == 1 and kinds.count("C") > 10
+    _, ref, fast = _both([block], [b"2026-11-30T00:00:00Z Attempting to initialize the jax distributed system..."])
+    assert fast == ref
+    assert [(r[1], r[2]) for r in ref[0]] == [(1, n) for n in range(1, 1501)] + [(2, n) for n in range(1001, 2501)]
 
 
 def test_templates_never_hide_a_leading_zero():
