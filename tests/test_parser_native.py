@@ -154,3 +154,18 @@ def test_a_callback_error_propagates():
 
     with pytest.raises(ValueError, match="boom"):
         native.steady(b"Saved a checkpoint at step 1.\n", boom)
+
+
+PIECES = st.one_of(
+    st.binary(max_size=40),
+    st.sampled_from([*TAGS, b"\n", b"\r", b" ", b"=", b"step=1", b" ce=", b"2026-11-30T04:00:11.5Z ", b"Z ",
+                     b"per_layer=[", b"] program=", b"\x1b", b"1.5", b"-", b"e", b",", b"\x00"]),
+)
+
+
+@settings(max_examples=1500)
+@given(st.lists(PIECES, max_size=60))
+def test_arbitrary_bytes_never_crash_and_agree_when_taken(pieces):
+    block = b"".join(pieces)
+    for b in (block, block + b"\n"):
+        same(b)
