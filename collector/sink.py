@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from steptail.model import Batch, Cursor, RunModel
 from storage.db import Store
-from storage.parquet import ParquetSink
+from storage.parquet import ParquetSink, catch_up
 from storage.sql import COLUMNS, SqlSink
 
 log = logging.getLogger("steptail.follow")
@@ -70,6 +70,19 @@ class RunSink:
         )
         with store.engine.begin() as conn:
             self.sql.ensure_run(conn, run, jobset, namespace)
+        if parquet_root:
+            self._catch_up()
+
+    def _catch_up(self) -> None:
+        """Rows a killed collector committed but never flushed to Parquet go there now."""
+        try:
+            n = catch_up(self.store, self.run, self.parquet_root)
+        except Exception as exc:  # noqa: BLE001 - follow anyway; SQL has the rows
+            self.error = f"Parquet catch-up failed: {str(exc).splitlines()[0][:200]}"
+            log.warning("%s: %s", self.run, self.error)
+            return
+        if n:
+            log.info("%s: %d rows committed before a restart written to Parquet", self.run, n)
 
     def add_gap(self, gap: Gap) -> None:
         self.gaps.append(gap)

@@ -133,3 +133,68 @@ def read_table(root: str | Path, table: str, run: str | None = None) -> pa.Table
         data = ds.dataset(path, format="parquet", schema=SCHEMAS[table]).to_table()
         return data.append_column("run", pa.array([run] * data.num_rows, pa.string()))
     return ds.dataset(path, format="parquet", partitioning="hive").to_table()
+
+
+# Per-step tables are written in (incarnation, step) order, so what a killed collector did
+# not flush is everything in SQL past the last key in Parquet. The small tables are compared
+# key by key.
+_STEP_TABLES = ("loss_parts", "required_rbf", "pod_metrics")
+_SMALL_KEYS = {"config": ("incarnation", "name"), "checkpoints": ("incarnation", "kind", "step")}
+_JSON = {"parts", "per_layer", "extra"}
+
+
+def catch_up(store, run: str, root: str | Path) -> int:
+    """Write to Parquet what SQL holds for `run` but the run's Parquet files do not (a
+    collector killed between a commit and its next Parquet flush). Returns rows written;
+    0 when Parquet is complete, so calling it again writes nothing."""
+    import json
+
+    import sqlalchemy as sa
+
+    folder = Path(root)
+    rows: dict[str, list[tuple]] = {}
+    with store.engine.connect() as conn:
+        for table in SCHEMAS:
+            cols = COLUMNS[table]
+            have = _parquet_keys(folder / table / f"run={run}", table)
+            sql = f"SELECT {', '.join(cols)} FROM {table} WHERE run = :run"
+            params: dict = {"run": run}
+            if table in _STEP_TABLES and have:
+                sql += " AND (incarnation > :inc OR (incarnation = :inc AND step > :step))"
+                params |= dict(zip(("inc", "step"), max(have), strict=True))
+            found = conn.execute(sa.text(sql), params).all()
+            if table in _SMALL_KEYS:
+                at = [cols.index(k) for k in _SMALL_KEYS[table]]
+                found = [r for r in found if tuple(r[i] for i in at) not in have]
+            json_at = [i for i, c in enumerate(cols) if c in _JSON]
+            rows[table] = [
+                tuple(json.dumps(v, separators=(",", ":")) if i in json_at and not isinstance(v, str | None)
+                      else v for i, v in enumerate(r))
+                for r in found
+            ]
+    if not any(rows.values()):
+        return 0
+    sink = ParquetSink(root, run)
+    try:
+        sink.write(Batch(**rows))
+        sink.commit()
+    except BaseException:
+        sink.abort()
+        raise
+    return sum(map(len, rows.values()))
+
+
+def _parquet_keys(folder: Path, table: str) -> set[tuple]:
+    """The keys in a run's Parquet files of one table (per-step tables: only the last)."""
+    files = sorted(folder.glob("*.parquet")) if folder.is_dir() else []
+    if not files:
+        return set()
+    keys = ("incarnation", "step") if table in _STEP_TABLES else _SMALL_KEYS[table]
+    data = pq.read_table(files, columns=list(keys), schema=pa.schema([SCHEMAS[table].field(k) for k in keys]))
+    if data.num_rows == 0:
+        return set()
+    if table in _STEP_TABLES:
+        inc = pc.max(data["incarnation"]).as_py()
+        steps = pc.filter(data["step"], pc.equal(data["incarnation"], inc))
+        return {(inc, pc.max(steps).as_py())}
+    return set(zip(*(data[k].to_pylist() for k in keys), strict=True))

@@ -105,19 +105,22 @@ def test_sigterm_commits_everything_then_sigkill_and_restart_lose_nothing(make_s
     lp = read_table(pq, "loss_parts", "r").to_pydict()
     assert sorted(zip(lp["incarnation"], lp["step"], strict=True)) == sql
 
-    # 2. restart, then SIGKILL mid-run: kubectl dies with the collector
-    proc = _follow(sim, db)
+    # 2. restart, then SIGKILL mid-run (before its first Parquet flush): kubectl dies with it
+    proc = _follow(sim, db, "--parquet", pq, "--parquet-every", "3600")
     _wait_rows(db, len(sql) + 60, proc)
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=10)
     assert not _wait_no_kubectl(marker)
 
-    # 3. restart until done: every step exactly once across the three collectors
-    proc = _follow(sim, db, "--until-done", "--json")
+    # 3. restart until done: every step exactly once across the three collectors, in SQL and
+    #    in Parquet (what the killed one committed but never flushed is caught up)
+    proc = _follow(sim, db, "--until-done", "--json", "--parquet", pq)
     out, err = proc.communicate(timeout=90)
     assert proc.returncode == 0, err
     r = assert_exactly_once(sim, db, "r")
     assert len(r["got"]) == 500 and not r["gaps"]
+    lp = read_table(pq, "loss_parts", "r").to_pydict()
+    assert sorted(zip(lp["incarnation"], lp["step"], strict=True)) == sorted(recorded(db, "r"))
     assert not kubectl_procs(marker)
     from storage.db import open_store
 

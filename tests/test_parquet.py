@@ -83,3 +83,42 @@ def test_reingest_writes_no_new_rows(store, samples, tmp_path):
     _ingest(store, "rg", samples / "resume-gap.log", out)
     _ingest(store, "rg", samples / "resume-gap.log", out)
     assert read_table(out, "loss_parts", "rg").num_rows == 426
+
+
+def test_catch_up_writes_what_sql_has_and_parquet_lacks(store, samples, tmp_path):
+    """A collector killed between a commit and its Parquet flush: the next one writes the
+    missing rows, on both databases, and a second catch-up writes nothing."""
+    from storage.parquet import catch_up
+
+    out = tmp_path / "pq"
+    _ingest(store, "rg", samples / "resume-gap.log", None)  # SQL only: Parquet lacks everything
+    tables = ("loss_parts", "required_rbf", "pod_metrics", "config", "checkpoints")
+    with store.engine.connect() as conn:
+        counts = {t: conn.execute(sa.text(f"SELECT COUNT(*) FROM {t} WHERE run = 'rg'")).scalar() for t in tables}
+    assert counts["loss_parts"] > 100 and counts["config"] > 0 and counts["checkpoints"] > 0
+    # Parquet already holds the first half of loss_parts (what flushed before the kill)
+    with store.engine.connect() as conn:
+        half = conn.execute(sa.text(
+            "SELECT run, incarnation, step, ts_ns, ce, ce_raw, parts FROM loss_parts WHERE run = 'rg'"
+            " ORDER BY incarnation, step LIMIT :n"), {"n": counts["loss_parts"] // 2}).all()
+    from steptail.model import Batch
+    from storage.parquet import ParquetSink
+
+    sink = ParquetSink(out, "rg")
+    sink.write(Batch(loss_parts=[tuple(r[:6]) + (r[6] if isinstance(r[6], str) else json.dumps(r[6]),)
+                                 for r in half]))
+    sink.commit()
+
+    written = catch_up(store, "rg", out)
+    assert written == sum(counts.values()) - len(half)
+    assert catch_up(store, "rg", out) == 0
+    for t in tables:
+        got = read_table(out, t, "rg")
+        assert got.num_rows == counts[t], t
+    lp = read_table(out, "loss_parts", "rg").to_pydict()
+    keys = list(zip(lp["incarnation"], lp["step"], strict=True))
+    assert len(set(keys)) == len(keys)
+    parts = [json.loads(p) for p in lp["parts"]]
+    assert all(isinstance(p, dict) for p in parts)
+    per_layer = read_table(out, "required_rbf", "rg").column("per_layer").to_pylist()
+    assert all(isinstance(v, list) and v for v in per_layer)
