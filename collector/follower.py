@@ -196,8 +196,7 @@ class RunFollower:
         if outcome == "moved":
             return  # the next pass reads the old container's rest with --previous, then the new one
         if outcome == "silent":
-            self.status.reconnects += 1
-            self.detectors.reconnect("silence")
+            self._reconnected(key, "silence")
             self._backoff = 0.0
             return
         if code == 0:
@@ -214,8 +213,7 @@ class RunFollower:
                     if self.cfg.until_done and fresh.reason == "Completed" and not fresh.deleting:
                         await self._finish(fresh)
             elif fresh.restart_count == pod.restart_count:
-                self.status.reconnects += 1  # EOF while running: idle timeout, apiserver restart
-                self.detectors.reconnect("eof")
+                self._reconnected(key, "eof")  # EOF while running: idle timeout, apiserver restart
             return
         await self._failed(pod, key, code, err)
 
@@ -268,6 +266,11 @@ class RunFollower:
         if outcome in ("silent", "moved"):
             return outcome, None, ""
         return ("eof" if proc.returncode == 0 else "exit"), proc.returncode, err
+
+    def _reconnected(self, stream: str, reason: str) -> None:
+        self.status.reconnects += 1
+        self.detectors.reconnect(reason)
+        self.sink.add_reconnect(stream, reason)
 
     def _silence_limit(self, pod: PodInfo) -> float:
         cur = self.discovery.pods.get(pod.uid)

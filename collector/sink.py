@@ -50,6 +50,7 @@ class RunSink:
         self.parquet_root, self.parquet_every = parquet_root, parquet_every
         self.pending: list[tuple[Batch, list[Gap]]] = []
         self.gaps: list[Gap] = []
+        self.reconnects: list[tuple] = []  # (run, stream, ts_ns, reason) not committed yet
         self.parquet_rows: dict[str, list[tuple]] = {t: [] for t in _TABLES}
         self.parquet_last = time.monotonic()
         self.tick_every = 1.0  # stall checks run on the clock even when no line arrives
@@ -67,6 +68,9 @@ class RunSink:
         self._gap_sql = (
             f"INSERT INTO stream_gaps (run, stream, start_ns, end_ns, reason, detected_ns) VALUES "
             f"({', '.join([ph] * 6)}) ON CONFLICT (run, stream, start_ns) DO NOTHING"
+        )
+        self._reconnect_sql = (
+            f"INSERT INTO stream_reconnects (run, stream, ts_ns, reason) VALUES ({', '.join([ph] * 4)})"
         )
         with store.engine.begin() as conn:
             self.sql.ensure_run(conn, run, jobset, namespace)
@@ -87,12 +91,18 @@ class RunSink:
     def add_gap(self, gap: Gap) -> None:
         self.gaps.append(gap)
 
+    def add_reconnect(self, stream: str, reason: str) -> None:
+        """A stream re-opened (silence, EOF): stored with the next commit, for the Fleet board."""
+        self.reconnects.append((self.run, stream, time.time_ns(), reason))
+
     async def flush(self, model: RunModel, parquet: bool = False) -> int:
         """Commit what the model produced since the last flush; returns rows committed."""
         async with self._lock:
             batch = model.take()
             gaps, self.gaps = self.gaps, []
-            if len(batch) or batch.incarnations or batch.cursors or gaps:
+            if self.reconnects:
+                batch.reconnects, self.reconnects = self.reconnects, []
+            if len(batch) or batch.incarnations or batch.cursors or gaps or batch.reconnects:
                 self.pending.append((snapshot(batch), gaps))
             written = 0
             ticking = time.monotonic() - self.last_tick >= self.tick_every or self.detectors.has_queued
@@ -134,6 +144,8 @@ class RunSink:
             findings = []
             for batch, gaps in todo:
                 self.sql.write(conn, self.run, batch)
+                if batch.reconnects:
+                    conn.exec_driver_sql(self._reconnect_sql, batch.reconnects)
                 if gaps:
                     conn.exec_driver_sql(self._gap_sql, [
                         (self.run, g.stream, g.start_ns, g.end_ns, g.reason, g.detected_ns) for g in gaps])

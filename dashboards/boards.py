@@ -150,7 +150,7 @@ def fleet_dashboard() -> dm.Dashboard:
     )
     return (
         _dashboard(FLEET_UID, "steptail / Fleet",
-                   "Every run: last step, seconds since it, reconnects, open findings.")
+                   "Every run: last step, seconds since it, reconnects, stream gaps, open findings.")
         .with_variable(namespace_variable())
         .with_panel(fleet)
         .build()

@@ -98,12 +98,14 @@ ORDER BY 1, 2
 """.strip()
 
 # -- Fleet dashboard ---------------------------------------------------------------------
-# "reconnects": stream interruptions the follower recovered from (stream_gaps rows);
-# "open findings": every finding recorded for the run (findings carry no resolution state).
+# "reconnects": streams the follower re-opened (silence, EOF); "stream gaps": stretches of
+# log that could not be read back; "open findings": every finding recorded for the run
+# (findings carry no resolution state).
 FLEET = """
 SELECT r.run, r.namespace, r.jobset, last.incarnation, last.step AS last_step,
        EXTRACT(EPOCH FROM now()) - last.ts_ns / 1e9 AS seconds_since_last_step,
-       (SELECT COUNT(*) FROM stream_gaps g WHERE g.run = r.run) AS reconnects,
+       (SELECT COUNT(*) FROM stream_reconnects c WHERE c.run = r.run) AS reconnects,
+       (SELECT COUNT(*) FROM stream_gaps g WHERE g.run = r.run) AS stream_gaps,
        (SELECT COUNT(*) FROM findings f WHERE f.run = r.run) AS open_findings
 FROM runs r
 LEFT JOIN LATERAL (

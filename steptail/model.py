@@ -107,6 +107,7 @@ class Batch:
     checkpoints: list[tuple] = field(default_factory=list)
     incarnations: dict[int, tuple] = field(default_factory=dict)
     cursors: dict[str, Cursor] = field(default_factory=dict)  # JSON columns hold JSON text
+    reconnects: list[tuple] = field(default_factory=list)  # live path: streams re-opened
 
     def __len__(self) -> int:
         return (

@@ -65,6 +65,10 @@ def pg():
         conn.execute(sa.text(
             "INSERT INTO stream_gaps (run, stream, start_ns, end_ns, reason, detected_ns)"
             " VALUES ('resume-gap', 'log', 1, 2, 'rotation', 3), ('resume-gap', 'log', 5, 6, 'eof', 7)"))
+        conn.execute(sa.text(
+            "INSERT INTO stream_reconnects (run, stream, ts_ns, reason)"
+            " VALUES ('resume-gap', 'log', 4, 'silence'), ('resume-gap', 'log', 8, 'eof'),"
+            " ('resume-gap', 'log', 9, 'eof')"))
     yield store
     store.dispose()
     drop()
@@ -193,7 +197,8 @@ def test_fleet_lists_every_run(pg):
     assert set(rows) == set(RUNS)
     assert (rows["resume-gap"]["incarnation"], rows["resume-gap"]["last_step"]) == (2, 400)
     assert rows["clean-300"]["last_step"] == 300 and rows["clean-300"]["namespace"] == "team-a"
-    assert rows["resume-gap"]["reconnects"] == 2 and rows["clean-300"]["reconnects"] == 0
+    assert rows["resume-gap"]["reconnects"] == 3 and rows["clean-300"]["reconnects"] == 0
+    assert rows["resume-gap"]["stream_gaps"] == 2 and rows["clean-300"]["stream_gaps"] == 0
     assert rows["cp4-lb-nan"]["open_findings"] == 2 and rows["clean-300"]["open_findings"] == 1 and rows["resume-from-zero"]["open_findings"] == 0
     assert rows["cp4-lb-nan"]["seconds_since_last_step"] is None  # no timestamps
     last = datetime(2026, 11, 30, 5, 26, 6, tzinfo=UTC).timestamp()

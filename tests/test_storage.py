@@ -10,7 +10,7 @@ from storage.sql import SqlSink, load_model
 
 TABLES = {
     "runs", "incarnations", "loss_parts", "required_rbf", "pod_metrics", "config", "checkpoints",
-    "ingest_stats", "cursors", "stream_gaps", "findings", "alembic_version",
+    "ingest_stats", "cursors", "stream_gaps", "stream_reconnects", "findings", "alembic_version",
 }
 
 
@@ -31,6 +31,31 @@ def test_migrations_build_the_schema(store):
     again = open_store(store.engine.url.render_as_string(hide_password=False))
     assert set(again.tables) == set(store.tables)
     again.dispose()
+
+
+def test_a_store_of_an_older_schema_is_upgraded_with_its_rows(db_url):
+    """A database left at 0001 by an earlier release: opening it upgrades, rows kept."""
+    from alembic import command
+    from alembic.config import Config
+
+    from storage.db import MIGRATIONS, _engine
+
+    engine = _engine(sa.make_url(db_url))
+    with engine.begin() as conn:
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS))
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0001")
+        conn.execute(sa.text("INSERT INTO runs (run, created_ns, updated_ns) VALUES ('old', 1, 1)"))
+    engine.dispose()
+    store = open_store(db_url)
+    try:
+        assert "stream_reconnects" in store.tables
+        with store.engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == SCHEMA_HEAD
+            assert conn.execute(sa.text("SELECT run FROM runs")).scalar() == "old"
+    finally:
+        store.dispose()
 
 
 def test_resolve_url_defaults(monkeypatch, tmp_path):
