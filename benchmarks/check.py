@@ -16,7 +16,6 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -26,7 +25,8 @@ import sqlalchemy as sa  # noqa: E402
 from parsers import format_ns  # noqa: E402
 from steptail.findings import FindingEngine, check_run, sync_findings  # noqa: E402
 from steptail.model import Batch, RunModel  # noqa: E402
-from storage.db import open_store  # noqa: E402
+from storage.db import open_store
+from storage.scratch import scratch_database  # noqa: E402
 from storage.sql import SqlSink  # noqa: E402
 
 T0 = 1_796_011_200_000_000_000
@@ -114,20 +114,6 @@ def time_incremental(lines: list[bytes]) -> dict:
             "per_step_us": round(total / steps * 1e6, 2), "findings": sorted({f.kind for f in engine.findings.values()})}
 
 
-def pg_scratch() -> tuple[str, callable]:
-    name = f"steptail_bench_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-
-    def drop() -> None:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
-
-    return PG_ADMIN.rsplit("/", 1)[0] + f"/{name}", drop
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=100_000)
@@ -144,15 +130,11 @@ def main() -> None:
         report["sqlite"] = time_check(url, args.repeat)
     if not args.no_pg:
         try:
-            url, drop = pg_scratch()
-        except sa.exc.SQLAlchemyError as exc:
-            report["postgresql"] = {"error": str(getattr(exc, "orig", exc)).splitlines()[0]}
-        else:
-            try:
+            with scratch_database(PG_ADMIN, "steptail_bench") as url:
                 load(url, lines)
                 report["postgresql"] = time_check(url, args.repeat)
-            finally:
-                drop()
+        except sa.exc.OperationalError as exc:  # no server here: say so in the report
+            report["postgresql"] = {"error": str(getattr(exc, "orig", exc)).splitlines()[0]}
     report["incremental"] = time_incremental(lines)
     if args.json:
         print(json.dumps(report))

@@ -15,7 +15,6 @@ import os
 import statistics
 import sys
 import time
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -25,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dashboards import queries as q  # noqa: E402
 from dashboards.macros import Context, TimeRange, Variable, expand  # noqa: E402
-from storage.db import open_store  # noqa: E402
+from storage.db import open_store
+from storage.scratch import scratch_database  # noqa: E402
 
 PG_ADMIN = os.environ.get("STEPTAIL_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 T0_NS = 1_795_000_000 * 10**9  # 2026-11-18
@@ -137,33 +137,25 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
-    name = f"steptail_bench_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    store = None
-    try:
-        store = open_store(PG_ADMIN.rsplit("/", 1)[0] + f"/{name}")
-        t = time.perf_counter()
-        _load(store, args.runs, args.steps)
-        load_s = time.perf_counter() - t
-        one, five = ["run-000"], [f"run-{r:03d}" for r in range(min(5, args.runs))]
-        result = {
-            "runs": args.runs, "steps_per_run": args.steps, "loss_parts_rows": args.runs * args.steps,
-            "load_seconds": round(load_s, 1),
-            "ce_by_step_1_run": _sql_latency(store, q.CE_BY_STEP, one, args.steps, args.reps),
-            "ce_by_step_5_runs": _sql_latency(store, q.CE_BY_STEP, five, args.steps, args.reps),
-            "ce_over_time_1_run": _sql_latency(store, q.CE_OVER_TIME, one, args.steps, args.reps),
-            "fleet_table": _sql_latency(store, q.FLEET, one, args.steps, args.reps),
-            "alert_missing_steps": _sql_latency(store, q.ALERT_MISSING_STEPS, one, args.steps, args.reps),
-            "api_steps_run_000": asyncio.run(_api_latency(store, "run-000", args.reps)),
-        }
-    finally:
-        if store is not None:
+    with scratch_database(PG_ADMIN, "steptail_bench") as url:
+        store = open_store(url)
+        try:
+            t = time.perf_counter()
+            _load(store, args.runs, args.steps)
+            load_s = time.perf_counter() - t
+            one, five = ["run-000"], [f"run-{r:03d}" for r in range(min(5, args.runs))]
+            result = {
+                "runs": args.runs, "steps_per_run": args.steps, "loss_parts_rows": args.runs * args.steps,
+                "load_seconds": round(load_s, 1),
+                "ce_by_step_1_run": _sql_latency(store, q.CE_BY_STEP, one, args.steps, args.reps),
+                "ce_by_step_5_runs": _sql_latency(store, q.CE_BY_STEP, five, args.steps, args.reps),
+                "ce_over_time_1_run": _sql_latency(store, q.CE_OVER_TIME, one, args.steps, args.reps),
+                "fleet_table": _sql_latency(store, q.FLEET, one, args.steps, args.reps),
+                "alert_missing_steps": _sql_latency(store, q.ALERT_MISSING_STEPS, one, args.steps, args.reps),
+                "api_steps_run_000": asyncio.run(_api_latency(store, "run-000", args.reps)),
+            }
+        finally:
             store.dispose()
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
     if args.json:
         print(json.dumps(result, indent=2))
     else:

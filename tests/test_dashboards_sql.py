@@ -18,11 +18,12 @@ from dashboards.macros import Context, MacroError, TimeRange, Variable, expand
 from dashboards.render import dashboards_json, rules_json
 from steptail.ingest import ingest
 from storage.db import open_store
+from storage.scratch import scratch_database
 
 try:
-    from store_fixtures import make_pg_database, samples_dir
+    from store_fixtures import PG_ADMIN, samples_dir
 except ImportError:
-    from tests.store_fixtures import make_pg_database, samples_dir
+    from tests.store_fixtures import PG_ADMIN, samples_dir
 
 RUNS = ("clean-300", "resume-gap", "resume-mismatch", "cp4-lb-nan", "resume-from-zero")
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)  # the samples run 04:00-05:30 UTC
@@ -45,8 +46,16 @@ FINDINGS = [  # what the detectors would write (steptail.findings is another iss
 
 @pytest.fixture(scope="module")
 def pg():
-    url, drop = make_pg_database()
-    store = open_store(url)
+    with scratch_database(PG_ADMIN, "steptail_test") as url:
+        store = open_store(url)
+        try:
+            _load(store)
+            yield store
+        finally:
+            store.dispose()
+
+
+def _load(store) -> None:
     samples = samples_dir()
     for run in RUNS:
         src = open_source(str(samples / f"{run}.log"))
@@ -69,9 +78,6 @@ def pg():
             "INSERT INTO stream_reconnects (run, stream, ts_ns, reason)"
             " VALUES ('resume-gap', 'log', 4, 'silence'), ('resume-gap', 'log', 8, 'eof'),"
             " ('resume-gap', 'log', 9, 'eof')"))
-    yield store
-    store.dispose()
-    drop()
 
 
 def truth(run: str) -> dict:
