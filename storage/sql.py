@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from itertools import chain
 
 import sqlalchemy as sa
 
@@ -32,9 +33,14 @@ INCARNATION_COLUMNS = (
 )
 
 
-def _insert_sql(store: Store, table: str, columns: tuple[str, ...], conflict: str) -> str:
-    ph = ", ".join([store.placeholder] * len(columns))
-    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({ph}) {conflict}"
+# Rows per INSERT statement for bulk writes: one statement step per MULTI rows instead of one
+# per row cuts SQLite's per-row cost by about a third (ingest of 400 MB: ~1 s less).
+MULTI = 256
+
+
+def _insert_sql(store: Store, table: str, columns: tuple[str, ...], conflict: str, rows: int = 1) -> str:
+    ph = "(" + ", ".join([store.placeholder] * len(columns)) + ")"
+    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES {', '.join([ph] * rows)} {conflict}"
 
 
 class SqlSink:
@@ -42,6 +48,9 @@ class SqlSink:
         self.store = store
         self._sql = {
             t: _insert_sql(store, t, cols, "ON CONFLICT DO NOTHING") for t, cols in COLUMNS.items()
+        }
+        self._multi_sql = {
+            t: _insert_sql(store, t, cols, "ON CONFLICT DO NOTHING", MULTI) for t, cols in COLUMNS.items()
         }
         updates = ", ".join(f"{c} = excluded.{c}" for c in INCARNATION_COLUMNS[2:])
         self._incarnation_sql = _insert_sql(
@@ -69,8 +78,12 @@ class SqlSink:
         """Write one batch inside the caller's transaction (rows, incarnations, cursors)."""
         for table in COLUMNS:
             rows = getattr(batch, table)
-            if rows:
-                conn.exec_driver_sql(self._sql[table], rows)
+            whole = len(rows) - len(rows) % MULTI
+            if whole:
+                conn.exec_driver_sql(self._multi_sql[table], [
+                    tuple(chain.from_iterable(rows[i : i + MULTI])) for i in range(0, whole, MULTI)])
+            if whole < len(rows):
+                conn.exec_driver_sql(self._sql[table], rows[whole:])
         if batch.incarnations:
             conn.exec_driver_sql(self._incarnation_sql, list(batch.incarnations.values()))
         if batch.cursors:
