@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 
 .PHONY: setup demo test lint bench clean
 
-$(BIN)/steptail: pyproject.toml
+$(BIN)/steptail: pyproject.toml parsers/_steady.c
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
@@ -24,4 +24,4 @@ lint: setup
 	$(BIN)/ruff check .
 
 clean:
-	rm -rf $(VENV) steptail.db steptail-demo .pytest_cache
+	rm -rf $(VENV) steptail.db steptail-demo .pytest_cache build parsers/_steady.*.so
