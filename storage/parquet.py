@@ -143,45 +143,45 @@ _SMALL_KEYS = {"config": ("incarnation", "name"), "checkpoints": ("incarnation",
 _JSON = {"parts", "per_layer", "extra"}
 
 
-def catch_up(store, run: str, root: str | Path) -> int:
+def catch_up(store, run: str, root: str | Path, chunk: int = 50_000) -> int:
     """Write to Parquet what SQL holds for `run` but the run's Parquet files do not (a
     collector killed between a commit and its next Parquet flush). Returns rows written;
-    0 when Parquet is complete, so calling it again writes nothing."""
+    0 when Parquet is complete, so calling it again writes nothing. Rows are read and
+    written `chunk` at a time: memory stays flat however much is missing."""
     import json
 
     import sqlalchemy as sa
 
-    folder = Path(root)
-    rows: dict[str, list[tuple]] = {}
-    with store.engine.connect() as conn:
-        for table in SCHEMAS:
-            cols = COLUMNS[table]
-            have = _parquet_keys(folder / table / f"run={run}", table)
-            sql = f"SELECT {', '.join(cols)} FROM {table} WHERE run = :run"
-            params: dict = {"run": run}
-            if table in _STEP_TABLES and have:
-                sql += " AND (incarnation > :inc OR (incarnation = :inc AND step > :step))"
-                params |= dict(zip(("inc", "step"), max(have), strict=True))
-            found = conn.execute(sa.text(sql), params).all()
-            if table in _SMALL_KEYS:
-                at = [cols.index(k) for k in _SMALL_KEYS[table]]
-                found = [r for r in found if tuple(r[i] for i in at) not in have]
-            json_at = [i for i, c in enumerate(cols) if c in _JSON]
-            rows[table] = [
-                tuple(json.dumps(v, separators=(",", ":")) if i in json_at and not isinstance(v, str | None)
-                      else v for i, v in enumerate(r))
-                for r in found
-            ]
-    if not any(rows.values()):
-        return 0
-    sink = ParquetSink(root, run)
+    folder, sink, written = Path(root), ParquetSink(root, run), 0
     try:
-        sink.write(Batch(**rows))
+        with store.engine.connect() as conn:
+            for table in SCHEMAS:
+                cols = COLUMNS[table]
+                have = _parquet_keys(folder / table / f"run={run}", table)
+                sql = f"SELECT {', '.join(cols)} FROM {table} WHERE run = :run"
+                params: dict = {"run": run}
+                if table in _STEP_TABLES and have:
+                    sql += " AND (incarnation > :inc OR (incarnation = :inc AND step > :step))"
+                    params |= dict(zip(("inc", "step"), max(have), strict=True))
+                key_at = [cols.index(k) for k in _SMALL_KEYS.get(table, ())]
+                json_at = [i for i, c in enumerate(cols) if c in _JSON]
+                result = conn.execution_options(stream_results=True).execute(sa.text(sql), params)
+                while found := result.fetchmany(chunk):
+                    if key_at:
+                        found = [r for r in found if tuple(r[i] for i in key_at) not in have]
+                    rows = [
+                        tuple(json.dumps(v, separators=(",", ":")) if i in json_at and not isinstance(v, str | None)
+                              else v for i, v in enumerate(r))
+                        for r in found
+                    ]
+                    if rows:
+                        sink.write(Batch(**{table: rows}))
+                        written += len(rows)
         sink.commit()
     except BaseException:
         sink.abort()
         raise
-    return sum(map(len, rows.values()))
+    return written
 
 
 def _parquet_keys(folder: Path, table: str) -> set[tuple]:
