@@ -8,6 +8,7 @@ import asyncio
 import logging
 import signal
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from collector import kubectl
 from collector.detect import Detectors
@@ -15,6 +16,7 @@ from collector.discovery import Discovery
 from collector.follower import FollowConfig, RunFollower, RunStatus
 from collector.kubectl import KubeTarget
 from collector.sink import RunSink
+from steptail.findings.reference import ReferenceError, reference_for
 from storage.db import Store
 from storage.sql import load_model
 
@@ -35,7 +37,8 @@ class Plan:
     alerts: object | None = None  # steptail.alerts.Alerter
     metrics: object | None = None  # steptail.alerts.Metrics
     settings: object | None = None  # steptail.findings.Settings (None: defaults)
-    reference_ce: dict[int, float] | None = None  # HF reference CE per step, for the step-1 gate
+    # HF reference CE per step for the step-1 gate, or a directory of per-run files
+    reference_ce: dict[int, float] | Path | None = None
 
 
 class Supervisor:
@@ -108,8 +111,13 @@ class Supervisor:
                 return load_model(conn, run)
 
         model = await asyncio.to_thread(load)
+        try:
+            reference = await asyncio.to_thread(reference_for, p.reference_ce, run)
+        except ReferenceError as exc:  # this run's file is bad: say so, follow without it
+            log.error("%s: %s", run, exc)
+            status.last_error, reference = str(exc), None
         det = self.detectors[run] = await asyncio.to_thread(
-            Detectors, run, self.store, p.alerts, p.metrics, p.settings, p.reference_ce)
+            Detectors, run, self.store, p.alerts, p.metrics, p.settings, reference)
         sink = await asyncio.to_thread(RunSink, self.store, run, p.parquet, det, p.config.parquet_every,
                                        jobset, p.target.namespace)
         f = RunFollower(run, jobset, p.target, self.discovery, model, sink, det, p.config, status)

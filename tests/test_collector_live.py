@@ -108,6 +108,22 @@ def test_follow_passes_detector_settings_to_the_live_engine(store):
     assert det.engine.settings.stall_k == 7.0 and det.engine.reference_ce == {1: 3.5}
 
 
+async def test_follow_all_gives_each_run_its_own_reference(store, tmp_path):
+    """--reference-ce DIR: run a's gate gets a.json; a bad file for b is reported on b's
+    status and b is followed without a reference; neither stops the other."""
+    from collector.follower import RunStatus
+    from collector.supervisor import Supervisor
+
+    (tmp_path / "a.json").write_text('{"1": 3.5}')
+    (tmp_path / "b.json").write_text("{oops")
+    sup = Supervisor(store, Plan(KubeTarget("default", "x@y"), follow_all=True, reference_ce=tmp_path))
+    for run in ("a", "b"):
+        await sup._follower(run, run, RunStatus(run, run))
+    assert sup.detectors["a"].engine.reference_ce == {1: 3.5}
+    assert sup.detectors["b"].engine.reference_ce == {}
+    assert "b.json" in (sup.followers["b"].status.last_error or "")
+
+
 async def test_shutdown_outlasts_a_follower_that_absorbs_a_cancel():
     """A cancel can be swallowed (3.11's wait_for race, a library's except): shutdown cancels
     again instead of waiting forever on a follower that keeps reading."""

@@ -116,6 +116,27 @@ def test_gate_through_cli(tmp_path):
     assert r.exit_code == 2 and "neither a number nor a readable file" in r.output
     r = runner.invoke(main, ["check", "absent", "--db", db])
     assert r.exit_code == 2
+    # a directory of per-run references: g.json is g's
+    refs = tmp_path / "refs"
+    refs.mkdir()
+    (refs / "g.json").write_text(json.dumps({"1": ce1(1) + 0.0005}))
+    r = runner.invoke(main, ["check", "g", "--db", db, "--json", "--reference-ce", str(refs)])
+    assert r.exit_code == 0 and json.loads(r.output)["findings"] == [], r.output
+    (refs / "g.json").write_text("{oops")
+    r = runner.invoke(main, ["check", "g", "--db", db, "--reference-ce", str(refs)])
+    assert r.exit_code == 2 and "g.json" in r.output
+
+
+def test_reference_directory_holds_one_file_per_run(tmp_path):
+    from steptail.findings import reference_for
+
+    (tmp_path / "a.json").write_text('{"1": 3.5}')
+    (tmp_path / "b.csv").write_text("step,ce\n1,3.25\n")
+    ref = load_reference(str(tmp_path))
+    assert ref == tmp_path
+    assert reference_for(ref, "a") == {1: 3.5} and reference_for(ref, "b") == {1: 3.25}
+    assert reference_for(ref, "c") is None  # the gate then reports the missing reference
+    assert reference_for({1: 2.0}, "a") == {1: 2.0} and reference_for(None, "a") is None
 
 
 # -- gaps -------------------------------------------------------------------------------------

@@ -3,6 +3,8 @@ one set of detectors."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from steptail.commands._common import fail
@@ -12,8 +14,9 @@ from steptail.findings import ReferenceError, Settings, load_reference
 def detector_options(fn):
     """--reference-ce, --gate-tolerance, --resume-tolerance, --stall-k."""
     for option in reversed((
-        click.option("--reference-ce", metavar="VALUE|FILE",
-                      help="HF reference CE of step 1, or a JSON/CSV file of step -> ce."),
+        click.option("--reference-ce", metavar="VALUE|FILE|DIR",
+                      help="HF reference CE of step 1, a JSON/CSV file of step -> ce, or a directory "
+                           "of <run>.json / <run>.csv (one reference per run, e.g. with follow --all)."),
         click.option("--gate-tolerance", type=float, default=1e-3, show_default=True,
                      help="Step-1 CE gate: largest allowed |ce - reference|."),
         click.option("--resume-tolerance", type=float, default=1e-4, show_default=True,
@@ -26,7 +29,7 @@ def detector_options(fn):
 
 
 def detector_settings(reference_ce: str | None, gate_tolerance: float, resume_tolerance: float,
-                      stall_k: float) -> tuple[Settings, dict[int, float] | None]:
+                      stall_k: float) -> tuple[Settings, dict[int, float] | Path | None]:
     """Validated Settings and reference CE, or exit 2 with a one-line reason."""
     for name, value in (("--gate-tolerance", gate_tolerance), ("--resume-tolerance", resume_tolerance),
                         ("--stall-k", stall_k)):

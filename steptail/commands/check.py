@@ -13,7 +13,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from steptail.commands._common import db_option, fail, json_option, print_json, store_or_exit
 from steptail.commands._detect_options import detector_options, detector_settings
-from steptail.findings import CRITICAL, check_run, sync_findings
+from steptail.findings import CRITICAL, ReferenceError, check_run, reference_for, sync_findings
 from steptail.findings.model import Finding, sort_key
 from storage.reads import run_exists
 
@@ -50,6 +50,10 @@ def command(run: str, db: str | None, as_json: bool, reference_ce: str | None, g
     """Check RUN: gaps, stalls, non-finite CE, the step-1 CE gate, the load-balance rule,
     resumes from zero, resume mismatches, missing REQUIRED_RBF. Exit 1 if anything is flagged."""
     settings, reference = detector_settings(reference_ce, gate_tolerance, resume_tolerance, stall_k)
+    try:
+        reference = reference_for(reference, run)
+    except ReferenceError as exc:
+        fail(str(exc))
     store = store_or_exit(db, create=False)
     if not run_exists(store, run):
         fail(f"no run {run!r} in {store.describe()}")

@@ -3,7 +3,8 @@ an HF forward of the same batch.
 
 Accepted files: JSON `{"1": 3.39, ...}`, `[{"step": 1, "ce": 3.39}, ...]` or
 `{"step": 1, "ce": 3.39}`; CSV with a `step,ce` header (other columns ignored) or bare
-`step,ce` pairs."""
+`step,ce` pairs. A directory holds one such file per run, `<run>.json` or `<run>.csv`
+(for `follow --all`, whose runs each have their own batch)."""
 
 from __future__ import annotations
 
@@ -65,8 +66,9 @@ def _from_csv(text: str, name: str) -> dict[int, float]:
     return out
 
 
-def load_reference(value: str | None) -> dict[int, float] | None:
-    """`--reference-ce`: a number (step 1) or a path to a JSON/CSV file."""
+def load_reference(value: str | None) -> dict[int, float] | Path | None:
+    """`--reference-ce`: a number (step 1), a path to a JSON/CSV file, or a directory of
+    per-run files (returned as is: reference_for reads a run's file when it is needed)."""
     if value is None:
         return None
     try:
@@ -74,8 +76,26 @@ def load_reference(value: str | None) -> dict[int, float] | None:
     except ReferenceError:
         pass
     path = Path(value)
+    if path.is_dir():
+        return path
     if not path.is_file():
-        raise ReferenceError(f"--reference-ce {value!r} is neither a number nor a readable file")
+        raise ReferenceError(f"--reference-ce {value!r} is neither a number nor a readable file or directory")
+    return _read(path)
+
+
+def reference_for(reference: dict[int, float] | Path | None, run: str) -> dict[int, float] | None:
+    """The reference of one run: the one given, or from a directory `<run>.json` / `<run>.csv`
+    (None when the directory has neither: the gate then reports the missing reference)."""
+    if not isinstance(reference, Path):
+        return reference
+    for suffix in (".json", ".csv"):
+        path = reference / f"{run}{suffix}"
+        if path.is_file():
+            return _read(path)
+    return None
+
+
+def _read(path: Path) -> dict[int, float]:
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
