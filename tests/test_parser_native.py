@@ -169,3 +169,24 @@ def test_arbitrary_bytes_never_crash_and_agree_when_taken(pieces):
     block = b"".join(pieces)
     for b in (block, block + b"\n"):
         same(b)
+
+
+@st.composite
+def decimal(draw) -> str:
+    """Numbers as loggers print them: up to 17 significant digits, a point anywhere, an
+    exponent or not (the C scan converts short ones exactly, others as float() does)."""
+    digits = str(draw(st.integers(0, 10**draw(st.integers(1, 17)))))
+    point = draw(st.integers(0, len(digits)))
+    body = digits if point == len(digits) else f"{digits[:point] or '0'}.{digits[point:]}"
+    exp = draw(st.one_of(st.just(""), st.integers(-330, 330).map(lambda e: f"e{e:+d}"),
+                         st.integers(0, 40).map(lambda e: f"E{e}")))
+    return draw(st.sampled_from(["", "-"])) + body + exp
+
+
+@settings(max_examples=2000)
+@given(decimal(), decimal())
+def test_numbers_convert_exactly_as_float_does(ce, part):
+    block = f"2026-11-30T04:00:11.5Z LOSS-PARTS step=1 ce={ce} z={part}\n".encode()
+    assert same(block), block
+    out = native.steady(block, B._save_of)
+    assert repr(out[0][2][0]) == repr(float(ce))  # repr: the sign of a zero counts too
