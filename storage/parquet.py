@@ -63,6 +63,19 @@ def _row_type(table: str) -> pa.StructType:
 _ROW_TYPES = {table: _row_type(table) for table in SCHEMAS}
 
 
+def _layers(json_text: pa.Array) -> pa.Array:
+    """JSON lists of numbers -> list<double>, vectorised. nan/inf arrive as quoted words and
+    `[]` as an empty string once the brackets are cut; the passes for those run only when
+    such a value is there (they would double the cost of the usual block)."""
+    text = pc.utf8_slice_codeunits(json_text, 1, -1)
+    if pc.any(pc.match_substring(text, '"')).as_py():
+        text = pc.replace_substring(text, '"', "")
+    parts = pc.split_pattern(text, ",")
+    if pc.any(pc.equal(text, "")).as_py():
+        parts = pc.if_else(pc.equal(text, ""), pa.scalar([], pa.list_(pa.string())), parts)
+    return pc.cast(parts, pa.list_(pa.float64()))
+
+
 def to_arrow(table: str, rows: list[tuple]) -> pa.Table:
     """Batch rows -> a table of SCHEMAS[table]. Arrow converts the tuples itself (a struct
     array), several times faster than transposing them in Python first."""
@@ -71,11 +84,8 @@ def to_arrow(table: str, rows: list[tuple]) -> pa.Table:
     for name in SCHEMAS[table].names:
         if name == "ts":
             cols.append(rows_.column("ts_ns").cast(_TS))
-        elif name == "per_layer":  # JSON text -> list<double>, vectorised (nan/inf arrive as words)
-            text = pc.utf8_slice_codeunits(rows_.column("per_layer"), 1, -1)
-            parts = pc.split_pattern(pc.replace_substring(text, '"', ""), ",")
-            cols.append(pc.cast(pc.if_else(pc.equal(text, ""), pa.scalar([], pa.list_(pa.string())), parts),
-                                pa.list_(pa.float64())))
+        elif name == "per_layer":
+            cols.append(_layers(rows_.column("per_layer")))
         else:
             cols.append(rows_.column(name))
     return pa.Table.from_arrays(cols, schema=SCHEMAS[table])

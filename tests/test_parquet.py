@@ -122,3 +122,14 @@ def test_catch_up_writes_what_sql_has_and_parquet_lacks(store, samples, tmp_path
     assert all(isinstance(p, dict) for p in parts)
     per_layer = read_table(out, "required_rbf", "rg").column("per_layer").to_pylist()
     assert all(isinstance(v, list) and v for v in per_layer)
+
+
+def test_per_layer_json_becomes_lists_of_doubles():
+    import pyarrow as pa
+
+    from storage.parquet import _layers
+
+    got = _layers(pa.array(["[1.0,2.5]", "[]", '["nan",1.0]', '["inf","-inf"]', "[-0.0,1e-05]"])).to_pylist()
+    assert got[:2] == [[1.0, 2.5], []] and math.isnan(got[2][0]) and got[2][1] == 1.0
+    assert got[3] == [math.inf, -math.inf] and got[4] == [-0.0, 1e-05] and math.copysign(1, got[4][0]) == -1
+    assert _layers(pa.array(["[1.0]", "[2.0,3.0]"])).to_pylist() == [[1.0], [2.0, 3.0]]  # the usual block
