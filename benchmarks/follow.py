@@ -1,7 +1,7 @@
 """Benchmark of the live collector against the simulated cluster with the real kubectl.
 
 1. latency: from the simulator writing a line (its kubelet timestamp) to its row being
-   committed, p50 and p99, at ~100 lines/s (collector and simulator in one process);
+   committed, p50 and p99, at ~100 lines/s (simulator in its own process);
 2. scale: 10 and 50 concurrent runs at ~20 lines/s each for SECONDS: lines lost (must be
    0), collector CPU and peak RSS, peak total kubectl RSS (simulator in its own process,
    collector = `steptail follow --all --until-done` in its own process);
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -48,9 +49,10 @@ def _pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
-async def _follow_until(sim: SimCluster, db: str, stop_when, silence: float, timeout: float) -> Supervisor:
+async def _follow_until(account: str, kubeconfig: str, db: str, stop_when, silence: float,
+                        timeout: float) -> Supervisor:
     store = open_store(db)
-    plan = Plan(KubeTarget("default", sim.account, str(sim.kubeconfig_path)), {"bench": "bench"},
+    plan = Plan(KubeTarget("default", account, kubeconfig), {"bench": "bench"},
                 config=FollowConfig(silence=silence, until_done=True))
     sup = Supervisor(store, plan)
     task = asyncio.create_task(sup.run(install_signals=False))
@@ -78,15 +80,14 @@ def latency(seconds: float) -> dict:
 
     rate = 100 / LINES_PER_STEP
     steps = int(rate * seconds)
-    with tempfile.TemporaryDirectory() as d:
-        sim = SimCluster({"rate": rate, "jobsets": [{"name": "bench", "hosts": 1, "trainer": {"steps": steps}}]},
-                         state_dir=Path(d) / "sim").start_in_thread()
+    scenario = {"rate": rate, "jobsets": [{"name": "bench", "hosts": 1, "trainer": {"steps": steps}}]}
+    with tempfile.TemporaryDirectory() as d, _sim_process(scenario, Path(d)) as (kubeconfig, account):
         RunSink._commit = timed
-        try:
-            asyncio.run(_follow_until(sim, str(Path(d) / "l.db"), lambda s: False, 5.0, seconds + 30))
+        try:  # the simulator has its own process: its GIL is not the collector's
+            asyncio.run(_follow_until(account, kubeconfig, str(Path(d) / "l.db"), lambda s: False, 5.0,
+                                      seconds + 30))
         finally:
             RunSink._commit = orig
-            sim.stop_thread()
     # the first rows are the backlog read at start-up: skip the first second of the run
     steady = samples[int(len(samples) * 1 / max(1.0, seconds)):]
     return {"lines_per_s": 100, "rows": len(samples), "p50_ms": round(_pct(steady, 50), 1),
@@ -118,62 +119,66 @@ def rotation_hang(silence: float = 2.0, trials: int = 3) -> dict:
             return len(out) >= trials
 
         try:
-            asyncio.run(_follow_until(sim, db, stop_when, silence, 60))
+            asyncio.run(_follow_until(sim.account, str(sim.kubeconfig_path), db, stop_when, silence, 60))
         finally:
             sim.stop_thread()
     return {"silence_threshold_s": silence, "trials": len(out),
             "resume_s": [round(x, 2) for x in out], "mean_s": round(statistics.mean(out), 2) if out else None}
 
 
+@contextlib.contextmanager
+def _sim_process(scenario: dict, folder: Path):
+    """`steptail simcluster` in its own process; yields (kubeconfig path, account)."""
+    scen, kc = folder / "scenario.yaml", folder / "kubeconfig"
+    scen.write_text(yaml.safe_dump(scenario))
+    sim = subprocess.Popen([*CLI, "simcluster", "--scenario", str(scen), "--kubeconfig-out", str(kc)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while not kc.exists():
+            if sim.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("simcluster did not start")
+            time.sleep(0.05)
+        yield str(kc), "steptail-agent@steptail-sim.iam.gserviceaccount.com"
+    finally:
+        sim.terminate()
+        sim.wait(10)
+
+
 def scale(runs: int, seconds: float) -> dict:
     """N JobSets at ~20 lines/s each, followed by `steptail follow --all --until-done`."""
     rate = 20 / LINES_PER_STEP
     steps = int(rate * seconds)
-    with tempfile.TemporaryDirectory() as d:
-        scen = Path(d) / "scenario.yaml"
-        scen.write_text(yaml.safe_dump({
-            "rate": rate, "jobsets": [{"name": f"run-{i:02d}", "hosts": 1, "trainer": {"steps": steps}}
-                                      for i in range(runs)]}))
-        kc = Path(d) / "kubeconfig"
-        sim = subprocess.Popen([*CLI, "simcluster", "--scenario", str(scen), "--kubeconfig-out", str(kc)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            deadline = time.monotonic() + 30
-            while not kc.exists():
-                if sim.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("simcluster did not start")
-                time.sleep(0.05)
-            account = "steptail-agent@steptail-sim.iam.gserviceaccount.com"
-            env = {**os.environ, "CLOUDSDK_CORE_ACCOUNT": account}
-            db = str(Path(d) / "s.db")
-            follower = subprocess.Popen(
-                [*CLI, "follow", "--all", "--until-done", "--kubeconfig", str(kc), "--db", db, "--no-view",
-                 "--silence", "10", "--duration", str(seconds * 3 + 60), "--json"],
-                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            p = psutil.Process(follower.pid)
-            peak_rss = peak_kubectl = 0
-            kubectl_max = 0
-            started = time.monotonic()
-            while follower.poll() is None:
-                try:
-                    kids = [c for c in p.children(recursive=True) if c.name() == "kubectl"]
-                    peak_rss = max(peak_rss, p.memory_info().rss)
-                    total = sum(c.memory_info().rss for c in kids)
-                    peak_kubectl, kubectl_max = max(peak_kubectl, total), max(kubectl_max, len(kids))
-                    cpu = p.cpu_times()
-                except psutil.Error:
-                    pass
-                time.sleep(0.5)
-            wall = time.monotonic() - started
-            out, err = follower.communicate()
-            store = open_store(db)
-            with store.engine.connect() as c:
-                counts = dict(c.execute(sa.text("SELECT run, COUNT(*) FROM loss_parts GROUP BY run")).all())
-                gaps = c.execute(sa.text("SELECT COUNT(*) FROM stream_gaps")).scalar()
-            store.dispose()
-        finally:
-            sim.terminate()
-            sim.wait(10)
+    scenario = {"rate": rate, "jobsets": [{"name": f"run-{i:02d}", "hosts": 1, "trainer": {"steps": steps}}
+                                          for i in range(runs)]}
+    with tempfile.TemporaryDirectory() as d, _sim_process(scenario, Path(d)) as (kc, account):
+        env = {**os.environ, "CLOUDSDK_CORE_ACCOUNT": account}
+        db = str(Path(d) / "s.db")
+        follower = subprocess.Popen(
+            [*CLI, "follow", "--all", "--until-done", "--kubeconfig", str(kc), "--db", db, "--no-view",
+             "--silence", "10", "--duration", str(seconds * 3 + 60), "--json"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = psutil.Process(follower.pid)
+        peak_rss = peak_kubectl = 0
+        kubectl_max = 0
+        started = time.monotonic()
+        while follower.poll() is None:
+            try:
+                kids = [c for c in p.children(recursive=True) if c.name() == "kubectl"]
+                peak_rss = max(peak_rss, p.memory_info().rss)
+                total = sum(c.memory_info().rss for c in kids)
+                peak_kubectl, kubectl_max = max(peak_kubectl, total), max(kubectl_max, len(kids))
+                cpu = p.cpu_times()
+            except psutil.Error:
+                pass
+            time.sleep(0.5)
+        wall = time.monotonic() - started
+        out, err = follower.communicate()
+        store = open_store(db)
+        with store.engine.connect() as c:
+            counts = dict(c.execute(sa.text("SELECT run, COUNT(*) FROM loss_parts GROUP BY run")).all())
+            gaps = c.execute(sa.text("SELECT COUNT(*) FROM stream_gaps")).scalar()
+        store.dispose()
     lost_steps = sum(steps - counts.get(f"run-{i:02d}", 0) for i in range(runs))
     cpu_s = cpu.user + cpu.system
     return {
