@@ -13,6 +13,13 @@ import threading
 import time
 from dataclasses import dataclass
 
+# Named imports, at import time: the client loads its API and model modules lazily, on
+# first attribute access, and that takes about half a second (pydantic models) which inside
+# the event loop would stall every stream.
+from kubernetes import config, watch
+from kubernetes.client import ApiClient, Configuration, CoreV1Api, V1Pod  # noqa: F401 - V1Pod: the watch's type
+from kubernetes.client.exceptions import ApiException
+
 from collector.kubectl import ACCOUNT_VAR, KubeTarget, classify
 
 JOBSET = "jobset.sigs.k8s.io/jobset-name"
@@ -91,15 +98,13 @@ def pod_info(pod) -> PodInfo:
 
 def api_client(target: KubeTarget):
     """A kubernetes ApiClient for the target (the exec auth plugin sees the account)."""
-    from kubernetes import client, config
-
     os.environ[ACCOUNT_VAR] = target.account  # the client's exec provider copies os.environ
     in_cluster = not target.kubeconfig and not os.environ.get("KUBECONFIG") \
         and not os.path.exists(os.path.expanduser("~/.kube/config")) and os.environ.get("KUBERNETES_SERVICE_HOST")
     if in_cluster:  # a pod with a ServiceAccount (deploy/): the token kubectl uses too
-        cfg = client.Configuration()
+        cfg = Configuration()
         config.load_incluster_config(client_configuration=cfg)
-        return client.ApiClient(cfg)
+        return ApiClient(cfg)
     return config.new_client_from_config(config_file=target.kubeconfig, context=target.context)
 
 
@@ -152,8 +157,6 @@ class _Watcher(threading.Thread):
             self.stopping.set()
 
     def run(self) -> None:
-        from kubernetes import watch
-
         backoff = 0.2
         while not self.stopping.is_set():
             try:
@@ -213,12 +216,14 @@ class Discovery:
         self._threads: list[_Watcher] = []
         self._client = None
 
-    def start(self) -> None:
-        from kubernetes import client
-
+    async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._client = api_client(self.target)
-        core = client.CoreV1Api(api_client(self.target))
+        # Building a client runs the exec credential plugin (a subprocess, up to a second):
+        # on a thread, or every stream of every run would stall meanwhile. The watch keeps a
+        # client of its own, as before.
+        self._client, watch_client = await asyncio.to_thread(
+            lambda: (api_client(self.target), api_client(self.target)))
+        core = CoreV1Api(watch_client)
         ns, selector = self.target.namespace, self.selector
 
         def list_pods(**kw):
@@ -275,10 +280,7 @@ class Discovery:
 
     async def get_pod(self, name: str) -> PodInfo | None:
         """A fresh read of one pod (None when it is gone); raises on API failure."""
-        from kubernetes import client
-        from kubernetes.client.exceptions import ApiException
-
-        core = client.CoreV1Api(self._client)
+        core = CoreV1Api(self._client)
 
         def get():
             try:

@@ -59,7 +59,7 @@ class Supervisor:
                 loop.add_signal_handler(sig, self.stopping.set)
         try:
             self.discovery.on_jobset = self._discovered if self.plan.follow_all else None
-            self.discovery.start()
+            await self.discovery.start()
             for jobset, run in self.plan.jobsets.items():
                 await self.add(jobset, run)
             waiter = asyncio.create_task(self.stopping.wait())
