@@ -162,10 +162,16 @@ def test_ingest_workers_die_with_a_killed_ingest(tmp_path):
     assert workers
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
+    def running(pid: int) -> bool:
+        try:  # a process can vanish between any two looks at /proc: gone is gone
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().split()[2] != "Z"
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+
     deadline = time.monotonic() + 10
     alive = workers
     while alive and time.monotonic() < deadline:
-        alive = [p for p in alive if os.path.exists(f"/proc/{p}") and
-                 open(f"/proc/{p}/stat").read().split()[2] != "Z"]
+        alive = [p for p in alive if running(p)]
         time.sleep(0.1)
     assert not alive
