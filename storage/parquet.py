@@ -6,6 +6,7 @@ leaves nothing behind. The partition column `run` lives in the path, not in the 
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import sqlalchemy as sa
 
 from steptail.model import Batch
 from storage.sql import COLUMNS
@@ -158,10 +160,6 @@ def catch_up(store, run: str, root: str | Path, chunk: int = 50_000) -> int:
     collector killed between a commit and its next Parquet flush). Returns rows written;
     0 when Parquet is complete, so calling it again writes nothing. Rows are read and
     written `chunk` at a time: memory stays flat however much is missing."""
-    import json
-
-    import sqlalchemy as sa
-
     folder, sink, written = Path(root), ParquetSink(root, run), 0
     try:
         with store.engine.connect() as conn:

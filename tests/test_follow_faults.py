@@ -11,6 +11,7 @@ try:
         findings,
         follow_sim,
         kubectl_procs,
+        reconnects,
         scenario,
     )
 except ImportError:  # tests/ imported as a package
@@ -19,6 +20,7 @@ except ImportError:  # tests/ imported as a package
         findings,
         follow_sim,
         kubectl_procs,
+        reconnects,
         scenario,
     )
 
@@ -56,22 +58,7 @@ def test_rotation_hang_is_restarted_by_the_silence_watchdog(make_simcluster, tmp
     r = assert_exactly_once(sim, _db(tmp_path), "r")
     assert len(r["got"]) == 160  # nothing was lost: the hang was only a hang
     assert sup.status["r"].reconnects >= 1
-    assert ("silence", sup.status["r"].reconnects) in _stored_reconnects(_db(tmp_path))
-
-
-def _stored_reconnects(db: str) -> list[tuple[str, int]]:
-    """(reason, count) of the reconnects committed to the store (what the Fleet board counts)."""
-    import sqlalchemy as sa
-
-    from storage.db import open_store
-
-    store = open_store(db)
-    try:
-        with store.engine.connect() as conn:
-            return [tuple(r) for r in conn.execute(sa.text(
-                "SELECT reason, COUNT(*) FROM stream_reconnects WHERE run = 'r' GROUP BY reason"))]
-    finally:
-        store.dispose()
+    assert ("silence", sup.status["r"].reconnects) in reconnects(_db(tmp_path), "r")
 
 
 def test_lines_rotated_away_unread_lie_inside_a_recorded_gap(make_simcluster, tmp_path):
@@ -91,8 +78,8 @@ def test_eof_reconnects_with_since_time_and_drops_the_overlap(make_simcluster, t
     r = assert_exactly_once(sim, _db(tmp_path), "r")
     assert len(r["got"]) == 160 and not r["gaps"]
     assert sup.status["r"].reconnects >= 2
-    assert sum(n for _, n in _stored_reconnects(_db(tmp_path))) == sup.status["r"].reconnects
-    assert dict(_stored_reconnects(_db(tmp_path))).get("eof", 0) >= 2
+    assert sum(n for _, n in reconnects(_db(tmp_path), "r")) == sup.status["r"].reconnects
+    assert dict(reconnects(_db(tmp_path), "r")).get("eof", 0) >= 2
     reconnect_reads = [q for m, q, code in sim.requests if "/log" in q and "sinceTime" in q]
     assert len(reconnect_reads) >= 2
 

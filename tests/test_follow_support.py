@@ -16,13 +16,13 @@ from collector.supervisor import Plan, Supervisor
 from parsers.timestamps import parse_rfc3339
 from storage.db import open_store
 
-FAST = {
-    "namespace": "default",
-    "rate": 50,
-    "grace_seconds": 3,
-    "restart_pending_seconds": 0.3,
-    "jobsets": [{"name": "olmo3-sft", "hosts": 2, "trainer": {"steps": 160, "checkpoint_period": 50}}],
-}
+try:
+    from sim_fixtures import FAST as SIM_FAST
+except ImportError:  # tests/ imported as a package
+    from tests.sim_fixtures import FAST as SIM_FAST
+
+# The simulator's fast scenario, smaller: fault tests need 160 steps on 2 hosts.
+FAST = {**SIM_FAST, "jobsets": [{"name": "olmo3-sft", "hosts": 2, "trainer": {"steps": 160, "checkpoint_period": 50}}]}
 
 
 def scenario(*faults: dict, **over) -> dict:
@@ -61,34 +61,31 @@ def follow_sim(sim, db: str, jobsets: dict[str, str] | None = None, *, silence: 
         store.dispose()
 
 
-def recorded(db: str, run: str) -> list[tuple[int, int]]:
+def rows(db: str, sql: str, run: str) -> list[tuple]:
+    """Rows of one query about `run` (bound as :r), from a store opened for the purpose."""
     store = open_store(db)
     try:
         with store.engine.connect() as c:
-            return [tuple(r) for r in c.execute(
-                sa.text("SELECT incarnation, step FROM loss_parts WHERE run = :r"), {"r": run})]
+            return [tuple(r) for r in c.execute(sa.text(sql), {"r": run})]
     finally:
         store.dispose()
+
+
+def recorded(db: str, run: str) -> list[tuple[int, int]]:
+    return rows(db, "SELECT incarnation, step FROM loss_parts WHERE run = :r", run)
 
 
 def gaps(db: str, run: str) -> list[tuple[str, int, int | None, str]]:
-    store = open_store(db)
-    try:
-        with store.engine.connect() as c:
-            return [tuple(r) for r in c.execute(
-                sa.text("SELECT stream, start_ns, end_ns, reason FROM stream_gaps WHERE run = :r"), {"r": run})]
-    finally:
-        store.dispose()
+    return rows(db, "SELECT stream, start_ns, end_ns, reason FROM stream_gaps WHERE run = :r", run)
 
 
 def findings(db: str, run: str) -> list[tuple[str, str]]:
-    store = open_store(db)
-    try:
-        with store.engine.connect() as c:
-            return [tuple(r) for r in c.execute(
-                sa.text("SELECT kind, detail FROM findings WHERE run = :r"), {"r": run})]
-    finally:
-        store.dispose()
+    return rows(db, "SELECT kind, detail FROM findings WHERE run = :r", run)
+
+
+def reconnects(db: str, run: str) -> list[tuple[str, int]]:
+    """(reason, count) of the reconnects committed to the store (what the Fleet board counts)."""
+    return rows(db, "SELECT reason, COUNT(*) FROM stream_reconnects WHERE run = :r GROUP BY reason", run)
 
 
 def in_gap(t, gap_rows) -> bool:
