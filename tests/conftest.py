@@ -5,7 +5,7 @@ try:
 except ImportError:  # tests/ imported as a package
     from tests.sim_fixtures import make_simcluster, simcluster  # noqa: F401
 
-# ---- stores: fresh SQLite and fresh real PostgreSQL databases; the shared samples ----
+# ---- stores: fresh SQLite and fresh real PostgreSQL databases; the sample logs (tests/samples) ----
 try:
     from store_fixtures import db_url, samples, store  # noqa: F401
 except ImportError:

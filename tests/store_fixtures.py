@@ -14,11 +14,8 @@ PG_ADMIN = os.environ.get("STEPTAIL_TEST_PG", "postgresql+psycopg://postgres@127
 
 
 def samples_dir() -> Path:
-    for base in (Path(__file__).resolve().parents[1], *Path(__file__).resolve().parents[1].parents):
-        cand = base / "shared" / "samples"
-        if cand.is_dir():
-            return cand
-    raise RuntimeError("shared/samples not found next to the checkout")
+    """The sample logs and their ground truth, kept in the repository (tests/samples)."""
+    return Path(__file__).resolve().parent / "samples"
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

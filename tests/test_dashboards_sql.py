@@ -1,5 +1,5 @@
 """Every panel, annotation, variable and alert-rule query, as rendered, with Grafana's macros
-and variables expanded, runs on the real PostgreSQL loaded with the shared samples and
+and variables expanded, runs on the real PostgreSQL loaded with the sample logs (tests/samples) and
 returns the expected series."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Each shared sample yields exactly its findings, offline (check_run over the store, SQLite
+"""Each sample log (tests/samples) yields exactly its findings, offline (check_run over the store, SQLite
 and PostgreSQL) and through the incremental path (the run model's batches, fed to the engine
 as `follow` does), with the same result however the rows are cut."""
 

@@ -1,4 +1,4 @@
-"""Every shared sample, ingested into SQLite and PostgreSQL, reads back as its ground truth."""
+"""Every sample log (tests/samples), ingested into SQLite and PostgreSQL, reads back as its ground truth."""
 
 from __future__ import annotations
 
