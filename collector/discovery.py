@@ -291,3 +291,20 @@ class Discovery:
                 raise
 
         return await asyncio.to_thread(get)
+
+    async def last_log_line(self, name: str, container: str) -> bytes:
+        """The newest line of a pod's current log, with its kubelet timestamp (b"" when the
+        current file is empty): one small non-follow read, to tell a hung stream from a
+        quiet container. Raises on API failure."""
+        core = CoreV1Api(self._client)
+
+        def get() -> bytes:
+            resp = core.read_namespaced_pod_log(name, self.target.namespace, container=container,
+                                                tail_lines=1, timestamps=True, _preload_content=False,
+                                                _request_timeout=10)
+            try:
+                return resp.data
+            finally:
+                resp.release_conn()
+
+        return await asyncio.to_thread(get)

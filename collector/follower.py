@@ -2,10 +2,12 @@
 
 One loop per run. Each pass looks at the JobSet's process-0 pods (oldest attempt first):
 old pods are drained (a non-follow read from the last timestamp) before the newest one is
-followed; an in-place container restart is caught up with `--previous`. A stream that goes
-quiet while the container runs (kubelet rotation hang) is killed and re-opened with
-`--since-time`; the model's cursor drops the overlap. When a re-read does not reach back
-to the last line read, the lines in between are gone: a stream gap is recorded."""
+followed; an in-place container restart is caught up with `--previous`. A stream quieter
+than its own pace is checked against the pod's newest line (collector.watchdog); when the
+pod holds lines the stream did not deliver (kubelet rotation hang) the stream is killed
+and re-opened with `--since-time`; the model's cursor drops the overlap. When a re-read does
+not reach back to the last line read, the lines in between are gone: a stream gap is
+recorded."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from collector.detect import Detectors
 from collector.discovery import Discovery, PodInfo, reason_of
 from collector.kubectl import KubeTarget
 from collector.sink import Gap, RunSink
+from collector.watchdog import Pace, Watchdog
 from parsers.timestamps import split_timestamp
 from steptail.model import RunModel
 
@@ -27,7 +30,9 @@ log = logging.getLogger("steptail.follow")
 
 @dataclass
 class FollowConfig:
-    silence: float = 20.0  # seconds without a line while the container runs: re-open the stream
+    # Longest a quiet stream goes unchecked: the watchdog's checks back off up to this, and a
+    # stream whose checks fail is re-opened after this much quiet.
+    silence: float = 30.0
     flush_interval: float = 0.05  # commit cadence (rows reach the store within ~this)
     drain_timeout: float = 30.0  # bound on one non-follow read
     backoff_max: float = 15.0
@@ -124,6 +129,8 @@ class RunFollower:
         self._backoff = 0.0
         self._stream_started = 0.0
         self._pending_check: dict[str, _Overlap] = {}  # stream -> unresolved re-read check
+        self.pace = Pace()  # the writer's pace, for the hang watchdog
+        self.probes = 0  # non-follow reads of a quiet pod's newest line
 
     # ------------------------------------------------------------------------ main loop
     async def run_forever(self) -> None:
@@ -229,6 +236,8 @@ class RunFollower:
         check = self._check_for(key, since, pod)
         outcome = "eof"
         last_line = time.monotonic()
+        watchdog = Watchdog(self.pace, self.cfg.silence)
+        probe: asyncio.Task | None = None
         try:
             while True:
                 try:
@@ -238,9 +247,23 @@ class RunFollower:
                         line = await proc.stdout.readline()
                 except TimeoutError:
                     quiet = time.monotonic() - last_line
-                    if quiet >= self._silence_limit(pod):
-                        outcome = "silent"
+                    if not self._container_runs(pod):
+                        if quiet >= 1.0:  # the container ended: do not wait for a slow EOF
+                            outcome = "silent"
+                            break
+                        continue
+                    if probe is None and quiet >= watchdog.next_check:
+                        probe = asyncio.create_task(self._pod_has_unread(pod, key))
+                        probe_line = last_line
+                    if probe is None or not probe.done():
+                        continue
+                    unread, probe = probe.result(), None
+                    if probe_line != last_line:
+                        continue  # lines arrived meanwhile: the stream lives
+                    if unread or (unread is None and quiet >= self.cfg.silence):
+                        outcome = "silent"  # hung (or unknowable for too long): re-open
                         break
+                    watchdog.quiet_confirmed(quiet)
                     continue
                 except ValueError:  # over the reader's limit: the rest of it arrives as a fragment
                     self.model.bad_line("line longer than 2 MiB")
@@ -248,11 +271,14 @@ class RunFollower:
                 if not line:
                     break
                 last_line = time.monotonic()
+                watchdog.reset()
                 if check.would_gap(line) and not await self._same_container(pod):
                     outcome = "moved"  # opened just as the container restarted: those lines are not ours
                     break
                 self._feed(line, key, check, pod)
         finally:
+            if probe is not None:
+                probe.cancel()
             await kubectl.stop(proc)  # by PID, on every exit path (cancel included)
         err = ""
         if err_task.done() or outcome != "silent":
@@ -272,11 +298,26 @@ class RunFollower:
         self.detectors.reconnect(reason)
         self.sink.add_reconnect(stream, reason)
 
-    def _silence_limit(self, pod: PodInfo) -> float:
+    def _container_runs(self, pod: PodInfo) -> bool:
         cur = self.discovery.pods.get(pod.uid)
-        if cur is None or cur.deleting or cur.restart_count != pod.restart_count or cur.state != "running":
-            return min(self.cfg.silence, 1.0)  # the container ended: do not wait for a slow EOF
-        return self.cfg.silence
+        return not (cur is None or cur.deleting or cur.restart_count != pod.restart_count
+                    or cur.state != "running")
+
+    async def _pod_has_unread(self, pod: PodInfo, key: str) -> bool | None:
+        """Whether the pod's newest log line is one this stream has not delivered (the stream
+        hangs on a rotated file); None when the pod cannot be asked."""
+        self.probes += 1
+        try:
+            newest = await self.discovery.last_log_line(pod.name, pod.container)
+        except Exception as exc:  # noqa: BLE001 - unknowable: the caller falls back to --silence
+            log.debug("%s: probe of %s failed: %s", self.run, pod.name, exc)
+            return None
+        newest = newest.rstrip(b"\r\n").rpartition(b"\n")[2]
+        if not newest:
+            return False  # the current file is empty: nothing written since a rotation
+        cursor = self.model.cursors.get(key)
+        ts_ns = split_timestamp(newest)[0] if newest[:1].isdigit() else None
+        return cursor is None or not cursor.seen(ts_ns, newest)
 
     # ------------------------------------------------------------------------ draining
     async def _drain(self, pod: PodInfo, gone: bool = False) -> None:
@@ -355,6 +396,7 @@ class RunFollower:
 
     def _feed(self, line: bytes, key: str, check: _Overlap, pod: PodInfo) -> None:
         ts_ns = split_timestamp(line)[0] if line[:1].isdigit() else None
+        self.pace.see(ts_ns)
         gap = check.see(ts_ns, line)
         if gap is not None:
             self._gap(key, *gap)

@@ -78,6 +78,13 @@ class Cursor:
             self._lines.clear()
         return self._digests
 
+    def seen(self, ts_ns: int | None, line: bytes) -> bool:
+        """Whether `admit` would drop this line as a repeat (a question only: nothing changes)."""
+        hwm = self.hwm_ns
+        if ts_ns is None or hwm is None or ts_ns > hwm:
+            return False
+        return ts_ns < hwm or line_digest(line.rstrip(b"\r\n")) in self.at_hwm
+
     def admit(self, ts_ns: int | None, line: bytes) -> bool:
         if ts_ns is None:
             return True

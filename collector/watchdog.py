@@ -1,0 +1,66 @@
+"""When to suspect a quiet log stream of hanging, judged by the stream's own pace.
+
+kubelet log rotation can leave `kubectl logs -f` open and silent for good. No fixed
+silence threshold fits every stream: a short one re-opens a checkpoint save's quiet stream
+every few seconds, a long one lets a chatty stream rotate again meanwhile and lose lines.
+So the follower asks the pod (a cheap non-follow read of its last line) once the stream is
+quieter than usual — max(FLOOR, K × the median interval between its bursts of lines) —
+and re-opens the stream only when the pod holds a line the stream has not delivered. While
+the container stays quiet the checks back off, doubling up to `cap` (`--silence`)."""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+
+FLOOR = 2.0  # seconds: below this, scheduling noise alone would trigger checks
+K = 1.5  # "quieter than usual": 1.5 x the usual interval between bursts
+BURST_NS = 100_000_000  # lines closer than this belong to one burst (one step's lines)
+HISTORY = 32  # intervals kept for the median
+
+
+class Pace:
+    """The writer's pace from kubelet timestamps: intervals between bursts of lines."""
+
+    def __init__(self) -> None:
+        self._last_ns: int | None = None
+        self._burst_ns: int | None = None
+        self.intervals: deque[int] = deque(maxlen=HISTORY)
+
+    def see(self, ts_ns: int | None) -> None:
+        if ts_ns is None:
+            return
+        last = self._last_ns
+        if last is not None and ts_ns <= last + BURST_NS:
+            self._last_ns = max(last, ts_ns)  # same burst (or a reconnect's overlap)
+            return
+        if self._burst_ns is not None:
+            self.intervals.append(ts_ns - self._burst_ns)
+        self._burst_ns = self._last_ns = ts_ns
+
+    def usual_s(self) -> float | None:
+        """Median seconds between bursts; None before two bursts were seen."""
+        return statistics.median(self.intervals) / 1e9 if self.intervals else None
+
+
+class Watchdog:
+    """Seconds of quiet (since the last line) at which to check the pod next."""
+
+    def __init__(self, pace: Pace, cap: float) -> None:
+        self.pace, self.cap = pace, cap
+        self.reset()
+
+    def threshold(self) -> float:
+        usual = self.pace.usual_s()
+        wait = FLOOR if usual is None else max(FLOOR, K * usual)
+        return min(wait, self.cap)
+
+    def reset(self) -> None:
+        """A line arrived: the next check comes after one threshold of quiet."""
+        self._interval = self.threshold()
+        self.next_check = self._interval
+
+    def quiet_confirmed(self, quiet: float) -> None:
+        """The pod holds nothing new: check again later, twice as late each time."""
+        self._interval = min(self._interval * 2, self.cap)
+        self.next_check = quiet + self._interval

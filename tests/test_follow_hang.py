@@ -1,0 +1,96 @@
+"""Hang detection with default options (real kubectl, simulated cluster): a rotation hang is
+noticed by the stream's own pace whatever the line rate, and a container that is merely
+quiet is left alone (no reconnect storm, no false stream gap)."""
+
+from __future__ import annotations
+
+import pytest
+
+from collector.follower import FollowConfig
+from collector.watchdog import FLOOR, Pace, Watchdog
+
+try:
+    from test_follow_support import assert_exactly_once, findings, follow_sim, reconnects, scenario
+except ImportError:  # tests/ imported as a package
+    from tests.test_follow_support import (
+        assert_exactly_once,
+        findings,
+        follow_sim,
+        reconnects,
+        scenario,
+    )
+
+LINES_PER_STEP = 6.7  # the simulated trainer's process 0 writes ~6-7 lines per step
+DEFAULT_SILENCE = FollowConfig().silence
+
+
+@pytest.fixture(autouse=True)
+def _account_env(monkeypatch):
+    monkeypatch.setenv("CLOUDSDK_CORE_ACCOUNT", "placeholder@example.invalid")
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("lines_per_s, first_at", [(2, 12.0), (20, 4.0), (200, 3.0)])
+def test_rotation_hang_then_a_second_rotation_8s_later_loses_nothing(make_simcluster, tmp_path,
+                                                                     lines_per_s, first_at):
+    rate = lines_per_s / LINES_PER_STEP
+    steps = int(rate * (first_at + 8 + 10)) + 1  # ten seconds of steps after the second rotation
+    sim = make_simcluster(scenario({"action": "rotate", "at": first_at}, {"action": "rotate", "at": first_at + 8},
+                                   rate=rate, jobsets=[{"name": "olmo3-sft", "hosts": 1,
+                                                        "trainer": {"steps": steps, "checkpoint_period": 1000}}]))
+    db = str(tmp_path / "s.db")
+    follow_sim(sim, db, silence=DEFAULT_SILENCE, timeout=first_at + 60)
+    r = assert_exactly_once(sim, db, "r")
+    assert len(r["got"]) == steps, f"lost {sorted(set(range(1, steps + 1)) - {s for _, s in r['got']})}"
+    # A re-read after a rotation cannot reach back to the last line read, so each hang leaves
+    # a window "lines in between, if any, are lost"; here none were, and no step is flagged.
+    assert len(r["gaps"]) <= 2 and all("rotated" in reason for *_, reason in r["gaps"])
+    assert not [k for k, _ in findings(db, "r") if k in ("gap", "head_gap")]
+    assert dict(reconnects(db, "r")).get("silence", 0) >= 2  # both hangs were noticed
+
+
+@pytest.mark.timeout(150)
+def test_a_container_quiet_for_60s_is_not_a_hang(make_simcluster, tmp_path):
+    sim = make_simcluster(scenario({"action": "stall", "at_step": 40, "seconds": 60},
+                                   jobsets=[{"name": "olmo3-sft", "hosts": 1,
+                                             "trainer": {"steps": 80, "checkpoint_period": 1000}}]))
+    db = str(tmp_path / "s.db")
+    sup = follow_sim(sim, db, silence=DEFAULT_SILENCE, timeout=120)
+    r = assert_exactly_once(sim, db, "r")
+    assert len(r["got"]) == 80 and not r["gaps"]
+    assert not [k for k, _ in findings(db, "r") if k in ("gap", "head_gap")]
+    assert not reconnects(db, "r")
+    log_requests = [p for _, p, _ in sim.requests if p.split("?")[0].endswith("/log")]
+    # one follow stream, the probes of the quiet minute (at most one per 5 s), nothing else
+    assert sup.followers["r"].probes <= 60 / 5
+    assert len(log_requests) <= 1 + 60 / 5, log_requests
+
+
+def _pace(*ts_s: float) -> Pace:
+    pace = Pace()
+    for t in ts_s:
+        pace.see(int(t * 1e9))
+    return pace
+
+
+def test_the_threshold_follows_the_stream_s_pace():
+    assert Watchdog(Pace(), cap=30).threshold() == FLOOR  # nothing known yet
+    # a step every 12 s, its lines in a burst of a few ms: 1.5 x 12 s
+    steps = [t for s in range(10) for t in (12.0 * s, 12.0 * s + 0.002, 12.0 * s + 0.004)]
+    assert Watchdog(_pace(*steps), cap=30).threshold() == pytest.approx(18.0)
+    assert Watchdog(_pace(*steps), cap=10).threshold() == 10  # --silence bounds it
+    assert Watchdog(_pace(*[0.05 * i for i in range(100)]), cap=30).threshold() == FLOOR  # chatty
+    # a reconnect's overlap (timestamps going back) is not a burst
+    assert _pace(10.0, 11.0, 10.5, 11.0).intervals == _pace(10.0, 11.0).intervals
+
+
+def test_checks_of_a_quiet_stream_back_off_to_the_cap():
+    w = Watchdog(Pace(), cap=30)
+    checks = []
+    while (at := w.next_check) <= 300:
+        checks.append(at)
+        w.quiet_confirmed(at)
+    assert checks[:5] == [2, 6, 14, 30, 60]
+    assert all(b - a == 30 for a, b in zip(checks[4:], checks[5:], strict=False))
+    w.reset()
+    assert w.next_check == FLOOR
