@@ -18,7 +18,8 @@ from collector.kubectl import KubeTarget
 from collector.sink import RunSink
 from steptail.findings.reference import ReferenceError, reference_for
 from storage.db import Store
-from storage.sql import load_model
+from storage.sources import SourceConflict, kubernetes_source
+from storage.sql import SqlSink, load_model
 
 log = logging.getLogger("steptail.follow")
 
@@ -39,6 +40,8 @@ class Plan:
     settings: object | None = None  # steptail.findings.Settings (None: defaults)
     # HF reference CE per step for the step-1 gate, or a directory of per-run files
     reference_ce: dict[int, float] | Path | None = None
+    # follow into runs that hold data of another source (e.g. the same run's ingested logs)
+    append: bool = False
 
 
 class Supervisor:
@@ -108,6 +111,9 @@ class Supervisor:
 
         def load():
             with self.store.engine.begin() as conn:
+                # claimed before anything of the run starts: a clash (SourceConflict) refuses it
+                SqlSink(self.store).ensure_run(conn, run, jobset, p.target.namespace, append=p.append,
+                                               source=kubernetes_source(p.target.namespace, jobset))
                 return load_model(conn, run)
 
         model = await asyncio.to_thread(load)
@@ -136,6 +142,12 @@ class Supervisor:
                     return
             except asyncio.CancelledError:
                 raise
+            except SourceConflict as exc:  # another source's run: this run is not followed, the others go on
+                status.state = f"refused: {exc.holds}"
+                status.last_error = (f"{exc.clash}: not followed; pass --append if it is the same run, "
+                                     f"or follow it with --jobset {jobset} --run NAME")
+                log.error("%s", status.last_error)
+                return
             except Exception as exc:  # noqa: BLE001 - this run only: report, back off, go on
                 status.failures += 1
                 status.last_error = f"collector error: {exc!r}"[:300]

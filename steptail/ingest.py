@@ -35,6 +35,7 @@ from parsers.block import line_by_line, parse_block
 from steptail.model import Counters
 from storage.db import Store
 from storage.parquet import ParquetSink
+from storage.sources import FILES
 from storage.sql import SqlSink, load_model
 
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
@@ -91,9 +92,12 @@ def ingest(
     parquet: str | Path | None = None,
     progress: Callable[[int], None] | None = None,
     pool: Workers | None = None,
+    append: bool = False,
 ) -> IngestResult:
     """Ingest `sources` into `run`. `pool`: workers from start_workers(), started before the
-    store was opened so that they boot while the schema is checked (else started here)."""
+    store was opened so that they boot while the schema is checked (else started here).
+    A run that holds data of another source (a followed JobSet) raises SourceConflict and
+    nothing is written, unless `append` says it is the same run."""
     check_run_name(run)
     sink = SqlSink(store)
     pq_sink = ParquetSink(parquet, run) if parquet else None
@@ -107,7 +111,7 @@ def ingest(
     writer = None
     try:
         with store.engine.begin() as conn:
-            sink.ensure_run(conn, run)
+            sink.ensure_run(conn, run, source=FILES, append=append)
             model = load_model(conn, run)
             writer = _Writer(sink, pq_sink, conn, run)
             done = 0

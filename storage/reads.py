@@ -9,6 +9,7 @@ import sqlalchemy as sa
 
 from parsers import format_ns
 from storage.db import Store
+from storage.sources import sources_of
 
 
 def json_value(value):
@@ -42,6 +43,7 @@ def list_runs(store: Store) -> list[dict]:
                 "run": r["run"],
                 "jobset": r["jobset"],
                 "namespace": r["namespace"],
+                "sources": sources_of(conn, r["run"]),
                 "incarnations": r["incarnations"],
                 "steps": r["steps"],
                 "max_step": r["max_step"],

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from steptail.model import Batch, Cursor, Incarnation, RunModel
 from storage.db import Store
 from storage.reads import json_value
+from storage.sources import claim_source
 
 # Column order of the row tuples in steptail.model.Batch (JSON columns arrive as JSON text).
 COLUMNS = {
@@ -70,9 +71,13 @@ class SqlSink:
         )
 
     def ensure_run(self, conn: sa.Connection, run: str, jobset: str | None = None,
-                   namespace: str | None = None) -> None:
+                   namespace: str | None = None, *, source: str | None = None, append: bool = False) -> None:
+        """Create or touch the run; with `source`, also claim the run for it (raises
+        storage.sources.SourceConflict when the run holds another source's data)."""
         now = time.time_ns()
         conn.exec_driver_sql(self._run_sql, (run, jobset, namespace, now, now))
+        if source is not None:
+            claim_source(conn, run, source, append=append)
 
     def write(self, conn: sa.Connection, run: str, batch: Batch) -> None:
         """Write one batch inside the caller's transaction (rows, incarnations, cursors)."""

@@ -12,6 +12,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColu
 from collector.files import SourceError, open_source
 from steptail.commands._common import db_option, fail, json_option, print_json, store_or_exit
 from steptail.ingest import IngestError, check_run_name, ingest, start_workers
+from storage.sources import SourceConflict
 
 
 @click.command()
@@ -19,13 +20,18 @@ from steptail.ingest import IngestError, check_run_name, ingest, start_workers
 @click.option("--run", required=True, help="Run name (letters, digits, '.', '_', '-').")
 @db_option
 @click.option("--parquet", metavar="DIR", help="Also write Parquet: DIR/<table>/run=<run>/part-*.parquet.")
+@click.option("--append", is_flag=True,
+              help="The run was followed from a JobSet and these are saved logs of that same run: add "
+                   "them to it (without this, ingesting into another source's run is refused).")
 @json_option
-def command(paths: tuple[str, ...], run: str, db: str | None, parquet: str | None, as_json: bool) -> None:
+def command(paths: tuple[str, ...], run: str, db: str | None, parquet: str | None, append: bool,
+            as_json: bool) -> None:
     """Ingest saved pod logs of JAX process 0 (plain, --timestamps, .gz, '-' for stdin).
 
     Every LOSS-PARTS, REQUIRED_RBF, per-pod step, config and checkpoint line is recorded
     once per (run, incarnation, step); re-ingesting or overlapping files adds nothing twice.
-    The ingest lands whole or not at all.
+    The ingest lands whole or not at all. A run followed from a JobSet is not appended to
+    unless --append says these logs belong to it.
     """
     try:
         check_run_name(run)
@@ -61,8 +67,8 @@ def command(paths: tuple[str, ...], run: str, db: str | None, parquet: str | Non
                 bar.update(task, completed=min(total, pos))
 
             result = ingest(store, run, sources, parquet=parquet,
-                            progress=progress if show else None, pool=pool)
-    except IngestError as exc:
+                            progress=progress if show else None, pool=pool, append=append)
+    except (IngestError, SourceConflict) as exc:
         fail(str(exc))
     except (OSError, EOFError, zlib.error) as exc:
         fail(f"read failed, nothing written: {exc}")
