@@ -26,8 +26,11 @@ from steptail.commands._detect_options import detector_options, detector_setting
 @click.option("--until-done", is_flag=True, help="Stop when process 0 of every run completed.")
 @click.option("--all", "follow_all", is_flag=True, help="Follow every JobSet in the namespace (see --selector).")
 @click.option("--selector", help="With --all: label selector on the JobSets' pods.")
-@click.option("--silence", type=float, default=20.0, show_default=True,
-              help="Seconds without a line while the container runs before the stream is re-opened.")
+@click.option("--silence", type=float, default=30.0, show_default=True,
+              help="Longest a quiet stream goes unchecked. No tuning needed: a stream quieter than its "
+                   "own pace (max 2 s, 1.5x its usual interval) is checked against the pod's newest "
+                   "line and re-opened only when that line was not delivered (a rotation hang); the "
+                   "checks back off up to this while the container stays quiet.")
 @click.option("--parquet-every", type=float, default=30.0, show_default=True,
               help="Seconds between Parquet flushes (and at shutdown).")
 @click.option("--alert-webhook", "webhooks", multiple=True, metavar="URL", help="POST findings here (repeatable).")
@@ -35,10 +38,14 @@ from steptail.commands._detect_options import detector_options, detector_setting
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address of the metrics server.")
 @click.option("--duration", type=float, help="Stop after this many seconds.")
 @click.option("--no-view", is_flag=True, help="No live table (default when stdout is not a terminal).")
+@click.option("--append", is_flag=True,
+              help="Follow into a run that holds data of another source (e.g. this run's saved logs, "
+                   "ingested earlier) as the same run. Without it such a run is refused: --jobset exits 2, "
+                   "--all skips that run.")
 @detector_options
 @json_option
 def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parquet, until_done, follow_all,
-            selector, silence, parquet_every, webhooks, metrics_port, metrics_host, duration, no_view,
+            selector, silence, parquet_every, webhooks, metrics_port, metrics_host, duration, no_view, append,
             reference_ce, gate_tolerance, resume_tolerance, stall_k, as_json) -> None:
     """Follow JAX process 0 of JobSets with `kubectl logs -f`, surviving rotation hangs, EOFs,
     JobSet and container restarts and auth lapses; rows committed within ~0.1 s, stream gaps
@@ -49,6 +56,7 @@ def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parq
     from collector.supervisor import Plan
     from collector.view import summary
     from steptail.ingest import IngestError, check_run_name
+    from storage.sources import SourceConflict, check_runs, kubernetes_source
 
     if not jobsets and not follow_all:
         fail("give --jobset NAME (repeatable) or --all")
@@ -71,6 +79,11 @@ def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parq
     if shutil.which("kubectl") is None:
         fail("kubectl not found on PATH")
     store = store_or_exit(db)
+    try:  # a named JobSet clashing with another source's run: refused before anything starts
+        check_runs(store, {(run_name or j): kubernetes_source(namespace, j) for j in jobsets}, append=append)
+    except SourceConflict as exc:
+        store.dispose()
+        fail(str(exc))
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s",
                         stream=sys.stderr)
     target = KubeTarget(namespace, acct, kubeconfig, context)
@@ -83,6 +96,7 @@ def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parq
         config=FollowConfig(silence=silence, until_done=until_done, parquet_every=parquet_every),
         settings=settings,
         reference_ce=reference,
+        append=append,
     )
     console = Console()
     view = console.is_terminal and not no_view and not as_json
