@@ -5,8 +5,9 @@
 2. scale: 10 and 50 concurrent runs at ~20 lines/s each for SECONDS: lines lost (must be
    0), collector CPU and peak RSS, peak total kubectl RSS (simulator in its own process,
    collector = `steptail follow --all --until-done` in its own process);
-3. rotation hang: time from a log rotation (stream silent, no EOF) to rows flowing again,
-   with the silence threshold used.
+3. rotation hang at 2, 20 and 200 lines/s with default options: how long the first step
+   written after a log rotation (stream silent, no EOF) waits until it is committed;
+4. a container quiet for 60 s: log requests per minute (the hang checks), reconnects.
 
     .venv/bin/python benchmarks/follow.py --json [--seconds 60] [--runs 10,50]
 """
@@ -19,7 +20,6 @@ import contextlib
 import json
 import logging
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -51,6 +51,7 @@ def _pct(xs: list[float], p: float) -> float:
 
 async def _follow_until(account: str, kubeconfig: str, db: str, stop_when, silence: float,
                         timeout: float) -> Supervisor:
+    """Follow the JobSet `bench` until stop_when(supervisor) or `timeout`."""
     store = open_store(db)
     plan = Plan(KubeTarget("default", account, kubeconfig), {"bench": "bench"},
                 config=FollowConfig(silence=silence, until_done=True))
@@ -98,36 +99,97 @@ def latency(seconds: float) -> dict:
             "p99_ms": round(_pct(steady, 99), 1), "max_ms": round(max(steady), 1)}
 
 
-def rotation_hang(silence: float = 2.0, trials: int = 3) -> dict:
-    """Rotate process 0's log while followed; time until a row written after it is committed."""
-    out = []
+def _commit_times(rows: list[tuple[int, int, int]]):
+    """Patch RunSink._commit to record (step, kubelet ts, commit wall ns) of LOSS-PARTS rows."""
+    orig = RunSink._commit
+
+    def timed(self, todo):
+        out = orig(self, todo)
+        now = time.time_ns()
+        for batch, _ in todo:
+            rows.extend((row[2], row[3], now) for row in batch.loss_parts if row[3])
+        return out
+
+    return orig, timed
+
+
+def rotation_hang(lines_per_s: float, trials: int = 3) -> dict:
+    """Rotate process 0's log while followed with default options (the stream hangs, no EOF).
+    delay_s: the first step written after the rotation, from written to committed (what the
+    hang cost); resume_s: from the rotation to that row committed (includes waiting for the
+    trainer's next step)."""
+    rate = lines_per_s / LINES_PER_STEP
+    interval = 1 / rate
+    rows: list[tuple[int, int, int]] = []
+    delays, resumes = [], []
     with tempfile.TemporaryDirectory() as d:
-        sim = SimCluster({"rate": 20, "jobsets": [{"name": "bench", "hosts": 1, "trainer": {"steps": 100000}}]},
+        sim = SimCluster({"rate": rate, "jobsets": [{"name": "bench", "hosts": 1,
+                                                     "trainer": {"steps": 100000, "checkpoint_period": 10**6}}]},
                          state_dir=Path(d) / "sim").start_in_thread()
-        db = str(Path(d) / "r.db")
         marks: dict[str, float] = {}
 
         def stop_when(sup: Supervisor) -> bool:
-            st = sup.status.get("bench")
-            if st is None or st.rows == 0:
+            if not rows:
                 return False
-            now = time.time()
-            if "rotated" not in marks and now - marks.setdefault("flowing", now) > 1.0:
-                marks["rotated"] = time.time()
-                marks["rotated_step"] = sim.last_step("bench")
-                sim.rotate("bench")
-            elif "rotated" in marks and st.last_step is not None and st.last_step > marks["rotated_step"] + 1:
-                out.append(time.time() - marks["rotated"])
+            now = time.time_ns()
+            flowing = marks.setdefault("flowing", now)
+            if "rotated" not in marks:
+                # first let the follower learn the stream's pace (a few steps)
+                if now - flowing > max(3.0, 5 * interval) * 1e9:
+                    marks["rotated"] = time.time_ns()
+                    sim.rotate("bench")
+                return False
+            after = [(ts, done) for _, ts, done in rows if ts > marks["rotated"]]
+            if after:
+                ts, done = min(after)
+                delays.append((done - ts) / 1e9)
+                resumes.append((done - marks["rotated"]) / 1e9)
                 marks.clear()
-                marks["flowing"] = time.time()
-            return len(out) >= trials
+                marks["flowing"] = time.time_ns()
+            return len(delays) >= trials
+
+        orig, timed = _commit_times(rows)
+        RunSink._commit = timed
+        try:
+            asyncio.run(_follow_until(sim.account, str(sim.kubeconfig_path), str(Path(d) / "r.db"), stop_when,
+                                      FollowConfig().silence, 60 + trials * 4 * max(3.0, 5 * interval)))
+        finally:
+            RunSink._commit = orig
+            sim.stop_thread()
+    return {"lines_per_s": lines_per_s, "options": "defaults", "trials": len(delays),
+            "delay_s": [round(x, 2) for x in delays], "max_delay_s": round(max(delays), 2) if delays else None,
+            "resume_s": [round(x, 2) for x in resumes]}
+
+
+def quiet_container(seconds: float = 60.0) -> dict:
+    """A container that prints nothing for `seconds` mid-run (a long checkpoint save), followed
+    with default options: log requests per minute of silence (the hang checks), reconnects."""
+    with tempfile.TemporaryDirectory() as d:
+        sim = SimCluster({"rate": 3, "jobsets": [{"name": "bench", "hosts": 1, "trainer": {
+            "steps": 30, "checkpoint_period": 1000}}], "faults": [
+            {"action": "stall", "at_step": 15, "seconds": seconds}]}, state_dir=Path(d) / "sim").start_in_thread()
+        marks: dict[str, int] = {}
+
+        def log_requests() -> int:
+            return sum(1 for _, path, _ in list(sim.requests) if path.split("?")[0].endswith("/log"))
+
+        def stop_when(sup: Supervisor) -> bool:
+            step = sim.last_step("bench")
+            if step >= 15 and "start" not in marks:
+                marks["start"] = log_requests()
+            if step > 15 and "end" not in marks:
+                marks["end"] = log_requests()
+            return all(s.done for s in sup.status.values()) and bool(sup.status)
 
         try:
-            asyncio.run(_follow_until(sim.account, str(sim.kubeconfig_path), db, stop_when, silence, 60))
+            sup = asyncio.run(_follow_until(sim.account, str(sim.kubeconfig_path), str(Path(d) / "q.db"),
+                                            stop_when, FollowConfig().silence, seconds + 60))
         finally:
             sim.stop_thread()
-    return {"silence_threshold_s": silence, "trials": len(out),
-            "resume_s": [round(x, 2) for x in out], "mean_s": round(statistics.mean(out), 2) if out else None}
+    st = sup.status.get("bench")
+    n = marks.get("end", 0) - marks.get("start", 0)
+    return {"quiet_s": seconds, "log_requests": n, "log_requests_per_min": round(n * 60 / seconds, 1),
+            "reconnects": st.reconnects if st else None, "stream_gaps": st.gaps if st else None}
 
 
 @contextlib.contextmanager
@@ -206,7 +268,8 @@ def main() -> None:
     result = {
         "cpus": os.cpu_count(),
         "latency": latency(min(args.seconds, 20.0)),
-        "rotation_hang": rotation_hang(),
+        "rotation_hang": [rotation_hang(r) for r in (2, 20, 200)],
+        "quiet_container": quiet_container(),
         "scale": [scale(int(n), args.seconds) for n in args.runs.split(",")],
     }
     if args.json:
