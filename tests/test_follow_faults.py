@@ -1,5 +1,6 @@
-"""One test per fault of DESIGN.md §2: the collector (real kubectl over HTTPS) against the
-simulated cluster, compared with the simulator's ground truth."""
+"""One test per fault a follower must survive (rotation hang, EOF, unread rotated lines,
+JobSet and container restarts, auth lapse, Pending): the collector (real kubectl over HTTPS)
+against the simulated cluster, compared with the simulator's ground truth."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ def stop_worthy(f: Finding) -> bool:
 
 
 def stop_command(workload: str, namespace: str) -> str:
-    """Printed, never executed: stopping a run is the operator's act (DESIGN §1)."""
+    """Printed, never executed: stopping a run is the operator's act (steptail is read-only on the cluster)."""
     return (f"kubectl patch workloads.kueue.x-k8s.io {workload} -n {namespace} --type=merge "
             "-p '{\"spec\":{\"active\":false}}'")
 
