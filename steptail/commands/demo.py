@@ -40,8 +40,8 @@ def demo_scenario(seconds: float) -> dict:
             {"action": "restart_jobset", "jobset": "olmo3-sft", "at": at(0.45)},  # preemption
             {"action": "auth_lapse", "at": at(0.62), "seconds": max(2.0, seconds / 15)},
             {"action": "eof_streams", "at": at(0.63)},  # reconnects meet the lapsed login
-            {"action": "rotate", "jobset": "qwen3-cp4", "at": at(0.78)},  # two rotations within
-            {"action": "rotate", "jobset": "qwen3-cp4", "at": at(0.78) + 0.4},  # one silence: a real gap
+            {"action": "rotate", "jobset": "qwen3-cp4", "at": at(0.78)},  # two rotations faster than
+            {"action": "rotate", "jobset": "qwen3-cp4", "at": at(0.78) + 0.4},  # any follower: a real gap
         ],
     }
 
@@ -88,7 +88,7 @@ def command(out_dir: str, seconds: float, no_view: bool, as_json: bool) -> None:
                           f"in namespace {NS} for ~{seconds:.0f} s …")
         target = KubeTarget(NS, sim.account, str(sim.kubeconfig_path))
         plan = Plan(target, jobsets={"olmo3-sft": "olmo3-sft", "qwen3-cp4": "qwen3-cp4"}, parquet=str(parquet),
-                    config=FollowConfig(silence=2.0, until_done=True, parquet_every=10.0))
+                    config=FollowConfig(until_done=True, parquet_every=10.0))  # follow's defaults
         view = console.is_terminal and not no_view and not as_json
         sup = asyncio.run(follow(store, plan, view=view, console=console, duration=seconds * 2 + 30))
         report = _report(store, sup, sim, db, parquet)
