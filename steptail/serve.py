@@ -1,13 +1,22 @@
 """`steptail serve`: read-only HTTP over the store (health, Prometheus metrics, JSON API).
 
 Every store read runs in a worker thread, so one slow query never blocks the event loop.
-When a token is configured, everything but /healthz needs `Authorization: Bearer <token>`."""
+When a token is configured, everything but /healthz needs `Authorization: Bearer <token>`.
+Every bad parameter is a 400 with a JSON body, every failure a JSON answer (no traceback).
+
+Slow or idle clients cannot hold the server: a connection must send its request header within
+`header_timeout` (also the keep-alive), a request body is read for at most `body_timeout`,
+and at most `max_connections` are open (below the descriptor limit): at the cap a new
+connection pushes out the oldest one that is not being answered."""
 
 from __future__ import annotations
 
 import asyncio
 import hmac
 import json
+import logging
+import re
+import resource
 import shutil
 import tempfile
 import time
@@ -27,9 +36,18 @@ from storage.reads import iter_steps, list_runs, run_exists
 
 PAGE_DEFAULT = 1000
 PAGE_MAX = 10_000
+INT32_MAX = 2**31 - 1  # steps and incarnations are 32-bit in the store
+HEADER_TIMEOUT = 10.0
+BODY_TIMEOUT = 10.0
+WRITE_TIMEOUT = 60.0  # one chunk of an export to a client that stopped reading
+MAX_CONNECTIONS = 1024
+FD_RESERVE = 64  # descriptors kept for the store, threads and logs
 STORE = web.AppKey("store", Store)
 TOKEN = web.AppKey("token", object)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
+ANSWERING = web.AppKey("answering", set)  # connections whose request is being handled
+log = logging.getLogger("steptail.serve")
+_INTEGER = re.compile(r"-?[0-9]{1,19}\Z")  # ASCII digits only: int() also takes '²', '1_0', ' 1'
 
 
 # -- JSON ------------------------------------------------------------------------------
@@ -57,6 +75,15 @@ class ApiError(Exception):
 # -- middleware: auth and JSON errors ---------------------------------------------------
 @web.middleware
 async def _guard(request: web.Request, handler):
+    answering = request.app[ANSWERING]
+    answering.add(request.protocol)
+    try:
+        return await _answer(request, handler)
+    finally:
+        answering.discard(request.protocol)
+
+
+async def _answer(request: web.Request, handler):
     token = request.app[TOKEN]
     if token is not None and request.path != "/healthz":
         given = request.headers.get("Authorization", "")
@@ -72,6 +99,12 @@ async def _guard(request: web.Request, handler):
         if exc.status >= 400:
             return _error(exc.status, exc.reason)
         raise
+    except (asyncio.CancelledError, ConnectionError):
+        raise  # the client went away: nothing to answer
+    except Exception as exc:  # noqa: BLE001 - one line in the log, JSON to the client
+        log.error("%s %s failed: %s: %s", request.method, request.path, type(exc).__name__,
+                  str(exc).strip().splitlines()[0][:200] if str(exc).strip() else "")
+        return _error(500, "internal error")
 
 
 # -- metrics -----------------------------------------------------------------------------
@@ -151,27 +184,32 @@ async def _known_run(request: web.Request) -> str:
     return run
 
 
-def _int_param(request: web.Request, name: str, default: int | None, lo: int, hi: int) -> int | None:
-    raw = request.query.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ApiError(400, f"{name} must be an integer") from None
+def _integer(name: str, raw: str, lo: int, hi: int) -> int:
+    if not _INTEGER.match(raw):
+        raise ApiError(400, f"{name} must be an integer")
+    value = int(raw)
     if not lo <= value <= hi:
         raise ApiError(400, f"{name} must be between {lo} and {hi}")
     return value
 
 
+def _int_param(request: web.Request, name: str, default: int | None, lo: int, hi: int) -> int | None:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    return _integer(name, raw, lo, hi)
+
+
 async def steps(request: web.Request) -> web.Response:
-    run = await _known_run(request)
-    big = 2**31 - 1
-    lo = _int_param(request, "from", None, -1, big)
-    hi = _int_param(request, "to", None, -1, big)
+    # parameters first: a bad one is a 400 before the store is asked anything
+    lo = _int_param(request, "from", None, -1, INT32_MAX)
+    hi = _int_param(request, "to", None, -1, INT32_MAX)
+    if lo is not None and hi is not None and lo > hi:
+        raise ApiError(400, "from must not be greater than to")
     offset = _int_param(request, "offset", 0, 0, 2**62)
     limit = _int_param(request, "limit", PAGE_DEFAULT, 1, PAGE_MAX)
     after = _after_param(request)
+    run = await _known_run(request)
     store = request.app[STORE]
     # One row more than asked tells whether another page follows.
     rows = await asyncio.to_thread(
@@ -192,9 +230,9 @@ def _after_param(request: web.Request) -> tuple[int, int] | None:
     if raw is None:
         return None
     inc, colon, step = raw.partition(":")
-    if not colon or not inc.isdigit() or not step.isdigit():
+    if not colon or not _INTEGER.match(inc) or not _INTEGER.match(step):
         raise ApiError(400, "after must be INCARNATION:STEP")
-    return int(inc), int(step)
+    return _integer("after's incarnation", inc, 0, INT32_MAX), _integer("after's step", step, -1, INT32_MAX)
 
 
 def _findings(store: Store, run: str) -> list[dict]:
@@ -220,8 +258,9 @@ async def findings(request: web.Request) -> web.Response:
 
 def _bundle(store: Store, run: str, work: Path) -> Path:
     """Export RUN into WORK and zip it (files at the archive's top, under RUN/)."""
-    from storage.export import export_run
+    from storage.export import check_export_name, export_run
 
+    check_export_name(run)  # a stored name ('../x') must not steer the paths below
     folder = work / run
     export_run(store, run, folder)
     archive = work / f"{run}.zip"
@@ -232,10 +271,15 @@ def _bundle(store: Store, run: str, work: Path) -> Path:
 
 
 async def export(request: web.Request) -> web.StreamResponse:
+    from storage.export import ExportError
+
     run = await _known_run(request)
     work = Path(tempfile.mkdtemp(prefix="steptail-export-"))
     try:
-        archive = await asyncio.to_thread(_bundle, request.app[STORE], run, work)
+        try:
+            archive = await asyncio.to_thread(_bundle, request.app[STORE], run, work)
+        except ExportError as exc:  # e.g. a name another writer stored ('../x')
+            raise ApiError(400, str(exc)) from None
         resp = web.StreamResponse(headers={
             "Content-Type": "application/zip",
             "Content-Disposition": f'attachment; filename="{run}.zip"',
@@ -244,7 +288,12 @@ async def export(request: web.Request) -> web.StreamResponse:
         await resp.prepare(request)
         with archive.open("rb") as fh:
             while chunk := await asyncio.to_thread(fh.read, 1 << 20):
-                await resp.write(chunk)
+                try:
+                    await asyncio.wait_for(resp.write(chunk), WRITE_TIMEOUT)
+                except TimeoutError:  # the client stopped reading: let its descriptor go
+                    if request.transport is not None:
+                        request.transport.abort()
+                    raise ConnectionResetError("client stopped reading") from None
         await resp.write_eof()
         return resp
     finally:
@@ -258,6 +307,7 @@ def make_app(store: Store, token: str | None = None) -> web.Application:
     app[STORE] = store
     app[TOKEN] = token or None
     app[REGISTRY] = registry
+    app[ANSWERING] = set()
     r = app.router
     r.add_get("/healthz", healthz)
     r.add_get("/metrics", metrics)
@@ -268,13 +318,55 @@ def make_app(store: Store, token: str | None = None) -> web.Application:
     return app
 
 
+class GuardedSite(web.BaseSite):
+    """A TCP site holding at most `max_connections`. At the cap, a new connection pushes out the
+    oldest one that is not being answered (idle, or still sending its header): descriptors
+    never run out, and a health probe always gets in."""
+
+    def __init__(self, runner: web.AppRunner, host: str, port: int, answering: set,
+                 max_connections: int, backlog: int = 128) -> None:
+        super().__init__(runner, backlog=backlog)
+        self.host, self.port, self.answering, self.max_connections = host, port, answering, max_connections
+
+    @property
+    def name(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        await super().start()
+        server = self._runner.server
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: self._admit(server), self.host, self.port, backlog=self._backlog, reuse_address=True)
+
+    def _admit(self, server: web.Server):
+        open_now = [c for c in server.connections if c.transport is not None]
+        if len(open_now) >= self.max_connections:
+            idle = next((c for c in open_now if c not in self.answering), None)
+            if idle is not None:
+                idle.force_close()
+        return server()
+
+
+def connection_limit(wanted: int = MAX_CONNECTIONS) -> int:
+    """At most `wanted`, and enough below the descriptor limit for the store and the logs."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    return max(8, min(wanted, soft - FD_RESERVE))
+
+
 async def serve(store: Store, host: str, port: int, token: str | None,
-                started=None, stop: asyncio.Event | None = None) -> None:
+                started=None, stop: asyncio.Event | None = None, *, header_timeout: float = HEADER_TIMEOUT,
+                body_timeout: float = BODY_TIMEOUT, max_connections: int | None = None) -> None:
     """Run until `stop` is set (or the task is cancelled); `started(url)` once listening."""
-    runner = web.AppRunner(make_app(store, token), access_log=None)
+    app = make_app(store, token)
+    # keepalive_timeout runs from the connection's start and after each answer, and is not
+    # reset by incoming bytes: it is the header timeout. lingering_time bounds reading a body.
+    runner = web.AppRunner(app, access_log=None, keepalive_timeout=header_timeout,
+                           lingering_time=body_timeout)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port)
+        site = GuardedSite(runner, host, port, app[ANSWERING], max_connections or connection_limit())
         await site.start()
         bound = site._server.sockets[0].getsockname()  # the real port when port=0
         if started:

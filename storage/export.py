@@ -53,6 +53,17 @@ class ExportError(Exception):
     """One line, safe to show."""
 
 
+def check_export_name(run: str) -> str:
+    """A run name read from the store names files and directories of an export: refuse anything
+    but one safe path component (another writer of a shared store may have stored '../x')."""
+    from steptail.ingest import IngestError, check_run_name
+
+    try:
+        return check_run_name(run)
+    except IngestError as exc:
+        raise ExportError(f"cannot export: {exc}") from None
+
+
 def _json_text(value) -> str:
     # PostgreSQL (JSONB) hands back objects, SQLite the stored text: one canonical form.
     return json.dumps(json_value(value), separators=(",", ":"), sort_keys=True)
@@ -255,6 +266,7 @@ def _build(store: Store, run: str, folder: Path) -> dict:
 def export_run(store: Store, run: str, out: str | Path, *, force: bool = False) -> dict:
     """Write the bundle of RUN to OUT; returns the manifest."""
     out = Path(out)
+    check_export_name(run)
     if not run_exists(store, run):
         raise ExportError(f"no run {run!r} in {store.describe()}")
     if out.exists() and not force:

@@ -18,8 +18,12 @@ from steptail.commands._common import db_option, fail, json_option, print_json, 
 @json_option
 def command(run: str, out: Path, force: bool, db: str | None, as_json: bool) -> None:
     """Export RUN for the experiment ledger: Parquet per table, manifest.json, ce.png."""
-    from storage.export import ExportError, export_run
+    from storage.export import ExportError, check_export_name, export_run
 
+    try:
+        check_export_name(run)
+    except ExportError as exc:
+        fail(str(exc))
     store = store_or_exit(db, create=False)
     try:
         manifest = export_run(store, run, out, force=force)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import signal
 from pathlib import Path
 
@@ -18,8 +19,20 @@ def read_token(token_file: Path | None) -> str | None:
     return read_secret(token_file, (TOKEN_ENV,))
 
 
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 or localhost; anything else (0.0.0.0, a name, an interface) is reachable
+    from elsewhere."""
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 @click.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help=f"Address to bind. Any other than loopback needs a token (--token-file or ${TOKEN_ENV}).")
 @click.option("--port", default=9464, show_default=True, type=click.IntRange(0, 65535),
               help="Port (0: any free port, printed at start).")
 @click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path),
@@ -30,6 +43,8 @@ def command(host: str, port: int, token_file: Path | None, db: str | None) -> No
     from steptail.serve import serve
 
     token = read_token(token_file)
+    if token is None and not is_loopback(host):
+        fail(f"--host {host} is reachable from other machines: give a token (--token-file or ${TOKEN_ENV})")
     store = store_or_exit(db, create=False)
 
     async def main() -> None:
@@ -39,7 +54,7 @@ def command(host: str, port: int, token_file: Path | None, db: str | None) -> No
             loop.add_signal_handler(sig, stop.set)
 
         def started(url: str) -> None:
-            auth = "bearer token required" if token else "no token: open to anyone who can connect"
+            auth = "bearer token required" if token else "no token: loopback only"
             click.echo(f"steptail: serving {store.describe()} on {url} ({auth})", err=True)
 
         await serve(store, host, port, token, started=started, stop=stop)

@@ -60,6 +60,8 @@ class LiveFindings:
         if findings:
             with self.store.engine.begin() as conn:
                 save_findings(conn, findings)
+                if self.alerter is not None:
+                    self.alerter.record(conn, findings)
             if self.alerter is not None:
-                await self.alerter.publish(findings)
+                await self.alerter.publish(findings, recorded=True)
         return findings

@@ -1,0 +1,276 @@
+"""API and secrets under hostile use, over real sockets on SQLite and the real PostgreSQL: bad
+parameters are 400s with JSON bodies; slow clients cannot stall /healthz or hold descriptors;
+a run name another writer stored cannot steer an export's paths; `serve` refuses a public
+address without a token; kubectl sees none of steptail's secrets; webhook URLs come from a
+file or the environment."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import psutil
+import pytest
+import sqlalchemy as sa
+from aiohttp import web
+
+from collector.files import open_source
+from collector.kubectl import KubeTarget
+from steptail.ingest import ingest
+from storage.export import ExportError, export_run
+
+try:
+    from test_serve import running
+except ImportError:  # tests/ imported as a package
+    from tests.test_serve import running
+
+pytestmark = pytest.mark.timeout(120)
+ROOT = Path(__file__).resolve().parent.parent
+CLI = [sys.executable, "-c", "from steptail.cli import main; main()"]
+
+
+@pytest.fixture
+def loaded(store, samples):
+    src = open_source(str(samples / "resume-gap.log"))
+    try:
+        ingest(store, "rg", [src])
+    finally:
+        src.close()
+    return store
+
+
+# -- parameters ----------------------------------------------------------------------------
+@pytest.mark.parametrize("query", [
+    "after=%C2%B2:1", "after=1:%C2%B2", "after=99999999999999999999:1", "after=1:" + "9" * 5000,
+    "after=-1:5", "after=1:-7", "after=1:", "after=%FF:1",
+    "limit=-1", "limit=99999999999999999999999", "limit=1_0", "limit=%201", "limit=1e3",
+    "from=%C2%B2", "to=2147483648", "from=10&to=5", "offset=-3", "offset=" + "1" * 40,
+])
+async def test_bad_parameters_are_400_with_a_json_body(loaded, query, caplog):
+    async with running(loaded) as http:
+        async with http.get(f"/api/runs/rg/steps?{query}") as resp:
+            body = await resp.read()
+            assert resp.status == 400, body
+            assert resp.headers["Content-Type"].startswith("application/json")
+        error = json.loads(body)
+        assert error["status"] == 400 and error["error"]
+        assert "Traceback" not in body.decode()
+        async with http.get("/api/runs/rg/steps?after=1:5&limit=2") as resp:  # still serving
+            assert resp.status == 200
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
+
+
+# -- slow clients -------------------------------------------------------------------------
+SLOW_SERVER = """
+import asyncio, resource, sys
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+from steptail.serve import serve
+from storage.db import open_store
+
+async def main():
+    store = open_store(sys.argv[1])
+    await serve(store, "127.0.0.1", 0, None, started=lambda url: print(url, flush=True), header_timeout=2.0)
+
+asyncio.run(main())
+"""
+
+
+async def _healthz(url: str) -> tuple[int, float]:
+    t0 = time.monotonic()
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http, \
+            http.get(f"{url}/healthz") as resp:
+        await resp.read()
+        return resp.status, time.monotonic() - t0
+
+
+async def test_half_open_connections_neither_stall_healthz_nor_outlive_the_header_timeout(tmp_path):
+    db = tmp_path / "s.db"
+    from storage.db import open_store
+
+    open_store(str(db)).dispose()
+    err = tmp_path / "server.err"
+    with err.open("wb") as err_file:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", SLOW_SERVER, str(db), cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=err_file)
+    try:
+        url = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode().strip()
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        slow = []
+        for _ in range(300):  # more than the server's 256 descriptors
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            slow.append((reader, writer))
+        opened = time.monotonic()
+        for _ in range(3):
+            status, took = await _healthz(url)
+            assert status == 200 and took < 2.0, took
+        dribbler = slow[-1][1]
+        while time.monotonic() - opened < 4.0:  # bytes keep coming: no extension of the deadline
+            dribbler.write(b"a")
+            await asyncio.sleep(0.25)
+        await asyncio.sleep(0.5)
+        assert all(reader.at_eof() for reader, _ in slow)  # every one dropped after the 2 s timeout
+        assert (await _healthz(url))[0] == 200
+        for _, writer in slow:
+            writer.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(proc.wait(), 30)
+    log = err.read_text()
+    assert "Traceback" not in log and len(log) < 2000, log[:2000]
+
+
+# -- run names from the store -----------------------------------------------------------------
+@pytest.mark.parametrize("name", ["../evil", "..", "a/../../b"])
+async def test_export_refuses_an_unsafe_stored_run_name(store, db_url, tmp_path, name):
+    with store.engine.begin() as conn:  # written by another writer of a shared store
+        conn.execute(sa.text("INSERT INTO runs (run, created_ns, updated_ns) VALUES (:r, 1, 1)"), {"r": name})
+    with pytest.raises(ExportError, match="not a safe identifier"):
+        export_run(store, name, tmp_path / "out")
+    res = subprocess.run([*CLI, "export", name, "--out", str(tmp_path / "cli"), "--db", db_url],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "not a safe identifier" in res.stderr
+    before = set(Path("/tmp").iterdir())
+    async with running(store) as http:
+        quoted = name.replace("/", "%2F")
+        async with http.get(f"/api/runs/{quoted}/export") as resp:
+            body = await resp.read()
+            assert resp.status in (400, 404), body  # never exported
+            assert resp.headers["Content-Type"].startswith("application/json")
+    assert set(Path("/tmp").iterdir()) - before == set()
+    assert not (tmp_path / "out").exists() and not (tmp_path / "cli").exists()
+
+
+# -- serve: a public address needs a token ----------------------------------------------------
+def _serve_env(**extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STEPTAIL_")}
+    return {**env, **extra}
+
+
+def test_serve_on_a_public_address_without_a_token_exits_2(tmp_path):
+    db = str(tmp_path / "x.db")
+    for host in ("0.0.0.0", "::", "10.1.2.3", "example.org"):
+        res = subprocess.run([*CLI, "serve", "--host", host, "--port", "0", "--db", db], env=_serve_env(),
+                             capture_output=True, text=True, timeout=60, cwd=ROOT)
+        assert res.returncode == 2, (host, res.stderr)
+        assert len(res.stderr.strip().splitlines()) == 1 and "token" in res.stderr
+
+
+async def test_serve_on_a_public_address_with_a_token_from_the_environment(loaded, db_url):
+    token = "env-token-0042"
+    proc = await asyncio.create_subprocess_exec(
+        *CLI, "serve", "--host", "0.0.0.0", "--port", "0", "--db", db_url, cwd=ROOT,
+        env=_serve_env(STEPTAIL_SERVE_TOKEN=token), stderr=asyncio.subprocess.PIPE)
+    try:
+        line = (await asyncio.wait_for(proc.stderr.readline(), 60)).decode()
+        assert "bearer token required" in line and token not in line
+        port = int(line.split(" on ")[1].split(" ")[0].rsplit(":", 1)[1])
+        async with aiohttp.ClientSession(f"http://127.0.0.1:{port}") as http:
+            async with http.get("/api/runs") as resp:
+                assert resp.status == 401
+            async with http.get("/api/runs", headers={"Authorization": f"Bearer {token}"}) as resp:
+                assert resp.status == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 30) == 0
+
+
+# -- secrets: kubectl's environment, webhook URLs off the command line ---------------------------
+SECRETS = {
+    "STEPTAIL_DB": "postgresql://steptail:db-password-1@db/steptail",
+    "STEPTAIL_SERVE_TOKEN": "serve-token-2",
+    "STEPTAIL_ALERT_WEBHOOKS": "https://hooks.example/secret-3",
+    "AWS_SECRET_ACCESS_KEY": "unrelated-secret-4",
+}
+NEEDED = {
+    "PATH": "/usr/bin:/bin", "HOME": "/home/agent", "KUBECONFIG": "/k/config", "HTTPS_PROXY": "http://proxy:3128",
+    "https_proxy": "http://proxy:3128", "NO_PROXY": ".internal", "no_proxy": ".internal",
+    "HTTP_PROXY": "http://proxy:3128", "http_proxy": "http://proxy:3128", "CLOUDSDK_CONFIG": "/g",
+    "CLOUDSDK_CORE_PROJECT": "p", "USE_GKE_GCLOUD_AUTH_PLUGIN": "True", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+    "TMPDIR": "/tmp/x", "XDG_CONFIG_HOME": "/home/agent/.config",
+}
+
+
+def test_kubectl_gets_what_it_needs_and_no_steptail_secret(monkeypatch):
+    for name, value in {**SECRETS, **NEEDED}.items():
+        monkeypatch.setenv(name, value)
+    env = KubeTarget("ns", "agent@p.iam.gserviceaccount.com", kubeconfig="/other/config").env()
+    assert not set(SECRETS) & set(env)
+    assert not any(k.startswith("STEPTAIL_") for k in env)
+    assert {k: env[k] for k in NEEDED if k != "KUBECONFIG"} == {k: v for k, v in NEEDED.items() if k != "KUBECONFIG"}
+    assert env["KUBECONFIG"] == "/other/config"
+    assert env["CLOUDSDK_CORE_ACCOUNT"] == "agent@p.iam.gserviceaccount.com"
+
+
+def test_webhooks_from_a_file_and_the_environment(tmp_path):
+    from steptail.commands._webhooks import read_webhooks
+
+    hooks = tmp_path / "hooks"
+    hooks.write_text("# team channel\nhttps://a.example/x?t=1\n\n  https://b.example/y  \n")
+    env = {"STEPTAIL_ALERT_WEBHOOKS": "https://c.example/z https://a.example/x?t=1"}
+    assert read_webhooks((), hooks, env) == ("https://a.example/x?t=1", "https://b.example/y", "https://c.example/z")
+    bad = tmp_path / "bad"
+    bad.write_text("ftp://files.example/secret-path\n")
+    for path, message in ((bad, "webhook ftp://files.example is not an http(s):// URL"),
+                          (tmp_path / "missing", "cannot read webhook file")):
+        res = subprocess.run([*CLI, "follow", "--jobset", "a", "--account", "a@b", "--alert-webhook-file", str(path),
+                              "--db", str(tmp_path / "x.db")], capture_output=True, text=True, timeout=60, cwd=ROOT)
+        assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+        assert message in res.stderr and "secret-path" not in res.stderr
+
+
+async def test_follow_sends_to_webhooks_from_file_and_env_and_kubectl_sees_no_secret(make_simcluster, tmp_path):
+    got: dict[str, list[dict]] = {"file": [], "env": []}
+
+    async def hook(request: web.Request) -> web.Response:
+        got[request.match_info["src"]].append(await request.json())
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_post("/hook/{src}", hook)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    base = f"http://127.0.0.1:{runner.addresses[0][1]}/hook"
+    hooks = tmp_path / "hooks"
+    hooks.write_text(f"{base}/file?token=file-secret\n")
+    sim = make_simcluster({"rate": 50, "jobsets": [{"name": "olmo3-sft", "hosts": 2,
+                                                    "trainer": {"steps": 120, "nan_steps": [30]}}]})
+    db = tmp_path / "f.db"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STEPTAIL_", "CLOUDSDK_"))}
+    env |= {"STEPTAIL_DB": str(db), "STEPTAIL_SERVE_TOKEN": "serve-secret",
+            "STEPTAIL_ALERT_WEBHOOKS": f"{base}/env?token=env-secret", "CLOUDSDK_CORE_ACCOUNT": sim.account}
+    proc = await asyncio.create_subprocess_exec(
+        *CLI, "follow", "--jobset", "olmo3-sft", "--run", "r", "--kubeconfig", str(sim.kubeconfig_path),
+        "--alert-webhook-file", str(hooks), "--until-done", "--no-view", "--silence", "1", cwd=ROOT, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    kubectl_envs: list[dict] = []
+    try:
+        communicate = asyncio.ensure_future(proc.communicate())
+        while not communicate.done():
+            for p in psutil.process_iter(["name", "cmdline"]):
+                try:
+                    if p.info["name"] == "kubectl" and str(sim.kubeconfig_path) in " ".join(p.info["cmdline"] or []):
+                        kubectl_envs.append(p.environ())
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    pass
+            await asyncio.wait([communicate], timeout=0.1)
+        _, err = await asyncio.wait_for(communicate, 90)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await runner.cleanup()
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert kubectl_envs and all(env["CLOUDSDK_CORE_ACCOUNT"] == sim.account for env in kubectl_envs)
+    assert not [k for env in kubectl_envs for k in env if k.startswith("STEPTAIL_")]
+    for src in ("file", "env"):
+        assert "nonfinite_ce" in {p["kind"] for p in got[src]}, src
+    assert b"secret" not in err
