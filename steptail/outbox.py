@@ -240,7 +240,11 @@ class DeliveryWorker:
         async def drained() -> None:
             while True:
                 if not any(h.inflight for h in self.hooks):
-                    counts = await self._io(self.outbox.pending)
+                    try:
+                        counts = await self._io(self.outbox.pending)
+                    except Exception as exc:  # noqa: BLE001 - the store is down: not drained, wait on
+                        self._store_failed(exc)
+                        counts = {k: 1 for k in keys}
                     if not any(counts.get(k) for k in keys):
                         return
                 await asyncio.sleep(0.05)

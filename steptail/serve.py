@@ -12,6 +12,7 @@ connection pushes out the oldest one that is not being answered."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import hmac
 import json
 import logging
@@ -42,6 +43,7 @@ BODY_TIMEOUT = 10.0
 WRITE_TIMEOUT = 60.0  # one chunk of an export to a client that stopped reading
 MAX_CONNECTIONS = 1024
 FD_RESERVE = 64  # descriptors kept for the store, threads and logs
+BACKLOG = 128  # asyncio accepts up to this many at once, before any is pushed out
 STORE = web.AppKey("store", Store)
 TOKEN = web.AppKey("token", object)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
@@ -347,12 +349,33 @@ class GuardedSite(web.BaseSite):
         return server()
 
 
+def _one_line_when_out_of_descriptors(previous):
+    """A loop exception handler: out of descriptors, asyncio reports every refused accept with
+    a traceback (megabytes a minute); one line a second says it instead."""
+    last = [0.0]
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+        exc = context.get("exception")
+        if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+            if time.monotonic() - last[0] >= 1.0:
+                last[0] = time.monotonic()
+                log.error("out of file descriptors: new connections wait (%s)", exc.strerror)
+            return
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    return handle
+
+
 def connection_limit(wanted: int = MAX_CONNECTIONS) -> int:
-    """At most `wanted`, and enough below the descriptor limit for the store and the logs."""
+    """At most `wanted`, and far enough below the descriptor limit for a burst of accepts, the
+    store and the logs: out of descriptors, asyncio logs a traceback per refused accept."""
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return wanted
-    return max(8, min(wanted, soft - FD_RESERVE))
+    return max(8, min(wanted, soft - FD_RESERVE - BACKLOG))
 
 
 async def serve(store: Store, host: str, port: int, token: str | None,
@@ -365,8 +388,11 @@ async def serve(store: Store, host: str, port: int, token: str | None,
     runner = web.AppRunner(app, access_log=None, keepalive_timeout=header_timeout,
                            lingering_time=body_timeout)
     await runner.setup()
+    loop = asyncio.get_running_loop()
+    previous_handler = loop.get_exception_handler()
+    loop.set_exception_handler(_one_line_when_out_of_descriptors(previous_handler))
     try:
-        site = GuardedSite(runner, host, port, app[ANSWERING], max_connections or connection_limit())
+        site = GuardedSite(runner, host, port, app[ANSWERING], max_connections or connection_limit(), BACKLOG)
         await site.start()
         bound = site._server.sockets[0].getsockname()  # the real port when port=0
         if started:
@@ -374,4 +400,5 @@ async def serve(store: Store, host: str, port: int, token: str | None,
             started(f"http://{h}:{bound[1]}")
         await (stop or asyncio.Event()).wait()
     finally:
+        loop.set_exception_handler(previous_handler)
         await runner.cleanup()
