@@ -236,6 +236,9 @@ class SimCluster:
         self.requests: list[tuple[str, str, int]] = []
         self._fail_queue: list[tuple[int, str | None]] = []
         self._lapse_until = 0.0
+        self._deny_until = 0.0  # pod list/watch answered 403 Forbidden until then (time.time())
+        self._deny_user = ""
+        self._corrupt_until = 0.0  # pods in list/watch undeserializable until then
         self._eof_gen = 0
         self._rng = random.Random(scenario.seed)
         self._closing = False
@@ -581,6 +584,10 @@ class SimCluster:
             self.stall(f.jobset, **kw)
         elif a == "set_rate":
             self.set_rate(f.jobset, **kw)
+        elif a == "deny":
+            self.deny(**kw)
+        elif a == "corrupt_pods":
+            self.corrupt_pods(**kw)
         else:
             raise ValueError(f"unknown fault action {a!r}")
 
@@ -665,6 +672,20 @@ class SimCluster:
         """The next `n` requests whose path contains `path` (None = any) fail with `code`."""
         with self.lock:
             self._fail_queue.extend([(code, path)] * n)
+
+    def deny(self, seconds: float | None = None, user: str | None = None) -> None:
+        """For `seconds` (None: from now on) pod list and watch requests get 403 Forbidden with
+        the Status body RBAC gives a service account without the Role (deploy/rbac.yaml)."""
+        with self.lock:
+            self._deny_until = math.inf if seconds is None else time.time() + float(seconds)
+            self._deny_user = user or f"system:serviceaccount:{self.scenario.namespace}:steptail"
+
+    def corrupt_pods(self, seconds: float = 5.0) -> None:
+        """For `seconds` pods served by list and watch carry a creationTimestamp that is not
+        RFC 3339: the kubernetes Python client cannot deserialize them (kubectl's tables and
+        single-pod reads stay intact)."""
+        with self.lock:
+            self._corrupt_until = time.time() + float(seconds)
 
     def eof_streams(self) -> None:
         """End every open follow/watch stream cleanly (like an idle timeout or apiserver restart)."""
@@ -1070,7 +1091,26 @@ class SimCluster:
             objs = [self.jobset_json(j) for j in self.jobsets.values() if ns is None or j.spec.namespace == ns]
         return sorted(objs, key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"]))
 
+    def _denied(self, request: web.Request, kind: str) -> web.Response | None:
+        with self.lock:
+            if kind != "pods" or time.time() >= self._deny_until:
+                return None
+            user = self._deny_user
+        verb = "watch" if request.query.get("watch") in ("true", "1", "True") else "list"
+        ns = request.match_info.get("ns")
+        where = f'in the namespace "{ns}"' if ns else "at the cluster scope"
+        return self._status(403, f'pods is forbidden: User "{user}" cannot {verb} resource "pods" in API group "" '
+                                 f"{where}", details={"kind": "pods"})
+
+    def _served(self, o: dict) -> dict:
+        """A pod as list/watch serve it: during corrupt_pods, with a timestamp no client parses."""
+        if time.time() >= self._corrupt_until or o.get("kind") != "Pod":
+            return o
+        return {**o, "metadata": {**o["metadata"], "creationTimestamp": "not-a-timestamp"}}
+
     async def _list_or_watch(self, request: web.Request, kind: str):
+        if (denied := self._denied(request, kind)) is not None:
+            return denied
         q = request.query
         ns = request.match_info.get("ns")
         try:
@@ -1093,7 +1133,7 @@ class SimCluster:
         list_kind = "PodList" if kind == "pods" else "JobSetList"
         api = "v1" if kind == "pods" else "jobset.x-k8s.io/v1alpha2"
         return web.json_response({"kind": list_kind, "apiVersion": api,
-                                  "metadata": {"resourceVersion": str(rv)}, "items": items})
+                                  "metadata": {"resourceVersion": str(rv)}, "items": [self._served(o) for o in items]})
 
     async def _watch(self, request: web.Request, kind: str, match) -> web.StreamResponse:
         q = request.query
@@ -1124,6 +1164,8 @@ class SimCluster:
                 if not first[0]:
                     o["columnDefinitions"] = []
                 first[0] = False
+            else:
+                o = self._served(o)
             return json.dumps({"type": typ, "object": o}).encode() + b"\n"
 
         try:

@@ -15,8 +15,20 @@ TRAINER_KEYS = {
 }
 ACTIONS = {
     "rotate", "restart_jobset", "restart_container", "auth_lapse", "fail_next", "eof_streams",
-    "stall", "set_rate",
+    "stall", "set_rate", "deny", "corrupt_pods",
 }
+
+
+_INTEGERS = {"steps", "seed", "context_parallelism", "checkpoint_period", "slices", "hosts"}
+_NUMBERS = {"replay_ce_offset", "step_seconds", "rate", "pending_seconds"}
+
+
+def _check_numbers(d: dict, where: str) -> None:
+    """Wrong-typed values fail here, at load, not in the running simulator."""
+    for k in sorted(d.keys() & (_INTEGERS | _NUMBERS)):
+        v = d[k]
+        if isinstance(v, bool) or not isinstance(v, int if k in _INTEGERS else int | float):
+            raise ValueError(f"{where} `{k}` must be {'an integer' if k in _INTEGERS else 'a number'}, got {v!r}")
 
 
 def parse_size(v) -> int:
@@ -49,6 +61,8 @@ class JobSetSpec:
         unknown = set(trainer) - TRAINER_KEYS
         if unknown:
             raise ValueError(f"unknown trainer keys {sorted(unknown)}")
+        _check_numbers(trainer, "trainer")
+        _check_numbers(d, "jobset")
         d.setdefault("namespace", namespace)
         d.setdefault("rate", rate)
         known = {f for f in cls.__dataclass_fields__}
@@ -69,6 +83,8 @@ class FaultSpec:
 
     @classmethod
     def from_dict(cls, d: dict) -> FaultSpec:
+        if not isinstance(d, dict) or "action" not in d:
+            raise ValueError(f"a fault needs an `action` (one of {sorted(ACTIONS)}), got {d!r}")
         d = dict(d)
         action = d.pop("action")
         if action not in ACTIONS:

@@ -23,8 +23,12 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON."
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    """One line on stderr, then exit (2: bad input or unusable store)."""
-    click.echo(f"steptail: error: {message}", err=True)
+    """One line on stderr (a JSON object under `--log-format json`), then exit (2: bad input
+    or unusable store)."""
+    from steptail import logs
+
+    line = f"steptail: error: {message}"
+    click.echo(logs.json_line("ERROR", "steptail", line) if logs.json_enabled() else line, err=True)
     sys.exit(code)
 
 

@@ -18,14 +18,29 @@ import click
 def command(scenario_path: str | None, port: int, host: str, kubeconfig_out: str | None) -> None:
     """Run a simulated GKE cluster (Kubernetes API over HTTPS) with TPU JobSets, a simulated
     trainer in JAX process 0 and scripted faults, until interrupted (Ctrl-C)."""
+    import yaml
+
     from collector.sim.cluster import SimCluster
     from collector.sim.scenario import Scenario
+    from steptail.commands._common import fail
 
-    scenario = Scenario.load(scenario_path) if scenario_path else Scenario.from_dict({})
+    try:
+        scenario = Scenario.load(scenario_path) if scenario_path else Scenario.from_dict({})
+    except OSError as exc:
+        fail(f"cannot read scenario {scenario_path}: {exc.strerror or exc}")
+    except (yaml.YAMLError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        # a file that does not parse, or keys/values of the wrong shape: one line, no traceback
+        detail = " ".join(str(exc).split())[:300]
+        fail(f"bad scenario {scenario_path}: {detail}")
 
     async def main() -> None:
         sim = SimCluster(scenario, host=host, port=port, kubeconfig_out=kubeconfig_out)
-        await sim.start()
+        try:
+            await sim.start()
+        except OSError as exc:
+            fail(f"cannot start the simulated cluster on {host}:{port}: {exc.strerror or exc}")
+        except (TypeError, ValueError) as exc:  # e.g. a trainer value of the wrong type
+            fail(f"bad scenario {scenario_path}: {' '.join(str(exc).split())[:300]}")
         ns = scenario.namespace
         js = scenario.jobsets[0].name if scenario.jobsets else "NAME"
         env = f"KUBECONFIG={shlex.quote(str(sim.kubeconfig_path))} CLOUDSDK_CORE_ACCOUNT={shlex.quote(sim.account)}"
