@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 
 import click
 
@@ -33,6 +34,20 @@ class LazyGroup(click.Group):
         if module is None or not _exists(module):
             return None
         return importlib.import_module(f"steptail.commands.{module}").command
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:
+            # The store failed after it was opened (a damaged page, a lost server): one line,
+            # exit 2, like a store that cannot be opened at all.
+            db_errors = sys.modules.get("sqlalchemy.exc")  # loaded by any command that has a store
+            if db_errors is None or not isinstance(exc, db_errors.DBAPIError):
+                raise
+            from steptail.commands._common import fail
+
+            reason = str(exc.orig or exc).strip().splitlines() or [type(exc).__name__]
+            fail(f"the database failed: {reason[0]}")
 
 
 def _exists(module: str) -> bool:

@@ -2,13 +2,16 @@
 
 `DIR/<table>/run=<run>/part-<time>-<id>.parquet`. A file is written under a `.tmp` name and
 renamed into place on commit, so readers never see a half-written file and a failed ingest
-leaves nothing behind. The partition column `run` lives in the path, not in the file."""
+leaves nothing behind (not even the directories it created). The partition column `run`
+lives in the path, not in the file."""
 
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
@@ -93,46 +96,98 @@ def to_arrow(table: str, rows: list[tuple]) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=SCHEMAS[table])
 
 
+class ParquetError(OSError):
+    """Writing Parquet failed (a full disk, no permission); the message is one line naming the
+    directory and the reason."""
+
+
 class ParquetSink:
+    """Files are written under temporary names; `commit` publishes them, `abort` removes them
+    and the directories this sink created, leaving the tree as it was."""
+
     def __init__(self, root: str | Path, run: str) -> None:
         self.root = Path(root)
         self.run = run
-        self._writers: dict[str, tuple[pq.ParquetWriter, Path, Path]] = {}
+        self._writers: dict[str, pq.ParquetWriter] = {}  # open files, by table
+        self._files: list[tuple[Path, Path]] = []  # (temporary, final) of every file begun
+        self._made_dirs: list[Path] = []
+        self._failed: ParquetError | None = None
 
     def write(self, batch: Batch) -> None:
-        for table in SCHEMAS:
-            rows = getattr(batch, table)
-            if not rows:
-                continue
-            self._writer(table).write_table(to_arrow(table, rows))
+        if self._failed is not None:  # pyarrow's writer is unusable after an I/O error
+            raise self._failed
+        with self._io_errors():
+            for table in SCHEMAS:
+                rows = getattr(batch, table)
+                if not rows:
+                    continue
+                self._writer(table).write_table(to_arrow(table, rows))
 
     def _writer(self, table: str) -> pq.ParquetWriter:
         if table not in self._writers:
             folder = self.root / table / f"run={self.run}"
+            for missing in (folder, *folder.parents):
+                if missing.exists():
+                    break
+                self._made_dirs.append(missing)
             folder.mkdir(parents=True, exist_ok=True)
             name = f"part-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}.parquet"
-            final = folder / name
             tmp = folder / f".{name}.tmp"
-            writer = pq.ParquetWriter(tmp, SCHEMAS[table], compression="zstd",
-                                      use_dictionary=list(DICTIONARY[table]))
-            self._writers[table] = (writer, tmp, final)
-        return self._writers[table][0]
+            self._files.append((tmp, folder / name))
+            self._writers[table] = pq.ParquetWriter(tmp, SCHEMAS[table], compression="zstd",
+                                                    use_dictionary=list(DICTIONARY[table]))
+        return self._writers[table]
+
+    def finish(self) -> None:
+        """Complete the open files (footers: where a full disk shows last) without publishing
+        them, so that a caller can do this before its SQL commit."""
+        with self._io_errors():
+            while self._writers:
+                _table, writer = self._writers.popitem()  # popped first: never closed twice
+                writer.close()
 
     def commit(self) -> list[Path]:
-        """Close the open files and move them into place; later writes start new files."""
+        """Finish and move the files into place; later writes start new files."""
+        self.finish()
         done = []
-        for writer, tmp, final in self._writers.values():
-            writer.close()
-            tmp.rename(final)
-            done.append(final)
-        self._writers.clear()
+        with self._io_errors():
+            for tmp, final in self._files:
+                tmp.rename(final)
+                done.append(final)
+        self._files.clear()
+        self._made_dirs.clear()
         return done
 
     def abort(self) -> None:
-        for writer, tmp, _ in self._writers.values():
-            writer.close()
-            tmp.unlink(missing_ok=True)
-        self._writers.clear()
+        """Remove every file begun and every directory created (when empty). Never raises:
+        it runs while another error is on its way out."""
+        while self._writers:
+            _table, writer = self._writers.popitem()
+            try:
+                writer.close()  # closed here, or pyarrow closes it at garbage collection and prints
+            except Exception:  # noqa: BLE001, S110 - the file is deleted next
+                pass
+        for tmp, _ in self._files:
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
+        self._files.clear()
+        for folder in sorted(self._made_dirs, key=lambda p: len(p.parts), reverse=True):
+            try:
+                folder.rmdir()  # only if empty: another writer's files stay
+            except OSError:
+                pass
+        self._made_dirs.clear()
+
+    @contextmanager
+    def _io_errors(self):
+        try:
+            yield
+        except OSError as exc:
+            reason = os.strerror(exc.errno) if exc.errno else str(exc).strip().splitlines()[0]
+            self._failed = ParquetError(f"cannot write Parquet under {self.root}: {reason}")
+            raise self._failed from exc
 
 
 def read_table(root: str | Path, table: str, run: str | None = None) -> pa.Table:
