@@ -11,7 +11,8 @@
  *
  * It accepts a subset of what the Python scan accepts and returns the same fields for it;
  * anything else (a line it does not vouch for, two tags on a line, a year past 2200, a long
- * number) returns None and the block is read line by line by the reference parser.
+ * number, a value a column cannot hold, a clock jump between two lines) returns None and the
+ * block is read line by line by the reference parser.
  * tests/test_parser_native.py holds the C and Python scans to each other. Numbers are
  * converted by PyOS_string_to_double, float()'s own routine (or exactly, see to_double). */
 
@@ -25,6 +26,11 @@
 #define MAX_NUM 64         /* longest number copied for conversion */
 #define MAX_KEYS 64        /* LOSS-PARTS parts per line */
 #define MAX_SAME_TS 256    /* lines at one instant compared for repeats */
+/* What the columns hold and the largest step between timestamps: parsers.bounds */
+#define STEP_MAX 2147483647LL
+#define CE_RAW_MAX 64
+#define PROGRAM_MAX 128
+#define CLOCK_JUMP_NS 3600000000000LL
 
 static const char *TAGS[] = {"LOSS-PARTS",         "REQUIRED_RBF",         "completed step:",
                              "Config param ",      "Restoring checkpoint", "Saved a checkpoint",
@@ -237,7 +243,8 @@ static int blank_to_end(const char *p, const char *end) {
 static int key_char(char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_'; }
 
 static int loss_body(const char *p, const char *end, Entry *x, const char *base) {
-    if (!(p = LIT(p, end, "LOSS-PARTS step=")) || !(p = uint_(p, end, &x->step)) || !(p = LIT(p, end, " ce=")))
+    if (!(p = LIT(p, end, "LOSS-PARTS step=")) || !(p = uint_(p, end, &x->step)) || x->step > STEP_MAX ||
+        !(p = LIT(p, end, " ce=")))
         return -1;
     const char *ce = p;
     const char *q = num(p, end, 0);
@@ -246,7 +253,7 @@ static int loss_body(const char *p, const char *end, Entry *x, const char *base)
             return -1;
     }
     if (q < end && *q != ' ') return -1;
-    if (to_double(ce, q, &x->f[0]) < 0) return -1;
+    if (q - ce > CE_RAW_MAX || to_double(ce, q, &x->f[0]) < 0) return -1;
     x->a0 = ce - base;
     x->a1 = q - base;
     const char *tail = q, *tail_end = q;
@@ -279,7 +286,8 @@ static int loss_body(const char *p, const char *end, Entry *x, const char *base)
 }
 
 static int rbf_body(const char *p, const char *end, Entry *x, const char *base) {
-    if (!(p = LIT(p, end, "REQUIRED_RBF step=")) || !(p = uint_(p, end, &x->step)) || !(p = LIT(p, end, " max=")))
+    if (!(p = LIT(p, end, "REQUIRED_RBF step=")) || !(p = uint_(p, end, &x->step)) || x->step > STEP_MAX ||
+        !(p = LIT(p, end, " max=")))
         return -1;
     const char *m = p;
     if ((p = num(p, end, 0)) == NULL || to_double(m, p, &x->f[0]) < 0) return -1;
@@ -301,12 +309,13 @@ static int rbf_body(const char *p, const char *end, Entry *x, const char *base) 
     x->b0 = p - base;
     while (p < end && (key_char(*p) || is_digit(*p) || *p == '.' || *p == '-')) p++;
     x->b1 = p - base;
+    if (x->b1 - x->b0 > PROGRAM_MAX) return -1;
     return blank_to_end(p, end);
 }
 
 static int pod_body(const char *p, const char *end, Entry *x) {
     static const char *const labels[] = {", seconds: ", ", TFLOP/s/device: ", ", Tokens/s/device: "};
-    if (!(p = LIT(p, end, "completed step: ")) || !(p = uint_(p, end, &x->step))) return -1;
+    if (!(p = LIT(p, end, "completed step: ")) || !(p = uint_(p, end, &x->step)) || x->step > STEP_MAX) return -1;
     for (int i = 0; i < 3; i++) {
         if (!(p = lit(p, end, labels[i], strlen(labels[i])))) return -1;
         const char *s = p;
@@ -571,7 +580,10 @@ static PyObject *steady(PyObject *Py_UNUSED(self), PyObject *args) {
         }
         const Entry *prev = &all.e[run_from];
         if (x->has_ts != prev->has_ts || (x->has_ts && x->ts != prev->ts)) {
-            if (!x->has_ts || !prev->has_ts || x->ts < prev->ts) bad = 1; /* missing, or going back */
+            /* missing, going back or jumping ahead (unsigned: a save's ts may be any int64) */
+            if (!x->has_ts || !prev->has_ts || x->ts < prev->ts ||
+                (uint64_t)x->ts - (uint64_t)prev->ts > (uint64_t)CLOCK_JUMP_NS)
+                bad = 1;
             run_from = i;
         } else if (x->has_ts) {
             if (i - run_from > MAX_SAME_TS) bad = 1;
@@ -634,5 +646,14 @@ PyMODINIT_FUNC PyInit__steady(void) {
         Py_DECREF(m);
         return NULL;
     }
+    PyObject *jump = PyLong_FromLongLong(CLOCK_JUMP_NS);
+    if (jump == NULL || PyModule_AddObjectRef(m, "CLOCK_JUMP_NS", jump) < 0 ||
+        PyModule_AddIntConstant(m, "STEP_MAX", (long)STEP_MAX) < 0 || PyModule_AddIntConstant(m, "CE_RAW_MAX", CE_RAW_MAX) < 0 ||
+        PyModule_AddIntConstant(m, "PROGRAM_MAX", PROGRAM_MAX) < 0) {
+        Py_XDECREF(jump);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_DECREF(jump);
     return m;
 }

@@ -16,6 +16,7 @@ from itertools import pairwise
 from operator import itemgetter
 from typing import NamedTuple
 
+from parsers.bounds import CLOCK_JUMP_NS
 from parsers.fast import (
     LOSS_LINE,
     POD_LINE,
@@ -155,8 +156,9 @@ def _steady(block: bytes) -> Steady | None:
 
 class Steady(NamedTuple):
     """A block that a run model can take whole: canonical per-step lines and checkpoint saves
-    only, each kind's steps strictly rising, timestamps all present and non-decreasing (or
-    all absent), no line repeated. Rows carry no kind and no line: cheap to pickle."""
+    only, each kind's steps strictly rising, timestamps all present and non-decreasing by
+    steps of at most parsers.bounds.CLOCK_JUMP_NS (or all absent), no line repeated. Rows
+    carry no kind and no line: cheap to pickle."""
 
     # Columns (one tuple per field, in line order), or () when the block has none:
     loss: tuple  # ts_ns, step, ce, ce_raw, parts_json
@@ -212,8 +214,8 @@ def _steady_py(block: bytes) -> Steady | None:
         if rows and step <= rows[-1][1]:
             return None  # a step going back or repeating: the model decides
         if ts != prev_ts:
-            if ts is None or prev_ts is None or ts < prev_ts:
-                return None  # timestamps missing on some lines, or going back
+            if ts is None or prev_ts is None or ts < prev_ts or ts - prev_ts > CLOCK_JUMP_NS:
+                return None  # timestamps missing on some lines, going back or jumping ahead
             prev_ts, run_from = ts, n
         elif ts is not None and any(found[k][3] == line for k in range(run_from, n)):
             return None  # the same line twice at one instant: the cursor decides

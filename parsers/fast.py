@@ -13,6 +13,7 @@ import calendar
 import datetime
 import re
 
+from parsers.bounds import CE_RAW_MAX, INT32_MAX, INT64_MAX, PROGRAM_MAX
 from parsers.records import LossParts, PodStep, RequiredRbf
 
 _NUM = rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"  # a JSON number
@@ -92,6 +93,8 @@ def _seconds(whole: bytes) -> int | None:
     if m is None:
         return None
     y, mo, d, h, mi, s = map(int, m.groups())
+    if not 1970 <= y <= 2200:  # as the C scan: the general parser judges the rest
+        return None
     try:
         datetime.date(y, mo, d)
     except ValueError:
@@ -131,27 +134,37 @@ def _lz(number: bytes) -> bool:
 
 
 # Row builders: groups -> a row (ts_ns first), checking what depends on the values (the
-# timestamp, leading zeros). The *_item builders add the checks that depend only on a line's
-# shape, and the kind letter; parsers.block runs those once per shape, then rows alone.
+# timestamp, leading zeros, what the columns hold: parsers.bounds). The *_item builders add
+# the checks that depend only on a line's shape, and the kind letter; parsers.block runs
+# those once per shape, then rows alone.
 def loss_row(ts, step: bytes, ce_raw: bytes, tail: bytes | None) -> tuple | None:
     tail = tail.rstrip(b" \t") if tail else tail
     if ts is False or _lz(ce_raw) or (tail and _leading_zero(tail)):
         return None
+    step = int(step)
+    if step > INT32_MAX or len(ce_raw) > CE_RAW_MAX:
+        return None
     parts = '{"' + tail[1:].replace(b"=", b'":').replace(b" ", b',"').decode() + "}" if tail else "{}"
     ce = ce_raw.decode()
-    return ts, int(step), float(ce), ce, parts
+    return ts, step, float(ce), ce, parts
 
 
 def rbf_row(ts, step: bytes, mx: bytes, layers: bytes, program: bytes) -> tuple | None:
     if ts is False or _lz(mx) or _leading_zero(layers):
         return None
-    return ts, int(step), float(mx), "[" + layers.decode() + "]", program.decode()
+    step = int(step)
+    if step > INT32_MAX or len(program) > PROGRAM_MAX:
+        return None
+    return ts, step, float(mx), "[" + layers.decode() + "]", program.decode()
 
 
 def pod_row(ts, g: tuple) -> tuple | None:
     if ts is False or _lz(g[1]) or _lz(g[2]) or _lz(g[3]) or _lz(g[5]):
         return None
-    return ts, int(g[0]), float(g[1]), float(g[2]), float(g[3]), int(g[4]), float(g[5])
+    step, weights = int(g[0]), int(g[4])
+    if step > INT32_MAX or weights > INT64_MAX:
+        return None
+    return ts, step, float(g[1]), float(g[2]), float(g[3]), weights, float(g[5])
 
 
 def loss_item(ts, step: bytes, ce_raw: bytes, tail: bytes | None) -> tuple | None:

@@ -4,6 +4,15 @@ from __future__ import annotations
 
 import re
 
+from parsers.bounds import (
+    CE_RAW_MAX,
+    CONFIG_NAME_MAX,
+    INT32_MAX,
+    PROGRAM_MAX,
+    has_nul,
+    int32,
+    int64,
+)
 from parsers.records import (
     Checkpoint,
     ConfigParam,
@@ -70,8 +79,8 @@ def parse_message(text: str) -> Record | Malformed | None:
             return _config(text)
         if "checkpoint" in text and (m := _CKPT.search(text)):
             step = parse_int(m.group(2))
-            if step is None:
-                return Malformed("checkpoint", f"step {m.group(2)!r} is not an integer", text)
+            if step is None or not int32(step):
+                return Malformed("checkpoint", f"step {m.group(2)!r} is not a 32-bit integer", text)
             return Checkpoint("restore" if m.group(1).startswith("Restoring") else "save", step)
         if "distributed system" in text:
             return _trainer_start(text)
@@ -94,8 +103,15 @@ def _pairs(body: str, tag: str, text: str) -> dict[str, str] | Malformed:
             return Malformed(tag, f"empty key or value in {token!r}", text)
         if key in out:
             return Malformed(tag, f"key {key!r} repeated", text)
+        if has_nul(token):
+            return Malformed(tag, f"NUL character in {token!r}", text)
         out[key] = value
     return out
+
+
+def _bad_step(step: int | None) -> bool:
+    """Not a step a record can carry: steps are non-negative and the columns 32-bit."""
+    return step is None or not 0 <= step <= INT32_MAX
 
 
 def _loss_parts(text: str, body: str) -> LossParts | Malformed:
@@ -106,10 +122,12 @@ def _loss_parts(text: str, body: str) -> LossParts | Malformed:
     if step_s is None or ce_s is None:
         return Malformed("LOSS-PARTS", "step and ce are required", text)
     step, ce = parse_int(step_s), parse_float(ce_s)
-    if step is None or step < 0:
-        return Malformed("LOSS-PARTS", f"step {step_s!r} is not a non-negative integer", text)
+    if _bad_step(step):
+        return Malformed("LOSS-PARTS", f"step {step_s!r} is not an integer in 0..{INT32_MAX}", text)
     if ce is None:
         return Malformed("LOSS-PARTS", f"ce {ce_s!r} is not a number", text)
+    if len(ce_s) > CE_RAW_MAX:
+        return Malformed("LOSS-PARTS", f"ce of {len(ce_s)} characters (at most {CE_RAW_MAX} are kept)", text)
     return LossParts.make(step, ce, ce_s, {k: parse_value(v) for k, v in pairs.items()})
 
 
@@ -129,9 +147,12 @@ def _required_rbf(text: str, body: str) -> RequiredRbf | Malformed:
         return pairs
     step = parse_int(pairs.get("step", ""))
     mx = parse_float(pairs.get("max", ""))
-    if step is None or step < 0 or mx is None:
-        return Malformed("REQUIRED_RBF", "step (integer) and max (number) are required", text)
-    return RequiredRbf.make(step, mx, layers, pairs.get("program"))
+    if _bad_step(step) or mx is None:
+        return Malformed("REQUIRED_RBF", f"step (integer in 0..{INT32_MAX}) and max (number) are required", text)
+    program = pairs.get("program")
+    if program is not None and len(program) > PROGRAM_MAX:
+        return Malformed("REQUIRED_RBF", f"program of {len(program)} characters (at most {PROGRAM_MAX})", text)
+    return RequiredRbf.make(step, mx, layers, program)
 
 
 _POD_FIELDS = {
@@ -146,8 +167,8 @@ _POD_FIELDS = {
 def _pod_step(text: str, body: str) -> PodStep | Malformed:
     head, *fields = body.split(",")
     step = parse_int(head.strip())
-    if step is None:
-        return Malformed("completed step", f"step {head.strip()!r} is not an integer", text)
+    if step is None or not int32(step):
+        return Malformed("completed step", f"step {head.strip()!r} is not a 32-bit integer", text)
     known: dict[str, float | int | None] = {}
     extra: dict[str, int | float | str] = {}
     for field in fields:
@@ -161,6 +182,10 @@ def _pod_step(text: str, body: str) -> PodStep | Malformed:
                 return Malformed("completed step", f"{name} {value!r} is not a number", text)
             attr = _POD_FIELDS[name]
             known[attr] = int(parsed) if attr == "total_weights" else float(parsed)
+            if attr == "total_weights" and not int64(known[attr]):
+                return Malformed("completed step", f"total_weights {value!r} is not a 64-bit integer", text)
+        elif has_nul(name, value):
+            return Malformed("completed step", f"NUL character in {field.strip()!r}", text)
         else:
             extra[name] = parsed
     return PodStep(step, extra=extra, **known)
@@ -170,13 +195,23 @@ def _config(text: str) -> ConfigParam | Malformed:
     m = _CONFIG.search(text)
     if m is None:
         return Malformed("Config param", "expected `Config param NAME: VALUE`", text)
-    return ConfigParam(m.group(1), (m.group(2) or "").strip())
+    name, value = m.group(1), (m.group(2) or "").strip()
+    if len(name) > CONFIG_NAME_MAX:
+        return Malformed("Config param", f"name of {len(name)} characters (at most {CONFIG_NAME_MAX})", text)
+    if has_nul(name, value):
+        return Malformed("Config param", "NUL character in the name or value", text)
+    return ConfigParam(name, value)
 
 
-def _trainer_start(text: str) -> TrainerStart | None:
+def _trainer_start(text: str) -> TrainerStart | Malformed | None:
     if "Attempting to initialize the jax distributed system" in text:
         return TrainerStart()
     if "distributed system initialized" in text:
         m = _PROC.search(text)
-        return TrainerStart(int(m.group(1)), int(m.group(2))) if m else TrainerStart()
+        if m is None:
+            return TrainerStart()
+        index, count = int(m.group(1)), int(m.group(2))
+        if not (int32(index) and int32(count)):
+            return Malformed("distributed system", "process_index or process_count beyond 32 bits", text)
+        return TrainerStart(index, count)
     return None

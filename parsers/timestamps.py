@@ -7,6 +7,8 @@ import re
 from datetime import UTC, datetime
 from functools import lru_cache
 
+from parsers.bounds import INT64_MAX, INT64_MIN
+
 # A kubelet timestamp opens the line when `--timestamps` was given; a space follows it.
 TS_PREFIX = re.compile(
     rb"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d) "
@@ -35,6 +37,8 @@ def split_timestamp(line: bytes) -> tuple[int | None, str | None, bytes]:
         return None, None, line
     frac = m.group(2) or b""
     ns = secs * 1_000_000_000 + (int(frac.ljust(9, b"0")) if frac else 0)
+    if not INT64_MIN <= ns <= INT64_MAX:  # before 1678 or after 2262: kept a BIGINT, read as a clock jump
+        ns = min(max(ns, INT64_MIN), INT64_MAX)
     return ns, line[: m.end() - 1].decode(), line[m.end() :]
 
 

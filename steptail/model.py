@@ -4,13 +4,19 @@ that reach the sinks.
 An incarnation is one start of the trainer. A new one begins at a trainer start-up line
 (once the current one has recorded a step) or when a LOSS-PARTS step goes back. Every
 (run, incarnation, step) is emitted at most once: repeated lines are dropped by a
-per-stream cursor over kubelet timestamps, before they are parsed."""
+per-stream cursor over kubelet timestamps, before they are parsed.
+
+One line cannot cost the others: a step that jumps absurdly is flagged (`step_jump`) and
+quarantined, not recorded nor taken for a restart; a timestamp far from the line before it is
+flagged (`clock_jump`) and never moves the cursor."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 from itertools import repeat
 
 from parsers import (
@@ -21,13 +27,27 @@ from parsers import (
     PodStep,
     RequiredRbf,
     TrainerStart,
+    format_ns,
     parse_message,
 )
+from parsers.bounds import CLOCK_JUMP_NS, INT32_MAX, int32, int64
 from parsers.fast import parse_fast
 from parsers.line import MAX_LINE, clean
 from parsers.records import to_json
 
 BAD_SAMPLES = 5
+ROW_TABLES = ("loss_parts", "required_rbf", "pod_metrics", "config", "checkpoints")
+NO_STEP = -1  # a flag not tied to a step (steptail.findings.model.NO_STEP)
+# Findings the model raises while reading lines (ingest or follow); the stored rows do not show
+# them, so `check` keeps the stored ones.
+FLAG_KINDS = frozenset({"step_jump", "clock_jump"})
+# A step is absurd when it passes the run's configured `steps`, or is more than STEP_JUMP_FACTOR
+# times the step before it and more than STEP_JUMP_MIN above it (a corrupted number, not a
+# resume: a resume goes back, and is a new incarnation).
+STEP_JUMP_FACTOR = 1000
+STEP_JUMP_MIN = 10**6
+JUMPS_KEPT = 256  # digests of clock-jumped lines a cursor remembers; beyond, such lines are bad
+JUMPED = "clock:"  # prefix of those digests where the cursor is saved (cursors.at_hwm)
 
 
 @dataclass
@@ -56,50 +76,107 @@ def line_digest(line: bytes) -> str:
     return hashlib.blake2b(line, digest_size=8).hexdigest()
 
 
+class ClockJump:
+    """`Cursor.admit`'s answer for a new line stamped more than CLOCK_JUMP_NS behind the line
+    before it, or ahead of the mark and of the wall clock. It is read as if stamped at
+    `read_ns`, the line before's time (None when there is none); `tracked` False: the cursor
+    could not remember it."""
+
+    __slots__ = ("stamped_ns", "read_ns", "tracked")
+
+    def __init__(self, stamped_ns: int, read_ns: int | None, tracked: bool = True) -> None:
+        self.stamped_ns, self.read_ns, self.tracked = stamped_ns, read_ns, tracked
+
+
 class Cursor:
     """High-water mark of one stream's kubelet timestamps and the lines read at that instant.
 
     Reconnects re-read from a whole second before the last line, so every line at or before
     the mark is a repeat unless it is a line at the mark not seen yet. Digests are taken
     only when two lines share the mark or the cursor is saved (the common case hashes
-    nothing)."""
+    nothing).
 
-    __slots__ = ("hwm_ns", "_digests", "_lines")
+    A line stamped far from the line before it (a clock jump) never moves the mark: one line
+    stamped 2099 would otherwise make every later line look read. Such a line is remembered
+    by digest instead (saved in at_hwm with the JUMPED prefix), so a re-read still drops it."""
+
+    __slots__ = ("hwm_ns", "_digests", "_lines", "last_ns", "jumped")
 
     def __init__(self, hwm_ns: int | None = None, at_hwm: set[str] | None = None) -> None:
         self.hwm_ns = hwm_ns
         self._digests: set[str] = set(at_hwm or ())
+        self.jumped: set[str] = set()  # digests of lines taken across a clock jump
+        if any(d.startswith(JUMPED) for d in self._digests):
+            self.jumped = {d[len(JUMPED):] for d in self._digests if d.startswith(JUMPED)}
+            self._digests = {d for d in self._digests if not d.startswith(JUMPED)}
         self._lines: list[bytes] = []  # lines at the mark not yet digested
+        # Time of the line before, in this read (a file, a stream): what a clock jump is
+        # measured from. Not saved: a new read starts without one.
+        self.last_ns: int | None = None
 
-    @property
-    def at_hwm(self) -> set[str]:
+    def _at_mark(self) -> set[str]:
         if self._lines:
             self._digests.update(line_digest(x) for x in self._lines)
             self._lines.clear()
         return self._digests
 
-    def seen(self, ts_ns: int | None, line: bytes) -> bool:
-        """Whether `admit` would drop this line as a repeat (a question only: nothing changes)."""
-        hwm = self.hwm_ns
-        if ts_ns is None or hwm is None or ts_ns > hwm:
-            return False
-        return ts_ns < hwm or line_digest(line.rstrip(b"\r\n")) in self.at_hwm
+    @property
+    def at_hwm(self) -> set[str]:
+        """What is saved with the mark: digests of the lines at it, and of clock-jumped lines."""
+        marks = self._at_mark()
+        return marks | {JUMPED + d for d in self.jumped} if self.jumped else marks
 
-    def admit(self, ts_ns: int | None, line: bytes) -> bool:
+    def new_read(self) -> None:
+        """The next line starts a new read (another file): no line before it to measure from."""
+        self.last_ns = None
+
+    def seen(self, ts_ns: int | None, line: bytes) -> bool:
+        """Whether `admit` would drop this line as a repeat, or a clock-jumped line already
+        taken (a question only: nothing changes)."""
+        hwm = self.hwm_ns
+        if ts_ns is None:
+            return False
+        if self.jumped and line_digest(line.rstrip(b"\r\n")) in self.jumped:
+            return True
+        if hwm is None or ts_ns > hwm:
+            return False
+        return ts_ns < hwm or line_digest(line.rstrip(b"\r\n")) in self._at_mark()
+
+    def admit(self, ts_ns: int | None, line: bytes) -> bool | ClockJump:
+        """True for a new line, False for a repeat, a ClockJump (true) for a new line whose
+        timestamp cannot be trusted to order it."""
         if ts_ns is None:
             return True
         hwm = self.hwm_ns
         line = line.rstrip(b"\r\n")
         if hwm is None or ts_ns > hwm:
-            self.hwm_ns, self._digests, self._lines = ts_ns, set(), [line]
-            return True
+            # A jump ahead is one ahead of the mark and of the wall clock: a genuine pause (a
+            # restart after hours in a queue) lands in the past, a broken clock does not.
+            if hwm is not None and ts_ns - hwm <= CLOCK_JUMP_NS or ts_ns - time.time_ns() <= CLOCK_JUMP_NS:
+                self.hwm_ns = self.last_ns = ts_ns
+                self._digests, self._lines = set(), [line]
+                return True
+            return self._jump(ts_ns, line)
+        last = self.last_ns
+        if last is not None and last - ts_ns > CLOCK_JUMP_NS:
+            return self._jump(ts_ns, line)  # far behind the line before: not a repeat, a bad clock
+        self.last_ns = ts_ns
         if ts_ns < hwm:
             return False
         digest = line_digest(line)
-        if digest in self.at_hwm:
+        if digest in self._at_mark():
             return False
         self._digests.add(digest)
         return True
+
+    def _jump(self, ts_ns: int, line: bytes) -> bool | ClockJump:
+        digest = line_digest(line)
+        if digest in self.jumped:
+            return False
+        if len(self.jumped) >= JUMPS_KEPT:
+            return ClockJump(ts_ns, None, tracked=False)
+        self.jumped.add(digest)
+        return ClockJump(ts_ns, self.last_ns if self.last_ns is not None else self.hwm_ns)
 
 
 @dataclass
@@ -115,12 +192,23 @@ class Batch:
     incarnations: dict[int, tuple] = field(default_factory=dict)
     cursors: dict[str, Cursor] = field(default_factory=dict)  # JSON columns hold JSON text
     reconnects: list[tuple] = field(default_factory=list)  # live path: streams re-opened
+    # Lines flagged by the model, as findings rows (storage.sql.FLAG_COLUMNS), and rows kept out
+    # of their table (storage.sql.QUARANTINE_COLUMNS).
+    flags: list[tuple] = field(default_factory=list)
+    quarantine: list[tuple] = field(default_factory=list)
 
     def __len__(self) -> int:
         return (
             len(self.loss_parts) + len(self.required_rbf) + len(self.pod_metrics)
             + len(self.config) + len(self.checkpoints)
         )
+
+    def without(self, rows) -> Batch:
+        """A copy without these rows (the same tuple objects: e.g. those a store refused)."""
+        drop = {id(r) for r in rows}
+        kept = {t: [r for r in getattr(self, t) if id(r) not in drop] for t in ROW_TABLES}
+        kept["incarnations"] = {n: r for n, r in self.incarnations.items() if id(r) not in drop}
+        return replace(self, **kept)
 
 
 @dataclass
@@ -131,17 +219,54 @@ class Counters:
     pod_steps: int = 0
     bad_lines: int = 0
     duplicates: int = 0
+    flagged: int = 0  # lines taken apart as step or clock jumps (findings say which)
     bad_samples: list[str] = field(default_factory=list)
 
     def add(self, other: Counters) -> None:
-        for name in ("lines", "loss_parts", "required_rbf", "pod_steps", "bad_lines", "duplicates"):
+        for name in ("lines", "loss_parts", "required_rbf", "pod_steps", "bad_lines", "duplicates", "flagged"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.bad_samples.extend(other.bad_samples[: BAD_SAMPLES - len(self.bad_samples)])
 
     def bad(self, what: str) -> None:
         self.bad_lines += 1
         if len(self.bad_samples) < BAD_SAMPLES:
-            self.bad_samples.append(what[:300])
+            self.bad_samples.append(printable(what[:300]))
+
+
+def printable(text: str) -> str:
+    """Text any store takes (PostgreSQL text and JSONB refuse NUL)."""
+    return text.replace("\x00", "\\x00") if "\x00" in text else text
+
+
+def _text(line: bytes | str) -> str:
+    """A line as quoted in a finding or a bad-line sample."""
+    text = line.decode("utf-8", "replace") if isinstance(line, bytes) else line
+    return printable(text.rstrip("\r\n")[:300])
+
+
+def planned_steps(value: str) -> int | None:
+    """The run's length from `Config param steps: N` (None unless a positive 32-bit integer)."""
+    try:
+        steps = int(value.strip())
+    except ValueError:
+        return None
+    return steps if 0 < steps <= INT32_MAX else None
+
+
+# Where a row of each table (storage.sql.COLUMNS order) holds its step and timestamp.
+_STEP_TS = {"loss_parts": (2, 3), "required_rbf": (2, 3), "pod_metrics": (2, 3), "checkpoints": (3, 4)}
+
+
+def quarantine_row(table: str, row: tuple, reason: str) -> tuple:
+    """A row kept out of `table`, with why, in storage.sql.QUARANTINE_COLUMNS order. Made of
+    what any store takes: the row as ASCII JSON text (NUL escaped), numbers only in range."""
+    step_at, ts_at = _STEP_TS.get(table, (None, None))
+    data = json.dumps(row, default=repr)
+    digest = hashlib.blake2b(f"{table}\n{data}".encode(), digest_size=16).hexdigest()
+    inc = row[1] if isinstance(row[1], int) and int32(row[1]) else None
+    step = row[step_at] if step_at is not None and isinstance(row[step_at], int) and int64(row[step_at]) else None
+    ts = row[ts_at] if ts_at is not None and isinstance(row[ts_at], int) and int64(row[ts_at]) else None
+    return (str(row[0]), table, inc, step, ts, printable(reason)[:2000], data, digest, time.time_ns())
 
 
 class RunModel:
@@ -153,6 +278,7 @@ class RunModel:
         current: Incarnation | None = None,
         cursors: dict[str, Cursor] | None = None,
         incarnations: int = 0,
+        planned_steps: int | None = None,
     ) -> None:
         self.run = run
         self.current = current
@@ -161,6 +287,8 @@ class RunModel:
         self.counters = Counters()
         self.batch = Batch()
         self.pod: str | None = None  # set by the follower: the pod now being read
+        self.planned_steps = planned_steps  # the latest `Config param steps:`, if positive
+        self._prior_step: int | None = None  # last LOSS-PARTS step of the incarnation before
 
     # -- input -----------------------------------------------------------------
     def feed(self, line: bytes, stream: str = "log") -> None:
@@ -183,14 +311,33 @@ class RunModel:
             kind = item[0]
             if kind == "X":
                 self._feed_general(item[1], stream)
-            elif not admit(item[1], item[-1]):
-                self.counters.duplicates += 1
+                continue
+            fresh = admit(item[1], item[-1])
+            if fresh is not True:
+                if fresh:
+                    self._feed_jumped(item, fresh)
+                else:
+                    self.counters.duplicates += 1
             elif kind == "L":
-                loss(item[1], item[2], item[3], item[4], item[5])
+                loss(item[1], item[2], item[3], item[4], item[5], item[-1])
             elif kind == "R":
-                rbf(item[1], item[2], item[3], item[4], item[5])
+                rbf(item[1], item[2], item[3], item[4], item[5], item[-1])
             else:
-                pod(item[1], item[2], item[3], item[4], item[5], item[6], item[7], "{}")
+                pod(item[1], item[2], item[3], item[4], item[5], item[6], item[7], "{}", item[-1])
+
+    def _feed_jumped(self, item: tuple, jump: ClockJump) -> None:
+        """A fast-path item across a clock jump: read as if stamped at the line before, flagged."""
+        if not jump.tracked:
+            self._untracked_jump(jump, item[-1])
+            return
+        kind, ts = item[0], jump.read_ns
+        if kind == "L":
+            self._loss(ts, item[2], item[3], item[4], item[5], item[-1])
+        elif kind == "R":
+            self._rbf(ts, item[2], item[3], item[4], item[5], item[-1])
+        else:
+            self._pod(ts, item[2], item[3], item[4], item[5], item[6], item[7], "{}", item[-1])
+        self._clock_jump(jump, item[2], item[-1])
 
     def feed_steady(self, block, stream: str = "log") -> bool:
         """Take a parsers.block.Steady block whole, if the run's state allows: the current
@@ -199,11 +346,28 @@ class RunModel:
         cur, cursor = self.current, self._cursor(stream)
         if cur is None:
             return False
-        if block.first_ts is not None and cursor.hwm_ns is not None and block.first_ts <= cursor.hwm_ns:
-            return False
+        first, hwm = block.first_ts, cursor.hwm_ns
+        if first is not None:
+            if hwm is not None and first <= hwm:
+                return False
+            if (hwm is None or first - hwm > CLOCK_JUMP_NS) and first - time.time_ns() > CLOCK_JUMP_NS:
+                return False  # a clock jump: the scan refuses them inside a block, this is its first line
+        planned = self.planned_steps
         for cols, last in ((block.loss, cur.last_step), (block.rbf, cur.last_rbf),
                            (block.pod, cur.last_pod_step)):
-            if cols and last is not None and cols[1][0] <= last:  # cols[1]: the steps
+            if not cols:
+                continue
+            steps = cols[1]
+            if last is not None and steps[0] <= last:
+                return False
+            # Steps rise inside a block: no span above STEP_JUMP_MIN, no absurd jump in it; past
+            # the configured steps, only one step at a time (what _absurd lets through).
+            ref = self._step_ref(cur, last)
+            if steps[-1] - (steps[0] if ref is None else ref) > STEP_JUMP_MIN:
+                return False
+            if planned is not None and steps[-1] > planned and not (
+                    steps[-1] - steps[0] == len(steps) - 1
+                    and (steps[0] <= planned or (ref is not None and steps[0] <= ref + 1))):
                 return False
         run, batch, counters = self.run, self.batch, self.counters
         inc = cur.number
@@ -230,19 +394,54 @@ class RunModel:
         batch.checkpoints.extend((run, cur.number, "save", step, ts) for ts, step in block.saves)
         if block.last_ts is not None:
             cursor.hwm_ns, cursor._digests, cursor._lines = block.last_ts, set(), list(block.lines_at_last)
+            cursor.last_ns = block.last_ts
         return True
 
     def _feed_general(self, line: bytes, stream: str) -> None:
         ts_ns, _, text = clean(line)
-        if not self._cursor(stream).admit(ts_ns, line):
+        fresh = self._cursor(stream).admit(ts_ns, line)
+        if not fresh:
             self.counters.duplicates += 1
             return
         if len(line) > MAX_LINE:
             self.counters.bad(f"line of {len(line)} bytes: {text[:80]}")
             return
+        if fresh is not True and not fresh.tracked:
+            self._untracked_jump(fresh, line)
+            return
         record = parse_message(text)
-        if record is not None:
-            self.apply(record, ts_ns)
+        if record is None:
+            return
+        self.apply(record, ts_ns if fresh is True else fresh.read_ns, line)
+        if fresh is not True and not isinstance(record, Malformed):
+            self._clock_jump(fresh, getattr(record, "step", NO_STEP), line)
+
+    def _clock_jump(self, jump: ClockJump, step: int, line: bytes) -> None:
+        """Flag a line taken across a clock jump (its record is already applied)."""
+        ref = jump.read_ns
+        if ref is None:
+            where = "with no line before it"
+        else:
+            hours = (jump.stamped_ns - ref) / 3.6e12
+            span = f"{abs(hours):.1f} h" if abs(hours) < 48 else f"{abs(hours) / 24:.0f} days"
+            where = f"{span} {'after' if hours > 0 else 'before'} the line before it ({format_ns(ref)})"
+        self._flag("clock_jump", step, f"a line stamped {format_ns(jump.stamped_ns)}, {where}: read in "
+                   f"log order, the cursor not moved by it; line: {_text(line)}")
+
+    def _untracked_jump(self, jump: ClockJump, line: bytes) -> None:
+        self.counters.bad(f"stamped {format_ns(jump.stamped_ns)}, far from the line before it (more such "
+                          f"lines than a cursor remembers: {JUMPS_KEPT}): {_text(line)}")
+
+    def _flag(self, kind: str, step: int, detail: str) -> None:
+        inc = self.current.number if self.current is not None else 0
+        self.batch.flags.append((self.run, kind, inc, step, step, printable(detail), "warning", time.time_ns()))
+        self.counters.flagged += 1
+
+    def new_read(self, stream: str = "log") -> None:
+        """The stream's next line opens a new read (another file): see Cursor.new_read."""
+        cursor = self.cursors.get(stream)
+        if cursor is not None:
+            cursor.new_read()
 
     def _cursor(self, stream: str) -> Cursor:
         cursor = self.cursors.get(stream)
@@ -256,14 +455,15 @@ class RunModel:
         self.counters.bad(what)
 
     # -- the model ---------------------------------------------------------------
-    def apply(self, rec, ts_ns: int | None) -> None:
+    def apply(self, rec, ts_ns: int | None, line: bytes | None = None) -> None:
+        """One parsed record; `line` (its text) is quoted if the record is flagged."""
         if isinstance(rec, LossParts):
-            self._loss(ts_ns, rec.step, rec.ce, rec.ce_raw, rec.parts_json)
+            self._loss(ts_ns, rec.step, rec.ce, rec.ce_raw, rec.parts_json, line)
         elif isinstance(rec, RequiredRbf):
-            self._rbf(ts_ns, rec.step, rec.max, rec.per_layer_json, rec.program)
+            self._rbf(ts_ns, rec.step, rec.max, rec.per_layer_json, rec.program, line)
         elif isinstance(rec, PodStep):
             self._pod(ts_ns, rec.step, rec.seconds, rec.tflops, rec.tokens_per_s, rec.total_weights,
-                      rec.loss, to_json(rec.extra) if rec.extra else "{}")
+                      rec.loss, to_json(rec.extra) if rec.extra else "{}", line)
         elif isinstance(rec, TrainerStart):
             cur = self.current
             if cur is None or cur.last_step is not None:
@@ -274,6 +474,8 @@ class RunModel:
             self._touch(cur)
         elif isinstance(rec, ConfigParam):
             cur = self._ensure(ts_ns)
+            if rec.name == "steps":
+                self.planned_steps = planned_steps(rec.value)
             if rec.name not in cur.config:
                 cur.config.add(rec.name)
                 self.batch.config.append((self.run, cur.number, rec.name, rec.value))
@@ -286,8 +488,15 @@ class RunModel:
         elif isinstance(rec, Malformed):
             self.counters.bad(f"{rec.tag}: {rec.reason}: {rec.text}")
 
-    def _loss(self, ts_ns, step, ce, ce_raw, parts_json) -> None:
-        cur = self.current
+    def _loss(self, ts_ns, step, ce, ce_raw, parts_json, line=None) -> None:
+        cur, planned = self.current, self.planned_steps
+        last = None if cur is None else cur.last_step
+        # _absurd's quick answer inline: this runs for every line the steady scan refused
+        if (last is None or step > last + STEP_JUMP_MIN or (planned is not None and step > planned)) and \
+                self._absurd(step, cur, last):
+            self._step_jump("loss_parts", (self.run, cur.number if cur else 0, step, ts_ns, ce, ce_raw, parts_json),
+                            cur, last, line)
+            return
         if cur is None or (cur.last_step is not None and step <= cur.last_step):
             cur = self._open(ts_ns)
         if cur.first_step is None:
@@ -300,8 +509,14 @@ class RunModel:
         self.batch.loss_parts.append((self.run, cur.number, step, ts_ns, ce, ce_raw, parts_json))
         self.counters.loss_parts += 1
 
-    def _rbf(self, ts_ns, step, mx, per_layer_json, program) -> None:
+    def _rbf(self, ts_ns, step, mx, per_layer_json, program, line=None) -> None:
         cur = self.current if self.current is not None else self._open(ts_ns)
+        last, planned = cur.last_rbf, self.planned_steps
+        if (last is None or step > last + STEP_JUMP_MIN or (planned is not None and step > planned)) and \
+                self._absurd(step, cur, last):
+            self._step_jump("required_rbf", (self.run, cur.number, step, ts_ns, mx, per_layer_json, program),
+                            cur, cur.last_rbf, line)
+            return
         if cur.last_rbf is not None and step <= cur.last_rbf:
             self.counters.duplicates += 1
             return
@@ -309,8 +524,14 @@ class RunModel:
         self.batch.required_rbf.append((self.run, cur.number, step, ts_ns, mx, per_layer_json, program))
         self.counters.required_rbf += 1
 
-    def _pod(self, ts_ns, step, seconds, tflops, tokens, total_weights, loss, extra_json) -> None:
+    def _pod(self, ts_ns, step, seconds, tflops, tokens, total_weights, loss, extra_json, line=None) -> None:
         cur = self.current if self.current is not None else self._open(ts_ns)
+        last, planned = cur.last_pod_step, self.planned_steps
+        if (last is None or step > last + STEP_JUMP_MIN or (planned is not None and step > planned)) and \
+                self._absurd(step, cur, last):
+            row = (self.run, cur.number, step, ts_ns, seconds, tflops, tokens, total_weights, loss, extra_json)
+            self._step_jump("pod_metrics", row, cur, cur.last_pod_step, line)
+            return
         if cur.last_pod_step is not None and step <= cur.last_pod_step:
             self.counters.duplicates += 1
             return
@@ -320,10 +541,45 @@ class RunModel:
         )
         self.counters.pod_steps += 1
 
+    def _step_ref(self, cur: Incarnation | None, last: int | None) -> int | None:
+        """The step a new one of a kind is measured against: the kind's last, else the
+        incarnation's last LOSS-PARTS step, else the step it restored from, else the last
+        LOSS-PARTS step of the incarnation before."""
+        if last is not None:
+            return last
+        if cur is not None and cur.last_step is not None:
+            return cur.last_step
+        if cur is not None and cur.restored_from is not None:
+            return cur.restored_from
+        return self._prior_step
+
+    def _absurd(self, step: int, cur: Incarnation | None, last: int | None) -> bool:
+        planned = self.planned_steps
+        if last is not None and step <= last + STEP_JUMP_MIN and (planned is None or step <= planned):
+            return False  # the common case, in two comparisons
+        ref = self._step_ref(cur, last)
+        if ref is not None and step <= ref:
+            return False  # going back: a restart, never a jump
+        if planned is not None and step > planned and (ref is None or step > ref + 1):
+            return True
+        return ref is not None and step > ref * STEP_JUMP_FACTOR and step > ref + STEP_JUMP_MIN
+
+    def _step_jump(self, table: str, row: tuple, cur: Incarnation | None, last: int | None, line) -> None:
+        """Flag and quarantine a row whose step jumped absurdly: not a step, not a restart."""
+        step, ref = row[2], self._step_ref(cur, last)
+        after = f"after step {ref}" if ref is not None else "as the first step"
+        planned = f" (the run is configured for {self.planned_steps} steps)" if self.planned_steps else ""
+        what = f"step {step} {after}{planned}"
+        self._flag("step_jump", step, f"{what}: not recorded as a step nor taken for a restart; "
+                   f"line: {_text(line) if line is not None else row}")
+        self.batch.quarantine.append(quarantine_row(table, row, f"step_jump: {what}"))
+
     def _ensure(self, ts_ns: int | None) -> Incarnation:
         return self.current if self.current is not None else self._open(ts_ns)
 
     def _open(self, ts_ns: int | None) -> Incarnation:
+        if self.current is not None and self.current.last_step is not None:
+            self._prior_step = self.current.last_step
         self.count += 1
         self.current = Incarnation(self.count, started_ns=ts_ns, pod=self.pod)
         self._touch(self.current)

@@ -2,17 +2,23 @@
 
 Rows go through the driver's executemany (no ORM objects, no per-row dicts): that is what
 keeps a 400 MB ingest within a few times grep. `ON CONFLICT DO NOTHING` makes every write
-idempotent on both SQLite and PostgreSQL."""
+idempotent on both SQLite and PostgreSQL.
+
+A row the store refuses (a value a column cannot hold: the parser's bounds should have kept
+it out) costs only itself: the rows are written again in halves, each in a savepoint, down
+to the refused rows, which go to the `quarantine` table with the store's reason."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import time
 from itertools import chain
 
 import sqlalchemy as sa
 
-from steptail.model import Batch, Cursor, Incarnation, RunModel
+from steptail.model import Batch, Cursor, Incarnation, RunModel, planned_steps, quarantine_row
 from storage.db import Store
 from storage.reads import json_value
 from storage.sources import claim_source
@@ -32,6 +38,26 @@ INCARNATION_COLUMNS = (
     "run", "incarnation", "started_ns", "saw_start", "first_step", "last_step", "restored_from",
     "process_index", "process_count", "pod",
 )
+QUARANTINE_COLUMNS = ("run", "kind", "incarnation", "step", "ts_ns", "reason", "data", "digest", "detected_ns")
+# Batch.flags rows are findings rows (steptail.findings.store.FINDING_COLUMNS).
+FLAG_COLUMNS = ("run", "kind", "incarnation", "first_step", "last_step", "detail", "severity", "detected_ns")
+log = logging.getLogger("steptail.store")
+
+
+def refused_row(exc: BaseException) -> bool:
+    """Whether a failed write is its rows' fault (a value the store cannot hold), not the
+    store's (a lost connection, a full disk, a lock): only then are the rows split."""
+    if isinstance(exc, (sa.exc.DataError, sa.exc.IntegrityError)):
+        return True
+    if isinstance(exc, sa.exc.DBAPIError):
+        return False
+    # The driver refusing a value before sending it (SQLite: an int beyond 64 bits).
+    return isinstance(exc, (sa.exc.StatementError, OverflowError, ValueError, TypeError))
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return text.splitlines()[0][:500] if text else type(exc).__name__
 
 
 # Rows per INSERT statement for bulk writes: one statement step per MULTI rows instead of one
@@ -69,6 +95,11 @@ class SqlSink:
             "jobset = COALESCE(excluded.jobset, runs.jobset), "
             "namespace = COALESCE(excluded.namespace, runs.namespace)",
         )
+        self._quarantine_sql = _insert_sql(store, "quarantine", QUARANTINE_COLUMNS, "ON CONFLICT (run, digest) DO NOTHING")
+        self._flag_sql = _insert_sql(
+            store, "findings", FLAG_COLUMNS, "ON CONFLICT (run, kind, incarnation, first_step) DO NOTHING")
+        # (table, row, reason) of the rows the store refused since take_refused().
+        self.refused: list[tuple[str, tuple, str]] = []
 
     def ensure_run(self, conn: sa.Connection, run: str, jobset: str | None = None,
                    namespace: str | None = None, *, source: str | None = None, append: bool = False) -> None:
@@ -79,24 +110,94 @@ class SqlSink:
         if source is not None:
             claim_source(conn, run, source, append=append)
 
-    def write(self, conn: sa.Connection, run: str, batch: Batch) -> None:
-        """Write one batch inside the caller's transaction (rows, incarnations, cursors)."""
-        for table in COLUMNS:
-            rows = getattr(batch, table)
-            whole = len(rows) - len(rows) % MULTI
-            if whole:
-                conn.exec_driver_sql(self._multi_sql[table], [
-                    tuple(chain.from_iterable(rows[i : i + MULTI])) for i in range(0, whole, MULTI)])
-            if whole < len(rows):
-                conn.exec_driver_sql(self._sql[table], rows[whole:])
+    def write(self, conn: sa.Connection, run: str, batch: Batch) -> list[tuple[str, tuple, str]]:
+        """Write one batch inside the caller's transaction (rows, incarnations, cursors, and
+        the model's quarantined rows and flags). Rows the store refuses are quarantined and
+        returned (also kept in `refused`); every other row is written."""
+        tables = [(table, rows) for table in COLUMNS if (rows := getattr(batch, table))]
         if batch.incarnations:
-            conn.exec_driver_sql(self._incarnation_sql, list(batch.incarnations.values()))
+            tables.append(("incarnations", list(batch.incarnations.values())))
+        refused = len(self.refused)
+        try:
+            if tables:
+                with self._savepoint(conn):
+                    for table, rows in tables:
+                        self._insert(conn, table, rows)
+        except Exception as exc:
+            if not refused_row(exc):
+                raise
+            for table, rows in tables:
+                self._insert_apart(conn, table, rows)
+        kept = batch.quarantine + [quarantine_row(t, row, f"store refused: {why}")
+                                   for t, row, why in self.refused[refused:]]
+        if kept:
+            self._insert_each(conn, self._quarantine_sql, kept)
+        if batch.flags:
+            self._insert_each(conn, self._flag_sql, batch.flags)
         if batch.cursors:
             now = time.time_ns()
             conn.exec_driver_sql(
                 self._cursor_sql,
                 [(run, s, c.hwm_ns, json.dumps(sorted(c.at_hwm)), now) for s, c in batch.cursors.items()],
             )
+        return self.refused[refused:]
+
+    def take_refused(self) -> list[tuple[str, tuple, str]]:
+        refused, self.refused = self.refused, []
+        return refused
+
+    def _savepoint(self, conn: sa.Connection):
+        # SQLite undoes just the failed statement and keeps the transaction (and pysqlite's
+        # SAVEPOINT before any write would end it); PostgreSQL aborts it: a savepoint it is.
+        return contextlib.nullcontext() if self.store.is_sqlite else conn.begin_nested()
+
+    def _insert(self, conn: sa.Connection, table: str, rows: list[tuple]) -> None:
+        if table == "incarnations":
+            conn.exec_driver_sql(self._incarnation_sql, rows)
+            return
+        whole = len(rows) - len(rows) % MULTI
+        if whole:
+            conn.exec_driver_sql(self._multi_sql[table], [
+                tuple(chain.from_iterable(rows[i : i + MULTI])) for i in range(0, whole, MULTI)])
+        if whole < len(rows):
+            conn.exec_driver_sql(self._sql[table], rows[whole:])
+
+    def _insert_apart(self, conn: sa.Connection, table: str, rows: list[tuple]) -> None:
+        """After a refusal: the rows in halves, each in a savepoint, down to single rows the
+        store refuses (written again where they went in before: ON CONFLICT DO NOTHING)."""
+        try:
+            with self._savepoint(conn):
+                self._insert(conn, table, rows)
+            return
+        except Exception as exc:
+            if not refused_row(exc):
+                raise
+            if len(rows) == 1:
+                self.refused.append((table, rows[0], _reason(exc)))
+                log.warning("store refused a %s row, quarantined: %s", table, _reason(exc))
+                return
+        mid = len(rows) // 2
+        self._insert_apart(conn, table, rows[:mid])
+        self._insert_apart(conn, table, rows[mid:])
+
+    def _insert_each(self, conn: sa.Connection, sql: str, rows: list[tuple]) -> None:
+        """Quarantine and flag rows: made to fit any store; one that still does not is logged
+        and dropped rather than let it block the commit."""
+        try:
+            with self._savepoint(conn):
+                conn.exec_driver_sql(sql, rows)
+            return
+        except Exception as exc:
+            if not refused_row(exc):
+                raise
+        for row in rows:
+            try:
+                with self._savepoint(conn):
+                    conn.exec_driver_sql(sql, row)
+            except Exception as exc:
+                if not refused_row(exc):
+                    raise
+                log.error("could not keep %r: %s", row[:6], _reason(exc))
 
 
 def load_model(conn: sa.Connection, run: str) -> RunModel:
@@ -131,4 +232,8 @@ def load_model(conn: sa.Connection, run: str) -> RunModel:
             sa.text("SELECT stream, hwm_ns, at_hwm FROM cursors WHERE run = :run"), {"run": run}
         )
     }
-    return RunModel(run, current, cursors)
+    steps = conn.execute(
+        sa.text("SELECT value FROM config WHERE run = :run AND name = 'steps' ORDER BY incarnation DESC LIMIT 1"),
+        {"run": run},
+    ).scalar()
+    return RunModel(run, current, cursors, planned_steps=None if steps is None else planned_steps(steps))

@@ -3,11 +3,15 @@ C scan vouches for, the Python scan vouches for too and yields the same Steady f
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from parsers import Malformed, format_ns, parse_line
 from parsers import block as B
+from parsers.bounds import CE_RAW_MAX, CLOCK_JUMP_NS, INT32_MAX, PROGRAM_MAX
 from parsers.line import TAGS
 
 native = B._native
@@ -146,6 +150,63 @@ def test_canonical_blocks_are_taken():
 def test_single_lines(body, taken):
     for ts in ("", "2026-11-30T04:00:11.5Z "):
         assert same((ts + body + "\n").encode()) is taken
+
+
+# What a column cannot hold (parsers.bounds) neither scan takes: the reference parser reads the
+# line alone and makes it a bad line.
+@pytest.mark.parametrize("body, taken", [
+    (f"LOSS-PARTS step={INT32_MAX} ce=1.5", True),
+    (f"LOSS-PARTS step={INT32_MAX + 1} ce=1.5", False),
+    ("LOSS-PARTS step=99999999999999999999 ce=1.5", False),
+    ("LOSS-PARTS step=1 ce=0." + "0" * (CE_RAW_MAX - 2), True),
+    ("LOSS-PARTS step=1 ce=0." + "0" * (CE_RAW_MAX - 1), False),
+    ("LOSS-PARTS step=1 ce=" + "1" * 70, False),
+    ("REQUIRED_RBF step=1 max=1.0 per_layer=[] program=" + "p" * PROGRAM_MAX, True),
+    ("REQUIRED_RBF step=1 max=1.0 per_layer=[] program=" + "p" * (PROGRAM_MAX + 1), False),
+    (f"REQUIRED_RBF step={INT32_MAX + 1} max=1.0 per_layer=[] program=p", False),
+    (f"completed step: {INT32_MAX + 1}, seconds: 1.0, TFLOP/s/device: 2, Tokens/s/device: 3, total_weights: 4, "
+     "loss: 5", False),
+    ("Saved a checkpoint at step 99999999999.", False),
+])
+def test_values_the_columns_cannot_hold_are_not_taken(body, taken):
+    for ts in ("", "2026-11-30T04:00:11.5Z "):
+        line = (ts + body + "\n").encode()
+        assert same(line) is taken, line
+        if not taken:
+            assert B._steady_py(line) is None
+            assert isinstance(parse_line(line).record, Malformed)
+
+
+T0 = 1_796_011_200 * 10**9  # 2026-11-30T04:00:00Z
+
+
+@pytest.mark.parametrize("gap, taken", [(CLOCK_JUMP_NS, True), (CLOCK_JUMP_NS + 1, False)])
+@pytest.mark.parametrize("second", ["LOSS-PARTS step=2 ce=1.5", "Saved a checkpoint at step 2."])
+def test_a_clock_jump_inside_a_block_is_not_taken(gap, taken, second):
+    block = f"{format_ns(T0)} LOSS-PARTS step=1 ce=1.5\n{format_ns(T0 + gap)} {second}\n".encode()
+    assert same(block) is taken
+    assert (B._steady_py(block) is not None) is taken
+
+
+def test_a_save_stamped_beyond_int64_is_not_taken():
+    block = f"{format_ns(T0)} LOSS-PARTS step=1 ce=1.5\n9999-12-31T23:59:59Z Saved a checkpoint at step 2.\n"
+    assert not same(block.encode())
+    assert B._steady_py(block.encode()) is None
+
+
+@settings(max_examples=400)
+@given(st.lists(st.tuples(st.integers(INT32_MAX - 3, INT32_MAX + 3), st.integers(CE_RAW_MAX - 3, CE_RAW_MAX + 3),
+                          st.sampled_from([0, 1, CLOCK_JUMP_NS, CLOCK_JUMP_NS + 1])), min_size=1, max_size=5))
+def test_values_near_the_bounds_agree(spec):
+    t, lines = T0, []
+    for step, width, gap in spec:
+        t += gap
+        lines.append(f"{format_ns(t)} LOSS-PARTS step={step} ce=1.{'1' * (width - 2)}\n")
+    steps = [step for step, _, _ in spec]
+    within = (all(step <= INT32_MAX and width <= CE_RAW_MAX for step, width, _ in spec)
+              and all(gap <= CLOCK_JUMP_NS for _, _, gap in spec[1:])  # the first has no line before it
+              and all(a < b for a, b in itertools.pairwise(steps)))
+    assert same("".join(lines).encode()) is within
 
 
 def test_a_callback_error_propagates():

@@ -7,7 +7,7 @@ import sqlalchemy as sa
 
 from steptail.findings.engine import FindingEngine
 from steptail.findings.model import LIVE_KINDS, Finding, Settings, sort_key
-from steptail.model import Batch
+from steptail.model import FLAG_KINDS, Batch
 from storage.db import Store
 from storage.sql import INCARNATION_COLUMNS
 
@@ -120,10 +120,11 @@ def load_findings(conn: sa.Connection, run: str) -> list[Finding]:
 def sync_findings(conn: sa.Connection, run: str, findings: list[Finding]) -> list[Finding]:
     """Store the result of an offline check: recomputable findings it no longer yields are
     dropped (e.g. a gate that now has its reference), live-only ones (stall, stream and auth
-    failures) are kept. Returns every finding of the run now stored."""
+    failures) and those flagged while reading lines (step and clock jumps) are kept. Returns
+    every finding of the run now stored."""
     fresh = {f.key for f in findings}
     for f in load_findings(conn, run):
-        if f.kind not in LIVE_KINDS and f.key not in fresh:
+        if f.kind not in LIVE_KINDS and f.kind not in FLAG_KINDS and f.key not in fresh:
             conn.execute(
                 sa.text("DELETE FROM findings WHERE run = :run AND kind = :kind"
                         " AND incarnation = :inc AND first_step = :first"),
