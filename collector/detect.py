@@ -32,7 +32,11 @@ def _engine(store, run: str, settings=None, reference_ce=None):
 
 
 def failure_kind(kind: str) -> str:
-    return "auth_failure" if kind == "auth" else "stream_failure"
+    """The finding of a follower or discovery failure: refused credentials (401) and denied
+    permissions (403) are auth failures, anything else keeps the log from being read."""
+    if kind == "parquet":  # the log is read and SQL has the rows; only Parquet lags
+        return "parquet_failure"
+    return "auth_failure" if kind in ("auth", "forbidden") else "stream_failure"
 
 
 class Detectors:
@@ -97,15 +101,18 @@ class Detectors:
             from steptail.findings import save_findings
 
             save_findings(conn, findings)
+            if self.alerts is not None:  # their webhook deliveries commit with them (the outbox)
+                self.alerts.record(conn, findings)
 
     async def committed(self, findings: list) -> None:
-        """After the commit: remember and alert (publishing queues; it never waits on the network)."""
+        """After the commit: remember and alert (publishing wakes the delivery worker; it never
+        waits on the network)."""
         if not findings:
             return
         self.flagged += findings
         if self.alerts is not None:
             try:
-                await self.alerts.publish(findings)
+                await self.alerts.publish(findings, recorded=True)
             except Exception as exc:  # noqa: BLE001
                 log.warning("%s: alert publish failed: %s", self.run, exc)
 

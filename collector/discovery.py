@@ -2,13 +2,14 @@
 with the `kubernetes` client, on daemon threads, handing snapshots to the event loop.
 
 The client is blocking; each watch runs on its own thread with a short server-side timeout
-so it notices `stop()` within seconds. Every change wakes the followers (`changed`)."""
+so it notices `stop()` within seconds. Every change wakes the followers (`changed`). Failing
+and recovering is tracked in `health` (one log line per change, counted by kind)."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import os
+import json
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -16,11 +17,15 @@ from dataclasses import dataclass
 # Named imports, at import time: the client loads its API and model modules lazily, on
 # first attribute access, and that takes about half a second (pydantic models) which inside
 # the event loop would stall every stream.
-from kubernetes import config, watch
-from kubernetes.client import ApiClient, Configuration, CoreV1Api, V1Pod  # noqa: F401 - V1Pod: the watch's type
+from kubernetes import watch
+from kubernetes.client import CoreV1Api, V1Pod  # noqa: F401 - V1Pod: the watch's type
 from kubernetes.client.exceptions import ApiException
+from kubernetes.config import ConfigException
+from urllib3.exceptions import HTTPError, MaxRetryError
 
-from collector.kubectl import ACCOUNT_VAR, KubeTarget, classify
+from collector.health import Health
+from collector.kubeclient import KubeconfigError, api_client, exec_failure
+from collector.kubectl import KubeTarget, classify
 
 JOBSET = "jobset.sigs.k8s.io/jobset-name"
 ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
@@ -96,57 +101,59 @@ def pod_info(pod) -> PodInfo:
     )
 
 
-def api_client(target: KubeTarget):
-    """A kubernetes ApiClient for the target (the exec auth plugin sees the account)."""
-    os.environ[ACCOUNT_VAR] = target.account  # the client's exec provider copies os.environ
-    in_cluster = not target.kubeconfig and not os.environ.get("KUBECONFIG") \
-        and not os.path.exists(os.path.expanduser("~/.kube/config")) and os.environ.get("KUBERNETES_SERVICE_HOST")
-    if in_cluster:  # a pod with a ServiceAccount (deploy/): the token kubectl uses too
-        cfg = Configuration()
-        config.load_incluster_config(client_configuration=cfg)
-        return ApiClient(cfg)
-    return config.new_client_from_config(config_file=target.kubeconfig, context=target.context)
+def api_message(exc: Exception) -> str:
+    """The API's own words for a failed request: the `message` of its Status body."""
+    try:
+        body = json.loads(getattr(exc, "body", None) or "")
+    except (TypeError, ValueError):
+        body = None
+    if isinstance(body, dict) and body.get("message"):
+        return str(body["message"])
+    return str(getattr(exc, "reason", "") or "").strip()
 
 
-class _ExecPluginErrors(logging.Filter):
-    """The kubernetes client logs an exec auth plugin failure on the root logger (with the
-    plugin's stderr) and then sends no credentials: keep that text as the reason of the 401
-    instead of printing it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.last: tuple[float, str] | None = None
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        msg = record.getMessage()
-        if msg.startswith("exec: process returned"):
-            self.last = (time.monotonic(), classify(msg)[1])
-            return False
-        return True
+_OBJECT = re.compile(r"<[\w.]+ object at 0x[0-9a-f]+>:?\s*")  # urllib3's repr of the connection
 
 
-EXEC_ERRORS = _ExecPluginErrors()
-logging.getLogger().addFilter(EXEC_ERRORS)
+def _lines(text, n: int = 3) -> str:
+    text = _OBJECT.sub("", str(text))
+    return "; ".join(ln.strip() for ln in text.splitlines()[:n] if ln.strip())[:300]
 
 
 def reason_of(exc: Exception) -> tuple[str, str]:
+    """(kind, reason) of a failed API call: auth (401), forbidden (403), server_error (5xx),
+    deserialize (objects the client cannot read), network, config, or kubectl's kinds."""
     status = getattr(exc, "status", None)
-    if status in (401, 403):
-        last = EXEC_ERRORS.last
-        if last is not None and time.monotonic() - last[0] < 30:
-            return "auth", f"{last[1]} (Kubernetes API answered {status})"
-        return "auth", f"Kubernetes API answered {status} {getattr(exc, 'reason', '')}".strip()
-    if isinstance(status, int) and status >= 500:
-        return "server_error", f"Kubernetes API answered {status}"
+    if isinstance(exc, ApiException) and status == 401:
+        plugin = exec_failure()
+        if plugin is not None:
+            return "auth", f"{plugin} (Kubernetes API answered 401)"
+        return "auth", f"{api_message(exc) or 'Unauthorized'} (401)"
+    if isinstance(exc, ApiException) and status == 403:
+        return "forbidden", f"{api_message(exc) or 'Forbidden'} (403)"
+    if isinstance(exc, ApiException) and isinstance(status, int) and status >= 500:
+        return "server_error", f"{api_message(exc)} ({status})"
+    if isinstance(exc, ValueError) or (isinstance(exc, ApiException) and status == 0):
+        # pydantic's ValidationError is a ValueError: an object the client's models refuse
+        return "deserialize", f"cannot read the API's pod objects: {_lines(exc.reason if status == 0 else exc)}"
+    if isinstance(exc, MaxRetryError) and exc.reason is not None:
+        return "network", _lines(exc.reason, 1)
+    if isinstance(exc, HTTPError | OSError):
+        return "network", _lines(exc, 1)
+    if isinstance(exc, KubeconfigError | ConfigException):
+        return "config", _lines(exc, 1)
     return classify(str(exc))
 
 
 class _Watcher(threading.Thread):
-    """list + watch one resource on a thread; `apply(kind, items|event)` runs on the loop."""
+    """list + watch one resource on a thread; `apply(kind, items|event)` runs on the loop.
 
-    def __init__(self, name: str, loop: asyncio.AbstractEventLoop, list_fn, on_list, on_event, on_error):
+    `connect()` builds the client (running the credential plugin) and returns the list
+    function; it is called again after a 401, so credentials that failed come back."""
+
+    def __init__(self, name: str, loop: asyncio.AbstractEventLoop, connect, on_list, on_event, on_error):
         super().__init__(name=name, daemon=True)
-        self.loop, self.list_fn = loop, list_fn
+        self.loop, self.connect = loop, connect
         self.on_list, self.on_event, self.on_error = on_list, on_event, on_error
         self.stopping = threading.Event()
 
@@ -158,15 +165,18 @@ class _Watcher(threading.Thread):
 
     def run(self) -> None:
         backoff = 0.2
+        list_fn = None
         while not self.stopping.is_set():
             try:
-                listing = self.list_fn(_request_timeout=15)
+                if list_fn is None:
+                    list_fn = self.connect()
+                listing = list_fn(_request_timeout=15)
                 rv = _rv(listing)
                 self._post(self.on_list, _items(listing))
                 backoff = 0.2
                 while not self.stopping.is_set():
                     w = watch.Watch(return_type="V1Pod")
-                    for ev in w.stream(self.list_fn, resource_version=rv, timeout_seconds=WATCH_SECONDS,
+                    for ev in w.stream(list_fn, resource_version=rv, timeout_seconds=WATCH_SECONDS,
                                        _request_timeout=WATCH_SECONDS + 10):
                         if self.stopping.is_set():
                             w.stop()
@@ -178,6 +188,11 @@ class _Watcher(threading.Thread):
             except Exception as exc:  # noqa: BLE001 - any failure: report, back off, re-list
                 if self.stopping.is_set():
                     break
+                status = getattr(exc, "status", None)
+                if isinstance(exc, ApiException) and status == 410:
+                    continue  # the watch's resourceVersion expired: an ordinary re-list
+                if status == 401 or isinstance(exc, KubeconfigError | ConfigException):
+                    list_fn = None
                 self._post(self.on_error, *reason_of(exc))
                 self.stopping.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
@@ -204,32 +219,37 @@ class Discovery:
     Only pods are read (the RBAC role grants get/list/watch on pods and get on pods/log):
     JobSets are known by their pods' jobset-name label."""
 
-    def __init__(self, target: KubeTarget, selector: str | None = None) -> None:
+    def __init__(self, target: KubeTarget, selector: str | None = None, metrics=None) -> None:
         self.target = target
         self.selector = PROCESS0 + (f",{selector}" if selector else "")
         self.pods: dict[str, PodInfo] = {}  # uid -> pod
         self.changed = asyncio.Event()
-        self.listed = False
+        self.listed = False  # pods were listed at least once since start-up
         self.error: tuple[str, str, float] | None = None  # (kind, reason, when) of the last failure
+        self.health = Health("discovery", metrics=metrics)
+        self.server: str | None = None  # the API server's URL, once a client was built
         self.on_jobset = None  # called with each JobSet name seen for the first time
+        self.on_failure = None  # called with (kind, reason) when listing/watching starts failing
         self._seen: set[str] = set()
         self._threads: list[_Watcher] = []
         self._client = None
 
+    def _connect(self):
+        client = api_client(self.target)
+        self.server = client.configuration.host
+        return client
+
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        # Building a client runs the exec credential plugin (a subprocess, up to a second):
-        # on a thread, or every stream of every run would stall meanwhile. The watch keeps a
-        # client of its own, as before.
-        self._client, watch_client = await asyncio.to_thread(
-            lambda: (api_client(self.target), api_client(self.target)))
-        core = CoreV1Api(watch_client)
         ns, selector = self.target.namespace, self.selector
 
-        def list_pods(**kw):
-            return core.list_namespaced_pod(ns, label_selector=selector, **kw)
+        # Building a client runs the exec credential plugin (a subprocess, up to a second):
+        # on the watch's thread, or every stream of every run would stall meanwhile.
+        def connect():
+            core = CoreV1Api(self._connect())
+            return lambda **kw: core.list_namespaced_pod(ns, label_selector=selector, **kw)
 
-        self._threads.append(_Watcher("discover-pods", loop, list_pods, self._pod_list, self._pod_event,
+        self._threads.append(_Watcher("discover-pods", loop, connect, self._pod_list, self._pod_event,
                                       self._error))
         for t in self._threads:
             t.start()
@@ -251,6 +271,7 @@ class Discovery:
     def _pod_list(self, items) -> None:
         self.pods = {p.uid: p for p in map(pod_info, items)}
         self.listed, self.error = True, None
+        self.health.ok()
         self._wake()
 
     def _pod_event(self, typ: str, obj) -> None:
@@ -260,10 +281,13 @@ class Discovery:
         else:
             self.pods[info.uid] = info
         self.error = None
+        self.health.ok()
         self._wake()
 
     def _error(self, kind: str, reason: str) -> None:
         self.error = (kind, reason, time.time())
+        if self.health.fail(kind, reason) and self.on_failure is not None:
+            self.on_failure(kind, reason)
         self._wake()
 
     # -- queries -----------------------------------------------------------------------------
@@ -278,16 +302,26 @@ class Discovery:
         except TimeoutError:
             pass
 
+    def _core(self) -> CoreV1Api:
+        """The client of single reads (on a worker thread), built at first use and again
+        after a 401: credentials that failed come back."""
+        if self._client is None:
+            self._client = self._connect()
+        return CoreV1Api(self._client)
+
+    def _forget_client_on_401(self, exc: Exception) -> None:
+        if getattr(exc, "status", None) == 401:
+            self._client = None
+
     async def get_pod(self, name: str) -> PodInfo | None:
         """A fresh read of one pod (None when it is gone); raises on API failure."""
-        core = CoreV1Api(self._client)
-
         def get():
             try:
-                return pod_info(core.read_namespaced_pod(name, self.target.namespace, _request_timeout=10))
+                return pod_info(self._core().read_namespaced_pod(name, self.target.namespace, _request_timeout=10))
             except ApiException as exc:
                 if exc.status == 404:
                     return None
+                self._forget_client_on_401(exc)
                 raise
 
         return await asyncio.to_thread(get)
@@ -296,12 +330,10 @@ class Discovery:
         """The newest line of a pod's current log, with its kubelet timestamp (b"" when the
         current file is empty): one small non-follow read, to tell a hung stream from a
         quiet container. Raises on API failure."""
-        core = CoreV1Api(self._client)
-
         def get() -> bytes:
-            resp = core.read_namespaced_pod_log(name, self.target.namespace, container=container,
-                                                tail_lines=1, timestamps=True, _preload_content=False,
-                                                _request_timeout=10)
+            resp = self._core().read_namespaced_pod_log(name, self.target.namespace, container=container,
+                                                        tail_lines=1, timestamps=True, _preload_content=False,
+                                                        _request_timeout=10)
             try:
                 return resp.data
             finally:

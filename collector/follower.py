@@ -14,11 +14,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from collector import kubectl
 from collector.detect import Detectors
 from collector.discovery import Discovery, PodInfo, reason_of
+from collector.health import Health
 from collector.kubectl import KubeTarget
 from collector.sink import Gap, RunSink
 from collector.watchdog import Pace, Watchdog
@@ -57,6 +58,7 @@ class RunStatus:
     reconnects: int = 0
     gaps: int = 0
     failures: int = 0
+    errors: dict[str, int] = field(default_factory=dict)  # failures by kind (collector.health)
     last_error: str | None = None
     done: bool = False
 
@@ -119,10 +121,13 @@ class _Overlap:
 class RunFollower:
     def __init__(self, run: str, jobset: str, target: KubeTarget, discovery: Discovery,
                  model: RunModel, sink: RunSink, detectors: Detectors, cfg: FollowConfig,
-                 status: RunStatus) -> None:
+                 status: RunStatus, health: Health | None = None) -> None:
         self.run, self.jobset, self.target = run, jobset, target
         self.discovery, self.model, self.sink = discovery, model, sink
         self.detectors, self.cfg, self.status = detectors, cfg, status
+        # kubectl and API reads of this run: failing until a read delivers again
+        self.health = health or Health("follower", run, detectors.metrics, status)
+        sink.health = Health("store", run, detectors.metrics, status)
         self.env = target.env()
         self.finished: set[str] = set()  # streams read to their end
         self.known: dict[str, PodInfo] = {}  # every process-0 pod seen, by uid
@@ -200,6 +205,8 @@ class RunFollower:
             await self.discovery.wait_change(1.0)
             return
         outcome, code, err = await self._stream(pod, key)
+        if code == 0:
+            self.health.ok()
         if outcome == "moved":
             return  # the next pass reads the old container's rest with --previous, then the new one
         if outcome == "silent":
@@ -336,6 +343,7 @@ class RunFollower:
         code, err = await kubectl.run_once(argv, self.env, lambda ln: self._feed(ln, key, check, pod),
                                            self.cfg.drain_timeout)
         if code == 0:
+            self.health.ok()
             self.finished.add(key)
             return
         kind, reason = kubectl.classify(err) if code is not None else ("timeout", err)
@@ -372,6 +380,7 @@ class RunFollower:
         code, err = await kubectl.run_once(argv, self.env, lambda ln: self._feed(ln, key, check, pod),
                                            self.cfg.drain_timeout)
         if code == 0:
+            self.health.ok()
             self.finished.add(key)
             return True
         kind, reason = kubectl.classify(err) if code is not None else ("timeout", err)
@@ -395,6 +404,8 @@ class RunFollower:
         return check
 
     def _feed(self, line: bytes, key: str, check: _Overlap, pod: PodInfo) -> None:
+        if self.health.failing is not None:  # a read delivers: whatever failed works again
+            self.health.ok()
         ts_ns = split_timestamp(line)[0] if line[:1].isdigit() else None
         self.pace.see(ts_ns)
         gap = check.see(ts_ns, line)
@@ -432,11 +443,10 @@ class RunFollower:
         await self._report(kind, reason)
 
     async def _report(self, kind: str, reason: str) -> None:
-        self.status.failures += 1
+        self.health.fail(kind, reason)  # counted; logged when the failure starts or changes kind
         self.status.last_error = f"{kind}: {reason}"
         self._set_state(f"failing ({kind})")
         self.detectors.failure(kind, reason)
-        log.warning("%s: %s: %s", self.run, kind, reason)
         self._backoff = min(self.cfg.backoff_max, max(0.25, self._backoff * 2))
         await asyncio.sleep(self._backoff)
 

@@ -24,6 +24,11 @@ class AccountMissing(Exception):
     """No account for kubectl / the auth plugin: refuse to start."""
 
 
+class KubectlMissing(FileNotFoundError):
+    """kubectl cannot be started (removed from PATH, not executable): a failing state of the
+    follower, retried, not a crash."""
+
+
 def resolve_account(account: str | None) -> str:
     value = account or os.environ.get(ACCOUNT_VAR)
     if not value:
@@ -32,6 +37,24 @@ def resolve_account(account: str | None) -> str:
             "(without it the GKE auth plugin falls back to a user login that lapses daily)"
         )
     return value
+
+
+# The environment kubectl, gke-gcloud-auth-plugin and gcloud use: kubeconfig and account, home
+# and caches, proxies and CA bundles, locale, the in-cluster service address, Google credentials.
+CHILD_ENV_NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "TMPDIR", "TZ", "LANG", "LANGUAGE", "KUBECONFIG",
+    "USE_GKE_GCLOUD_AUTH_PLUGIN", "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_PROJECT",
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "no_proxy", "all_proxy",
+    "SSL_CERT_FILE", "SSL_CERT_DIR", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT",
+})
+CHILD_ENV_PREFIXES = ("CLOUDSDK_", "LC_", "XDG_", "KUBECTL_", "GCE_METADATA_")
+
+
+def child_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The allowed part of `environ` (default os.environ) for kubectl and its auth plugin."""
+    source = os.environ if environ is None else environ
+    return {k: v for k, v in source.items()
+            if (k in CHILD_ENV_NAMES or k.startswith(CHILD_ENV_PREFIXES)) and not k.startswith("STEPTAIL_")}
 
 
 @dataclass(frozen=True)
@@ -45,7 +68,9 @@ class KubeTarget:
     kubectl: str = "kubectl"
 
     def env(self) -> dict[str, str]:
-        env = dict(os.environ)
+        """What kubectl and its auth plugin need, nothing else: never $STEPTAIL_DB (it may hold
+        the database password) or any other STEPTAIL_* secret."""
+        env = child_env()
         env[ACCOUNT_VAR] = self.account
         if self.kubeconfig:
             env["KUBECONFIG"] = self.kubeconfig
@@ -91,9 +116,14 @@ _RULES = (
 _SECRET = re.compile(r"(Bearer|token[\"':= ]+)\s*[A-Za-z0-9._~+/=-]{8,}", re.I)
 
 
+def mask(text: str) -> str:
+    """Bearer tokens and token values replaced by ***: nothing logged carries a credential."""
+    return _SECRET.sub(r"\1 ***", text)
+
+
 def classify(stderr: str) -> tuple[str, str]:
     """(kind, one-line reason) for kubectl's stderr; tokens are masked."""
-    text = _SECRET.sub(r"\1 ***", stderr.strip())
+    text = mask(stderr.strip())
     kind = OTHER
     for k, rx in _RULES:
         if rx.search(text):
@@ -122,11 +152,14 @@ def die_with_parent() -> None:
 
 async def spawn(argv: list[str], env: dict[str, str]) -> asyncio.subprocess.Process:
     """Start kubectl in its own process group (the auth plugin it runs dies with it)."""
-    proc = await asyncio.create_subprocess_exec(
-        *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, env=env, start_new_session=True, limit=LINE_LIMIT,
-        preexec_fn=die_with_parent if sys.platform == "linux" else None,
-    )
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env=env, start_new_session=True, limit=LINE_LIMIT,
+            preexec_fn=die_with_parent if sys.platform == "linux" else None,
+        )
+    except (FileNotFoundError, PermissionError) as exc:
+        raise KubectlMissing(f"cannot run {argv[0]}: {exc.strerror or exc}") from exc
     LIVE[proc.pid] = proc
     return proc
 

@@ -30,7 +30,8 @@ async def follow(store: Store, plan: Plan, *, view: bool = False, webhooks: tupl
         port = await server.start()
         log.info("metrics on http://%s:%d/metrics", metrics_host, port)
     plan.metrics = metrics
-    plan.alerts = Alerter(webhooks, metrics)
+    plan.alerts = Alerter(webhooks, metrics, store=store)  # the store keeps the deliveries (outbox)
+    plan.alerts.start()
     sup = Supervisor(store, plan)
     try:
         task = asyncio.create_task(sup.run())
@@ -39,13 +40,13 @@ async def follow(store: Store, plan: Plan, *, view: bool = False, webhooks: tupl
         timer = None
         if duration is not None:
             timer = asyncio.get_running_loop().call_later(duration, sup.stop)
-        live = Live(table(sup.status), console=console, refresh_per_second=4, transient=False) if view \
+        live = Live(table(sup.status, sup.discovery.health), console=console, refresh_per_second=4, transient=False) if view \
             else contextlib.nullcontext()
         with live:
             while not task.done():
                 await asyncio.wait([task], timeout=0.25)
                 if view:
-                    live.update(table(sup.status))
+                    live.update(table(sup.status, sup.discovery.health))
         if timer is not None:
             timer.cancel()
         await task

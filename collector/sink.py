@@ -13,6 +13,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from collector.health import Health
 from steptail.model import Batch, Cursor, RunModel
 from storage.db import Store
 from storage.parquet import ParquetSink, catch_up
@@ -20,6 +21,9 @@ from storage.sql import COLUMNS, SqlSink
 
 log = logging.getLogger("steptail.follow")
 _TABLES = tuple(COLUMNS)
+# A store that refuses writes is retried after 0.2 s, then twice as long each time up to 5 s
+# (not at every ~50 ms flush); the rows wait in memory meanwhile.
+RETRY_FIRST, RETRY_MAX = 0.2, 5.0
 
 
 @dataclass
@@ -61,6 +65,12 @@ class RunSink:
         self.bad_lines = 0  # model.counters.bad_lines already reported to the metrics
         self.last_commit_ns: int | None = None
         self.error: str | None = None
+        self.health = Health("store", run)  # the follower's, with metrics, replaces it
+        self.retry_at = 0.0  # monotonic: while the store refuses writes, no commit before this
+        self._retry_delay = 0.0
+        self._unsaved: list = []  # findings of a commit that failed: the engine will not raise them again
+        self.parquet_health = Health("parquet", run)
+        self._parquet_behind = False  # rows dropped after a Parquet failure: catch_up rewrites them from SQL
         self.last_loss: tuple | None = None  # last LOSS-PARTS row committed
         self.step_seconds: float | None = None  # from the last per-pod step line
         self._lock = asyncio.Lock()
@@ -84,6 +94,7 @@ class RunSink:
         except Exception as exc:  # noqa: BLE001 - follow anyway; SQL has the rows
             self.error = f"Parquet catch-up failed: {str(exc).splitlines()[0][:200]}"
             log.warning("%s: %s", self.run, self.error)
+            self._parquet_behind = True  # tried again at each Parquet flush
             return
         if n:
             log.info("%s: %d rows committed before a restart written to Parquet", self.run, n)
@@ -106,19 +117,27 @@ class RunSink:
                 self.pending.append((snapshot(batch), gaps))
             written = 0
             ticking = time.monotonic() - self.last_tick >= self.tick_every or self.detectors.has_queued
-            if self.pending or ticking:
+            if (self.pending or ticking) and (parquet or time.monotonic() >= self.retry_at):
                 self.last_tick = time.monotonic()
                 todo = list(self.pending)
                 try:
                     findings = await asyncio.to_thread(self._commit, todo)
                 except Exception as exc:  # noqa: BLE001 - keep following; retry next flush
                     self.error = f"store write failed: {str(exc).splitlines()[0][:200]}"
-                    log.warning("%s: %s", self.run, self.error)
+                    self.health.fail("store", self.error)  # one log line when it starts, not per retry
+                    self._retry_delay = min(RETRY_MAX, max(RETRY_FIRST, self._retry_delay * 2))
+                    self.retry_at = time.monotonic() + self._retry_delay
                     return 0
+                self._retry_delay = 0.0
                 self.error = None
+                self.health.ok()
                 del self.pending[: len(todo)]
                 self.last_commit_ns = time.time_ns()
+                refused = self.sql.take_refused()  # quarantined by the store, the rest committed
+                for table, _, why in refused:
+                    model.counters.bad(f"store refused a {table} row (quarantined): {why}")
                 for b, _ in todo:
+                    b = b.without(r for _, r, _ in refused) if refused else b
                     written += len(b)
                     if b.loss_parts:
                         self.last_loss = b.loss_parts[-1]
@@ -135,15 +154,22 @@ class RunSink:
                     self.bad_lines = bad
                 await self.detectors.committed(findings)
             if self.parquet_root and (parquet or time.monotonic() - self.parquet_last >= self.parquet_every):
-                await asyncio.to_thread(self._write_parquet)
+                try:
+                    await asyncio.to_thread(self._write_parquet)
+                except Exception as exc:  # noqa: BLE001 - SQL has the rows: keep following
+                    self._parquet_failed(exc)
+                else:
+                    self.parquet_health.ok()
             return written
 
     def _commit(self, todo: list[tuple[Batch, list[Gap]]]) -> list:
         lock = self._sqlite_lock if self.store.is_sqlite else _NoLock()
+        self.sql.take_refused()  # left by an attempt that was rolled back
         with lock, self.store.engine.begin() as conn:
-            findings = []
+            findings = self._unsaved  # grows in place: kept if this commit fails too
             for batch, gaps in todo:
-                self.sql.write(conn, self.run, batch)
+                refused = self.sql.write(conn, self.run, batch)
+                batch = batch.without(r for _, r, _ in refused) if refused else batch  # the detectors: stored rows only
                 if batch.reconnects:
                     conn.exec_driver_sql(self._reconnect_sql, batch.reconnects)
                 if gaps:
@@ -151,12 +177,18 @@ class RunSink:
                         (self.run, g.stream, g.start_ns, g.end_ns, g.reason, g.detected_ns) for g in gaps])
                 findings += self.detectors.observe(batch, gaps)
             findings += self.detectors.tick(time.time_ns(), self.running)
+            findings = list({f.key: f for f in findings}.values())  # a finding grown twice: its latest state
             self.detectors.save(conn, findings)
-            return findings
+        self._unsaved = []
+        return findings
 
     def _write_parquet(self) -> None:
         self.parquet_last = time.monotonic()
         rows, self.parquet_rows = self.parquet_rows, {t: [] for t in _TABLES}
+        if self._parquet_behind:  # these rows are in SQL too: catch_up writes them with the missed ones
+            catch_up(self.store, self.run, self.parquet_root)
+            self._parquet_behind = False
+            return
         if not any(rows.values()):
             return
         sink = ParquetSink(self.parquet_root, self.run)
@@ -166,6 +198,16 @@ class RunSink:
         except Exception:
             sink.abort()
             raise
+
+    def _parquet_failed(self, exc: Exception) -> None:
+        """Parquet cannot be written (a full disk): the rows are in SQL, so memory does not
+        hold them until it works again (catch_up writes them then). Said once per spell, as a
+        parquet_failure: the log itself is read fine."""
+        self._parquet_behind = True
+        self.parquet_rows = {t: [] for t in _TABLES}
+        reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        if self.parquet_health.fail("parquet", reason):
+            self.detectors.failure("parquet", reason)
 
 
 class _NoLock:

@@ -14,6 +14,7 @@ from collector import kubectl
 from collector.detect import Detectors
 from collector.discovery import Discovery
 from collector.follower import FollowConfig, RunFollower, RunStatus
+from collector.health import Health
 from collector.kubectl import KubeTarget
 from collector.sink import RunSink
 from steptail.findings.reference import ReferenceError, reference_for
@@ -22,6 +23,7 @@ from storage.sources import SourceConflict, kubernetes_source
 from storage.sql import SqlSink, load_model
 
 log = logging.getLogger("steptail.follow")
+GIVE_UP_KINDS = ("auth", "forbidden", "network")  # failing from start-up: a configuration error
 
 
 @dataclass
@@ -42,13 +44,19 @@ class Plan:
     reference_ce: dict[int, float] | Path | None = None
     # follow into runs that hold data of another source (e.g. the same run's ingested logs)
     append: bool = False
+    # seconds a pod list refused (401/403) or an unreachable API may last from start-up before
+    # giving up: that is a configuration error (RBAC, credentials, address), not an outage
+    give_up: float = 30.0
 
 
 class Supervisor:
     def __init__(self, store: Store, plan: Plan) -> None:
         self.store, self.plan = store, plan
-        self.discovery = Discovery(plan.target, plan.selector if plan.follow_all else None)
+        self.discovery = Discovery(plan.target, plan.selector if plan.follow_all else None, plan.metrics)
+        self.discovery.on_failure = self._discovery_failed
+        self.fatal: str | None = None  # why following gave up (a configuration error): exit 2
         self.status: dict[str, RunStatus] = {}
+        self.health: dict[str, Health] = {}  # run -> its follower's health
         self.followers: dict[str, RunFollower] = {}
         self.detectors: dict[str, Detectors] = {}
         self.tasks: dict[str, asyncio.Task] = {}
@@ -67,6 +75,9 @@ class Supervisor:
                 await self.add(jobset, run)
             waiter = asyncio.create_task(self.stopping.wait())
             while not self.stopping.is_set():
+                self.fatal = self._given_up()
+                if self.fatal:
+                    break
                 active = [t for t in self.tasks.values() if not t.done()]
                 if not active and (not self.plan.follow_all or (self.plan.config.until_done and self.tasks)):
                     break  # with --all --until-done: every run found so far is done
@@ -95,6 +106,31 @@ class Supervisor:
                 self.status[run].state = "stopped"
         self.discovery.stop()
 
+    def _given_up(self) -> str | None:
+        """The pod list refused (401/403), or the API unreachable, ever since start-up and for
+        `give_up` seconds: what to say on exit. A failure after pods were listed is retried."""
+        d = self.discovery
+        if d.listed or d.health.failing is None or d.health.failing_for() < self.plan.give_up:
+            return None
+        kind, reason = d.health.failing
+        ns = self.plan.target.namespace
+        if kind in ("auth", "forbidden"):
+            return (f'cannot list pods in namespace "{ns}": {reason}; '
+                    "apply deploy/rbac.yaml or check --account/--context")
+        if kind == "network":
+            return (f"cannot reach the Kubernetes API at {d.server or '?'}: {reason}; "
+                    "check --kubeconfig/--context")
+        return None
+
+    def _discovery_failed(self, kind: str, reason: str) -> None:
+        """Pods cannot be listed or watched: every run is blind to restarts meanwhile (an
+        auth or stream failure finding; the engine alerts once per position). Not for what
+        may yet be a configuration error (see _given_up): that ends in one line of its own."""
+        if not self.discovery.listed and kind in GIVE_UP_KINDS:
+            return
+        for det in self.detectors.values():
+            det.failure(kind, f"pod discovery: {reason}")
+
     # -- runs ----------------------------------------------------------------------------------
     def _discovered(self, jobset: str) -> None:
         if jobset not in self.tasks and not self.stopping.is_set():
@@ -104,6 +140,7 @@ class Supervisor:
         if run in self.tasks:
             return
         status = self.status[run] = RunStatus(run, jobset)
+        self.health[run] = Health("follower", run, self.plan.metrics, status)
         self.tasks[run] = asyncio.create_task(self._supervise(jobset, run, status), name=f"run:{run}")
 
     async def _follower(self, jobset: str, run: str, status: RunStatus) -> RunFollower:
@@ -126,7 +163,8 @@ class Supervisor:
             Detectors, run, self.store, p.alerts, p.metrics, p.settings, reference)
         sink = await asyncio.to_thread(RunSink, self.store, run, p.parquet, det, p.config.parquet_every,
                                        jobset, p.target.namespace)
-        f = RunFollower(run, jobset, p.target, self.discovery, model, sink, det, p.config, status)
+        f = RunFollower(run, jobset, p.target, self.discovery, model, sink, det, p.config, status,
+                        self.health.get(run))
         self.followers[run] = f
         return f
 
@@ -149,12 +187,16 @@ class Supervisor:
                 log.error("%s", status.last_error)
                 return
             except Exception as exc:  # noqa: BLE001 - this run only: report, back off, go on
-                status.failures += 1
-                status.last_error = f"collector error: {exc!r}"[:300]
+                health = self.health.get(run) or Health("follower", run, self.plan.metrics, status)
+                if isinstance(exc, kubectl.KubectlMissing):
+                    kind, reason, trace = "kubectl_missing", str(exc), None
+                else:
+                    kind, reason, trace = "collector", f"collector error: {exc!r}"[:300], exc
+                health.fail(kind, reason, exc_info=trace)  # logged (with the traceback) once per state
+                status.last_error = reason
                 status.state = "restarting after an error"
-                log.exception("%s: follower failed; restarting", run)
                 if follower is not None:
-                    follower.detectors.failure("collector", repr(exc)[:300])
+                    follower.detectors.failure(kind, reason)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 30.0)
 

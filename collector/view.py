@@ -7,6 +7,7 @@ import math
 from rich.table import Table
 
 from collector.follower import RunStatus
+from collector.health import Health
 
 
 def _num(v, fmt: str) -> str:
@@ -17,8 +18,11 @@ def _num(v, fmt: str) -> str:
     return format(v, fmt)
 
 
-def table(statuses: dict[str, RunStatus]) -> Table:
-    t = Table(title="steptail follow", expand=False)
+def table(statuses: dict[str, RunStatus], discovery: Health | None = None) -> Table:
+    caption = None
+    if discovery is not None and discovery.failing is not None:
+        caption = f"[red]pod discovery {discovery.state()}: {discovery.failing[1]}[/]"
+    t = Table(title="steptail follow", caption=caption, expand=False)
     for col in ("run", "pod", "state", "inc", "last step", "ce", "step s", "lines", "rows",
                 "reconnects", "gaps", "failures", "last error"):
         t.add_column(col, overflow="fold")
@@ -32,10 +36,21 @@ def table(statuses: dict[str, RunStatus]) -> Table:
     return t
 
 
-def summary(statuses: dict[str, RunStatus]) -> list[dict]:
-    return [
+def summary(statuses: dict[str, RunStatus], discovery: Health | None = None) -> dict:
+    """What `follow` prints at the end: each run, and pod discovery; failures by kind."""
+    runs = [
         {"run": s.run, "jobset": s.jobset, "pod": s.pod, "state": s.state, "incarnation": s.last_incarnation,
          "last_step": s.last_step, "ce": s.last_ce, "lines": s.lines, "rows": s.rows,
-         "reconnects": s.reconnects, "gaps": s.gaps, "failures": s.failures, "last_error": s.last_error}
+         "reconnects": s.reconnects, "gaps": s.gaps, "failures": s.failures, "errors": dict(s.errors),
+         "last_error": s.last_error}
         for s in statuses.values()
     ]
+    d = discovery or Health("discovery")
+    found = {"state": d.state(), "failures": sum(d.counts.values()), "errors": dict(d.counts),
+             "last_error": d.last[1] if d.last else None}
+    return {"runs": runs, "discovery": found}
+
+
+def by_kind(errors: dict[str, int]) -> str:
+    """`auth ×3, network ×1` (most frequent first)."""
+    return ", ".join(f"{k} ×{n}" for k, n in sorted(errors.items(), key=lambda kv: (-kv[1], kv[0])))

@@ -1,14 +1,18 @@
 """Live alerts for `follow`: every new finding goes to a structured log line, to optional
-webhooks (JSON POST, retried with backoff, each finding sent once) and to Prometheus metrics
-served over HTTP.
+webhooks (JSON POST through a durable outbox, retried with backoff until delivered, each
+finding sent once per webhook) and to Prometheus metrics served over HTTP.
 
 Typical use (inside the follower's event loop):
 
     metrics = Metrics()
     server = MetricsServer(metrics, port=9464); await server.start()
-    alerter = Alerter(webhooks=["https://hooks.example/x"], metrics=metrics)
-    await alerter.publish(engine.observe(batch))     # findings from FindingEngine
+    alerter = Alerter(webhooks=["https://hooks.example/x"], metrics=metrics, store=store)
+    alerter.start()                                  # also sends what an earlier run left pending
+    with store.engine.begin() as conn:               # the findings and their deliveries: one commit
+        save_findings(conn, found); alerter.record(conn, found)
+    await alerter.publish(found, recorded=True)      # log, count, wake the delivery worker
     metrics.step(run, last_step); metrics.reconnect(run, "eof"); metrics.bad_lines(run, n)
+    metrics.error(run, "follower", "auth"); metrics.up(run, "follower", False)   # collector.health
     await alerter.close(); await server.stop()
 """
 
@@ -21,7 +25,6 @@ import time
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
-import aiohttp
 from aiohttp import web
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -61,11 +64,29 @@ class Metrics:
         self.missing_steps = Counter(
             "steptail_missing_steps", "Steps missing from the log (gap and head_gap findings).", ["run"], registry=r)
         self.findings = Counter("steptail_findings", "Findings raised, by kind.", ["run", "kind"], registry=r)
+        self.webhook_deliveries = Counter(
+            "steptail_webhook_deliveries", "Findings delivered to a webhook (2xx answers).", ["webhook"], registry=r)
+        self.webhook_failures = Counter(
+            "steptail_webhook_failures", "Webhook attempts that failed, by reason (timeout, connect, http_<status>).",
+            ["webhook", "reason"], registry=r)
+        self.webhook_pending = Gauge(
+            "steptail_webhook_pending", "Deliveries waiting in the alert outbox.", ["webhook"], registry=r)
         self.stream_reconnects = Counter(
             "steptail_stream_reconnects", "Log stream reconnects, by reason.", ["run", "reason"], registry=r)
         self.bad_lines_total = Counter(
             "steptail_bad_lines", "Tagged lines that could not be read.", ["run"], registry=r)
+        self.errors = Counter(
+            "steptail_errors", "Failed attempts, by source (discovery, follower, store) and reason (auth, "
+            "forbidden, network, deserialize, server_error, store, …); run is empty for discovery.",
+            ["run", "source", "reason"], registry=r)
+        self.follower_up = Gauge(
+            "steptail_follower_up", "1 while the run's follower and store writes work, 0 while one fails.",
+            ["run"], registry=r)
+        self.discovery_up = Gauge(
+            "steptail_discovery_up", "1 while process-0 pods are listed and watched, 0 before and while failing.",
+            registry=r)
         self._last_ns: dict[str, int] = {}
+        self._down: dict[str, set[str]] = {}  # run -> its failing sources
 
     def step(self, run: str, step: int, at_ns: int | None = None) -> None:
         """A new step of `run` was recorded (at_ns: when; default now)."""
@@ -83,10 +104,35 @@ class Metrics:
         if n > 0:
             self.bad_lines_total.labels(run).inc(n)
 
+    def error(self, run: str, source: str, reason: str) -> None:
+        self.errors.labels(run, source, reason).inc()
+
+    def up(self, run: str, source: str, up: bool) -> None:
+        """A source started or stopped failing (discovery: the discovery gauge, else the run's)."""
+        if source == "discovery":
+            self.discovery_up.set(1 if up else 0)
+            return
+        down = self._down.setdefault(run, set())
+        if up:
+            down.discard(source)
+        else:
+            down.add(source)
+        self.follower_up.labels(run).set(0 if down else 1)
+
     def finding(self, f: Finding) -> None:
         self.findings.labels(f.run, f.kind).inc()
         if f.kind in MISSING_KINDS:
             self.missing_steps.labels(f.run).inc(f.last_step - f.first_step + 1)
+
+    def delivery(self, webhook: str, ok: bool, reason: str = "") -> None:
+        """One webhook attempt (webhook: its redacted name, never the URL)."""
+        if ok:
+            self.webhook_deliveries.labels(webhook).inc()
+        else:
+            self.webhook_failures.labels(webhook, reason).inc()
+
+    def outbox_pending(self, webhook: str, n: int) -> None:
+        self.webhook_pending.labels(webhook).set(n)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -131,34 +177,66 @@ class MetricsServer:
 class Alerter:
     """Publishes findings once each (by key: a range finding that grows is not re-sent).
 
-    Webhook deliveries run in one background task per URL, in order; publish() never waits
-    on the network. A delivery is retried on connection errors, timeouts, 408, 429 and 5xx
-    with exponential backoff (backoff, 2 x backoff, … capped at max_backoff), `attempts` times
-    in all; other 4xx answers are final."""
+    Webhook deliveries go through an outbox (steptail.outbox): with a store, the alert_outbox
+    table, written by record() in the transaction that stores the findings, so they survive a
+    crash and a dead receiver; without one, memory. A background worker sends them; publish()
+    never waits on the network. A delivery is retried on connection errors, timeouts, 408, 429
+    and 5xx with exponential backoff (backoff, 2 x backoff, … capped at max_backoff) until it
+    is delivered; other answers are final."""
 
     def __init__(
         self,
         webhooks: Iterable[str] = (),
         metrics: Metrics | None = None,
         *,
-        attempts: int = 6,
+        store=None,
         backoff: float = 0.5,
         max_backoff: float = 30.0,
         timeout: float = 10.0,
+        per_webhook: int = 4,
+        poll: float = 5.0,
     ) -> None:
-        self.webhooks = list(webhooks)
-        self.metrics = metrics
-        self.attempts, self.backoff, self.max_backoff = max(1, attempts), backoff, max_backoff
-        self.timeout = aiohttp.ClientTimeout(total=timeout)
-        self.sent: dict[str, int] = {url: 0 for url in self.webhooks}  # deliveries that succeeded
-        self.failed: dict[str, int] = {url: 0 for url in self.webhooks}
-        self._published: set[tuple] = set()
-        self._queues: dict[str, asyncio.Queue] = {}
-        self._workers: list[asyncio.Task] = []
-        self._session: aiohttp.ClientSession | None = None
+        from steptail.outbox import DeliveryWorker, MemoryOutbox, SqlOutbox
 
-    async def publish(self, findings: Iterable[Finding]) -> list[Finding]:
-        """Log, count and queue for the webhooks every finding not published before; returns those."""
+        self.webhooks = list(dict.fromkeys(webhooks))
+        self.metrics = metrics
+        self.outbox = SqlOutbox(store) if store is not None else MemoryOutbox()
+        self.deliveries = DeliveryWorker(self.outbox, self.webhooks, metrics, timeout=timeout, backoff=backoff,
+                                         max_backoff=max_backoff, per_webhook=per_webhook, poll=poll)
+        self._published: set[tuple] = set()
+
+    @property
+    def sent(self) -> dict[str, int]:
+        """Deliveries that succeeded in this process, per webhook URL."""
+        return {h.url: h.sent for h in self.deliveries.hooks}
+
+    @property
+    def failed(self) -> dict[str, int]:
+        """Deliveries the receiver refused for good (a 4xx other than 408/429), per webhook URL."""
+        return {h.url: h.rejected for h in self.deliveries.hooks}
+
+    def start(self) -> None:
+        """Start sending (what an earlier run left pending, too). Needs a running loop."""
+        self.deliveries.start(report_backlog=True)
+
+    def _rows(self, findings: Iterable[Finding]) -> list[tuple]:
+        now = time.time_ns()
+        rows = []
+        for f in findings:
+            payload = json.dumps({"id": finding_id(f), **f.to_event(),
+                                  "text": f"[{f.severity}] {f.run}: {f.kind}: {f.detail}"})
+            rows += [(finding_id(f), h.key, h.name, f.run, payload, now) for h in self.deliveries.hooks]
+        return rows
+
+    def record(self, conn, findings: list[Finding]) -> None:
+        """In the transaction that stores `findings`: one outbox row per (finding, webhook); a
+        finding already there (a range that grew) is not added again. Thread-safe."""
+        if self.webhooks and self.outbox.durable and findings:
+            self.outbox.add(conn, self._rows(findings))
+
+    async def publish(self, findings: Iterable[Finding], *, recorded: bool = False) -> list[Finding]:
+        """Log, count and hand to the webhooks every finding not published before; returns those.
+        recorded: record() already put them in the outbox with the findings' commit."""
         new = []
         for f in findings:
             if f.key in self._published:
@@ -169,76 +247,22 @@ class Alerter:
             log.log(level, json.dumps({"event": "finding", **f.to_event()}, sort_keys=True))
             if self.metrics is not None:
                 self.metrics.finding(f)
-            if self.webhooks:
-                payload = {"id": finding_id(f), **f.to_event(),
-                           "text": f"[{f.severity}] {f.run}: {f.kind}: {f.detail}"}
-                for url in self.webhooks:
-                    self._queue(url).put_nowait(payload)
+        if self.webhooks and new:
+            if not (recorded and self.outbox.durable):
+                rows = self._rows(new)
+                if self.outbox.durable:
+                    await asyncio.to_thread(self.outbox.add_now, rows)
+                else:
+                    self.outbox.add_now(rows)
+            self.deliveries.start()
+            self.deliveries.wake()
         return new
 
-    def _queue(self, url: str) -> asyncio.Queue:
-        q = self._queues.get(url)
-        if q is None:
-            q = self._queues[url] = asyncio.Queue()
-            self._workers.append(asyncio.create_task(self._worker(url, q)))
-        return q
-
-    async def _worker(self, url: str, q: asyncio.Queue) -> None:
-        while True:
-            payload = await q.get()
-            try:
-                ok = await self._deliver(url, payload)
-                if ok:
-                    self.sent[url] += 1
-                else:
-                    self.failed[url] += 1
-            except Exception:  # never let one bad delivery stop the worker
-                self.failed[url] += 1
-                log.exception("webhook %s: delivery of %s failed", redact(url), payload["id"])
-            finally:
-                q.task_done()
-
-    async def _deliver(self, url: str, payload: dict) -> bool:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self.timeout)
-        why = ""
-        for attempt in range(self.attempts):
-            if attempt:
-                await asyncio.sleep(min(self.backoff * 2 ** (attempt - 1), self.max_backoff))
-            try:
-                async with self._session.post(url, json=payload) as resp:
-                    if 200 <= resp.status < 300:
-                        return True
-                    why = f"HTTP {resp.status}"
-                    if resp.status < 500 and resp.status not in (408, 429):
-                        break
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                why = type(exc).__name__
-            log.warning(json.dumps({"event": "webhook_retry", "webhook": redact(url), "id": payload["id"],
-                                    "attempt": attempt + 1, "reason": why}))
-        log.error(json.dumps({"event": "webhook_failed", "webhook": redact(url), "id": payload["id"],
-                              "reason": why}))
-        return False
-
     async def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every queued delivery is done (delivered or given up); False on timeout."""
-        joins = [q.join() for q in self._queues.values()]
-        if not joins:
-            return True
-        try:
-            await asyncio.wait_for(asyncio.gather(*joins), timeout)
-        except TimeoutError:
-            return False
-        return True
+        """Wait until nothing is pending for the webhooks (delivered or refused); False on timeout."""
+        return await self.deliveries.flush(timeout)
 
-    async def close(self, timeout: float = 10.0) -> None:
-        """Deliver what is queued (bounded by `timeout`), then stop the workers."""
-        await self.flush(timeout)
-        for task in self._workers:
-            task.cancel()
-        await asyncio.gather(*self._workers, return_exceptions=True)
-        self._workers.clear()
-        self._queues.clear()
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+    async def close(self, timeout: float = 10.0) -> int:
+        """Deliver what is pending (bounded by `timeout`), then stop; what is still pending is
+        logged in one line and, with a store, kept for the next start. Returns that count."""
+        return await self.deliveries.close(timeout)

@@ -1,7 +1,7 @@
 """Offline pipeline: saved logs -> parser -> run model -> SQL and Parquet sinks.
 
-One ingest is one transaction: it lands whole or not at all (Parquet files are renamed into
-place only after the SQL commit)."""
+One ingest is one transaction: it lands whole or not at all (Parquet files are completed
+before the SQL commit and renamed into place only after it; a failure removes them)."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ class IngestResult(Counters):
     skipped: list[str] = field(default_factory=list)  # sources already ingested whole
 
     def summary(self) -> dict:
-        keys = ("run", "lines", "loss_parts", "required_rbf", "pod_steps", "bad_lines", "incarnations")
+        keys = ("run", "lines", "loss_parts", "required_rbf", "pod_steps", "bad_lines", "flagged", "incarnations")
         return {k: getattr(self, k) for k in keys}
 
 
@@ -108,17 +108,18 @@ def ingest(
     # The rows in flight are acyclic; the cyclic collector would only rescan them (~20%).
     gc_was_enabled = gc.isenabled()
     gc.disable()
-    writer = None
     try:
-        with store.engine.begin() as conn:
+        # The writer threads stop before the transaction ends, committed or rolled back: none
+        # may write to the connection or to a Parquet file after that.
+        with store.engine.begin() as conn, _Writer(sink, pq_sink, conn, run) as writer:
             sink.ensure_run(conn, run, source=FILES, append=append)
             model = load_model(conn, run)
-            writer = _Writer(sink, pq_sink, conn, run)
             done = 0
             for source in order_sources(sources):
                 tick = (lambda pos, base=done: progress(base + pos)) if progress else None
                 started = time.time_ns()
                 model.counters = Counters()
+                model.new_read()  # a clock jump is measured within one file
                 digest = None
                 if first_timestamp(source) is None:
                     # Untimestamped lines have no identity of their own: dedupe whole files.
@@ -130,18 +131,20 @@ def ingest(
                 done += source.size or 0
                 _flush(model, writer)
                 writer.drain()
+                for table, _, why in sink.take_refused():
+                    model.counters.bad(f"store refused a {table} row (quarantined): {why}")
                 _record(conn, run, source.name, digest, started, model.counters)
                 result.add(model.counters)
             result.incarnations = conn.execute(
                 sa.text("SELECT COUNT(*) FROM incarnations WHERE run = :run"), {"run": run}
             ).scalar_one()
+            if pq_sink:
+                pq_sink.finish()  # a full disk fails here, before the SQL commit
     except BaseException:
         if pq_sink:
             pq_sink.abort()
         raise
     finally:
-        if writer is not None:
-            writer.close()
         if gc_was_enabled:
             gc.enable()
         if own_pool and pool is not None:
@@ -284,6 +287,12 @@ class _Writer:
             for f in pending:
                 f.cancel()
             pool.shutdown(wait=True)
+
+    def __enter__(self) -> _Writer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def _flush(model, writer: _Writer) -> None:

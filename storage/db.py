@@ -17,7 +17,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 DEFAULT_DB = "steptail.db"
 # The newest migration. Checked against Alembic's own view in tests; lets a store that is
 # already current open without importing Alembic (a third of a second on every command).
-SCHEMA_HEAD = "0003"
+SCHEMA_HEAD = "0005"
 MIGRATIONS = Path(__file__).parent / "migrations"
 _LOCK_ID = 0x5717A11  # PostgreSQL advisory lock serialising concurrent first-use upgrades
 
@@ -81,9 +81,15 @@ def open_store(db: str | None = None, *, create: bool = True) -> Store:
         raise StoreError(f"no driver for {url.drivername!r}") from None
     except SQLAlchemyError as exc:
         safe = url.render_as_string(hide_password=True)
-        reason = str(getattr(exc, "orig", exc) or exc).strip().splitlines()[0]
-        raise StoreError(f"cannot use database {safe}: {reason}") from None
+        raise StoreError(f"cannot use database {safe}: {failure_reason(exc)}") from None
     return Store(engine, dict(meta.tables))
+
+
+def failure_reason(exc: BaseException) -> str:
+    """The driver's own words for a database error, one line (SQLAlchemy's text adds the
+    statement and its parameters)."""
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 @contextmanager
@@ -95,7 +101,13 @@ def _sqlite_lock(url: sa.URL):
     if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
         yield
         return
-    with open(f"{url.database}.lock", "ab") as handle:
+    try:
+        handle = open(f"{url.database}.lock", "ab")  # noqa: SIM115 - closed by the with below
+    except OSError as exc:  # a read-only directory: SQLite could not write its WAL there either
+        safe = url.render_as_string(hide_password=True)
+        raise StoreError(f"cannot use database {safe}: cannot write in {Path(url.database).parent}: "
+                         f"{exc.strerror or exc}") from None
+    with handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -138,6 +150,12 @@ def _upgrade(conn: sa.Connection) -> None:
         conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_ID})
         if _current_revision(conn) == SCHEMA_HEAD:
             return
+    elif not conn.connection.dbapi_connection.in_transaction:
+        # pysqlite begins a transaction only before INSERT/UPDATE/DELETE: each CREATE TABLE
+        # would commit alone, and a failure half-way (a full disk) would leave a schema that
+        # no later upgrade can complete ("table runs already exists"). All revisions run in
+        # this one transaction instead (SQLite DDL is transactional).
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     cfg.attributes["connection"] = conn

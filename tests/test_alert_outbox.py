@@ -129,6 +129,8 @@ async def test_a_webhook_failing_then_recovering_gets_every_finding(store, caplo
         # the healthy webhook is not held up by the failing one
         await until(lambda: len(healthy.accepted) == 12, 20)
         await until(lambda: len(flaky.requests) >= 4, 20)
+        # a delivery is marked in the store just after the receiver answered
+        await until(lambda: outbox_states(store).get("delivered", 0) == 12, 20)
         assert not flaky.accepted and outbox_states(store)["pending"] == 12
         flaky.mode = "ok"
         assert await alerter.flush(timeout=30)

@@ -80,7 +80,7 @@ def test_follow_into_a_file_ingested_run_needs_append(make_simcluster, db_url, s
 
     done = follow(sim, db_url, "--jobset", "olmo3-sft", "--append")
     assert done.returncode == 0, done.stderr
-    assert [r["state"] for r in json.loads(done.stdout)] == ["done"]
+    assert [r["state"] for r in json.loads(done.stdout)["runs"]] == ["done"]
     assert sources(db_url, "olmo3-sft") == sorted([FILES, OLMO])
     by_inc = dict(rows(db_url, "SELECT incarnation, COUNT(*) FROM loss_parts WHERE run = :r GROUP BY 1",
                        "olmo3-sft"))
@@ -99,7 +99,7 @@ def test_follow_all_refuses_only_the_clashing_run(make_simcluster, db_url, sampl
 
     proc = follow(sim, db_url, "--all")
     assert proc.returncode == 0, proc.stderr
-    status = {r["run"]: r for r in json.loads(proc.stdout)}
+    status = {r["run"]: r for r in json.loads(proc.stdout)["runs"]}
     assert status["qwen3-cp4"]["state"] == "done" and status["qwen3-cp4"]["rows"] > 0
     refused = status["olmo3-sft"]
     assert refused["state"] == "refused: holds data ingested from files"

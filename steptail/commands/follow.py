@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import shutil
-import sys
 
 import click
 from rich.console import Console
 
 from steptail.commands._common import db_option, fail, json_option, print_json, store_or_exit
 from steptail.commands._detect_options import detector_options, detector_settings
+from steptail.commands._webhooks import read_webhooks, webhook_file_option
 
 
 @click.command()
@@ -33,7 +32,9 @@ from steptail.commands._detect_options import detector_options, detector_setting
                    "checks back off up to this while the container stays quiet.")
 @click.option("--parquet-every", type=float, default=30.0, show_default=True,
               help="Seconds between Parquet flushes (and at shutdown).")
-@click.option("--alert-webhook", "webhooks", multiple=True, metavar="URL", help="POST findings here (repeatable).")
+@click.option("--alert-webhook", "webhooks", multiple=True, metavar="URL",
+              help="POST findings here (repeatable). Visible in `ps`: prefer --alert-webhook-file.")
+@webhook_file_option
 @click.option("--metrics-port", type=int, help="Serve Prometheus metrics on PORT.")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address of the metrics server.")
 @click.option("--duration", type=float, help="Stop after this many seconds.")
@@ -42,22 +43,31 @@ from steptail.commands._detect_options import detector_options, detector_setting
               help="Follow into a run that holds data of another source (e.g. this run's saved logs, "
                    "ingested earlier) as the same run. Without it such a run is refused: --jobset exits 2, "
                    "--all skips that run.")
+@click.option("--give-up", type=float, default=30.0, show_default=True,
+              help="Seconds the pod list may be refused (401/403) or the API unreachable from start-up "
+                   "before follow exits 2 (a configuration error). Later failures are retried, never fatal.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="stderr as text, or one JSON object per line with `severity` (for Cloud Logging).")
 @detector_options
 @json_option
 def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parquet, until_done, follow_all,
-            selector, silence, parquet_every, webhooks, metrics_port, metrics_host, duration, no_view, append,
-            reference_ce, gate_tolerance, resume_tolerance, stall_k, as_json) -> None:
+            selector, silence, parquet_every, webhooks, webhook_file, metrics_port, metrics_host, duration, no_view, append,
+            give_up, log_format, reference_ce, gate_tolerance, resume_tolerance, stall_k, as_json) -> None:
     """Follow JAX process 0 of JobSets with `kubectl logs -f`, surviving rotation hangs, EOFs,
     JobSet and container restarts and auth lapses; rows committed within ~0.1 s, stream gaps
     and findings recorded. SIGTERM/SIGINT: flush, commit, stop every kubectl."""
     from collector.follower import FollowConfig
+    from collector.kubeclient import KubeconfigError
+    from collector.kubeclient import check as check_kubeconfig
     from collector.kubectl import AccountMissing, KubeTarget, resolve_account
     from collector.live import follow
     from collector.supervisor import Plan
-    from collector.view import summary
+    from collector.view import by_kind, summary
+    from steptail import logs
     from steptail.ingest import IngestError, check_run_name
     from storage.sources import SourceConflict, check_runs, kubernetes_source
 
+    logs.configure(log_format)  # first: every line after this one is in that format
     if not jobsets and not follow_all:
         fail("give --jobset NAME (repeatable) or --all")
     if jobsets and follow_all:
@@ -68,6 +78,9 @@ def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parq
         fail("--run needs exactly one --jobset")
     if silence <= 0 or parquet_every <= 0:
         fail("--silence and --parquet-every must be positive")
+    webhooks = read_webhooks(webhooks, webhook_file)
+    if give_up <= 0:
+        fail("--give-up must be positive")
     try:
         for name in (run_name, *jobsets):
             if name:
@@ -78,14 +91,16 @@ def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parq
     settings, reference = detector_settings(reference_ce, gate_tolerance, resume_tolerance, stall_k)
     if shutil.which("kubectl") is None:
         fail("kubectl not found on PATH")
+    try:  # a missing or invalid kubeconfig, an unknown context: one line now, nothing started
+        check_kubeconfig(KubeTarget(namespace, acct, kubeconfig, context))
+    except KubeconfigError as exc:
+        fail(str(exc))
     store = store_or_exit(db)
     try:  # a named JobSet clashing with another source's run: refused before anything starts
         check_runs(store, {(run_name or j): kubernetes_source(namespace, j) for j in jobsets}, append=append)
     except SourceConflict as exc:
         store.dispose()
         fail(str(exc))
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s",
-                        stream=sys.stderr)
     target = KubeTarget(namespace, acct, kubeconfig, context)
     plan = Plan(
         target,
@@ -97,6 +112,7 @@ def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parq
         settings=settings,
         reference_ce=reference,
         append=append,
+        give_up=give_up,
     )
     console = Console()
     view = console.is_terminal and not no_view and not as_json
@@ -107,11 +123,18 @@ def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parq
         fail(f"cannot start: {exc}")
     finally:
         store.dispose()
-    rows = summary(sup.status)
+    if sup.fatal:
+        fail(sup.fatal)
+    report = summary(sup.status, sup.discovery.health)
     if as_json:
-        print_json(rows)
+        print_json(report)
         return
-    for r in rows:
+    for r in report["runs"]:
         console.print(f"[bold]{r['run']}[/]: {r['state']}, last step {r['last_step']}, {r['rows']} rows, "
                       f"{r['reconnects']} reconnects, {r['gaps']} stream gaps, {r['failures']} failures"
-                      + (f" (last: {r['last_error']})" if r["last_error"] else ""), highlight=False)
+                      + (f" ({by_kind(r['errors'])})" if r["errors"] else "")
+                      + (f" (last: {r['last_error']})" if r["last_error"] else ""), highlight=False, soft_wrap=True)
+    d = report["discovery"]
+    if d["failures"]:
+        console.print(f"[bold]pod discovery[/]: {d['state']}, {d['failures']} failures ({by_kind(d['errors'])}) "
+                      f"(last: {d['last_error']})", highlight=False, soft_wrap=True)

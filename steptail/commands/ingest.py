@@ -8,10 +8,13 @@ import zlib
 import click
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+from sqlalchemy.exc import DBAPIError
 
 from collector.files import SourceError, open_source
 from steptail.commands._common import db_option, fail, json_option, print_json, store_or_exit
 from steptail.ingest import IngestError, check_run_name, ingest, start_workers
+from storage.db import failure_reason
+from storage.parquet import ParquetError
 from storage.sources import SourceConflict
 
 
@@ -70,8 +73,12 @@ def command(paths: tuple[str, ...], run: str, db: str | None, parquet: str | Non
                             progress=progress if show else None, pool=pool, append=append)
     except (IngestError, SourceConflict) as exc:
         fail(str(exc))
+    except ParquetError as exc:  # before OSError: it is one
+        fail(f"{exc}; nothing written (SQL rolled back)")
     except (OSError, EOFError, zlib.error) as exc:
         fail(f"read failed, nothing written: {exc}")
+    except DBAPIError as exc:  # a full disk, a lost connection
+        fail(f"cannot write to database {store.describe()}: {failure_reason(exc)}; nothing written")
     finally:
         if pool is not None:
             pool.shutdown()
@@ -87,6 +94,8 @@ def command(paths: tuple[str, ...], run: str, db: str | None, parquet: str | Non
         f"{result.pod_steps} per-pod step lines from {result.lines} lines; "
         f"{result.incarnations} incarnation(s); {result.bad_lines} bad line(s); "
         f"{result.duplicates} repeated line(s) dropped"
+        + (f"; {result.flagged} line(s) flagged as step or clock jumps (steptail check {run})"
+           if result.flagged else "")
     )
     for sample in result.bad_samples:
         out.print(f"  bad: {sample}", markup=False, highlight=False)

@@ -36,6 +36,12 @@ from steptail.model import Batch
 INC_SAW_START, INC_RESTORED_FROM = 3, 6
 CP_PARAM = "ici_context_parallelism"
 LB_PARAM = "context_parallel_load_balance"
+# Follower failure kinds and what each means for the run.
+FAILURES = {
+    "stream_failure": "cannot read the log",
+    "auth_failure": "cannot authenticate to the cluster",
+    "parquet_failure": "cannot write Parquet (SQL has the rows; they go to Parquet once it works)",
+}
 
 
 class RunningMedian:
@@ -190,6 +196,8 @@ class FindingEngine:
                 self._loss(inc, row[2], row[3], row[4], row[5])
             for row in rows["required_rbf"]:
                 self._rbf(inc, row[2])
+        for _, kind, inc_n, first, last, detail, severity, detected in batch.flags:
+            self._emit(kind, inc_n, first, last, detail, severity, detected)  # lines the model flagged
         return self._flush()
 
     def observe_stream_gap(self, stream: str, start_ns: int, end_ns: int | None, reason: str) -> list[Finding]:
@@ -199,14 +207,14 @@ class FindingEngine:
         return []
 
     def observe_failure(self, kind: str, reason: str, now_ns: int) -> list[Finding]:
-        """stream_failure / auth_failure from the follower. One finding per position in the
-        run (incarnation, last step): repeated failures at the same place alert once."""
-        if kind not in ("stream_failure", "auth_failure"):
+        """stream_failure / auth_failure / parquet_failure from the follower. One finding per
+        position in the run (incarnation, last step): repeated failures at the same place alert once."""
+        what = FAILURES.get(kind)
+        if what is None:
             raise ValueError(f"not a failure kind: {kind!r}")
         inc = self._incs.get(self._current)
         step = inc.last_step if inc and inc.last_step is not None else NO_STEP
         where = f"after step {step}" if step != NO_STEP else "before any step"
-        what = "cannot authenticate to the cluster" if kind == "auth_failure" else "cannot read the log"
         self._emit(
             kind, self._current or NO_INCARNATION, step, step,
             f"the follower {what} ({where}): {reason}",

@@ -3,8 +3,8 @@
 Severity: "critical" when the run's loss can no longer be trusted or the service is blind
 (CE gate failure, non-finite CE, resume mismatch, load-balance rule, resume from zero, auth
 failure); "warning" when records are missing or late but the loss itself is not in doubt
-(gap, head gap, missing REQUIRED_RBF, stall, stream failure, a step-1 gate that could not
-run for want of a reference)."""
+(gap, head gap, missing REQUIRED_RBF, stall, stream failure, Parquet failure, a step or clock
+jump read in a line, a step-1 gate that could not run for want of a reference)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,11 @@ WARNING = "warning"
 KINDS = (
     "gap", "head_gap", "stall", "nonfinite_ce", "step1_ce_gate", "load_balance_rule",
     "resume_from_zero", "resume_mismatch", "missing_rbf", "stream_failure", "auth_failure",
+    "parquet_failure", "step_jump", "clock_jump",
 )
 # Kinds that only the live follower can see (the clock, the stream): `check` keeps the stored
 # ones instead of recomputing them.
-LIVE_KINDS = frozenset({"stall", "stream_failure", "auth_failure"})
+LIVE_KINDS = frozenset({"stall", "stream_failure", "auth_failure", "parquet_failure"})
 NO_STEP = -1  # first/last_step of a finding not tied to a step
 NO_INCARNATION = 0
 
