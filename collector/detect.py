@@ -36,6 +36,8 @@ def failure_kind(kind: str) -> str:
     permissions (403) are auth failures, anything else keeps the log from being read."""
     if kind == "parquet":  # the log is read and SQL has the rows; only Parquet lags
         return "parquet_failure"
+    if kind == "unread_tail":  # a pod deleted while the collector was down
+        return kind
     return "auth_failure" if kind in ("auth", "forbidden") else "stream_failure"
 
 

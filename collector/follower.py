@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -72,6 +73,9 @@ def stream_key(pod: PodInfo, restart_count: int) -> str:
     return f"{pod.uid}/{pod.container}/{restart_count}"
 
 
+POD_STREAM = re.compile(r"[0-9a-f-]{8,}/[^/]+/\d+")  # a stream_key (not an ingested file's stream)
+
+
 class _Overlap:
     """Decides, early in a read, whether lines before it are gone.
 
@@ -129,7 +133,9 @@ class RunFollower:
         self.health = health or Health("follower", run, detectors.metrics, status)
         sink.health = Health("store", run, detectors.metrics, status)
         self.env = target.env()
-        self.finished: set[str] = set()  # streams read to their end
+        # streams read to their end (saved with the cursors: known again after a restart)
+        self.finished: set[str] = {k for k, c in model.cursors.items() if c.done}
+        self._looked_for_vanished = False
         self.known: dict[str, PodInfo] = {}  # every process-0 pod seen, by uid
         self._backoff = 0.0
         self._stream_started = 0.0
@@ -151,6 +157,9 @@ class RunFollower:
                 pass
 
     async def _pass(self) -> None:
+        if not self._looked_for_vanished and self.discovery.listed:
+            self._looked_for_vanished = True
+            self._vanished_while_away()
         pods = self.discovery.process0(self.jobset)
         for p in pods:
             self.known[p.uid] = p
@@ -331,7 +340,7 @@ class RunFollower:
         """Read what an old (replaced, deleting) pod holds after the last line read."""
         key = stream_key(pod, pod.restart_count)
         if pod.state == "waiting" and key not in self.model.cursors:
-            self.finished.add(key)  # it never ran: nothing to read
+            self._read_to_end(key)  # it never ran: nothing to read
             return
         if not await self._catch_up_previous(pod) and not gone:
             return
@@ -344,13 +353,13 @@ class RunFollower:
                                            self.cfg.drain_timeout)
         if code == 0:
             self.health.ok()
-            self.finished.add(key)
+            self._read_to_end(key)
             return
         kind, reason = kubectl.classify(err) if code is not None else ("timeout", err)
         if kind == kubectl.NOT_FOUND or gone:
             self._gap(key, since, _upper(pod.finished_ns), f"pod {pod.name} deleted before its log was read to "
                                                    f"the end ({reason})")
-            self.finished.add(key)
+            self._read_to_end(key)
             self.known.pop(pod.uid, None)
             return
         await self._report(kind, f"draining {pod.name}: {reason}")
@@ -372,7 +381,7 @@ class RunFollower:
             # the container we read restarted more than once since: --previous is a later one
             self._gap(key, since, _upper(pod.previous_finished_ns),
                       f"container restarted {pod.restart_count - rc} times between reads")
-            self.finished.add(key)
+            self._read_to_end(key)
             return True
         check = self._check_for(key, since)
         argv = self.target.logs_argv(pod.name, pod.container, previous=True, since_ns=since)
@@ -381,15 +390,36 @@ class RunFollower:
                                            self.cfg.drain_timeout)
         if code == 0:
             self.health.ok()
-            self.finished.add(key)
+            self._read_to_end(key)
             return True
         kind, reason = kubectl.classify(err) if code is not None else ("timeout", err)
         if kind in (kubectl.NOT_FOUND, kubectl.NO_PREVIOUS):
             self._gap(key, since, _upper(pod.previous_finished_ns), f"previous container unreadable: {reason}")
-            self.finished.add(key)
+            self._read_to_end(key)
             return True
         await self._report(kind, f"reading --previous of {pod.name}: {reason}")
         return False
+
+    def _read_to_end(self, key: str) -> None:
+        self.finished.add(key)
+        self.model.finish_stream(key)
+
+    def _vanished_while_away(self) -> None:
+        """Streams this run was reading when the collector stopped, whose pods were deleted
+        before it came back (a JobSet restart with a short grace): what they held after the
+        last line read is lost — a stream gap and an unread_tail finding, never silence."""
+        listed = {p.uid for p in self.discovery.pods.values()}
+        # the pod that was being read is the current incarnation's (lines are read in order)
+        name = self.model.current.pod if self.model.current is not None else None
+        for key, cursor in sorted(self.model.cursors.items()):
+            uid = key.split("/", 1)[0]
+            if key in self.finished or uid in listed or not POD_STREAM.fullmatch(key):
+                continue
+            pod = f"pod {name} (uid {uid})" if name else f"the pod with uid {uid}"
+            reason = f"{pod} was deleted while the collector was down: its log after the last line read is lost"
+            self._gap(key, cursor.hwm_ns, None, reason)
+            self.detectors.failure("unread_tail", reason)
+            self._read_to_end(key)
 
     # ------------------------------------------------------------------------ lines
     def _since(self, key: str) -> int | None:
@@ -437,7 +467,7 @@ class RunFollower:
             if fresh is None:  # the pod is gone: what it held after our last line is lost
                 self._gap(key, self._since(key), _upper(pod.finished_ns),
                           f"pod {pod.name} deleted before its log was read to the end ({reason})")
-                self.finished.add(key)
+                self._read_to_end(key)
                 self.known.pop(pod.uid, None)
                 return
         await self._report(kind, reason)

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from collector.health import Health
-from steptail.model import Batch, Cursor, RunModel
+from steptail.model import Batch, RunModel
 from storage.db import Store
 from storage.parquet import ParquetSink, catch_up
 from storage.sql import COLUMNS, SqlSink
@@ -36,7 +36,7 @@ class Gap:
 
 
 def snapshot(batch: Batch) -> Batch:
-    batch.cursors = {k: Cursor(c.hwm_ns, set(c.at_hwm)) for k, c in batch.cursors.items()}
+    batch.cursors = {k: c.copy() for k, c in batch.cursors.items()}
     return batch
 
 

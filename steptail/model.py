@@ -98,12 +98,16 @@ class Cursor:
 
     A line stamped far from the line before it (a clock jump) never moves the mark: one line
     stamped 2099 would otherwise make every later line look read. Such a line is remembered
-    by digest instead (saved in at_hwm with the JUMPED prefix), so a re-read still drops it."""
+    by digest instead (saved in at_hwm with the JUMPED prefix), so a re-read still drops it.
 
-    __slots__ = ("hwm_ns", "_digests", "_lines", "last_ns", "jumped")
+    `done`: the stream was read to its end (a follower that starts again knows which streams
+    of pods gone meanwhile are complete)."""
 
-    def __init__(self, hwm_ns: int | None = None, at_hwm: set[str] | None = None) -> None:
+    __slots__ = ("hwm_ns", "_digests", "_lines", "last_ns", "jumped", "done")
+
+    def __init__(self, hwm_ns: int | None = None, at_hwm: set[str] | None = None, done: bool = False) -> None:
         self.hwm_ns = hwm_ns
+        self.done = done
         self._digests: set[str] = set(at_hwm or ())
         self.jumped: set[str] = set()  # digests of lines taken across a clock jump
         if any(d.startswith(JUMPED) for d in self._digests):
@@ -125,6 +129,10 @@ class Cursor:
         """What is saved with the mark: digests of the lines at it, and of clock-jumped lines."""
         marks = self._at_mark()
         return marks | {JUMPED + d for d in self.jumped} if self.jumped else marks
+
+    def copy(self) -> Cursor:
+        """A snapshot, for a batch written on another thread while reading goes on."""
+        return Cursor(self.hwm_ns, set(self.at_hwm), self.done)
 
     def new_read(self) -> None:
         """The next line starts a new read (another file): no line before it to measure from."""
@@ -443,6 +451,10 @@ class RunModel:
         if cursor is not None:
             cursor.new_read()
 
+    def finish_stream(self, stream: str) -> None:
+        """The stream was read to its end: saved with the next batch."""
+        self._cursor(stream).done = True
+
     def _cursor(self, stream: str) -> Cursor:
         cursor = self.cursors.get(stream)
         if cursor is None:
@@ -594,5 +606,5 @@ class RunModel:
         batch, self.batch = self.batch, Batch()
         batch.incarnations = {n: inc.row(self.run) for n, inc in batch.incarnations.items()}
         # Snapshots: the batch may be written by another thread while reading goes on.
-        batch.cursors = {k: Cursor(c.hwm_ns, set(c.at_hwm)) for k, c in batch.cursors.items()}
+        batch.cursors = {k: c.copy() for k, c in batch.cursors.items()}
         return batch

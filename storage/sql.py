@@ -85,9 +85,9 @@ class SqlSink:
             f"ON CONFLICT (run, incarnation) DO UPDATE SET {updates}",
         )
         self._cursor_sql = _insert_sql(
-            store, "cursors", ("run", "stream", "hwm_ns", "at_hwm", "updated_ns"),
+            store, "cursors", ("run", "stream", "hwm_ns", "at_hwm", "updated_ns", "done"),
             "ON CONFLICT (run, stream) DO UPDATE SET hwm_ns = excluded.hwm_ns, "
-            "at_hwm = excluded.at_hwm, updated_ns = excluded.updated_ns",
+            "at_hwm = excluded.at_hwm, updated_ns = excluded.updated_ns, done = excluded.done",
         )
         self._run_sql = _insert_sql(
             store, "runs", ("run", "jobset", "namespace", "created_ns", "updated_ns"),
@@ -138,7 +138,8 @@ class SqlSink:
             now = time.time_ns()
             conn.exec_driver_sql(
                 self._cursor_sql,
-                [(run, s, c.hwm_ns, json.dumps(sorted(c.at_hwm)), now) for s, c in batch.cursors.items()],
+                [(run, s, c.hwm_ns, json.dumps(sorted(c.at_hwm)), now, c.done)
+                 for s, c in batch.cursors.items()],
             )
         return self.refused[refused:]
 
@@ -227,9 +228,9 @@ def load_model(conn: sa.Connection, run: str) -> RunModel:
             )
         }
     cursors = {
-        stream: Cursor(hwm, set(json_value(at)))
-        for stream, hwm, at in conn.execute(
-            sa.text("SELECT stream, hwm_ns, at_hwm FROM cursors WHERE run = :run"), {"run": run}
+        stream: Cursor(hwm, set(json_value(at)), bool(done))
+        for stream, hwm, at, done in conn.execute(
+            sa.text("SELECT stream, hwm_ns, at_hwm, done FROM cursors WHERE run = :run"), {"run": run}
         )
     }
     steps = conn.execute(

@@ -41,6 +41,7 @@ FAILURES = {
     "stream_failure": "cannot read the log",
     "auth_failure": "cannot authenticate to the cluster",
     "parquet_failure": "cannot write Parquet (SQL has the rows; they go to Parquet once it works)",
+    "unread_tail": "could not read the end of a pod's log",
 }
 
 

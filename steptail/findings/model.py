@@ -18,11 +18,11 @@ WARNING = "warning"
 KINDS = (
     "gap", "head_gap", "stall", "nonfinite_ce", "step1_ce_gate", "load_balance_rule",
     "resume_from_zero", "resume_mismatch", "missing_rbf", "stream_failure", "auth_failure",
-    "parquet_failure", "step_jump", "clock_jump",
+    "parquet_failure", "step_jump", "clock_jump", "unread_tail",
 )
 # Kinds that only the live follower can see (the clock, the stream): `check` keeps the stored
 # ones instead of recomputing them.
-LIVE_KINDS = frozenset({"stall", "stream_failure", "auth_failure", "parquet_failure"})
+LIVE_KINDS = frozenset({"stall", "stream_failure", "auth_failure", "parquet_failure", "unread_tail"})
 NO_STEP = -1  # first/last_step of a finding not tied to a step
 NO_INCARNATION = 0
 
