@@ -588,8 +588,19 @@ class SimCluster:
             self.deny(**kw)
         elif a == "corrupt_pods":
             self.corrupt_pods(**kw)
+        elif a == "write_lines":
+            self.write_lines(f.jobset, **kw)
         else:
             raise ValueError(f"unknown fault action {a!r}")
+
+    def write_lines(self, jobset: str | None = None, lines: list[str] = ()) -> None:
+        """Process 0 prints these lines as they are (hostile input: values no store can hold,
+        NUL, absurd steps), each with the kubelet's timestamp of now."""
+        with self.lock:
+            p = self._process0(self._js(jobset))
+            if p is not None and p.current.state == "running":
+                for line in lines:
+                    p.current.log.write(line)
 
     def rotate(self, jobset: str | None = None, pod: str | None = None, all_pods: bool = False) -> None:
         """Rotate the current log file of process 0 (or `pod`, or every pod): open follow
