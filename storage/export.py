@@ -6,6 +6,7 @@ when asked (force)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -22,7 +23,7 @@ import steptail
 from parsers import format_ns
 from storage.db import Store
 from storage.parquet import SCHEMAS
-from storage.reads import json_value, run_exists
+from storage.reads import json_value, missing_steps, run_exists
 
 MANIFEST_VERSION = 1
 _CHUNK = 20_000
@@ -123,24 +124,6 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _step_gaps(conn: sa.Connection, run: str) -> list[dict]:
-    """Steps missing between two recorded steps of an incarnation, and head gaps."""
-    inner = conn.execute(sa.text(
-        "SELECT incarnation, step, next_step FROM ("
-        " SELECT incarnation, step, LEAD(step) OVER (PARTITION BY incarnation ORDER BY step)"
-        " AS next_step FROM loss_parts WHERE run = :run) s"
-        " WHERE next_step > step + 1 ORDER BY incarnation, step"), {"run": run})
-    gaps = [{"incarnation": i, "first_step": s + 1, "last_step": n - 1, "kind": "gap"}
-            for i, s, n in inner]
-    heads = conn.execute(sa.text(
-        "SELECT incarnation, first_step, restored_from FROM incarnations WHERE run = :run"
-        " AND saw_start AND first_step > COALESCE(restored_from, 0) + 1 ORDER BY incarnation"),
-        {"run": run})
-    gaps += [{"incarnation": i, "first_step": (r or 0) + 1, "last_step": f - 1, "kind": "head_gap"}
-             for i, f, r in heads]
-    return sorted(gaps, key=lambda g: (g["incarnation"], g["first_step"]))
-
-
 def _manifest_facts(conn: sa.Connection, run: str) -> dict:
     info = conn.execute(sa.text("SELECT jobset, namespace FROM runs WHERE run = :run"),
                         {"run": run}).one()
@@ -182,7 +165,7 @@ def _manifest_facts(conn: sa.Connection, run: str) -> dict:
         "run": run, "jobset": info.jobset, "namespace": info.namespace,
         "incarnations": incarnations, "config": config,
         "step_range": {"first": lo, "last": hi},
-        "gaps": {"steps": _step_gaps(conn, run), "streams": stream_gaps},
+        "gaps": {"steps": missing_steps(conn, run), "streams": stream_gaps},
         "schema_version": schema,
     }
 
@@ -263,8 +246,10 @@ def _build(store: Store, run: str, folder: Path) -> dict:
     return manifest
 
 
-def export_run(store: Store, run: str, out: str | Path, *, force: bool = False) -> dict:
-    """Write the bundle of RUN to OUT; returns the manifest."""
+def export_run(store: Store, run: str, out: str | Path, *, force: bool = False,
+               parents: bool = False) -> dict:
+    """Write the bundle of RUN to OUT; returns the manifest. `parents`: create OUT's missing
+    parent directories (removed again when the export fails)."""
     out = Path(out)
     check_export_name(run)
     if not run_exists(store, run):
@@ -273,17 +258,34 @@ def export_run(store: Store, run: str, out: str | Path, *, force: bool = False) 
         raise ExportError(f"{out} already exists (use --force to replace it)")
     if out.exists() and not out.is_dir():
         raise ExportError(f"{out} exists and is not a directory")
+    created = _make_parents(out.parent) if parents else []
     if not out.parent.is_dir():
         raise ExportError(f"directory {out.parent} does not exist")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    tmp = None
     try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
         manifest = _build(store, run, tmp)
         os.chmod(tmp, 0o755)
         _swap_into_place(tmp, out)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        for folder in created:
+            with contextlib.suppress(OSError):  # not empty: another writer uses it now
+                folder.rmdir()
         raise
     return manifest
+
+
+def _make_parents(folder: Path) -> list[Path]:
+    """Create FOLDER and its missing ancestors; returns those created, deepest first."""
+    missing = []
+    ancestor = folder
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        missing.append(ancestor)
+        ancestor = ancestor.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    return missing
 
 
 def _swap_into_place(tmp: Path, out: Path) -> None:

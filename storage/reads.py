@@ -18,6 +18,16 @@ def json_value(value):
 
 
 def list_runs(store: Store) -> list[dict]:
+    """The fields of `runs --json`: run_summaries with readable times."""
+    return [{_READABLE.get(k, k): format_ns(v) if k in _READABLE and v is not None else v
+             for k, v in r.items()} for r in run_summaries(store)]
+
+
+_READABLE = {"last_ts_ns": "last_ts", "updated_ns": "updated"}
+
+
+def run_summaries(store: Store) -> list[dict]:
+    """Each run with its counts and last step; times in ns since the epoch (None: unknown)."""
     sql = sa.text(
         """
         SELECT r.run, r.jobset, r.namespace, r.updated_ns,
@@ -49,9 +59,9 @@ def list_runs(store: Store) -> list[dict]:
                 "max_step": r["max_step"],
                 "last_step": last.step if last else None,
                 "last_ce": last.ce if last else None,
-                "last_ts": format_ns(last.ts_ns) if last and last.ts_ns is not None else None,
+                "last_ts_ns": last.ts_ns if last else None,
                 "bad_lines": int(r["bad_lines"]),
-                "updated": format_ns(r["updated_ns"]),
+                "updated_ns": r["updated_ns"],
             })
     return out
 
@@ -106,3 +116,83 @@ def iter_steps(store: Store, run: str, lo: int | None = None, hi: int | None = N
                 "rbf_per_layer": json_value(row.rbf_per_layer) if row.rbf_per_layer is not None else None,
                 "rbf_program": row.rbf_program,
             }
+
+
+def _step_filter(incarnation: int | None, lo: int | None, hi: int | None) -> tuple[str, dict]:
+    params = {"lo": -1 if lo is None else lo, "hi": _BIG if hi is None else hi}
+    where = " AND step >= :lo AND step <= :hi"
+    if incarnation is not None:
+        where += " AND incarnation = :inc"
+        params["inc"] = incarnation
+    return where, params
+
+
+def iter_loss_parts(store: Store, run: str, incarnation: int | None = None, lo: int | None = None,
+                    hi: int | None = None) -> Iterator[tuple]:
+    """(incarnation, step, ts_ns, ce, ce_raw, parts) per LOSS-PARTS row, in log order; parts
+    as stored (non-finite values are the words "nan", "inf", "-inf")."""
+    where, params = _step_filter(incarnation, lo, hi)
+    sql = ("SELECT incarnation, step, ts_ns, ce, ce_raw, parts FROM loss_parts WHERE run = :run"
+           f"{where} ORDER BY incarnation, step")
+    with store.engine.connect() as conn:
+        for row in conn.execute(sa.text(sql), {"run": run, **params}):
+            yield (row.incarnation, row.step, row.ts_ns, row.ce, row.ce_raw, json_value(row.parts))
+
+
+def iter_required_rbf(store: Store, run: str, incarnation: int | None = None, lo: int | None = None,
+                      hi: int | None = None) -> Iterator[tuple]:
+    """(incarnation, step, ts_ns, max, per_layer, program) per REQUIRED_RBF row, in log order."""
+    where, params = _step_filter(incarnation, lo, hi)
+    sql = ("SELECT incarnation, step, ts_ns, max, per_layer, program FROM required_rbf"
+           f" WHERE run = :run{where} ORDER BY incarnation, step")
+    with store.engine.connect() as conn:
+        for row in conn.execute(sa.text(sql), {"run": run, **params}):
+            yield (row.incarnation, row.step, row.ts_ns, row.max, json_value(row.per_layer), row.program)
+
+
+FINDING_FIELDS = ("run", "kind", "incarnation", "first_step", "last_step", "detail", "severity",
+                  "detected_ns")
+
+
+def list_findings(store: Store, run: str | None = None) -> list[tuple]:
+    """Stored findings (FINDING_FIELDS) of one run or of all, in `check`'s order."""
+    sql = f"SELECT {', '.join(FINDING_FIELDS)} FROM findings"
+    params = {}
+    if run is not None:
+        sql += " WHERE run = :run"
+        params["run"] = run
+    sql += " ORDER BY run, incarnation, first_step, kind"
+    with store.engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(sa.text(sql), params)]
+
+
+def missing_steps(conn: sa.Connection, run: str) -> list[dict]:
+    """Steps missing between two recorded steps of an incarnation ('gap'), and before the first
+    step of an incarnation that started from scratch or a restore ('head_gap')."""
+    inner = conn.execute(sa.text(
+        "SELECT incarnation, step, next_step FROM ("
+        " SELECT incarnation, step, LEAD(step) OVER (PARTITION BY incarnation ORDER BY step)"
+        " AS next_step FROM loss_parts WHERE run = :run) s"
+        " WHERE next_step > step + 1 ORDER BY incarnation, step"), {"run": run})
+    gaps = [{"incarnation": i, "first_step": s + 1, "last_step": n - 1, "kind": "gap"}
+            for i, s, n in inner]
+    heads = conn.execute(sa.text(
+        "SELECT incarnation, first_step, restored_from FROM incarnations WHERE run = :run"
+        " AND saw_start AND first_step > COALESCE(restored_from, 0) + 1 ORDER BY incarnation"),
+        {"run": run})
+    gaps += [{"incarnation": i, "first_step": (r or 0) + 1, "last_step": f - 1, "kind": "head_gap"}
+             for i, f, r in heads]
+    return sorted(gaps, key=lambda g: (g["incarnation"], g["first_step"]))
+
+
+def step_gaps(store: Store, run: str) -> list[dict]:
+    with store.engine.connect() as conn:
+        return missing_steps(conn, run)
+
+
+def stream_gaps(store: Store, run: str) -> list[tuple]:
+    """(stream, start_ns, end_ns, reason) of each stretch of a log that could not be read."""
+    with store.engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(sa.text(
+            "SELECT stream, start_ns, end_ns, reason FROM stream_gaps WHERE run = :run"
+            " ORDER BY start_ns"), {"run": run})]

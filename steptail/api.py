@@ -1,0 +1,248 @@
+"""The Python API for notebooks and ledger jobs: a store's runs, steps, findings, gaps and
+arm-vs-control comparisons as pandas DataFrames.
+
+    import steptail
+
+    with steptail.open("steptail.db") as st:      # or a postgresql:// URL; None: $STEPTAIL_DB
+        steps = st.steps("arm-a", from_step=1, to_step=500)
+        cmp = st.compare("arm-a", "control", tolerance=0.01)
+
+Column types: steps, incarnations and counts are int64 (Int64 where a value may be missing),
+times `datetime64[ns, UTC]` (NaT when the log had no kubelet timestamps), CE and other
+measurements float64, text pandas' "string" dtype. `ce` is NaN when the logged value was not
+finite; `ce_raw` keeps the token as printed ("nan", "inf").
+
+The `steptail compare` and `steptail export` commands read through this class as well."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from steptail.findings.compare import CompareRefused, Comparison, compare_runs
+from storage import reads
+from storage.db import Store, open_store
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["CompareRefused", "Steptail", "UnknownRun", "open"]
+
+# Columns of a steps frame that a loss part of the same name must not overwrite.
+STEP_COLUMNS = ("incarnation", "step", "ts", "ce", "ce_raw")
+_NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+_INT64 = range(-(2**63), 2**63)
+# The findings frame: reads.FINDING_FIELDS in order, detected_ns as a timestamp.
+FINDING_COLUMNS = (("run", "string"), ("kind", "string"), ("incarnation", "int64"),
+                   ("first_step", "int64"), ("last_step", "int64"), ("detail", "string"),
+                   ("severity", "string"), ("detected", "ns"))
+
+
+class UnknownRun(LookupError):
+    """The store holds no run of that name (the message names the run and the store)."""
+
+
+def open(db: str | None = None) -> Steptail:
+    """Open the store at `db` (SQLAlchemy URL or SQLite path; None: $STEPTAIL_DB, else
+    ./steptail.db) for reading. A missing SQLite file is an error, never created."""
+    return Steptail(open_store(db, create=False))
+
+
+class Steptail:
+    """Reads of one store. Use as a context manager, or call close()."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def __enter__(self) -> Steptail:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.store.dispose()
+
+    def __repr__(self) -> str:
+        return f"<steptail store {self.store.describe()}>"
+
+    def _known(self, run: str) -> str:
+        if not reads.run_exists(self.store, run):
+            raise UnknownRun(f"no run {run!r} in {self.store.describe()}")
+        return run
+
+    # -- frames --------------------------------------------------------------------------
+    def runs(self) -> pd.DataFrame:
+        """One row per run (the fields of `steptail runs --json`): run, jobset, namespace,
+        sources (list), incarnations, steps, max_step, last_step, last_ce, last_ts,
+        bad_lines, updated."""
+        rows = reads.run_summaries(self.store)
+        return _frame({
+            "run": (_column(rows, "run"), "string"),
+            "jobset": (_column(rows, "jobset"), "string"),
+            "namespace": (_column(rows, "namespace"), "string"),
+            "sources": (_column(rows, "sources"), object),
+            "incarnations": (_column(rows, "incarnations"), "int64"),
+            "steps": (_column(rows, "steps"), "int64"),
+            "max_step": (_column(rows, "max_step"), "Int64"),
+            "last_step": (_column(rows, "last_step"), "Int64"),
+            "last_ce": (_column(rows, "last_ce"), "float64"),
+            "last_ts": (_column(rows, "last_ts_ns"), "ns"),
+            "bad_lines": (_column(rows, "bad_lines"), "int64"),
+            "updated": (_column(rows, "updated_ns"), "ns"),
+        })
+
+    def steps(self, run: str, incarnation: int | None = None, from_step: int | None = None,
+              to_step: int | None = None, parts: Literal["columns", "dict"] = "columns") -> pd.DataFrame:
+        """LOSS-PARTS rows of `run` in log order (a replayed step once per incarnation):
+        incarnation, step, ts, ce, ce_raw, then the other loss parts.
+
+        parts="columns" (default): one column per part key as logged (z_loss, moe_lb, total,
+        weights, ...): Int64 when every value is an integer, else float64 (non-finite
+        restored), else string; a key named like a fixed column becomes `parts.<key>`.
+        parts="dict": one object column `parts` holding each row's dict as stored (non-finite
+        values as the words "nan", "inf", "-inf"), as in `steptail steps --json`."""
+        if parts not in ("columns", "dict"):
+            raise ValueError(f"parts must be 'columns' or 'dict', not {parts!r}")
+        rows = list(reads.iter_loss_parts(self.store, self._known(run), incarnation, from_step, to_step))
+        frame = _frame({
+            "incarnation": ([r[0] for r in rows], "int64"),
+            "step": ([r[1] for r in rows], "int64"),
+            "ts": ([r[2] for r in rows], "ns"),
+            "ce": ([r[3] for r in rows], "float64"),
+            "ce_raw": ([r[4] for r in rows], "string"),
+        })
+        stored = [r[5] for r in rows]
+        if parts == "dict":
+            frame["parts"] = _series(stored, object)
+            return frame
+        for key, series in _part_columns(stored).items():
+            frame[f"parts.{key}" if key in STEP_COLUMNS else key] = series
+        return frame
+
+    def rbf(self, run: str, incarnation: int | None = None, from_step: int | None = None,
+            to_step: int | None = None) -> pd.DataFrame:
+        """REQUIRED_RBF rows of `run` in log order: incarnation, step, ts, max (float64),
+        per_layer (a list of floats per row), program."""
+        rows = list(reads.iter_required_rbf(self.store, self._known(run), incarnation, from_step, to_step))
+        return _frame({
+            "incarnation": ([r[0] for r in rows], "int64"),
+            "step": ([r[1] for r in rows], "int64"),
+            "ts": ([r[2] for r in rows], "ns"),
+            "max": ([r[3] for r in rows], "float64"),
+            "per_layer": ([[float(_NONFINITE.get(v, v)) for v in r[4]] for r in rows], object),
+            "program": ([r[5] for r in rows], "string"),
+        })
+
+    def findings(self, run: str | None = None) -> pd.DataFrame:
+        """Stored findings (what `check` and `follow` recorded) of `run`, or of every run:
+        run, kind, incarnation, first_step, last_step (-1 when not tied to a step), detail,
+        severity, detected."""
+        rows = reads.list_findings(self.store, None if run is None else self._known(run))
+        columns = list(zip(*rows, strict=True)) or [()] * len(FINDING_COLUMNS)
+        return _frame({name: (list(values), kind)
+                       for (name, kind), values in zip(FINDING_COLUMNS, columns, strict=True)})
+
+    def gaps(self, run: str) -> pd.DataFrame:
+        """Steps missing from `run`, one row per range: kind ('gap' between two recorded steps,
+        'head_gap' before an incarnation's first step), incarnation, first_step, last_step,
+        missing (how many steps). The ranges of the export manifest's gaps.steps."""
+        rows = reads.step_gaps(self.store, self._known(run))
+        return _frame({
+            "kind": (_column(rows, "kind"), "string"),
+            "incarnation": (_column(rows, "incarnation"), "int64"),
+            "first_step": (_column(rows, "first_step"), "int64"),
+            "last_step": (_column(rows, "last_step"), "int64"),
+            "missing": ([g["last_step"] - g["first_step"] + 1 for g in rows], "int64"),
+        })
+
+    def stream_gaps(self, run: str) -> pd.DataFrame:
+        """Stretches of a followed log that could not be read back: stream, start, end (NaT
+        while open), reason."""
+        rows = reads.stream_gaps(self.store, self._known(run))
+        return _frame({
+            "stream": ([r[0] for r in rows], "string"),
+            "start": ([r[1] for r in rows], "ns"),
+            "end": ([r[2] for r in rows], "ns"),
+            "reason": ([r[3] for r in rows], "string"),
+        })
+
+    def compare(self, arm: str, control: str, tolerance: float = 1e-3, rel: float = 0.0) -> pd.DataFrame:
+        """CE of `arm` against `control` at each common step (each step's value from its latest
+        incarnation): step, arm_ce, control_ce, delta (arm - control; NaN when a side is not
+        finite), beyond (|delta| > tolerance + rel x |control_ce|, or one side not finite).
+        `frame.attrs["summary"]` holds the fields of `steptail compare --json` but the steps.
+        Raises CompareRefused when the runs ran on different slice shapes or share no step."""
+        result = self.comparison(arm, control, tolerance, rel)
+        frame = _frame({
+            "step": (_column(result.rows, "step"), "int64"),
+            "arm_ce": (_column(result.rows, "arm_ce"), "float64"),
+            "control_ce": (_column(result.rows, "control_ce"), "float64"),
+            "delta": (_column(result.rows, "delta"), "float64"),
+            "beyond": (_column(result.rows, "beyond"), "bool"),
+        })
+        frame.attrs["summary"] = result.summary()
+        return frame
+
+    # -- objects ---------------------------------------------------------------------------
+    def comparison(self, arm: str, control: str, tolerance: float = 1e-3, rel: float = 0.0) -> Comparison:
+        """The comparison behind compare(), with its summary and plot (steptail.findings.compare)."""
+        for run in (arm, control):
+            self._known(run)
+        return compare_runs(self.store, arm, control, tolerance, rel)
+
+    def export(self, run: str, out: str | Path, *, force: bool = False) -> dict:
+        """Write the ledger bundle of `run` (Parquet per table, manifest.json, ce.png) to the
+        directory `out`, creating missing parents; returns the manifest. An existing `out` is
+        replaced only with force=True (storage.export.ExportError otherwise)."""
+        from storage.export import check_export_name, export_run
+
+        check_export_name(run)
+        self._known(run)
+        return export_run(self.store, run, out, force=force, parents=True)
+
+
+# -- typed frames --------------------------------------------------------------------------
+# pandas loads with the first frame, not with this module: the compare and export commands
+# share this class and need no pandas.
+def _column(rows: list[dict], name: str) -> list:
+    return [r[name] for r in rows]
+
+
+def _series(values: list, kind) -> pd.Series:
+    import numpy as np
+    import pandas as pd
+
+    if kind == "ns":  # ns since the epoch; None becomes NaT (int64's minimum)
+        nat = np.iinfo(np.int64).min
+        raw = np.array([nat if v is None else v for v in values], dtype=np.int64)
+        return pd.Series(raw.view("datetime64[ns]")).dt.tz_localize("UTC")
+    if kind is object:
+        out = pd.Series([None] * len(values), dtype=object)
+        for i, v in enumerate(values):  # lists and dicts kept whole, not spread over rows
+            out.iat[i] = v
+        return out
+    return pd.Series(values, dtype=kind)
+
+
+def _frame(columns: dict[str, tuple[list, object]]) -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.DataFrame({name: _series(values, kind) for name, (values, kind) in columns.items()})
+
+
+def _part_columns(stored: list[dict]) -> dict[str, pd.Series]:
+    keys = list(dict.fromkeys(key for parts in stored for key in parts))
+    out = {}
+    for key in keys:
+        values = [parts.get(key) for parts in stored]
+        present = [v for v in values if v is not None]
+        if all(type(v) is int and v in _INT64 for v in present):
+            out[key] = _series(values, "Int64")
+        elif all(type(v) in (int, float) or v in _NONFINITE for v in present):
+            out[key] = _series([None if v is None else float(_NONFINITE.get(v, v)) for v in values],
+                               "float64")
+        else:  # a bare word among the values
+            out[key] = _series([None if v is None else str(v) for v in values], "string")
+    return out
