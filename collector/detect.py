@@ -9,6 +9,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from collector import events
 from steptail.findings import load_engine
 
 log = logging.getLogger("steptail.follow")
@@ -52,6 +53,7 @@ class Detectors:
         self.flagged: list = []  # every finding raised by this collector
         self._seen_failures = 0  # failures handed to the engine so far
         self.finishing = False  # the run ended: end-of-data checks at the next commit
+        self.on_event: events.Hook | None = None
         self._lock = threading.Lock()
 
     # -- inputs ------------------------------------------------------------------------------
@@ -112,6 +114,7 @@ class Detectors:
         if not findings:
             return
         self.flagged += findings
+        events.committed_findings(self.on_event, findings)
         if self.alerts is not None:
             try:
                 await self.alerts.publish(findings, recorded=True)

@@ -17,7 +17,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from collector import kubectl
+from collector import events, kubectl
 from collector.detect import Detectors
 from collector.discovery import Discovery, PodInfo, reason_of
 from collector.health import Health
@@ -142,6 +142,7 @@ class RunFollower:
         self._pending_check: dict[str, _Overlap] = {}  # stream -> unresolved re-read check
         self.pace = Pace()  # the writer's pace, for the hang watchdog
         self.probes = 0  # non-follow reads of a quiet pod's newest line
+        self.on_event: events.Hook | None = None
 
     # ------------------------------------------------------------------------ main loop
     async def run_forever(self) -> None:
@@ -497,6 +498,9 @@ class RunFollower:
             return self.discovery.pods.get(pod.uid)
 
     def _set_state(self, state: str, pod: PodInfo | None = None) -> None:
+        pod_name = pod.name if pod is not None else self.status.pod
+        if self.on_event is not None and (state, pod_name) != (self.status.state, self.status.pod):
+            events.state_changed(self.on_event, self.run, state, pod_name)
         self.status.state = state
         self.sink.running = state == "following"  # stalls are judged only while the container runs
         if pod is not None:

@@ -13,6 +13,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from collector import events
 from collector.health import Health
 from steptail.model import Batch, RunModel
 from storage.db import Store
@@ -72,6 +73,7 @@ class RunSink:
         self.parquet_health = Health("parquet", run)
         self._parquet_behind = False  # rows dropped after a Parquet failure: catch_up rewrites them from SQL
         self.last_loss: tuple | None = None  # last LOSS-PARTS row committed
+        self.on_event: events.Hook | None = None  # committed rows and gaps, as they commit
         self.step_seconds: float | None = None  # from the last per-pod step line
         self._lock = asyncio.Lock()
         ph = store.placeholder
@@ -136,8 +138,11 @@ class RunSink:
                 refused = self.sql.take_refused()  # quarantined by the store, the rest committed
                 for table, _, why in refused:
                     model.counters.bad(f"store refused a {table} row (quarantined): {why}")
-                for b, _ in todo:
+                for b, committed_gaps in todo:
                     b = b.without(r for _, r, _ in refused) if refused else b
+                    if self.on_event is not None:
+                        events.committed_rows(self.on_event, b)
+                        events.committed_gaps(self.on_event, self.run, committed_gaps)
                     written += len(b)
                     if b.loss_parts:
                         self.last_loss = b.loss_parts[-1]

@@ -10,7 +10,7 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collector import kubectl
+from collector import events, kubectl
 from collector.detect import Detectors
 from collector.discovery import Discovery
 from collector.follower import FollowConfig, RunFollower, RunStatus
@@ -47,6 +47,9 @@ class Plan:
     # seconds a pod list refused (401/403) or an unreachable API may last from start-up before
     # giving up: that is a configuration error (RBAC, credentials, address), not an outage
     give_up: float = 30.0
+    # called with each step, rbf row, stream gap and finding once committed, and each follower
+    # state change (collector.events); None costs nothing
+    on_event: events.Hook | None = None
 
 
 class Supervisor:
@@ -103,7 +106,7 @@ class Supervisor:
             except Exception as exc:  # noqa: BLE001 - report, flush the others
                 log.error("%s: final flush failed: %s", run, exc)
             if self.status[run].state != "done":
-                self.status[run].state = "stopped"
+                self._set_state(run, "stopped")
         self.discovery.stop()
 
     def _given_up(self) -> str | None:
@@ -165,6 +168,7 @@ class Supervisor:
                                        jobset, p.target.namespace)
         f = RunFollower(run, jobset, p.target, self.discovery, model, sink, det, p.config, status,
                         self.health.get(run))
+        f.on_event = sink.on_event = det.on_event = p.on_event
         self.followers[run] = f
         return f
 
@@ -181,7 +185,7 @@ class Supervisor:
             except asyncio.CancelledError:
                 raise
             except SourceConflict as exc:  # another source's run: this run is not followed, the others go on
-                status.state = f"refused: {exc.holds}"
+                self._set_state(run, f"refused: {exc.holds}")
                 status.last_error = (f"{exc.clash}: not followed; pass --append if it is the same run, "
                                      f"or follow it with --jobset {jobset} --run NAME")
                 log.error("%s", status.last_error)
@@ -194,11 +198,18 @@ class Supervisor:
                     kind, reason, trace = "collector", f"collector error: {exc!r}"[:300], exc
                 health.fail(kind, reason, exc_info=trace)  # logged (with the traceback) once per state
                 status.last_error = reason
-                status.state = "restarting after an error"
+                self._set_state(run, "restarting after an error")
                 if follower is not None:
                     follower.detectors.failure(kind, reason)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 30.0)
+
+
+    def _set_state(self, run: str, state: str) -> None:
+        status = self.status[run]
+        if state != status.state:
+            events.state_changed(self.plan.on_event, run, state, status.pod)
+        status.state = state
 
 
 async def cancel_all(tasks: list[asyncio.Task], every: float = 1.0) -> None:

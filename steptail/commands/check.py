@@ -7,14 +7,13 @@ from __future__ import annotations
 import sys
 
 import click
-from rich.console import Console
-from rich.table import Table
 from sqlalchemy.exc import SQLAlchemyError
 
-from steptail.commands._common import db_option, fail, json_option, print_json, store_or_exit
+from steptail.commands._common import db_option, fail, store_or_exit
 from steptail.commands._detect_options import detector_options, detector_settings
 from steptail.findings import CRITICAL, ReferenceError, check_run, reference_for, sync_findings
 from steptail.findings.model import Finding, sort_key
+from steptail.output import Column, Output, output_option
 from storage.reads import run_exists
 
 # Findings that mean the run's loss is wrong: the operator may want to stop the run.
@@ -41,11 +40,11 @@ def _run_location(store, run: str) -> tuple[str | None, str | None]:
 @click.command()
 @click.argument("run")
 @db_option
-@json_option
+@output_option()
 @detector_options
 @click.option("--workload", metavar="NAME", help="Kueue workload of the run (for the stop command).")
 @click.option("-n", "--namespace", metavar="NS", help="Namespace of the workload.")
-def command(run: str, db: str | None, as_json: bool, reference_ce: str | None, gate_tolerance: float,
+def command(run: str, db: str | None, output: Output, reference_ce: str | None, gate_tolerance: float,
             resume_tolerance: float, stall_k: float, workload: str | None, namespace: str | None) -> None:
     """Check RUN: gaps, stalls, non-finite CE, the step-1 CE gate, the load-balance rule,
     resumes from zero, resume mismatches, missing REQUIRED_RBF. Exit 1 if anything is flagged."""
@@ -68,26 +67,32 @@ def command(run: str, db: str | None, as_json: bool, reference_ce: str | None, g
     stop = None
     if any(stop_worthy(f) for f in findings):
         stop = stop_command(workload or "WORKLOAD", namespace or ns or "default")
-    if as_json:
-        print_json({"run": run, "findings": [f.to_dict() for f in findings], "stop_command": stop})
+    if output.machine:
+        records = [f.to_dict() for f in findings]
+        output.data({"run": run, "findings": records, "stop_command": stop}, records)
     else:
-        _print(run, findings, stop, jobset, workload)
+        _print(output, run, findings, stop, jobset, workload)
     sys.exit(1 if findings else 0)
 
 
-def _print(run: str, findings: list[Finding], stop: str | None, jobset: str | None,
+COLUMNS = [
+    Column("severity", "severity", style=lambda r: "bold red" if r["severity"] == CRITICAL else "yellow"),
+    Column("kind", "kind"),
+    Column("inc", "incarnation"),
+    Column("steps", "steps"),
+    Column("detail", "detail"),
+    Column("detected", "detected_at", wide=True),
+]
+
+
+def _print(output: Output, run: str, findings: list[Finding], stop: str | None, jobset: str | None,
            workload: str | None) -> None:
-    console = Console()
     if not findings:
-        console.print(f"run {run}: clean")
+        output.line(f"run {run}: clean")
         return
-    table = Table("severity", "kind", "inc", "steps", "detail", title=f"run {run}", expand=False)
-    for f in findings:
-        style = "bold red" if f.severity == CRITICAL else "yellow"
-        table.add_row(f"[{style}]{f.severity}[/]", f.kind, str(f.incarnation), f.steps, f.detail)
-    console.print(table)
+    output.table(COLUMNS, [f.to_event() | {"steps": f.steps} for f in findings], title=f"run {run}")
     critical = sum(f.severity == CRITICAL for f in findings)
-    console.print(f"{len(findings)} finding(s), {critical} critical")
+    output.line(f"{len(findings)} finding(s), {critical} critical")
     if stop:
         click.echo("\nTo stop this run (the operator's decision; steptail never runs it):")
         if workload is None:

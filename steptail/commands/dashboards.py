@@ -6,9 +6,11 @@ from pathlib import Path
 
 import click
 
-from steptail.commands._common import db_option, fail, json_option, print_json, read_secret
+from steptail.commands._common import db_option, fail, read_secret
+from steptail.output import Column, Output, output_option
 
 TOKEN_ENV = ("STEPTAIL_GRAFANA_TOKEN", "GRAFANA_TOKEN")
+PROVISIONED = [Column("action", "action"), Column("name", "name")]
 
 
 @click.group("dashboards")
@@ -19,8 +21,8 @@ def command() -> None:
 @command.command("render")
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path),
               help="Directory for dashboards/*.json and alert-rules/*.json.")
-@json_option
-def render_cmd(out: Path, as_json: bool) -> None:
+@output_option()
+def render_cmd(out: Path, output: Output) -> None:
     """Write the dashboard and alert-rule JSON to DIR."""
     from dashboards.render import render
 
@@ -30,11 +32,12 @@ def render_cmd(out: Path, as_json: bool) -> None:
         paths = render(out)
     except OSError as exc:
         fail(f"cannot write to {out}: {exc.strerror or exc}")
-    if as_json:
-        print_json({"written": [str(p) for p in paths]})
-    else:
-        for p in paths:
-            click.echo(str(p))
+    written = [str(p) for p in paths]
+    if output.machine:
+        output.data({"written": written}, [{"path": p} for p in written])
+    else:  # a path per line, also on a terminal: ready for xargs
+        for p in written:
+            click.echo(p)
 
 
 def read_token(token_file: Path | None) -> str | None:
@@ -49,9 +52,9 @@ def read_token(token_file: Path | None) -> str | None:
 @db_option
 @click.option("--skip-datasource", is_flag=True,
               help="Leave the datasource alone (it is managed elsewhere).")
-@json_option
+@output_option()
 def provision_cmd(url: str, token_file: Path | None, db: str | None, skip_datasource: bool,
-                  as_json: bool) -> None:
+                  output: Output) -> None:
     """Create or update the datasource, folder, dashboards and alert rules (idempotent).
 
     The datasource points at the PostgreSQL store given by --db / $STEPTAIL_DB."""
@@ -69,9 +72,9 @@ def provision_cmd(url: str, token_file: Path | None, db: str | None, skip_dataso
         report = provision(url, token, db_url)
     except ProvisionError as exc:
         fail(str(exc))
-    if as_json:
-        print_json(report.as_dict())
+    done = [{"action": verb, "name": name} for verb in ("created", "updated", "unchanged")
+            for name in getattr(report, verb)]
+    if output.machine:
+        output.data(report.as_dict(), done)
     else:
-        for verb in ("created", "updated", "unchanged"):
-            for name in getattr(report, verb):
-                click.echo(f"{verb:9} {name}")
+        output.table(PROVISIONED, done)

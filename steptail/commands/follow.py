@@ -6,11 +6,11 @@ import asyncio
 import shutil
 
 import click
-from rich.console import Console
 
-from steptail.commands._common import db_option, fail, json_option, print_json, store_or_exit
+from steptail.commands._common import db_option, fail, store_or_exit
 from steptail.commands._detect_options import detector_options, detector_settings
 from steptail.commands._webhooks import read_webhooks, webhook_file_option
+from steptail.output import Output, output_option
 
 
 @click.command()
@@ -49,13 +49,17 @@ from steptail.commands._webhooks import read_webhooks, webhook_file_option
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="stderr as text, or one JSON object per line with `severity` (for Cloud Logging).")
 @detector_options
-@json_option
+@output_option()
 def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parquet, until_done, follow_all,
             selector, silence, parquet_every, webhooks, webhook_file, metrics_port, metrics_host, duration, no_view, append,
-            give_up, log_format, reference_ce, gate_tolerance, resume_tolerance, stall_k, as_json) -> None:
+            give_up, log_format, reference_ce, gate_tolerance, resume_tolerance, stall_k, output: Output) -> None:
     """Follow JAX process 0 of JobSets with `kubectl logs -f`, surviving rotation hangs, EOFs,
     JobSet and container restarts and auth lapses; rows committed within ~0.1 s, stream gaps
-    and findings recorded. SIGTERM/SIGINT: flush, commit, stop every kubectl."""
+    and findings recorded. SIGTERM/SIGINT: flush, commit, stop every kubectl.
+
+    -o ndjson streams one JSON object per line as it happens: each committed step (and
+    REQUIRED_RBF row), stream gap and finding, each follower state change, and the summary
+    last (`event`: step, rbf, gap, finding, state, summary)."""
     from collector.follower import FollowConfig
     from collector.kubeclient import KubeconfigError
     from collector.kubeclient import check as check_kubeconfig
@@ -102,6 +106,13 @@ def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parq
         store.dispose()
         fail(str(exc))
     target = KubeTarget(namespace, acct, kubeconfig, context)
+    started = []  # the Supervisor, once running
+
+    def stream(event: dict) -> None:
+        output.event(event)
+        if output.closed and started:  # the reader went away (jq quit): stop as on SIGTERM
+            started[0].stop()
+
     plan = Plan(
         target,
         jobsets={j: (run_name or j) for j in jobsets},
@@ -113,12 +124,14 @@ def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parq
         reference_ce=reference,
         append=append,
         give_up=give_up,
+        on_event=stream if output.format == "ndjson" else None,
     )
-    console = Console()
-    view = console.is_terminal and not no_view and not as_json
+    console = output.console
+    view = console.is_terminal and not no_view and not output.machine
     try:
         sup = asyncio.run(follow(store, plan, view=view, webhooks=webhooks, metrics_port=metrics_port,
-                                 metrics_host=metrics_host, duration=duration, console=console))
+                                 metrics_host=metrics_host, duration=duration, console=console,
+                                 on_start=lambda s, _url: started.append(s)))
     except OSError as exc:
         fail(f"cannot start: {exc}")
     finally:
@@ -126,15 +139,18 @@ def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parq
     if sup.fatal:
         fail(sup.fatal)
     report = summary(sup.status, sup.discovery.health)
-    if as_json:
-        print_json(report)
+    if output.format == "ndjson":
+        output.event({"event": "summary", **report})
+        return
+    if output.machine:
+        output.data(report, report["runs"])
         return
     for r in report["runs"]:
-        console.print(f"[bold]{r['run']}[/]: {r['state']}, last step {r['last_step']}, {r['rows']} rows, "
-                      f"{r['reconnects']} reconnects, {r['gaps']} stream gaps, {r['failures']} failures"
-                      + (f" ({by_kind(r['errors'])})" if r["errors"] else "")
-                      + (f" (last: {r['last_error']})" if r["last_error"] else ""), highlight=False, soft_wrap=True)
+        output.print(f"[bold]{r['run']}[/]: {r['state']}, last step {r['last_step']}, {r['rows']} rows, "
+                     f"{r['reconnects']} reconnects, {r['gaps']} stream gaps, {r['failures']} failures"
+                     + (f" ({by_kind(r['errors'])})" if r["errors"] else "")
+                     + (f" (last: {r['last_error']})" if r["last_error"] else ""), highlight=False, soft_wrap=True)
     d = report["discovery"]
     if d["failures"]:
-        console.print(f"[bold]pod discovery[/]: {d['state']}, {d['failures']} failures ({by_kind(d['errors'])}) "
-                      f"(last: {d['last_error']})", highlight=False, soft_wrap=True)
+        output.print(f"[bold]pod discovery[/]: {d['state']}, {d['failures']} failures ({by_kind(d['errors'])}) "
+                     f"(last: {d['last_error']})", highlight=False, soft_wrap=True)

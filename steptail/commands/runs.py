@@ -3,27 +3,38 @@
 from __future__ import annotations
 
 import click
-from rich.console import Console
-from rich.table import Table
 
-from steptail.commands._common import db_option, json_option, print_json, store_or_exit
+from steptail.commands._common import db_option, store_or_exit
+from steptail.output import Column, output_option
 from storage.reads import list_runs
+
+COLUMNS = [
+    Column("run", "run"),
+    Column("source", lambda r: ", ".join(r["sources"])),
+    Column("incarnations", "incarnations"),
+    Column("steps", "steps"),
+    Column("last step", "last_step"),
+    Column("last ce", lambda r: None if r["last_ce"] is None else f"{r['last_ce']:.6f}"),
+    Column("last line", "last_ts"),
+    Column("bad lines", "bad_lines"),
+    Column("jobset", "jobset", wide=True),
+    Column("namespace", "namespace", wide=True),
+    Column("max step", "max_step", wide=True),
+    Column("updated", "updated", wide=True),
+]
 
 
 @click.command()
 @db_option
-@json_option
-def command(db: str | None, as_json: bool) -> None:
+@output_option()
+def command(db: str | None, output) -> None:
     """List recorded runs: source (kubernetes:<namespace>/<jobset> or files), incarnations,
     steps, last step and CE."""
     store = store_or_exit(db, create=False)
     runs = list_runs(store)
-    if as_json:
-        print_json(runs)
-        return
-    table = Table("run", "source", "incarnations", "steps", "last step", "last ce", "last line", "bad lines")
-    for r in runs:
-        ce = "" if r["last_ce"] is None else f"{r['last_ce']:.6f}"
-        table.add_row(r["run"], ", ".join(r["sources"]), str(r["incarnations"]), str(r["steps"]),
-                      str(r["last_step"] or ""), ce, r["last_ts"] or "", str(r["bad_lines"]))
-    Console().print(table if runs else "no runs recorded yet")
+    if output.machine:
+        output.data(runs)
+    elif runs or output.piped:
+        output.table(COLUMNS, runs)
+    else:
+        output.line("no runs recorded yet")
