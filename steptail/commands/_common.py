@@ -32,6 +32,14 @@ def fail(message: str, code: int = 2) -> NoReturn:
     sys.exit(code)
 
 
+def warn(message: str) -> None:
+    """One line on stderr, as fail() prints it, without exiting."""
+    from steptail import logs
+
+    line = f"steptail: warning: {message}"
+    click.echo(logs.json_line("WARNING", "steptail", line) if logs.json_enabled() else line, err=True)
+
+
 def store_or_exit(db: str | None, *, create: bool = True) -> Store:
     try:
         return open_store(db, create=create)

@@ -19,6 +19,7 @@ from array import array
 from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from operator import itemgetter
 
 from parsers import format_ns
 from steptail.findings.model import (
@@ -34,6 +35,7 @@ from steptail.model import Batch
 
 # Positions in the row tuples (storage.sql.COLUMNS / INCARNATION_COLUMNS).
 INC_SAW_START, INC_RESTORED_FROM = 3, 6
+_INCARNATION = itemgetter(1)
 CP_PARAM = "ici_context_parallelism"
 LB_PARAM = "context_parallel_load_balance"
 # Follower failure kinds and what each means for the run.
@@ -98,7 +100,8 @@ class FirstRecordings:
             self._sparse[step] = (inc, ce, raw)
             return
         if step >= len(self._inc):
-            grow = step + 1 - len(self._inc)
+            # doubled, not grown by one: steps arrive one by one and each extend copies
+            grow = min(max(step + 1, 2 * len(self._inc), 1024), self.DENSE_LIMIT) - len(self._inc)
             self._inc.extend(array("i", [0]) * grow)
             self._ce.extend(array("d", [0.0]) * grow)
         self._inc[step] = inc
@@ -182,7 +185,12 @@ class FindingEngine:
         """Rows in log order; returns the findings opened or grown by them."""
         by_inc: dict[int, dict[str, list]] = defaultdict(lambda: defaultdict(list))
         for table in ("config", "checkpoints", "loss_parts", "required_rbf"):
-            for row in getattr(batch, table):
+            rows = getattr(batch, table)
+            numbers = set(map(_INCARNATION, rows))
+            if len(numbers) == 1:  # the usual batch: one incarnation, no need to split its rows
+                by_inc[numbers.pop()][table] = rows
+                continue
+            for row in rows:
                 by_inc[row[1]][table].append(row)
         for n in batch.incarnations:
             by_inc[n]  # noqa: B018 - an incarnation row alone still opens it
@@ -334,7 +342,8 @@ class FindingEngine:
         else:
             inc.pending_rbf.append(step)
         inc.last_step, inc.last_ts = step, ts
-        self._max_step = step if self._max_step is None else max(self._max_step, step)
+        if self._max_step is None or step > self._max_step:
+            self._max_step = step
         self._arrival_ns = self.clock()
 
     def _first_step(self, inc: _Inc, step: int) -> None:
@@ -381,7 +390,8 @@ class FindingEngine:
         if ts is None or inc.last_ts is None or ts < inc.last_ts:
             return
         per_step = (ts - inc.last_ts) / 1e9 / (step - inc.last_step)  # lost steps explain time
-        median = self._median_ready()
+        known = self._median  # _median_ready() inline: this runs for every step
+        median = known.value() if known.count >= self.settings.stall_min_intervals else None
         if median is not None and per_step > self.settings.stall_k * median:
             nxt = inc.last_step + 1
             self._emit(
