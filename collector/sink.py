@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from collector import events
 from collector.health import Health
 from steptail.model import Batch, RunModel
+from storage.compact import compact, write_snapshots
 from storage.db import Store
 from storage.parquet import ParquetSink, catch_up
 from storage.sql import COLUMNS, SqlSink
@@ -72,6 +73,7 @@ class RunSink:
         self._unsaved: list = []  # findings of a commit that failed: the engine will not raise them again
         self.parquet_health = Health("parquet", run)
         self._parquet_behind = False  # rows dropped after a Parquet failure: catch_up rewrites them from SQL
+        self._snapshots_due = False  # findings, stream gaps or reconnects committed since the last Parquet write
         self.last_loss: tuple | None = None  # last LOSS-PARTS row committed
         self.on_event: events.Hook | None = None  # committed rows and gaps, as they commit
         self.step_seconds: float | None = None  # from the last per-pod step line
@@ -157,6 +159,8 @@ class RunSink:
                 if bad > self.bad_lines:
                     self.detectors.bad_lines(bad - self.bad_lines)
                     self.bad_lines = bad
+                if findings or any(g or b.reconnects for b, g in todo):
+                    self._snapshots_due = True
                 await self.detectors.committed(findings)
             if self.parquet_root and (parquet or time.monotonic() - self.parquet_last >= self.parquet_every):
                 try:
@@ -191,9 +195,12 @@ class RunSink:
         self.parquet_last = time.monotonic()
         rows, self.parquet_rows = self.parquet_rows, {t: [] for t in _TABLES}
         if self._parquet_behind:  # these rows are in SQL too: catch_up writes them with the missed ones
-            catch_up(self.store, self.run, self.parquet_root)
-            self._parquet_behind = False
+            catch_up(self.store, self.run, self.parquet_root)  # the snapshots too
+            self._parquet_behind = self._snapshots_due = False
             return
+        if self._snapshots_due:
+            write_snapshots(self.store, self.run, self.parquet_root)
+            self._snapshots_due = False
         if not any(rows.values()):
             return
         sink = ParquetSink(self.parquet_root, self.run)
@@ -203,6 +210,16 @@ class RunSink:
         except Exception:
             sink.abort()
             raise
+
+    def compact_parquet(self) -> None:
+        """At shutdown, after the final flush: the run's parts become one file per table.
+        A failure leaves the parts as they were (readable), so it is only logged."""
+        if not self.parquet_root or self._parquet_behind:
+            return
+        try:
+            compact(self.parquet_root, self.run)
+        except Exception as exc:  # noqa: BLE001 - the parts stay readable as they are
+            log.warning("%s: Parquet compaction failed: %s", self.run, str(exc).splitlines()[0][:200])
 
     def _parquet_failed(self, exc: Exception) -> None:
         """Parquet cannot be written (a full disk): the rows are in SQL, so memory does not

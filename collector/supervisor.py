@@ -105,6 +105,8 @@ class Supervisor:
                 await f._final_flush()
             except Exception as exc:  # noqa: BLE001 - report, flush the others
                 log.error("%s: final flush failed: %s", run, exc)
+            else:
+                await asyncio.to_thread(f.sink.compact_parquet)
             if self.status[run].state != "done":
                 self._set_state(run, "stopped")
         self.discovery.stop()

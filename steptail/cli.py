@@ -22,6 +22,7 @@ COMMANDS = {
     "export": "export",
     "dashboards": "dashboards",
     "serve": "serve",
+    "compact": "compact",
 }
 
 

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 import steptail
 from parsers import format_ns
 from storage.db import Store
-from storage.parquet import SCHEMAS
+from storage.parquet import JSON_PARTS_SCHEMA, SCHEMAS
 from storage.reads import json_value, missing_steps, run_exists
 
 MANIFEST_VERSION = 1
@@ -35,7 +35,7 @@ FINDINGS_SCHEMA = pa.schema([
     ("detected", _TS),
 ])
 EXPORT_SCHEMAS = {
-    "loss_parts": SCHEMAS["loss_parts"],
+    "loss_parts": JSON_PARTS_SCHEMA,  # the ledger keeps `parts` as JSON text (manifest version 1)
     "required_rbf": SCHEMAS["required_rbf"],
     "pod_metrics": SCHEMAS["pod_metrics"],
     "findings": FINDINGS_SCHEMA,

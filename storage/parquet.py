@@ -3,17 +3,23 @@
 `DIR/<table>/run=<run>/part-<time>-<id>.parquet`. A file is written under a `.tmp` name and
 renamed into place on commit, so readers never see a half-written file and a failed ingest
 leaves nothing behind (not even the directories it created). The partition column `run`
-lives in the path, not in the file."""
+lives in the path, not in the file.
+
+`loss_parts.parts` is a map<string, double> (nan/inf included); a value that is not a number
+goes to `parts_text` instead. Files of the first schema (`parts` as JSON text) still read:
+`read_table` and compaction (storage.compact) convert them (`upgrade`)."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -23,10 +29,17 @@ from steptail.model import Batch
 from storage.sql import COLUMNS
 
 _TS = pa.timestamp("ns", tz="UTC")
+PARTS_TYPE = pa.map_(pa.string(), pa.float64())
+PARTS_TEXT_TYPE = pa.map_(pa.string(), pa.string())
+# loss_parts as first written, `parts` as JSON text: still read, and kept by the ledger export.
+JSON_PARTS_SCHEMA = pa.schema([
+    ("incarnation", pa.int32()), ("step", pa.int64()), ("ts", _TS), ("ce", pa.float64()),
+    ("ce_raw", pa.string()), ("parts", pa.string()),
+])
 SCHEMAS = {
     "loss_parts": pa.schema([
         ("incarnation", pa.int32()), ("step", pa.int64()), ("ts", _TS), ("ce", pa.float64()),
-        ("ce_raw", pa.string()), ("parts", pa.string()),
+        ("ce_raw", pa.string()), ("parts", PARTS_TYPE), ("parts_text", PARTS_TEXT_TYPE),
     ]),
     "required_rbf": pa.schema([
         ("incarnation", pa.int32()), ("step", pa.int64()), ("ts", _TS), ("max", pa.float64()),
@@ -41,6 +54,20 @@ SCHEMAS = {
     "checkpoints": pa.schema([
         ("incarnation", pa.int32()), ("kind", pa.string()), ("step", pa.int64()), ("ts", _TS),
     ]),
+}
+# Tables rewritten whole from SQL at each write (storage.compact.write_snapshots): findings
+# grow and are dropped in place, so appending parts would keep stale rows.
+SNAPSHOT_SCHEMAS = {
+    "findings": pa.schema([
+        ("kind", pa.string()), ("incarnation", pa.int32()), ("first_step", pa.int64()),
+        ("last_step", pa.int64()), ("detail", pa.string()), ("severity", pa.string()),
+        ("detected", _TS),
+    ]),
+    "stream_gaps": pa.schema([
+        ("stream", pa.string()), ("start_ts", _TS), ("end_ts", _TS), ("reason", pa.string()),
+        ("detected", _TS),
+    ]),
+    "stream_reconnects": pa.schema([("stream", pa.string()), ("ts", _TS), ("reason", pa.string())]),
 }
 
 
@@ -59,7 +86,7 @@ def _row_type(table: str) -> pa.StructType:
     """The Batch row tuples as Arrow sees them (JSON text as strings, ts as int ns)."""
     schema = SCHEMAS[table]
     return pa.struct([
-        pa.field(name, pa.int64() if name == "ts_ns" else pa.string() if name in ("run", "per_layer")
+        pa.field(name, pa.int64() if name == "ts_ns" else pa.string() if name in ("run", "per_layer", "parts")
                  else schema.field(name).type)
         for name in COLUMNS[table]
     ])
@@ -81,6 +108,84 @@ def _layers(json_text: pa.Array) -> pa.Array:
     return pc.cast(parts, pa.list_(pa.float64()))
 
 
+def _parts_maps(json_text: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """JSON objects of LOSS-PARTS values -> (parts, parts_text) maps. The parser's usual shape
+    (`{"k":1.5,"j":2}`: numbers only) is split and cast vectorised; when that fails (a quoted
+    value: nan/inf or a word) or an escape is present, the odd rows are decoded one by one.
+    Detecting odd rows up front would cost a pass over every usual block."""
+    if json_text.null_count:
+        return _parts_maps_decoded(json_text.to_pylist())
+    text = pc.utf8_slice_codeunits(json_text, 1, -1)
+    data = json_text.buffers()[2]
+    escaped = data is not None and bool((np.frombuffer(data, np.uint8) == ord("\\")).any())
+    if not escaped:
+        try:
+            return _numeric_parts(text), _empty_maps(len(text))
+        except (pa.ArrowInvalid, pa.ArrowIndexError, IndexError):
+            pass
+    # Usual rows vectorised, odd rows decoded, then put back in order.
+    odd = pc.or_(pc.match_substring(text, ':"'), pc.match_substring(text, "\\"))
+    odd_at = pc.indices_nonzero(odd)
+    usual_at = pc.indices_nonzero(pc.invert(odd))
+    try:
+        usual = (_numeric_parts(text.take(usual_at)), _empty_maps(len(usual_at)))
+    except (pa.ArrowInvalid, pa.ArrowIndexError, IndexError):  # another shape: all decoded
+        return _parts_maps_decoded(json_text.to_pylist())
+    decoded = _parts_maps_decoded(json_text.take(odd_at).to_pylist())
+    order = pc.sort_indices(pa.concat_arrays([usual_at, odd_at]))
+    return tuple(pa.concat_arrays([u, d]).take(order) for u, d in zip(usual, decoded, strict=True))
+
+
+def _numeric_parts(text: pa.Array) -> pa.Array:
+    entries = pc.split_pattern(text, ",")
+    if pc.any(pc.equal(text, "")).as_py():  # `{}`
+        entries = pc.if_else(pc.equal(text, ""), pa.scalar([], pa.list_(pa.string())), entries)
+    key_value = pc.split_pattern(pc.list_flatten(entries), '":', max_splits=1)
+    keys = pc.utf8_slice_codeunits(pc.list_element(key_value, 0), 1)
+    values = pc.cast(pc.list_element(key_value, 1), pa.float64())
+    return pa.MapArray.from_arrays(entries.offsets, keys, values, type=PARTS_TYPE)
+
+
+def _empty_maps(n: int) -> pa.Array:
+    return pa.MapArray.from_arrays(pa.array([0] * (n + 1), pa.int32()), pa.array([], pa.string()),
+                                   pa.array([], pa.string()), type=PARTS_TEXT_TYPE)
+
+
+_NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+
+
+def _parts_maps_decoded(texts: list) -> tuple[pa.Array, pa.Array]:
+    numbers, words = [], []
+    for text in texts:
+        if text is None:
+            numbers.append(None)
+            words.append(None)
+            continue
+        obj = json.loads(text) if isinstance(text, str) else text
+        numbers.append([(k, v if v is None else float(_NONFINITE.get(v, v))) for k, v in obj.items()
+                        if not isinstance(v, str) or v in _NONFINITE])
+        words.append([(k, v) for k, v in obj.items() if isinstance(v, str) and v not in _NONFINITE])
+    return pa.array(numbers, PARTS_TYPE), pa.array(words, PARTS_TEXT_TYPE)
+
+
+def upgrade(table: str, data: pa.Table) -> pa.Table:
+    """A file's table in any schema `table` was written with -> SCHEMAS[table] (or
+    SNAPSHOT_SCHEMAS): loss_parts' JSON `parts` become the maps; a missing column is null."""
+    schema = dataset_schema(table)
+    if data.schema.remove_metadata() == schema:
+        return data
+    cols = {name: data.column(name) for name in data.column_names}
+    if table == "loss_parts" and pa.types.is_string(data.schema.field("parts").type):
+        cols["parts"], cols["parts_text"] = _parts_maps(data.column("parts").combine_chunks())
+    return pa.Table.from_arrays(
+        [cols[f.name].cast(f.type) if f.name in cols else pa.nulls(data.num_rows, f.type) for f in schema],
+        schema=schema)
+
+
+def dataset_schema(table: str) -> pa.Schema:
+    return SCHEMAS[table] if table in SCHEMAS else SNAPSHOT_SCHEMAS[table]
+
+
 def to_arrow(table: str, rows: list[tuple]) -> pa.Table:
     """Batch rows -> a table of SCHEMAS[table]. Arrow converts the tuples itself (a struct
     array), several times faster than transposing them in Python first."""
@@ -91,6 +196,10 @@ def to_arrow(table: str, rows: list[tuple]) -> pa.Table:
             cols.append(rows_.column("ts_ns").cast(_TS))
         elif name == "per_layer":
             cols.append(_layers(rows_.column("per_layer")))
+        elif name == "parts":
+            cols.extend(_parts_maps(rows_.column("parts")))
+        elif name == "parts_text":
+            continue  # with `parts`
         else:
             cols.append(rows_.column(name))
     return pa.Table.from_arrays(cols, schema=SCHEMAS[table])
@@ -191,15 +300,26 @@ class ParquetSink:
 
 
 def read_table(root: str | Path, table: str, run: str | None = None) -> pa.Table:
-    """Read one table back (all runs, or one), with `run` restored from the path."""
-    import pyarrow.dataset as ds
+    """Read one table back (all runs, or one), with `run` restored from the path. Files of an
+    earlier schema are converted (`upgrade`), so a dataset of mixed files reads as one."""
+    base = Path(root) / table
+    folders = [base / f"run={run}"] if run is not None else sorted(base.glob("run=*"))
+    pieces = []
+    for folder in folders:
+        name = folder.name.removeprefix("run=")
+        for path in visible_files(folder):
+            data = upgrade(table, pq.ParquetFile(path).read())
+            pieces.append(data.append_column("run", pa.array([name] * data.num_rows, pa.string())))
+    if not pieces:
+        return dataset_schema(table).empty_table().append_column("run", pa.array([], pa.string()))
+    return pa.concat_tables(pieces)
 
-    path = Path(root) / table
-    if run is not None:
-        path = path / f"run={run}"
-        data = ds.dataset(path, format="parquet", schema=SCHEMAS[table]).to_table()
-        return data.append_column("run", pa.array([run] * data.num_rows, pa.string()))
-    return ds.dataset(path, format="parquet", partitioning="hive").to_table()
+
+def visible_files(folder: Path) -> list[Path]:
+    """The files readers see (`*.parquet`); hidden ones (`.` first) are being written or replaced."""
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.glob("*.parquet") if not p.name.startswith("."))
 
 
 # Per-step tables are written in (incarnation, step) order, so what a killed collector did
@@ -214,8 +334,13 @@ def catch_up(store, run: str, root: str | Path, chunk: int = 50_000) -> int:
     """Write to Parquet what SQL holds for `run` but the run's Parquet files do not (a
     collector killed between a commit and its next Parquet flush). Returns rows written;
     0 when Parquet is complete, so calling it again writes nothing. Rows are read and
-    written `chunk` at a time: memory stays flat however much is missing."""
+    written `chunk` at a time: memory stays flat however much is missing. The run's findings,
+    stream gaps and reconnects are written afresh too."""
+    from storage.compact import recover, write_snapshots
+
     folder, sink, written = Path(root), ParquetSink(root, run), 0
+    for table in SCHEMAS:  # a compaction cut short hides parts: their keys must count
+        recover(folder / table / f"run={run}")
     try:
         with store.engine.connect() as conn:
             for table in SCHEMAS:
@@ -244,12 +369,13 @@ def catch_up(store, run: str, root: str | Path, chunk: int = 50_000) -> int:
     except BaseException:
         sink.abort()
         raise
+    write_snapshots(store, run, root)
     return written
 
 
 def _parquet_keys(folder: Path, table: str) -> set[tuple]:
     """The keys in a run's Parquet files of one table (per-step tables: only the last)."""
-    files = sorted(folder.glob("*.parquet")) if folder.is_dir() else []
+    files = visible_files(folder)
     if not files:
         return set()
     keys = ("incarnation", "step") if table in _STEP_TABLES else _SMALL_KEYS[table]
