@@ -1,18 +1,21 @@
-"""Offline pipeline: saved logs -> parser -> run model -> SQL and Parquet sinks.
+"""Offline pipeline: saved logs -> parser -> run model -> SQL and Parquet sinks, and the
+findings engine (the one `check` and `follow` use), fed each batch as it is written.
 
-One ingest is one transaction: it lands whole or not at all (Parquet files are completed
-before the SQL commit and renamed into place only after it; a failure removes them)."""
+One ingest is one transaction: it lands whole or not at all, findings included (Parquet files
+are completed before the SQL commit and renamed into place only after it; a failure removes
+them). A source with no record line is refused: nothing of it is written."""
 
 from __future__ import annotations
 
 import gc
 import hashlib
 import json
+import logging
 import multiprocessing as mp
 import os
 import re
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -32,7 +35,8 @@ from collector.files import (
     worker_init,
 )
 from parsers.block import line_by_line, parse_block
-from steptail.model import Counters
+from steptail.findings import FindingEngine, Settings, replay, sync_findings
+from steptail.model import Batch, Counters, RunModel
 from storage.db import Store
 from storage.parquet import ParquetSink
 from storage.sources import FILES
@@ -49,6 +53,14 @@ class IngestError(Exception):
     pass
 
 
+class NoRecords(IngestError):
+    """No source held a record line: nothing was written (not even the run)."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        super().__init__(f"no record line in {', '.join(names)}: nothing written")
+
+
 def check_run_name(run: str) -> str:
     if not RUN_NAME.match(run):
         raise IngestError(
@@ -63,6 +75,9 @@ class IngestResult(Counters):
     run: str = ""
     incarnations: int = 0  # of the run, after this ingest
     skipped: list[str] = field(default_factory=list)  # sources already ingested whole
+    no_records: list[str] = field(default_factory=list)  # sources refused: not one record line
+    findings: dict[str, int] = field(default_factory=dict)  # the run's stored findings by kind, after
+    findings_error: str | None = None  # a detector failed: findings left as they were
 
     def summary(self) -> dict:
         keys = ("run", "lines", "loss_parts", "required_rbf", "pod_steps", "bad_lines", "flagged", "incarnations")
@@ -93,15 +108,20 @@ def ingest(
     progress: Callable[[int], None] | None = None,
     pool: Workers | None = None,
     append: bool = False,
+    settings: Settings | None = None,
+    reference_ce: dict[int, float] | None = None,
 ) -> IngestResult:
     """Ingest `sources` into `run`. `pool`: workers from start_workers(), started before the
     store was opened so that they boot while the schema is checked (else started here).
     A run that holds data of another source (a followed JobSet) raises SourceConflict and
-    nothing is written, unless `append` says it is the same run."""
+    nothing is written, unless `append` says it is the same run. The run's findings are
+    stored as `check` with these `settings` and `reference_ce` would store them. Sources
+    without a record line are left out (`no_records`); if none has one, NoRecords."""
     check_run_name(run)
     sink = SqlSink(store)
     pq_sink = ParquetSink(parquet, run) if parquet else None
     result = IngestResult(run=run)
+    detectors = _Detectors(run, settings, reference_ce)
     own_pool = pool is None
     if own_pool:
         pool = start_workers(sources)
@@ -111,9 +131,10 @@ def ingest(
     try:
         # The writer threads stop before the transaction ends, committed or rolled back: none
         # may write to the connection or to a Parquet file after that.
-        with store.engine.begin() as conn, _Writer(sink, pq_sink, conn, run) as writer:
+        with store.engine.begin() as conn, _Writer(sink, pq_sink, conn, run, detectors.observe) as writer:
             sink.ensure_run(conn, run, source=FILES, append=append)
             model = load_model(conn, run)
+            detectors.replay(conn)
             done = 0
             for source in order_sources(sources):
                 tick = (lambda pos, base=done: progress(base + pos)) if progress else None
@@ -127,17 +148,28 @@ def ingest(
                     if _seen(conn, run, digest):
                         result.skipped.append(source.name)
                         continue
+                cursors_before = {k: c.copy() for k, c in model.cursors.items()}
+                submitted = writer.submitted
                 _feed(model, source, writer, tick, pool)
                 done += source.size or 0
+                if writer.submitted == submitted and not _holds_records(model):
+                    result.no_records.append(source.name)
+                    model.take()  # what it left holds no row: its cursor move and bad-line count
+                    model.cursors = cursors_before
+                    continue
                 _flush(model, writer)
                 writer.drain()
                 for table, _, why in sink.take_refused():
                     model.counters.bad(f"store refused a {table} row (quarantined): {why}")
                 _record(conn, run, source.name, digest, started, model.counters)
                 result.add(model.counters)
+            if len(result.no_records) == len(sources):
+                raise NoRecords(result.no_records)  # rolls back the run row ensure_run made
             result.incarnations = conn.execute(
                 sa.text("SELECT COUNT(*) FROM incarnations WHERE run = :run"), {"run": run}
             ).scalar_one()
+            result.findings = detectors.store(conn)
+            result.findings_error = detectors.error
             if pq_sink:
                 pq_sink.finish()  # a full disk fails here, before the SQL commit
     except BaseException:
@@ -151,7 +183,64 @@ def ingest(
             pool.shutdown()
     if pq_sink:
         pq_sink.commit()
+        _write_snapshots(store, run, parquet)
     return result
+
+
+def _write_snapshots(store: Store, run: str, parquet: str | Path) -> None:
+    """The run's findings, stream gaps and reconnects into the dataset. After the commit: a
+    failure here costs no data (catch_up and export write them again), so it only warns."""
+    from storage.compact import write_snapshots
+    from storage.parquet import ParquetError
+
+    try:
+        write_snapshots(store, run, parquet)
+    except ParquetError as exc:
+        logging.getLogger("steptail.ingest").warning("%s", exc)
+
+
+def _holds_records(model: RunModel) -> bool:
+    """Whether the source just read (none of its rows flushed yet) yielded a record or
+    repeated one already read: a line of it made a row, a flag, an incarnation or a duplicate."""
+    c, batch = model.counters, model.batch
+    return bool(c.loss_parts or c.required_rbf or c.pod_steps or c.flagged or c.duplicates
+                or len(batch) or batch.incarnations or batch.flags)
+
+
+class _Detectors:
+    """The findings engine, fed on the SQL writer thread each batch just written with the rows
+    the store refused left out, as `follow` feeds it. It first replays what the run already
+    holds, so more files extend the run's findings as `check` would. A detector that fails
+    costs this ingest its findings update, never its rows."""
+
+    def __init__(self, run: str, settings: Settings | None, reference_ce: dict[int, float] | None) -> None:
+        self.run = run
+        self.engine = FindingEngine(run, settings, reference_ce)
+        self.error: str | None = None
+
+    def replay(self, conn) -> None:
+        self._guard(replay, conn, self.engine)
+
+    def observe(self, batch: Batch) -> None:
+        if self.error is None:
+            self._guard(self.engine.observe, batch)
+
+    def store(self, conn) -> dict[str, int]:
+        """Finish and store what `check` would; the run's findings by kind, after."""
+        if self.error is None:
+            self._guard(self.engine.finish)
+        if self.error is not None:
+            return {}
+        stored = sync_findings(conn, self.run, list(self.engine.findings.values()))
+        return dict(sorted(Counter(f.kind for f in stored).items()))
+
+    def _guard(self, fn, *args) -> None:
+        try:
+            fn(*args)
+        except sa.exc.SQLAlchemyError:
+            raise  # the store failed, not a detector: the ingest fails
+        except Exception as exc:  # noqa: BLE001 - a detector bug must not cost the rows
+            self.error = f"{getattr(fn, '__name__', fn)}: {exc}"
 
 
 def _feed(model, source, writer, progress, pool) -> None:
@@ -264,14 +353,22 @@ class _Writer:
     At most two batches wait per sink, so memory stays bounded; an error surfaces at the
     next submit or at drain()."""
 
-    def __init__(self, sink: SqlSink, pq_sink: ParquetSink | None, conn, run: str) -> None:
+    def __init__(self, sink: SqlSink, pq_sink: ParquetSink | None, conn, run: str,
+                 observe: Callable[[Batch], None]) -> None:
         sql = ThreadPoolExecutor(max_workers=1, thread_name_prefix="steptail-sql")
-        self.lanes = [(sql, lambda batch: sink.write(conn, run, batch), deque())]
+
+        def write_sql(batch: Batch) -> None:
+            refused = sink.write(conn, run, batch)
+            observe(batch.without(r for _, r, _ in refused) if refused else batch)
+
+        self.lanes = [(sql, write_sql, deque())]
+        self.submitted = 0  # batches handed to the lanes
         if pq_sink is not None:
             pq = ThreadPoolExecutor(max_workers=1, thread_name_prefix="steptail-parquet")
             self.lanes.append((pq, pq_sink.write, deque()))
 
     def submit(self, batch) -> None:
+        self.submitted += 1
         for pool, write, pending in self.lanes:
             while len(pending) >= 2:
                 pending.popleft().result()

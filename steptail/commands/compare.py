@@ -9,15 +9,14 @@ import sys
 from pathlib import Path
 
 import click
-from rich.console import Console
-from rich.table import Table
 from sqlalchemy.exc import SQLAlchemyError
 
-from steptail.commands._common import db_option, fail, json_option, print_json, store_or_exit
-from steptail.findings.compare import CompareRefused, Comparison, compare_runs, plot
-from storage.reads import run_exists
+from steptail.api import Steptail, UnknownRun
+from steptail.commands._common import db_option, fail, store_or_exit
+from steptail.findings.compare import CompareRefused, Comparison, plot
+from steptail.output import Column, Output, output_option
 
-TABLE_ROWS = 200  # longer comparisons print the rows around the divergence; --json has all
+TABLE_ROWS = 200  # longer comparisons show a terminal the rows around the divergence; pipes get all
 
 
 @click.command()
@@ -29,20 +28,19 @@ TABLE_ROWS = 200  # longer comparisons print the rows around the divergence; --j
               help="Relative tolerance (x |control ce|), added to --tolerance.")
 @click.option("--plot", "plot_path", metavar="F.png", help="Write a PNG of both curves and the divergence point.")
 @db_option
-@json_option
+@output_option()
 def command(arm: str, control: str, tolerance: float, rel: float, plot_path: str | None,
-            db: str | None, as_json: bool) -> None:
+            db: str | None, output: Output) -> None:
     """Compare the CE of ARM with CONTROL at each step (latest incarnation's value per step)."""
     if not (tolerance >= 0 and rel >= 0):
         fail("--tolerance and --rel must be non-negative numbers")
     if plot_path is not None and not Path(plot_path).expanduser().absolute().parent.is_dir():
         fail(f"cannot write the plot: directory {Path(plot_path).parent} does not exist")
     store = store_or_exit(db, create=False)
-    for run in (arm, control):
-        if not run_exists(store, run):
-            fail(f"no run {run!r} in {store.describe()}")
     try:
-        result = compare_runs(store, arm, control, tolerance, rel)
+        result = Steptail(store).comparison(arm, control, tolerance, rel)
+    except UnknownRun as exc:
+        fail(str(exc))
     except CompareRefused as exc:
         fail(f"comparison refused: {exc}")
     except SQLAlchemyError as exc:
@@ -52,10 +50,10 @@ def command(arm: str, control: str, tolerance: float, rel: float, plot_path: str
             plot(result, plot_path)
         except OSError as exc:
             fail(f"cannot write the plot {plot_path}: {exc.strerror or exc}")
-    if as_json:
-        print_json({**result.summary(), "steps": result.rows})
+    if output.machine:
+        output.data({**result.summary(), "steps": result.rows}, result.rows)
     else:
-        _print(result, plot_path)
+        _print(output, result, plot_path)
     sys.exit(1 if result.first_divergent_step is not None else 0)
 
 
@@ -72,25 +70,28 @@ def _ce(value: float | None) -> str:
     return "nan/inf" if value is None else f"{value:.6f}"
 
 
-def _print(result: Comparison, plot_path: str | None) -> None:
-    console = Console()
+COLUMNS = [
+    Column("step", "step"),
+    Column("arm ce", lambda r: _ce(r["arm_ce"])),
+    Column("control ce", lambda r: _ce(r["control_ce"])),
+    Column("\u0394ce", lambda r: None if r["delta"] is None else f"{r['delta']:+.6f}"),
+    Column("beyond", lambda r: "beyond" if r["beyond"] else None, style=lambda r: "bold red"),
+]
+
+
+def _print(output: Output, result: Comparison, plot_path: str | None) -> None:
     s = result.summary()
-    rows = _shown(result)
-    table = Table("step", "arm ce", "control ce", "\u0394ce", "", title=f"{result.arm} vs {result.control}")
-    for r in rows:
-        delta = "" if r["delta"] is None else f"{r['delta']:+.6f}"
-        table.add_row(str(r["step"]), _ce(r["arm_ce"]), _ce(r["control_ce"]), delta,
-                      "[bold red]beyond[/]" if r["beyond"] else "")
-    console.print(table)
+    rows = result.rows if output.piped else _shown(result)  # a pipe gets every row
+    output.table(COLUMNS, rows, title=f"{result.arm} vs {result.control}")
     if len(rows) < len(result.rows):
-        console.print(f"({len(rows)} of {len(result.rows)} steps shown; --json prints all)")
+        output.line(f"({len(rows)} of {len(result.rows)} steps shown; --json prints all)")
     mx = "n/a" if s["max_abs_delta"] is None else f"{s['max_abs_delta']:.6f} at step {s['max_delta_step']}"
-    console.print(f"{s['steps_compared']} common steps on {s['process_count']} processes; "
-                  f"max |\u0394ce| {mx}; tolerance {result.tolerance:g} + {result.rel:g} x |control|")
+    output.line(f"{s['steps_compared']} common steps on {s['process_count']} processes; "
+                f"max |\u0394ce| {mx}; tolerance {result.tolerance:g} + {result.rel:g} x |control|")
     if s["only_arm"] or s["only_control"]:
-        console.print(f"steps only in {result.arm}: {s['only_arm']}; only in {result.control}: {s['only_control']}")
+        output.line(f"steps only in {result.arm}: {s['only_arm']}; only in {result.control}: {s['only_control']}")
     first = s["first_divergent_step"]
-    console.print("within tolerance" if first is None else
-                  f"[bold red]diverges at step {first}[/] ({s['divergent_steps']} steps beyond tolerance)")
+    output.line("within tolerance" if first is None else
+                f"[bold red]diverges at step {first}[/] ({s['divergent_steps']} steps beyond tolerance)")
     if plot_path:
-        console.print(f"plot: {plot_path}")
+        output.line(f"plot: {plot_path}")

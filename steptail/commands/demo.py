@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shlex
 import shutil
 import sys
 from pathlib import Path
 
 import click
-from rich.console import Console
 
-from steptail.commands._common import fail, json_option, print_json
+from steptail.commands._common import fail
+from steptail.output import Output, output_option
 
 NS = "demo"
 
@@ -50,9 +51,11 @@ def demo_scenario(seconds: float) -> dict:
 @click.option("--dir", "out_dir", default="steptail-demo", show_default=True, type=click.Path(file_okay=False),
               help="Where the demo writes its SQLite file and Parquet tables.")
 @click.option("--seconds", type=float, default=60.0, show_default=True, help="How long the simulated runs take.")
+@click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True,
+              help="Port of the simulated Kubernetes API server (0: any free port).")
 @click.option("--no-view", is_flag=True, help="No live table.")
-@json_option
-def command(out_dir: str, seconds: float, no_view: bool, as_json: bool) -> None:
+@output_option()
+def command(out_dir: str, seconds: float, port: int, no_view: bool, output: Output) -> None:
     """Start a simulated GKE cluster with two training JobSets and scripted faults (rotation
     hang, EOF, JobSet restart, auth lapse, lost lines), follow them with the real kubectl
     into DIR (SQLite + Parquet), then print what was recorded and flagged."""
@@ -78,27 +81,31 @@ def command(out_dir: str, seconds: float, no_view: bool, as_json: bool) -> None:
     except StoreError as exc:
         fail(str(exc))
     logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
-    console = Console()
-    sim = SimCluster(demo_scenario(seconds), state_dir=out / "simcluster",
+    console = output.console
+    sim = SimCluster(demo_scenario(seconds), port=port, state_dir=out / "simcluster",
                      kubeconfig_out=out / "simcluster" / "kubeconfig")
-    sim.start_in_thread()
     try:
-        if not as_json:
-            console.print(f"simulated cluster on {sim.server_url}; following JobSets olmo3-sft and qwen3-cp4 "
-                          f"in namespace {NS} for ~{seconds:.0f} s …")
+        sim.start_in_thread()
+    except OSError as exc:  # e.g. --port taken
+        store.dispose()
+        fail(f"cannot start the simulated cluster on port {port}: {exc.strerror or exc}")
+    try:
+        if not output.machine:
+            output.print(f"simulated cluster on {sim.server_url}; following JobSets olmo3-sft and qwen3-cp4 "
+                         f"in namespace {NS} for ~{seconds:.0f} s …")
         target = KubeTarget(NS, sim.account, str(sim.kubeconfig_path))
         plan = Plan(target, jobsets={"olmo3-sft": "olmo3-sft", "qwen3-cp4": "qwen3-cp4"}, parquet=str(parquet),
                     config=FollowConfig(until_done=True, parquet_every=10.0))  # follow's defaults
-        view = console.is_terminal and not no_view and not as_json
+        view = console.is_terminal and not no_view and not output.machine
         sup = asyncio.run(follow(store, plan, view=view, console=console, duration=seconds * 2 + 30))
         report = _report(store, sup, sim, db, parquet)
     finally:
         sim.stop_thread()
         store.dispose()
-    if as_json:
-        print_json(report)
+    if output.machine:
+        output.data(report, report["runs"])
     else:
-        _print(console, report)
+        _print(output, report)
 
 
 def _report(store, sup, sim, db: Path, parquet: Path) -> dict:
@@ -129,31 +136,35 @@ def _report(store, sup, sim, db: Path, parquet: Path) -> dict:
     return {"db": str(db), "parquet": str(parquet), "runs": runs}
 
 
-def _print(console: Console, report: dict) -> None:
+def _print(output: Output, report: dict) -> None:
+    """Every line unwrapped (Output.print): paths and commands stay whole when piped."""
     from parsers.timestamps import format_ns
 
     for r in report["runs"]:
-        console.rule(f"[bold]{r['run']}")
-        console.print(f"{r['steps_recorded']} steps recorded of {r['steps_written_by_trainer']} written "
-                      f"({r['incarnations']} incarnations), {r['reconnects']} reconnects, state {r['state']}")
+        output.console.rule(f"[bold]{r['run']}")
+        output.print(f"{r['steps_recorded']} steps recorded of {r['steps_written_by_trainer']} written "
+                     f"({r['incarnations']} incarnations), {r['reconnects']} reconnects, state {r['state']}")
         if r["steps_lost_to_rotation"]:
             lost = r["steps_lost_to_rotation"]
-            console.print(f"[red]lost to log rotation (simulator truth): steps {lost[0]}…{lost[-1]} "
-                          f"({len(lost)})[/]")
+            output.print(f"[red]lost to log rotation (simulator truth): steps {lost[0]}…{lost[-1]} "
+                         f"({len(lost)})[/]")
         for g in r["stream_gaps"]:
             end = format_ns(g["end_ns"]) if g["end_ns"] else "?"
-            console.print(f"  stream gap {format_ns(g['start_ns'])} → {end}: {g['reason']}", highlight=False)
+            output.print(f"  stream gap {format_ns(g['start_ns'])} → {end}: {g['reason']}", markup=False)
         kinds: dict[str, int] = {}
         for f in r["failures"]:
             kinds[f["kind"]] = kinds.get(f["kind"], 0) + 1
         for kind, n in kinds.items():
             reason = next(f["reason"] for f in r["failures"] if f["kind"] == kind)
-            console.print(f"  follower failure {kind} ×{n}: {reason}", highlight=False)
+            output.print(f"  follower failure {kind} ×{n}: {reason}", markup=False)
         for f in r["findings"]:
-            console.print(f"  [yellow]{f['severity']}[/] {f['kind']} (inc {f['incarnation']}, steps "
-                          f"{f['first_step']}–{f['last_step']}): {f['detail']}", highlight=False)
+            output.print(f"  [yellow]{f['severity']}[/] {f['kind']} (inc {f['incarnation']}, steps "
+                         f"{f['first_step']}–{f['last_step']}): {f['detail']}", highlight=False)
     db = report["db"]
-    console.rule("data")
-    console.print(f"SQLite:  {db}\nParquet: {report['parquet']}")
-    console.print(f"try:     steptail runs --db {db}\n         steptail steps olmo3-sft --db {db}\n"
-                  f"         steptail check qwen3-cp4 --db {db}", highlight=False)
+    output.console.rule("data")
+    output.print(f"SQLite:  {db}", markup=False)
+    output.print(f"Parquet: {report['parquet']}", markup=False)
+    arg = shlex.quote(db)  # ready to paste, whatever the directory is called
+    for i, cmd in enumerate((f"steptail runs --db {arg}", f"steptail steps olmo3-sft --db {arg}",
+                             f"steptail check qwen3-cp4 --db {arg}")):
+        output.print(f"{'try:' if i == 0 else '':9}{cmd}", markup=False)
