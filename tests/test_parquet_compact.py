@@ -5,6 +5,8 @@ reconnects are tables of the dataset, equal to SQL."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 import subprocess
@@ -385,6 +387,10 @@ def test_compact_cli(parted, tmp_path):
     r = subprocess.run([*CLI, "compact", "rg", "--parquet", str(out), "--json"], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0 and not any(d["rewritten"] for d in json.loads(r.stdout))
+    as_csv = subprocess.run([*CLI, "compact", "rg", "--parquet", str(out), "-o", "csv"], capture_output=True,
+                            text=True, timeout=120)
+    assert [row["table"] for row in csv.DictReader(io.StringIO(as_csv.stdout))] == \
+        [d["table"] for d in json.loads(r.stdout)]
     for args, says in ((["--parquet", str(tmp_path / "nope")], "does not exist"),
                        (["other", "--parquet", str(out)], "no run 'other'"),
                        (["../x", "--parquet", str(out)], "not a safe identifier")):

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from steptail.commands._common import fail, json_option, print_json
+from steptail.commands._common import fail
+from steptail.output import Column, Output, output_option
 from storage.compact import ROW_GROUP_ROWS
 
 
@@ -18,8 +19,8 @@ from storage.compact import ROW_GROUP_ROWS
               help="The dataset: DIR/<table>/run=<run>/part-*.parquet.")
 @click.option("--row-group-rows", type=click.IntRange(min=1), default=ROW_GROUP_ROWS, show_default=True,
               help="Rows per row group of a compacted file (big runs: one file, several row groups).")
-@json_option
-def command(run: str | None, root: Path, row_group_rows: int, as_json: bool) -> None:
+@output_option()
+def command(run: str | None, root: Path, row_group_rows: int, output: Output) -> None:
     """Compact the Parquet dataset: each table's part files of a run (one per follow flush or
     ingest) become one file. All runs, or RUN only.
 
@@ -56,8 +57,11 @@ def command(run: str | None, root: Path, row_group_rows: int, as_json: bool) -> 
                 done.append(compact_folder(folder, table, row_group_rows))
     except ParquetError as exc:
         fail(str(exc))
-    if as_json:
-        print_json([asdict(d) for d in done])
+    if output.machine:
+        output.data([asdict(d) for d in done])
+        return
+    if output.format == "wide":
+        output.table([Column(k, k) for k in (asdict(done[0]) if done else {})], [asdict(d) for d in done])
         return
     runs = len({d.run for d in done})
     before, after = sum(d.files_before for d in done), sum(d.files_after for d in done)
