@@ -13,6 +13,18 @@ from storage.scratch import scratch_database
 PG_ADMIN = os.environ.get("STEPTAIL_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 
 
+def ingest_sample(store, samples: Path, run: str, name: str) -> None:
+    """Ingest tests/samples/<name>.log into `run` (findings stored with the rows)."""
+    from collector.files import open_source
+    from steptail.ingest import ingest
+
+    src = open_source(str(samples / f"{name}.log"))
+    try:
+        ingest(store, run, [src])
+    finally:
+        src.close()
+
+
 def samples_dir() -> Path:
     """The sample logs and their ground truth, kept in the repository (tests/samples)."""
     return Path(__file__).resolve().parent / "samples"

@@ -12,14 +12,13 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 from findings_logs import LogBuilder, store_lines
+from store_fixtures import ingest_sample
 
 import steptail
 import storage.export as export_mod
-from collector.files import open_source
 from parsers import format_ns
 from steptail.cli import main
 from steptail.findings import load_findings
-from steptail.ingest import ingest
 from storage.export import verify
 
 TS = "datetime64[ns, UTC]"
@@ -63,11 +62,7 @@ def plain(value):
 @pytest.fixture
 def url(store, samples):
     for run, name in (("rg", "resume-gap"), ("nan", "cp4-lb-nan")):
-        src = open_source(str(samples / f"{name}.log"))
-        try:
-            ingest(store, run, [src])
-        finally:
-            src.close()
+        ingest_sample(store, samples, run, name)
     return store.engine.url.render_as_string(hide_password=False)
 
 

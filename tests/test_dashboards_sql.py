@@ -12,18 +12,16 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from collector.files import open_source
 from dashboards import queries as q
 from dashboards.macros import Context, MacroError, TimeRange, Variable, expand
 from dashboards.render import dashboards_json, rules_json
-from steptail.ingest import ingest
 from storage.db import open_store
 from storage.scratch import scratch_database
 
 try:
-    from store_fixtures import PG_ADMIN, samples_dir
+    from store_fixtures import PG_ADMIN, ingest_sample, samples_dir
 except ImportError:
-    from tests.store_fixtures import PG_ADMIN, samples_dir
+    from tests.store_fixtures import PG_ADMIN, ingest_sample, samples_dir
 
 RUNS = ("clean-300", "resume-gap", "resume-mismatch", "cp4-lb-nan", "resume-from-zero")
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)  # the samples run 04:00-05:30 UTC
@@ -58,11 +56,7 @@ def pg():
 def _load(store) -> None:
     samples = samples_dir()
     for run in RUNS:
-        src = open_source(str(samples / f"{run}.log"))
-        try:
-            ingest(store, run, [src])
-        finally:
-            src.close()
+        ingest_sample(store, samples, run, run)
     detected = _ns(datetime(2026, 11, 30, 5, 0, tzinfo=UTC))
     with store.engine.begin() as conn:
         # ingest stored the samples' own findings; the queries are checked on a known set

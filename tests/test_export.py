@@ -12,29 +12,20 @@ import pyarrow.parquet as pq
 import pytest
 import sqlalchemy as sa
 from PIL import Image
+from store_fixtures import ingest_sample
 
 import steptail
 import storage.export as export_mod
-from collector.files import open_source
-from steptail.ingest import ingest
 from storage.export import ExportError, export_run, verify
 
 STEPTAIL = str(Path(sys.executable).parent / "steptail")
 NS = 1_000_000_000
 
 
-def _ingest(store, samples, run, name):
-    src = open_source(str(samples / f"{name}.log"))
-    try:
-        ingest(store, run, [src])
-    finally:
-        src.close()
-
-
 @pytest.fixture
 def loaded(store, samples):
-    _ingest(store, samples, "rg", "resume-gap")
-    _ingest(store, samples, "nan", "cp4-lb-nan")
+    ingest_sample(store, samples, "rg", "resume-gap")
+    ingest_sample(store, samples, "nan", "cp4-lb-nan")
     with store.engine.begin() as conn:
         # ingest stored the findings (gap 60-63 and missing REQUIRED_RBF 90-91 for rg); a
         # fixed detection time makes the exported values predictable

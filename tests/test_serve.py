@@ -19,9 +19,8 @@ import aiohttp
 import pytest
 import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
+from store_fixtures import ingest_sample
 
-from collector.files import open_source
-from steptail.ingest import ingest
 from steptail.serve import serve
 from storage.reads import iter_steps
 
@@ -33,11 +32,7 @@ TIMEOUT = aiohttp.ClientTimeout(total=60)
 @pytest.fixture
 def loaded(store, samples):
     for run, name in (("rg", "resume-gap"), ("nan", "cp4-lb-nan")):
-        src = open_source(str(samples / f"{name}.log"))
-        try:
-            ingest(store, run, [src])
-        finally:
-            src.close()
+        ingest_sample(store, samples, run, name)
     with store.engine.begin() as conn:
         # ingest stored the samples' own findings; the API is checked on a known set
         conn.execute(sa.text("DELETE FROM findings"))
