@@ -37,11 +37,6 @@ class Gap:
     detected_ns: int = field(default_factory=time.time_ns)
 
 
-def snapshot(batch: Batch) -> Batch:
-    batch.cursors = {k: c.copy() for k, c in batch.cursors.items()}
-    return batch
-
-
 class RunSink:
     """Commits one run's rows; a failed commit is kept and retried, in order, next time."""
 
@@ -118,7 +113,7 @@ class RunSink:
             if self.reconnects:
                 batch.reconnects, self.reconnects = self.reconnects, []
             if len(batch) or batch.incarnations or batch.cursors or gaps or batch.reconnects:
-                self.pending.append((snapshot(batch), gaps))
+                self.pending.append((batch, gaps))  # take() copied the cursors
             written = 0
             ticking = time.monotonic() - self.last_tick >= self.tick_every or self.detectors.has_queued
             if (self.pending or ticking) and (parquet or time.monotonic() >= self.retry_at):
