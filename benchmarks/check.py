@@ -22,12 +22,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import sqlalchemy as sa  # noqa: E402
 
-from parsers import format_ns  # noqa: E402
-from steptail.findings import FindingEngine, check_run, sync_findings  # noqa: E402
-from steptail.model import Batch, RunModel  # noqa: E402
-from storage.db import open_store
-from storage.scratch import scratch_database  # noqa: E402
-from storage.sql import SqlSink  # noqa: E402
+from steptail.parsers import format_ns  # noqa: E402
+from steptail.runs.detectors import FindingEngine
+from steptail.runs.model import Batch, RunModel  # noqa: E402
+from steptail.storage.db import open_store
+from steptail.storage.findings import check_run, sync_findings
+from steptail.storage.scratch import scratch_database  # noqa: E402
+from steptail.storage.sql import SqlSink  # noqa: E402
 
 T0 = 1_796_011_200_000_000_000
 PG_ADMIN = os.environ.get("STEPTAIL_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")

@@ -22,10 +22,10 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dashboards import queries as q  # noqa: E402
-from dashboards.macros import Context, TimeRange, Variable, expand  # noqa: E402
-from storage.db import open_store
-from storage.scratch import scratch_database  # noqa: E402
+from steptail.dashboards import queries as q  # noqa: E402
+from steptail.dashboards.macros import Context, TimeRange, Variable, expand  # noqa: E402
+from steptail.storage.db import open_store
+from steptail.storage.scratch import scratch_database  # noqa: E402
 
 PG_ADMIN = os.environ.get("STEPTAIL_BENCH_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 T0_NS = 1_795_000_000 * 10**9  # 2026-11-18

@@ -33,12 +33,13 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from collector.follower import FollowConfig  # noqa: E402
-from collector.kubectl import KubeTarget  # noqa: E402
-from collector.sim.cluster import SimCluster  # noqa: E402
-from collector.sink import RunSink  # noqa: E402
-from collector.supervisor import Plan, Supervisor  # noqa: E402
-from storage.db import open_store  # noqa: E402
+from steptail.collector.follower import FollowConfig  # noqa: E402
+from steptail.collector.kubectl import KubeTarget  # noqa: E402
+from steptail.collector.sink import RunSink  # noqa: E402
+from steptail.collector.supervisor import Plan, Supervisor  # noqa: E402
+from steptail.runs.rows import COLUMNS, LOSS_PARTS  # noqa: E402
+from steptail.simcluster.cluster import SimCluster  # noqa: E402
+from steptail.storage.db import open_store  # noqa: E402
 
 LINES_PER_STEP = 6.7  # the simulated trainer's process 0 writes ~6-7 lines per step
 CLI = [sys.executable, "-c", "from steptail.cli import main; main()"]
@@ -79,7 +80,8 @@ def latency(seconds: float) -> dict:
         first_commit[:] = first_commit or [now]
         for batch, _ in todo:
             for table in ("loss_parts", "required_rbf", "pod_metrics"):
-                samples.extend((row[3], (now - row[3]) / 1e6) for row in getattr(batch, table) if row[3])
+                ts = COLUMNS[table].TS_NS
+                samples.extend((row[ts], (now - row[ts]) / 1e6) for row in getattr(batch, table) if row[ts])
         return out
 
     rate = 100 / LINES_PER_STEP
@@ -107,7 +109,8 @@ def _commit_times(rows: list[tuple[int, int, int]]):
         out = orig(self, todo)
         now = time.time_ns()
         for batch, _ in todo:
-            rows.extend((row[2], row[3], now) for row in batch.loss_parts if row[3])
+            step, ts = LOSS_PARTS.STEP, LOSS_PARTS.TS_NS
+            rows.extend((row[step], row[ts], now) for row in batch.loss_parts if row[ts])
         return out
 
     return orig, timed

@@ -24,8 +24,8 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from collector.sim.trainer import Trainer  # noqa: E402
-from parsers import format_ns  # noqa: E402
+from steptail.parsers import format_ns  # noqa: E402
+from steptail.simcluster.trainer import Trainer  # noqa: E402
 
 CACHE = ROOT / "benchmarks" / ".cache"
 STEPTAIL = str(Path(sys.executable).with_name("steptail"))

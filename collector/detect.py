@@ -1,6 +1,7 @@
-"""The one place where the live path hands data to the detectors (steptail.findings) and
-the alerts (steptail.alerts): committed batches, stream gaps, follower failures, the clock.
-Stream failures are also kept here (with their reason) for the view and the demo."""
+"""The one place where the live path hands data to the detectors (steptail.runs.detectors)
+and the alerts (steptail.collector.alerts, .metrics): committed batches, stream gaps, follower
+failures, the clock. Stream failures are also kept here (with their reason) for the view and
+the demo."""
 
 from __future__ import annotations
 
@@ -9,8 +10,13 @@ import threading
 import time
 from dataclasses import dataclass
 
-from collector import events
-from steptail.findings import load_engine
+from steptail.collector import events
+from steptail.collector.alerts import Alerter
+from steptail.collector.metrics import Metrics
+from steptail.runs.detectors import FindingEngine
+from steptail.runs.findings import Finding, Settings
+from steptail.storage.db import Store
+from steptail.storage.findings import load_engine, save_findings
 
 log = logging.getLogger("steptail.follow")
 
@@ -22,7 +28,8 @@ class Failure:
     at_ns: int
 
 
-def _engine(store, run: str, settings=None, reference_ce=None):
+def _engine(store: Store, run: str, settings: Settings | None = None,
+            reference_ce: dict[int, float] | None = None) -> FindingEngine | None:
     """An engine that has replayed what the store holds for the run (a resumed collector
     neither re-alerts old findings nor misses a gap across the restart)."""
     try:
@@ -43,8 +50,9 @@ def failure_kind(kind: str) -> str:
 
 
 class Detectors:
-    def __init__(self, run: str, store=None, alerts=None, metrics=None, settings=None,
-                 reference_ce=None) -> None:
+    def __init__(self, run: str, store: Store | None = None, alerts: Alerter | None = None,
+                 metrics: Metrics | None = None, settings: Settings | None = None,
+                 reference_ce: dict[int, float] | None = None) -> None:
         self.run = run
         self.metrics = metrics
         self.engine = _engine(store, run, settings, reference_ce) if store is not None else None
@@ -62,7 +70,7 @@ class Detectors:
             return []
         out = []
         for g in gaps:  # first: gap findings in this batch name the window
-            out += self._guard(self.engine.observe_stream_gap, g.stream, g.start_ns, g.end_ns, g.reason) or []
+            out += self._guard(self.engine.observe_stream_gap, g) or []
         return out + list(self._guard(self.engine.observe, batch) or [])
 
     def failure(self, kind: str, reason: str) -> None:
@@ -100,10 +108,8 @@ class Detectors:
             self._guard(self.metrics.reconnect, self.run, reason)
 
     # -- outputs -----------------------------------------------------------------------------
-    def save(self, conn, findings: list) -> None:
+    def save(self, conn, findings: list[Finding]) -> None:
         if findings:
-            from steptail.findings import save_findings
-
             save_findings(conn, findings)
             if self.alerts is not None:  # their webhook deliveries commit with them (the outbox)
                 self.alerts.record(conn, findings)

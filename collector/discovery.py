@@ -23,9 +23,10 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config import ConfigException
 from urllib3.exceptions import HTTPError, MaxRetryError
 
-from collector.health import Health
-from collector.kubeclient import KubeconfigError, api_client, exec_failure
-from collector.kubectl import KubeTarget, classify
+from steptail.collector.health import Health
+from steptail.collector.kubeclient import KubeconfigError, api_client, exec_failure
+from steptail.collector.kubectl import KubeTarget, classify
+from steptail.parsers.timestamps import parse_rfc3339
 
 JOBSET = "jobset.sigs.k8s.io/jobset-name"
 ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
@@ -61,9 +62,7 @@ def _ns(t) -> int | None:
     if t is None:
         return None
     if isinstance(t, str):
-        from collector.sim.kube import parse_rfc3339_ns  # pure helper, no sim state
-
-        return parse_rfc3339_ns(t)
+        return parse_rfc3339(t)
     return int(t.timestamp() * 1e9)
 
 

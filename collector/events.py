@@ -12,7 +12,8 @@ import logging
 import time
 from collections.abc import Callable
 
-from parsers.timestamps import format_ns
+from steptail.parsers.timestamps import format_ns
+from steptail.runs.rows import LOSS_PARTS, REQUIRED_RBF
 
 log = logging.getLogger("steptail.follow")
 Hook = Callable[[dict], None]
@@ -37,15 +38,19 @@ def _json(value):
 
 
 def committed_rows(hook: Hook | None, batch) -> None:
-    """LOSS-PARTS rows as `step` events, REQUIRED_RBF rows as `rbf` events (storage.sql.COLUMNS order)."""
+    """LOSS-PARTS rows as `step` events, REQUIRED_RBF rows as `rbf` events."""
     if hook is None:
         return
-    for run, incarnation, step, ts_ns, ce, ce_raw, parts in batch.loss_parts:
-        emit(hook, {"event": "step", "run": run, "incarnation": incarnation, "step": step, "ts": _ts(ts_ns),
-                    "ce": ce, "ce_raw": ce_raw, "parts": _json(parts) if parts is not None else {}})
-    for run, incarnation, step, ts_ns, mx, per_layer, program in batch.required_rbf:
-        emit(hook, {"event": "rbf", "run": run, "incarnation": incarnation, "step": step, "ts": _ts(ts_ns),
-                    "rbf_max": mx, "rbf_per_layer": _json(per_layer), "rbf_program": program})
+    lp, rbf = LOSS_PARTS, REQUIRED_RBF
+    for row in batch.loss_parts:
+        parts = row[lp.PARTS]
+        emit(hook, {"event": "step", "run": row[lp.RUN], "incarnation": row[lp.INCARNATION], "step": row[lp.STEP],
+                    "ts": _ts(row[lp.TS_NS]), "ce": row[lp.CE], "ce_raw": row[lp.CE_RAW],
+                    "parts": _json(parts) if parts is not None else {}})
+    for row in batch.required_rbf:
+        emit(hook, {"event": "rbf", "run": row[rbf.RUN], "incarnation": row[rbf.INCARNATION], "step": row[rbf.STEP],
+                    "ts": _ts(row[rbf.TS_NS]), "rbf_max": row[rbf.MAX], "rbf_per_layer": _json(row[rbf.PER_LAYER]),
+                    "rbf_program": row[rbf.PROGRAM]})
 
 
 def committed_gaps(hook: Hook | None, run: str, gaps) -> None:

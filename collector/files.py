@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO, NamedTuple
 
-from parsers import MAX_LINE, candidate_lines, has_tag, split_timestamp
+from steptail.parsers import MAX_LINE, candidate_lines, has_tag, split_timestamp
+from steptail.parsers.block import parse_block
 
 BLOCK = 4 << 20
 
@@ -171,8 +172,6 @@ def read_range(path: str, start: int, end: int) -> Piece:
 def parse_range(path: str, start: int, end: int) -> tuple:
     """In an ingest worker: read one range and parse its block (the block stays there). Lives
     here, away from the SQL and Parquet modules, so that workers import only the parsers."""
-    from parsers.block import parse_block
-
     piece = read_range(path, start, end)
     return piece.lines, piece.bad, parse_block(piece.block)
 

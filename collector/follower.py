@@ -17,15 +17,17 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from collector import events, kubectl
-from collector.detect import Detectors
-from collector.discovery import Discovery, PodInfo, reason_of
-from collector.health import Health
-from collector.kubectl import KubeTarget
-from collector.sink import Gap, RunSink
-from collector.watchdog import Pace, Watchdog
-from parsers.timestamps import split_timestamp
-from steptail.model import RunModel
+from steptail.collector import events, kubectl
+from steptail.collector.detect import Detectors
+from steptail.collector.discovery import Discovery, PodInfo, reason_of
+from steptail.collector.health import Health
+from steptail.collector.kubectl import KubeTarget
+from steptail.collector.sink import RunSink
+from steptail.collector.watchdog import Pace, Watchdog
+from steptail.parsers.fast import line_ts
+from steptail.runs.model import RunModel
+from steptail.runs.rows import LOSS_PARTS
+from steptail.runs.stream_gap import StreamGap
 
 log = logging.getLogger("steptail.follow")
 
@@ -96,11 +98,10 @@ class _Overlap:
         self.first_ns: int | None = None
         self.resolved = False
 
-    def would_gap(self, line: bytes) -> bool:
-        """This line would open a re-read gap (checked before it is fed)."""
-        if self.resolved or self.hwm_ns is None or not line[:1].isdigit():
+    def would_gap(self, ts_ns: int | None) -> bool:
+        """A line stamped `ts_ns` would open a re-read gap (checked before it is fed)."""
+        if self.resolved or self.hwm_ns is None:
             return False
-        ts_ns = split_timestamp(line)[0]
         return ts_ns is not None and ts_ns > self.hwm_ns
 
     def see(self, ts_ns: int | None, line: bytes) -> tuple[int, int, str] | None:
@@ -289,10 +290,11 @@ class RunFollower:
                     break
                 last_line = time.monotonic()
                 watchdog.reset()
-                if check.would_gap(line) and not await self._same_container(pod):
+                ts_ns = line_ts(line)
+                if check.would_gap(ts_ns) and not await self._same_container(pod):
                     outcome = "moved"  # opened just as the container restarted: those lines are not ours
                     break
-                self._feed(line, key, check, pod)
+                self._feed(line, ts_ns, key, check)
         finally:
             if probe is not None:
                 probe.cancel()
@@ -333,8 +335,7 @@ class RunFollower:
         if not newest:
             return False  # the current file is empty: nothing written since a rotation
         cursor = self.model.cursors.get(key)
-        ts_ns = split_timestamp(newest)[0] if newest[:1].isdigit() else None
-        return cursor is None or not cursor.seen(ts_ns, newest)
+        return cursor is None or not cursor.seen(line_ts(newest), newest)
 
     # ------------------------------------------------------------------------ draining
     async def _drain(self, pod: PodInfo, gone: bool = False) -> None:
@@ -350,7 +351,7 @@ class RunFollower:
         check = self._check_for(key, since, pod)
         self.model.pod = pod.name
         argv = self.target.logs_argv(pod.name, pod.container, since_ns=since)
-        code, err = await kubectl.run_once(argv, self.env, lambda ln: self._feed(ln, key, check, pod),
+        code, err = await kubectl.run_once(argv, self.env, lambda ln: self._feed(ln, line_ts(ln), key, check),
                                            self.cfg.drain_timeout)
         if code == 0:
             self.health.ok()
@@ -387,7 +388,7 @@ class RunFollower:
         check = self._check_for(key, since)
         argv = self.target.logs_argv(pod.name, pod.container, previous=True, since_ns=since)
         self._set_state("reading previous container", pod)
-        code, err = await kubectl.run_once(argv, self.env, lambda ln: self._feed(ln, key, check, pod),
+        code, err = await kubectl.run_once(argv, self.env, lambda ln: self._feed(ln, line_ts(ln), key, check),
                                            self.cfg.drain_timeout)
         if code == 0:
             self.health.ok()
@@ -434,10 +435,11 @@ class RunFollower:
             check = self._pending_check[key] = _Overlap(since, started)
         return check
 
-    def _feed(self, line: bytes, key: str, check: _Overlap, pod: PodInfo) -> None:
+    def _feed(self, line: bytes, ts_ns: int | None, key: str, check: _Overlap) -> None:
+        """One line and its kubelet timestamp (parsers.fast.line_ts), read once for the pace,
+        the overlap check and the model."""
         if self.health.failing is not None:  # a read delivers: whatever failed works again
             self.health.ok()
-        ts_ns = split_timestamp(line)[0] if line[:1].isdigit() else None
         self.pace.see(ts_ns)
         gap = check.see(ts_ns, line)
         if gap is not None:
@@ -446,13 +448,13 @@ class RunFollower:
             self._pending_check.pop(key, None)
         self.model.counters.lines += 1
         self.status.lines += 1
-        self.model.feed(line, stream=key)
+        self.model.feed_stamped(line, ts_ns, stream=key)
 
     def _gap(self, key: str, start_ns: int | None, end_ns: int | None, reason: str) -> None:
         now = time.time_ns()
         if start_ns is None:  # nothing read from this stream: lost from its start
             start_ns = 0
-        self.sink.add_gap(Gap(key, start_ns, end_ns if end_ns is not None else now, reason, now))
+        self.sink.add_gap(StreamGap(key, start_ns, end_ns if end_ns is not None else now, reason, now))
         self.status.gaps += 1
         log.warning("%s: stream gap on %s: %s", self.run, key, reason)
 
@@ -533,7 +535,9 @@ class RunFollower:
     def _update_view(self) -> None:
         st, sink = self.status, self.sink
         if sink.last_loss is not None:
-            _run, st.last_incarnation, st.last_step, ts_ns, st.last_ce = sink.last_loss[:5]
+            row = sink.last_loss
+            st.last_incarnation, st.last_step = row[LOSS_PARTS.INCARNATION], row[LOSS_PARTS.STEP]
+            st.last_ce = row[LOSS_PARTS.CE]
             if sink.step_seconds is not None:
                 st.step_seconds = sink.step_seconds
         if sink.error:

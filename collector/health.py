@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 
-from collector.kubectl import mask
+from steptail.collector.kubectl import mask
 
 log = logging.getLogger("steptail.health")
 
@@ -19,7 +19,7 @@ log = logging.getLogger("steptail.health")
 class Health:
     def __init__(self, source: str, run: str = "", metrics=None, status=None) -> None:
         self.source, self.run = source, run
-        self.metrics = metrics  # steptail.alerts.Metrics
+        self.metrics = metrics  # steptail.collector.metrics.Metrics
         self.status = status  # the run's RunStatus: failures and errors by kind
         self.failing: tuple[str, str] | None = None  # (kind, reason)
         self.last: tuple[str, str] | None = None  # the latest failure, cleared or not

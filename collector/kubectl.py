@@ -11,7 +11,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from parsers.timestamps import format_ns
+from steptail.parsers.timestamps import format_ns
 
 ACCOUNT_VAR = "CLOUDSDK_CORE_ACCOUNT"
 LINE_LIMIT = 1 << 21  # StreamReader limit: longer than any line the model keeps (1 MiB)

@@ -1,4 +1,6 @@
-"""Running a Supervisor with its surroundings: the live view, alerts and metrics server."""
+"""`follow`, wired: the metrics (and their HTTP server), the alerter and its webhook
+deliveries, the Supervisor (discovery, and one path per run: Supervisor.assemble_run), the
+live view; and their shutdown in reverse."""
 
 from __future__ import annotations
 
@@ -9,10 +11,12 @@ import logging
 from rich.console import Console
 from rich.live import Live
 
-from collector import kubectl
-from collector.supervisor import Plan, Supervisor
-from collector.view import table
-from storage.db import Store
+from steptail.collector import kubectl
+from steptail.collector.alerts import Alerter
+from steptail.collector.metrics import Metrics, MetricsServer
+from steptail.collector.supervisor import Plan, Supervisor
+from steptail.collector.view import table
+from steptail.storage.db import Store
 
 log = logging.getLogger("steptail.follow")
 
@@ -21,8 +25,6 @@ async def follow(store: Store, plan: Plan, *, view: bool = False, webhooks: tupl
                  metrics_port: int | None = None, metrics_host: str = "127.0.0.1", duration: float | None = None,
                  console: Console | None = None, on_start=None) -> Supervisor:
     """Follow until every run is done (--until-done), a signal, or `duration` seconds."""
-    from steptail.alerts import Alerter, Metrics, MetricsServer
-
     metrics = Metrics()
     server = None
     if metrics_port is not None:

@@ -11,30 +11,24 @@ import asyncio
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
 
-from collector import events
-from collector.health import Health
-from steptail.model import Batch, RunModel
-from storage.compact import compact, write_snapshots
-from storage.db import Store
-from storage.parquet import ParquetSink, catch_up
-from storage.sql import COLUMNS, SqlSink
+from steptail.collector import events
+from steptail.collector.health import Health
+from steptail.runs.model import Batch, RunModel
+from steptail.runs.rows import LOSS_PARTS, POD_METRICS
+from steptail.runs.stream_gap import StreamGap
+from steptail.storage.catchup import catch_up
+from steptail.storage.compact import compact, write_snapshots
+from steptail.storage.db import Store
+from steptail.storage.parquet import ParquetSink
+from steptail.storage.sql import COLUMNS, SqlSink
+from steptail.storage.streams import record_reconnects, record_stream_gaps
 
 log = logging.getLogger("steptail.follow")
 _TABLES = tuple(COLUMNS)
 # A store that refuses writes is retried after 0.2 s, then twice as long each time up to 5 s
 # (not at every ~50 ms flush); the rows wait in memory meanwhile.
 RETRY_FIRST, RETRY_MAX = 0.2, 5.0
-
-
-@dataclass
-class Gap:
-    stream: str
-    start_ns: int
-    end_ns: int | None
-    reason: str
-    detected_ns: int = field(default_factory=time.time_ns)
 
 
 class RunSink:
@@ -49,8 +43,8 @@ class RunSink:
         self.sql = SqlSink(store)
         self.detectors = detectors
         self.parquet_root, self.parquet_every = parquet_root, parquet_every
-        self.pending: list[tuple[Batch, list[Gap]]] = []
-        self.gaps: list[Gap] = []
+        self.pending: list[tuple[Batch, list[StreamGap]]] = []
+        self.gaps: list[StreamGap] = []
         self.reconnects: list[tuple] = []  # (run, stream, ts_ns, reason) not committed yet
         self.parquet_rows: dict[str, list[tuple]] = {t: [] for t in _TABLES}
         self.parquet_last = time.monotonic()
@@ -73,14 +67,6 @@ class RunSink:
         self.on_event: events.Hook | None = None  # committed rows and gaps, as they commit
         self.step_seconds: float | None = None  # from the last per-pod step line
         self._lock = asyncio.Lock()
-        ph = store.placeholder
-        self._gap_sql = (
-            f"INSERT INTO stream_gaps (run, stream, start_ns, end_ns, reason, detected_ns) VALUES "
-            f"({', '.join([ph] * 6)}) ON CONFLICT (run, stream, start_ns) DO NOTHING"
-        )
-        self._reconnect_sql = (
-            f"INSERT INTO stream_reconnects (run, stream, ts_ns, reason) VALUES ({', '.join([ph] * 4)})"
-        )
         with store.engine.begin() as conn:
             self.sql.ensure_run(conn, run, jobset, namespace)
         if parquet_root:
@@ -98,7 +84,7 @@ class RunSink:
         if n:
             log.info("%s: %d rows committed before a restart written to Parquet", self.run, n)
 
-    def add_gap(self, gap: Gap) -> None:
+    def add_gap(self, gap: StreamGap) -> None:
         self.gaps.append(gap)
 
     def add_reconnect(self, stream: str, reason: str) -> None:
@@ -143,9 +129,9 @@ class RunSink:
                     written += len(b)
                     if b.loss_parts:
                         self.last_loss = b.loss_parts[-1]
-                        self.detectors.step(self.last_loss[2], self.last_loss[3])
+                        self.detectors.step(self.last_loss[LOSS_PARTS.STEP], self.last_loss[LOSS_PARTS.TS_NS])
                     if b.pod_metrics:
-                        self.step_seconds = b.pod_metrics[-1][4]
+                        self.step_seconds = b.pod_metrics[-1][POD_METRICS.SECONDS]
                     if self.parquet_root:
                         for t in _TABLES:
                             self.parquet_rows[t].extend(getattr(b, t))
@@ -166,7 +152,7 @@ class RunSink:
                     self.parquet_health.ok()
             return written
 
-    def _commit(self, todo: list[tuple[Batch, list[Gap]]]) -> list:
+    def _commit(self, todo: list[tuple[Batch, list[StreamGap]]]) -> list:
         lock = self._sqlite_lock if self.store.is_sqlite else _NoLock()
         self.sql.take_refused()  # left by an attempt that was rolled back
         with lock, self.store.engine.begin() as conn:
@@ -175,9 +161,9 @@ class RunSink:
                 refused = self.sql.write(conn, self.run, batch)
                 batch = batch.without(r for _, r, _ in refused) if refused else batch  # the detectors: stored rows only
                 if batch.reconnects:
-                    conn.exec_driver_sql(self._reconnect_sql, batch.reconnects)
+                    record_reconnects(conn, batch.reconnects)
                 if gaps:
-                    conn.exec_driver_sql(self._gap_sql, [
+                    record_stream_gaps(conn, [
                         (self.run, g.stream, g.start_ns, g.end_ns, g.reason, g.detected_ns) for g in gaps])
                 findings += self.detectors.observe(batch, gaps)
             findings += self.detectors.tick(time.time_ns(), self.running)

@@ -1,6 +1,9 @@
 """Running the followers: one supervised task per run (a failing run is restarted on its own
 and never stops another), discovery shared by all, clean shutdown on SIGTERM/SIGINT:
-every kubectl killed by PID, every row flushed and committed, Parquet closed."""
+every kubectl killed by PID, every row flushed and committed, Parquet closed.
+
+One run's path is put together in one place, `Supervisor.assemble_run`: discovery →
+follower → model → sink → detectors."""
 
 from __future__ import annotations
 
@@ -10,17 +13,21 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collector import events, kubectl
-from collector.detect import Detectors
-from collector.discovery import Discovery
-from collector.follower import FollowConfig, RunFollower, RunStatus
-from collector.health import Health
-from collector.kubectl import KubeTarget
-from collector.sink import RunSink
-from steptail.findings.reference import ReferenceError, reference_for
-from storage.db import Store
-from storage.sources import SourceConflict, kubernetes_source
-from storage.sql import SqlSink, load_model
+from steptail.collector import events, kubectl
+from steptail.collector.alerts import Alerter
+from steptail.collector.detect import Detectors
+from steptail.collector.discovery import Discovery
+from steptail.collector.follower import FollowConfig, RunFollower, RunStatus
+from steptail.collector.health import Health
+from steptail.collector.kubectl import KubeTarget
+from steptail.collector.metrics import Metrics
+from steptail.collector.sink import RunSink
+from steptail.runs.findings import Settings
+from steptail.runs.model import RunModel
+from steptail.runs.reference import ReferenceError, reference_for
+from steptail.storage.db import Store
+from steptail.storage.sources import SourceConflict, kubernetes_source
+from steptail.storage.sql import SqlSink, load_model
 
 log = logging.getLogger("steptail.follow")
 GIVE_UP_KINDS = ("auth", "forbidden", "network")  # failing from start-up: a configuration error
@@ -37,9 +44,9 @@ class Plan:
     selector: str | None = None
     parquet: str | None = None
     config: FollowConfig = field(default_factory=FollowConfig)
-    alerts: object | None = None  # steptail.alerts.Alerter
-    metrics: object | None = None  # steptail.alerts.Metrics
-    settings: object | None = None  # steptail.findings.Settings (None: defaults)
+    alerts: Alerter | None = None  # findings to logs and webhooks (collector.live sets it)
+    metrics: Metrics | None = None  # Prometheus (collector.live sets it)
+    settings: Settings | None = None  # the detectors' knobs (None: defaults)
     # HF reference CE per step for the step-1 gate, or a directory of per-run files
     reference_ce: dict[int, float] | Path | None = None
     # follow into runs that hold data of another source (e.g. the same run's ingested logs)
@@ -148,31 +155,46 @@ class Supervisor:
         self.health[run] = Health("follower", run, self.plan.metrics, status)
         self.tasks[run] = asyncio.create_task(self._supervise(jobset, run, status), name=f"run:{run}")
 
-    async def _follower(self, jobset: str, run: str, status: RunStatus) -> RunFollower:
-        p = self.plan
+    async def assemble_run(self, jobset: str, run: str, status: RunStatus) -> RunFollower:
+        """One run's path, from kubectl's stdout to the store:
 
-        def load():
-            with self.store.engine.begin() as conn:
-                # claimed before anything of the run starts: a clash (SourceConflict) refuses it
-                SqlSink(self.store).ensure_run(conn, run, jobset, p.target.namespace, append=p.append,
-                                               source=kubernetes_source(p.target.namespace, jobset))
-                return load_model(conn, run)
+            discovery → follower → model → sink → detectors
 
-        model = await asyncio.to_thread(load)
+        - discovery (self.discovery, shared by all runs) lists and watches the JobSet's
+          process-0 pods;
+        - the follower (RunFollower) reads them with `kubectl logs -f --timestamps`, oldest
+          attempt first, and feeds each line to
+        - the run model (RunModel), which parses it, drops what was read before (cursors)
+          and files it under its incarnation; every flush interval
+        - the sink (RunSink) takes the model's batch, commits it to SQL with the stream gaps,
+          and hands it to
+        - the detectors (Detectors), whose findings commit in the same transaction and then
+          go to the alerts and metrics; the sink writes the committed rows to Parquet
+          periodically.
+
+        Built from the store side up, since each part is handed the next one down the path;
+        the blocking parts (SQL, Parquet catch-up, reference files) run in threads."""
+        store, plan, ns = self.store, self.plan, self.plan.target.namespace
+        # the model: the run is claimed for this JobSet before anything of it starts (a run of
+        # another source refuses it: SourceConflict), then resumed from the store's cursors
+        model = await asyncio.to_thread(_claim_and_load, store, run, jobset, ns, plan.append)
+        # the detectors: resumed from the store's findings, with the step-1 gate's reference CE
         try:
-            reference = await asyncio.to_thread(reference_for, p.reference_ce, run)
+            reference = await asyncio.to_thread(reference_for, plan.reference_ce, run)
         except ReferenceError as exc:  # this run's file is bad: say so, follow without it
             log.error("%s: %s", run, exc)
             status.last_error, reference = str(exc), None
-        det = self.detectors[run] = await asyncio.to_thread(
-            Detectors, run, self.store, p.alerts, p.metrics, p.settings, reference)
-        sink = await asyncio.to_thread(RunSink, self.store, run, p.parquet, det, p.config.parquet_every,
-                                       jobset, p.target.namespace)
-        f = RunFollower(run, jobset, p.target, self.discovery, model, sink, det, p.config, status,
-                        self.health.get(run))
-        f.on_event = sink.on_event = det.on_event = p.on_event
-        self.followers[run] = f
-        return f
+        detectors = self.detectors[run] = await asyncio.to_thread(  # also told when discovery fails
+            Detectors, run, store, plan.alerts, plan.metrics, plan.settings, reference)
+        # the sink: SQL, then the detectors, then Parquet (catching up what a killed collector left)
+        sink = await asyncio.to_thread(RunSink, store, run, plan.parquet, detectors, plan.config.parquet_every,
+                                       jobset, ns)
+        # the follower: process 0's pods, from discovery, read into the model
+        follower = RunFollower(run, jobset, plan.target, self.discovery, model, sink, detectors, plan.config,
+                               status, self.health.get(run))
+        follower.on_event = sink.on_event = detectors.on_event = plan.on_event
+        self.followers[run] = follower  # flushed at shutdown
+        return follower
 
     async def _supervise(self, jobset: str, run: str, status: RunStatus) -> None:
         backoff = 0.5
@@ -180,7 +202,7 @@ class Supervisor:
         while not self.stopping.is_set():
             try:
                 if follower is None:
-                    follower = await self._follower(jobset, run, status)
+                    follower = await self.assemble_run(jobset, run, status)
                 await follower.run_forever()
                 if status.done:
                     return
@@ -206,12 +228,20 @@ class Supervisor:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 30.0)
 
-
     def _set_state(self, run: str, state: str) -> None:
         status = self.status[run]
         if state != status.state:
             events.state_changed(self.plan.on_event, run, state, status.pod)
         status.state = state
+
+
+def _claim_and_load(store: Store, run: str, jobset: str, namespace: str, append: bool) -> RunModel:
+    """The run claimed for its JobSet (SourceConflict if it holds another source's data) and
+    its model loaded, in one transaction."""
+    with store.engine.begin() as conn:
+        SqlSink(store).ensure_run(conn, run, jobset, namespace, append=append,
+                                  source=kubernetes_source(namespace, jobset))
+        return load_model(conn, run)
 
 
 async def cancel_all(tasks: list[asyncio.Task], every: float = 1.0) -> None:

@@ -11,9 +11,9 @@ from grafana_foundation_sdk.builders import alerting, expr
 from grafana_foundation_sdk.models import alerting as am
 from grafana_foundation_sdk.models.dashboard import DataSourceRef
 
-from dashboards import queries as q
-from dashboards.boards import FLEET_UID, RUN_UID
-from dashboards.sqlquery import DATASOURCE_UID, SqlQuery
+from steptail.dashboards import queries as q
+from steptail.dashboards.boards import FLEET_UID, RUN_UID
+from steptail.dashboards.sqlquery import DATASOURCE_UID, SqlQuery
 
 FOLDER_UID = "steptail"
 FOLDER_TITLE = "steptail"

@@ -12,8 +12,8 @@ from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models import xychart as xym
 
-from dashboards import queries as q
-from dashboards.sqlquery import SqlDataquery, SqlQuery, datasource_ref
+from steptail.dashboards import queries as q
+from steptail.dashboards.sqlquery import SqlDataquery, SqlQuery, datasource_ref
 
 TAGS = ["steptail"]
 RUN_UID, RBF_UID, FLEET_UID = "steptail-run", "steptail-rbf", "steptail-fleet"

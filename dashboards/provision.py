@@ -10,14 +10,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 import sqlalchemy as sa
 from grafana_client import GrafanaApi
 from grafana_client.client import GrafanaClientError, GrafanaException
 
-from dashboards.alerts import FOLDER_TITLE, FOLDER_UID, GROUP_INTERVAL_S, RULE_GROUP
-from dashboards.render import dashboards_json, rules_json
-from dashboards.sqlquery import DATASOURCE_NAME, DATASOURCE_TYPE, DATASOURCE_UID
+from steptail.dashboards.alerts import FOLDER_TITLE, FOLDER_UID, GROUP_INTERVAL_S, RULE_GROUP
+from steptail.dashboards.render import dashboards_json, rules_json
+from steptail.dashboards.sqlquery import DATASOURCE_NAME, DATASOURCE_TYPE, DATASOURCE_UID
 
 log = logging.getLogger(__name__)
 TIMEOUT_S = 15.0
@@ -177,8 +178,6 @@ def _reason(exc: GrafanaException) -> str:
 
 
 def connect(url: str, token: str | None) -> GrafanaApi:
-    from urllib.parse import urlsplit
-
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ProvisionError(f"bad Grafana URL {url!r} (expected http(s)://host[:port])")

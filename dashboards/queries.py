@@ -8,9 +8,9 @@ their own line instead of zig-zagging back over the first recording."""
 
 from __future__ import annotations
 
-from steptail.findings import Settings
+from steptail.runs.findings import Settings
 
-# Finding kinds written by the detectors (steptail.findings.KINDS). A step-1 gate that could
+# Finding kinds written by the detectors (steptail.runs.findings.KINDS). A step-1 gate that could
 # not run for want of a reference is a warning, not a failed gate. "divergence" also matches
 # an arm-vs-control kind should one be stored.
 GATE_KINDS = "f.kind = 'step1_ce_gate' AND f.severity = 'critical'"
@@ -123,10 +123,11 @@ WHERE ts_ns BETWEEN $__unixEpochNanoFrom() AND $__unixEpochNanoTo()
 GROUP BY run
 """.strip()
 
-# Steps missing between two recorded steps of one incarnation, plus head gaps (the trainer's
-# start was read, yet the incarnation's first step is not 1 / restore + 1). (run, incarnation,
-# step) is unique, so max - min + 1 - count is exactly the sum of the inner gaps: one
-# aggregate instead of a window over every row.
+# The steps missing per run, as steptail.runs.gaps defines them (held to it on both stores by
+# tests/test_missing_step_definition.py): between two recorded steps of one incarnation, plus
+# head gaps (the trainer's start was read, yet the incarnation's first step is not 1 / restore
+# + 1). (run, incarnation, step) is unique, so max - min + 1 - count is exactly the sum of the
+# inner gaps: one aggregate instead of a window over every row.
 ALERT_MISSING_STEPS = f"""
 WITH active AS ({_ACTIVE}),
 inner_gaps AS (

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
-from dashboards.alerts import all_rules
-from dashboards.boards import all_dashboards
+from steptail.dashboards.alerts import all_rules
+from steptail.dashboards.boards import all_dashboards
 
 
 def to_plain(model) -> dict:

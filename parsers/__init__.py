@@ -1,7 +1,7 @@
 """Pure parsers: bytes of one log line in, one typed record (or nothing) out. No I/O."""
 
-from parsers.line import MAX_LINE, TAGS, parse_line, parse_message
-from parsers.records import (
+from steptail.parsers.line import MAX_LINE, TAGS, parse_line, parse_message
+from steptail.parsers.records import (
     Checkpoint,
     ConfigParam,
     LossParts,
@@ -12,8 +12,8 @@ from parsers.records import (
     RequiredRbf,
     TrainerStart,
 )
-from parsers.scan import candidate_lines, has_tag
-from parsers.timestamps import format_ns, parse_rfc3339, split_timestamp
+from steptail.parsers.scan import candidate_lines, has_tag
+from steptail.parsers.timestamps import format_ns, parse_rfc3339, split_timestamp
 
 __all__ = [
     "MAX_LINE", "TAGS", "Checkpoint", "ConfigParam", "LossParts", "Malformed", "ParsedLine",

@@ -16,11 +16,13 @@ from itertools import pairwise
 from operator import itemgetter
 from typing import NamedTuple
 
-from parsers.bounds import CLOCK_JUMP_NS
-from parsers.fast import (
+from steptail.parsers.bounds import CLOCK_JUMP_NS
+from steptail.parsers.fast import (
     LOSS_LINE,
     POD_LINE,
     RBF_LINE,
+    ROW_STEP,
+    ROW_TS,
     loss_item,
     loss_row,
     parse_fast,
@@ -30,12 +32,12 @@ from parsers.fast import (
     rbf_row,
     ts_of,
 )
-from parsers.line import MAX_LINE, TAGS, parse_line
-from parsers.records import Checkpoint
-from parsers.scan import candidate_lines
+from steptail.parsers.line import MAX_LINE, TAGS, parse_line
+from steptail.parsers.records import BlockKind, Checkpoint, ItemKind
+from steptail.parsers.scan import candidate_lines
 
 try:  # parsers/_steady.c, built at install; without it the Python scan does the same work
-    from parsers import _steady as _native
+    from steptail.parsers import _steady as _native
 except ImportError:
     _native = None
 
@@ -84,17 +86,17 @@ MIN_PART = 64 << 10
 
 def parse_block(block: bytes) -> tuple:
     """One of:
-    ("C", Steady)   a steady-state block;
-    ("I", items)    one item per candidate line in order: parse_fast's tuple + (line,), or
-                    ("X", line) for the general parser;
-    ("M", parts)    (start, end, parse_block(block[start:end])) per part, in order."""
+    (BlockKind.STEADY, Steady)  a steady-state block;
+    (BlockKind.LINES, items)    one item per candidate line in order: parse_fast's tuple +
+                                (line,), or (ItemKind.GENERAL, line) for the general parser;
+    (BlockKind.SPLIT, parts)    (start, end, parse_block(block[start:end])) per part, in order."""
     steady = _steady(block)
     if steady is not None:
-        return ("C", steady)
+        return (BlockKind.STEADY, steady)
     cuts = _cuts(block, PARTS) if len(block) >= 2 * MIN_PART else []
     if len(cuts) < 2:  # small, or one long line
-        return ("I", line_by_line(block))
-    return ("M", [(a, b, parse_block(block[a:b])) for a, b in cuts])
+        return (BlockKind.LINES, line_by_line(block))
+    return (BlockKind.SPLIT, [(a, b, parse_block(block[a:b])) for a, b in cuts])
 
 
 def _cuts(block: bytes, parts: int) -> list[tuple[int, int]]:
@@ -112,7 +114,7 @@ def line_by_line(block: bytes) -> list[tuple]:
     out = []
     for line in candidate_lines(block):
         item = parse_fast(line) if len(line) <= MAX_LINE else None
-        out.append(("X", line) if item is None else item + (line,))
+        out.append((ItemKind.GENERAL, line) if item is None else item + (line,))
     return out
 
 
@@ -160,7 +162,7 @@ class Steady(NamedTuple):
     steps of at most parsers.bounds.CLOCK_JUMP_NS (or all absent), no line repeated. Rows
     carry no kind and no line: cheap to pickle."""
 
-    # Columns (one tuple per field, in line order), or () when the block has none:
+    # Columns (one tuple per field of parsers.fast's rows, in line order), or () when none:
     loss: tuple  # ts_ns, step, ce, ce_raw, parts_json
     rbf: tuple  # ts_ns, step, max, per_layer_json, program
     pod: tuple  # ts_ns, step, seconds, tflops, tokens_per_s, total_weights, loss
@@ -207,11 +209,11 @@ def _steady_py(block: bytes) -> Steady | None:
     for a, b in pairwise(found):
         if a[0] == b[0]:
             return None  # one line, two tags: the reference decides which
-    prev_ts, run_from = (found[0][2][0] if found else None), 0
+    prev_ts, run_from = (found[0][2][ROW_TS] if found else None), 0
     for n, (_, kind, row, line) in enumerate(found):
-        ts, step = row[0], row[1]
+        ts, step = row[ROW_TS], row[ROW_STEP]
         rows = columns[kind]
-        if rows and step <= rows[-1][1]:
+        if rows and step <= rows[-1][ROW_STEP]:
             return None  # a step going back or repeating: the model decides
         if ts != prev_ts:
             if ts is None or prev_ts is None or ts < prev_ts or ts - prev_ts > CLOCK_JUMP_NS:
@@ -222,7 +224,7 @@ def _steady_py(block: bytes) -> Steady | None:
         rows.append(row)
     if not found:
         return None
-    first, last = found[0][2][0], found[-1][2][0]
-    at_last = [line for _, _, row, line in found if last is not None and row[0] == last]
+    first, last = found[0][2][ROW_TS], found[-1][2][ROW_TS]
+    at_last = [line for _, _, row, line in found if last is not None and row[ROW_TS] == last]
     loss, rbf, pod = (tuple(zip(*rows, strict=True)) for rows in columns[:3])  # pickles lighter
     return Steady(loss, rbf, pod, columns[3], first, last, at_last)

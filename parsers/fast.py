@@ -13,8 +13,9 @@ import calendar
 import datetime
 import re
 
-from parsers.bounds import CE_RAW_MAX, INT32_MAX, INT64_MAX, PROGRAM_MAX
-from parsers.records import LossParts, PodStep, RequiredRbf
+from steptail.parsers.bounds import CE_RAW_MAX, INT32_MAX, INT64_MAX, PROGRAM_MAX
+from steptail.parsers.records import ItemKind, LossParts, PodStep, RequiredRbf
+from steptail.parsers.timestamps import split_timestamp
 
 _NUM = rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"  # a JSON number
 _TS = re.compile(rb"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})")
@@ -56,6 +57,15 @@ _LAYER_SHAPES: dict[bytes, bool] = {}
 _DEC = rb"-?(?:0|[1-9][0-9]*)\.[0-9]+(?:[eE][+-]?[0-9]+)?"
 _DECIMALS = re.compile(rb"(?:" + _DEC + rb",)*" + _DEC)
 _KEY_VALUE = re.compile(rb"(?: [A-Za-z_][A-Za-z0-9_]*=" + _NUM + rb")+")
+
+
+def line_ts(line: bytes) -> int | None:
+    """A line's kubelet timestamp in ns since the epoch (None without one), read once for all
+    its readers (the follower's checks, the cursor, the parsers): ts_of when it vouches, else
+    the reference (parsers.timestamps). The two differ only on seconds 60 and 61, which ts_of
+    and the C scan read and kubelet never prints."""
+    ts = ts_of(line)
+    return split_timestamp(line.rstrip(b"\r\n"))[0] if ts is False else ts
 
 
 def ts_of(line: bytes) -> int | None | bool:
@@ -133,10 +143,15 @@ def _lz(number: bytes) -> bool:
     return number[:1] == b"0" and number[1:2].isdigit() or number[:2] == b"-0" and number[2:3].isdigit()
 
 
-# Row builders: groups -> a row (ts_ns first), checking what depends on the values (the
-# timestamp, leading zeros, what the columns hold: parsers.bounds). The *_item builders add
-# the checks that depend only on a line's shape, and the kind letter; parsers.block runs
-# those once per shape, then rows alone.
+# Row builders: groups -> a row, checking what depends on the values (the timestamp, leading
+# zeros, what the columns hold: parsers.bounds). The *_item builders add the checks that depend
+# only on a line's shape, and the kind in front; parsers.block runs those once per shape, then
+# rows alone. A row is (ts_ns, step, the record's fields); an item is (kind, *row), and in
+# parsers.block's lists the line after it.
+ROW_TS, ROW_STEP = 0, 1
+ITEM_KIND, ITEM_TS, ITEM_STEP, ITEM_LINE = 0, 1, 2, -1
+
+
 def loss_row(ts, step: bytes, ce_raw: bytes, tail: bytes | None) -> tuple | None:
     tail = tail.rstrip(b" \t") if tail else tail
     if ts is False or _lz(ce_raw) or (tail and _leading_zero(tail)):
@@ -171,46 +186,52 @@ def loss_item(ts, step: bytes, ce_raw: bytes, tail: bytes | None) -> tuple | Non
     if tail and not _valid_shape(tail.rstrip(b" \t"), _SHAPES, _shape_ok):
         return None
     row = loss_row(ts, step, ce_raw, tail)
-    return None if row is None else ("L", *row)
+    return None if row is None else (ItemKind.LOSS, *row)
 
 
 def rbf_item(ts, step: bytes, mx: bytes, layers: bytes, program: bytes) -> tuple | None:
     ok = _valid_shape(layers, _LAYER_SHAPES, lambda shape: not shape or _DECIMALS.fullmatch(shape) is not None)
     row = rbf_row(ts, step, mx, layers, program) if ok else None
-    return None if row is None else ("R", *row)
+    return None if row is None else (ItemKind.RBF, *row)
 
 
 def pod_item(ts, g: tuple) -> tuple | None:
     row = pod_row(ts, g)
-    return None if row is None else ("P", *row)
+    return None if row is None else (ItemKind.POD, *row)
 
 
 def parse_fast(line: bytes) -> tuple | None:
     """A canonical per-step line as a plain tuple (cheap to pickle between processes), else None:
 
-    ("L", ts_ns, step, ce, ce_raw, parts_json)             LOSS-PARTS
-    ("R", ts_ns, step, max, per_layer_json, program)       REQUIRED_RBF
-    ("P", ts_ns, step, seconds, tflops, tokens_per_s, total_weights, loss)   completed step
+    (ItemKind.LOSS, ts_ns, step, ce, ce_raw, parts_json)             LOSS-PARTS
+    (ItemKind.RBF, ts_ns, step, max, per_layer_json, program)        REQUIRED_RBF
+    (ItemKind.POD, ts_ns, step, seconds, tflops, tokens_per_s, total_weights, loss)   completed step
     """
+    return parse_stamped(line, ts_of(line))
+
+
+def parse_stamped(line: bytes, ts: int | None | bool) -> tuple | None:
+    """parse_fast for a line whose timestamp was read already: by ts_of (False: not vouched
+    for, the line goes to the general parser) or by line_ts."""
     if b"\x1b" in line:
         return None
     if (i := line.find(b"LOSS-PARTS")) >= 0:
         m = LOSS_LINE.match(line, i)
-        return None if m is None else loss_item(ts_of(line), *m.groups())
+        return None if m is None else loss_item(ts, *m.groups())
     if (i := line.find(b"REQUIRED_RBF")) >= 0:
         m = RBF_LINE.match(line, i)
-        return None if m is None else rbf_item(ts_of(line), *m.groups())
+        return None if m is None else rbf_item(ts, *m.groups())
     if (i := line.find(b"completed step:")) >= 0:
         m = POD_LINE.match(line, i)
-        return None if m is None else pod_item(ts_of(line), m.groups())
+        return None if m is None else pod_item(ts, m.groups())
     return None
 
 
 def as_record(item: tuple) -> LossParts | RequiredRbf | PodStep:
     """The record a fast-path tuple stands for (for tests and general consumers)."""
     kind, _, *f = item
-    if kind == "L":
+    if kind == ItemKind.LOSS:
         return LossParts(*f)
-    if kind == "R":
+    if kind == ItemKind.RBF:
         return RequiredRbf(*f)
     return PodStep(*f)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from parsers.bounds import (
+from steptail.parsers.bounds import (
     CE_RAW_MAX,
     CONFIG_NAME_MAX,
     INT32_MAX,
@@ -13,7 +13,7 @@ from parsers.bounds import (
     int32,
     int64,
 )
-from parsers.records import (
+from steptail.parsers.records import (
     Checkpoint,
     ConfigParam,
     LossParts,
@@ -24,8 +24,8 @@ from parsers.records import (
     RequiredRbf,
     TrainerStart,
 )
-from parsers.timestamps import split_timestamp
-from parsers.values import parse_float, parse_int, parse_value
+from steptail.parsers.timestamps import split_timestamp
+from steptail.parsers.values import parse_float, parse_int, parse_value
 
 _ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _PER_LAYER = re.compile(r"per_layer=\[([^\]]*)\]")
@@ -49,11 +49,21 @@ MAX_LINE = 1 << 20
 
 def clean(raw: bytes) -> tuple[int | None, str | None, str]:
     """Strip line ending, kubelet timestamp and ANSI codes; decode leniently."""
+    ns, ts, rest = split_timestamp(raw.rstrip(b"\r\n"))
+    return ns, ts, _text(rest)
+
+
+def message(raw: bytes, stamped: bool) -> str:
+    """`clean`'s text of a line whose timestamp was read already (`stamped`: it has one, and
+    the message starts after the first space, as a timestamp holds none)."""
     raw = raw.rstrip(b"\r\n")
-    ns, ts, rest = split_timestamp(raw)
+    return _text(raw[raw.find(b" ") + 1 :] if stamped else raw)
+
+
+def _text(rest: bytes) -> str:
     if b"\x1b" in rest:
         rest = _ANSI.sub(b"", rest)
-    return ns, ts, rest.decode("utf-8", "replace")
+    return rest.decode("utf-8", "replace")
 
 
 def parse_line(raw: bytes) -> ParsedLine:

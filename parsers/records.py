@@ -12,6 +12,26 @@ from dataclasses import dataclass, field
 
 import orjson
 
+
+class ItemKind:
+    """First field of a fast-path item (parsers.fast.parse_fast, parsers.block.line_by_line).
+    Plain one-letter str, not an Enum: items are pickled between processes and compared in
+    the ingest loop by the million."""
+
+    LOSS = "L"  # LOSS-PARTS
+    RBF = "R"  # REQUIRED_RBF
+    POD = "P"  # completed step
+    GENERAL = "X"  # any other tagged line: the general parser reads it
+
+
+class BlockKind:
+    """First field of a parsers.block.parse_block result."""
+
+    STEADY = "C"  # a Steady block, every line canonical
+    LINES = "I"  # items, line by line
+    SPLIT = "M"  # parts, each a parse_block result
+
+
 # A value of a LOSS-PARTS key: int, float (nan/inf allowed) or a bare word.
 PartValue = int | float | str
 _NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from parsers.line import TAGS
+from steptail.parsers.line import TAGS
 
 CANDIDATE = re.compile(b"|".join(re.escape(t) for t in TAGS))
 

@@ -7,7 +7,7 @@ import re
 from datetime import UTC, datetime
 from functools import lru_cache
 
-from parsers.bounds import INT64_MAX, INT64_MIN
+from steptail.parsers.bounds import INT64_MAX, INT64_MIN
 
 # A kubelet timestamp opens the line when `--timestamps` was given; a space follows it.
 TS_PREFIX = re.compile(

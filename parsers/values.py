@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from parsers.records import PartValue
+from steptail.parsers.records import PartValue
 
 _INT = re.compile(r"[+-]?\d+\Z")
 _FLOAT = re.compile(

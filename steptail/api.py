@@ -20,9 +20,10 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from steptail.findings.compare import CompareRefused, Comparison, compare_runs
-from storage import reads
-from storage.db import Store, open_store
+from steptail.storage import reads
+from steptail.storage.compare import CompareRefused, Comparison, compare_runs
+from steptail.storage.db import Store, open_store
+from steptail.storage.reads import UnknownRun
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -37,10 +38,6 @@ _INT64 = range(-(2**63), 2**63)
 FINDING_COLUMNS = (("run", "string"), ("kind", "string"), ("incarnation", "int64"),
                    ("first_step", "int64"), ("last_step", "int64"), ("detail", "string"),
                    ("severity", "string"), ("detected", "ns"))
-
-
-class UnknownRun(LookupError):
-    """The store holds no run of that name (the message names the run and the store)."""
 
 
 def open(db: str | None = None) -> Steptail:
@@ -68,9 +65,7 @@ class Steptail:
         return f"<steptail store {self.store.describe()}>"
 
     def _known(self, run: str) -> str:
-        if not reads.run_exists(self.store, run):
-            raise UnknownRun(f"no run {run!r} in {self.store.describe()}")
-        return run
+        return reads.known_run(self.store, run)
 
     # -- frames --------------------------------------------------------------------------
     def runs(self) -> pd.DataFrame:
@@ -187,7 +182,7 @@ class Steptail:
 
     # -- objects ---------------------------------------------------------------------------
     def comparison(self, arm: str, control: str, tolerance: float = 1e-3, rel: float = 0.0) -> Comparison:
-        """The comparison behind compare(), with its summary and plot (steptail.findings.compare)."""
+        """The comparison behind compare(), with its summary and plot (steptail.storage.compare)."""
         for run in (arm, control):
             self._known(run)
         return compare_runs(self.store, arm, control, tolerance, rel)
@@ -196,7 +191,7 @@ class Steptail:
         """Write the ledger bundle of `run` (Parquet per table, manifest.json, ce.png) to the
         directory `out`, creating missing parents; returns the manifest. An existing `out` is
         replaced only with force=True (storage.export.ExportError otherwise)."""
-        from storage.export import check_export_name, export_run
+        from steptail.storage.export import check_export_name, export_run
 
         check_export_name(run)
         self._known(run)

@@ -25,15 +25,15 @@ import zipfile
 from pathlib import Path
 from urllib.parse import urlencode
 
-import sqlalchemy as sa
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from steptail.jsonsafe import strict
-from storage.db import Store
-from storage.reads import iter_steps, list_runs, run_exists
+from steptail.storage.db import Store
+from steptail.storage.reads import iter_steps, list_runs, run_exists
+from steptail.storage.status import reachable, run_gauges
 
 PAGE_DEFAULT = 1000
 PAGE_MAX = 10_000
@@ -125,7 +125,7 @@ class StoreCollector:
         findings = GaugeMetricFamily("steptail_run_findings", "Findings recorded", labels=["run"])
         runs = GaugeMetricFamily("steptail_runs", "Runs in the store")
         now = time.time()
-        rows = _metric_rows(self.store)
+        rows = run_gauges(self.store)
         runs.add_metric([], len(rows))
         for run, last, last_ts, n_steps, n_findings in rows:
             if last is not None:
@@ -137,33 +137,9 @@ class StoreCollector:
         yield from (runs, last_step, since, steps, findings)
 
 
-_METRICS_SQL = """
-SELECT r.run,
-  (SELECT l.step FROM loss_parts l WHERE l.run = r.run
-   ORDER BY l.incarnation DESC, l.step DESC LIMIT 1) AS last_step,
-  (SELECT MAX(l.ts_ns) FROM loss_parts l WHERE l.run = r.run) AS last_ts,
-  (SELECT COUNT(*) FROM loss_parts l WHERE l.run = r.run) AS steps,
-  (SELECT COUNT(*) FROM findings f WHERE f.run = r.run) AS findings
-FROM runs r ORDER BY r.run
-"""
-
-
-def _metric_rows(store: Store) -> list[tuple]:
-    with store.engine.connect() as conn:
-        return [tuple(r) for r in conn.execute(sa.text(_METRICS_SQL))]
-
-
 # -- handlers ------------------------------------------------------------------------------
 async def healthz(request: web.Request) -> web.Response:
-    store = request.app[STORE]
-
-    def ping() -> None:
-        with store.engine.connect() as conn:
-            conn.execute(sa.text("SELECT 1"))
-
-    try:
-        await asyncio.to_thread(ping)
-    except sa.exc.SQLAlchemyError:
+    if not await asyncio.to_thread(reachable, request.app[STORE]):
         return _json({"status": "unavailable", "store": "unreachable"}, 503)
     return _json({"status": "ok"})
 
@@ -238,19 +214,9 @@ def _after_param(request: web.Request) -> tuple[int, int] | None:
 
 
 def _findings(store: Store, run: str) -> list[dict]:
-    with store.engine.connect() as conn:
-        try:
-            from steptail.findings import load_findings
-        except ImportError:
-            rows = conn.execute(sa.text(
-                "SELECT kind, incarnation, first_step, last_step, detail, severity, detected_ns"
-                " FROM findings WHERE run = :run ORDER BY detected_ns, kind"), {"run": run})
-            from parsers import format_ns
+    from steptail.storage.findings import stored_findings  # loads the detectors: on first use
 
-            return [{"run": run, "kind": k, "incarnation": i, "first_step": a, "last_step": b,
-                     "detail": d, "severity": s, "detected_at": format_ns(t)}
-                    for k, i, a, b, d, s, t in rows]
-        return [f.to_event() for f in load_findings(conn, run)]
+    return [f.to_event() for f in stored_findings(store, run)]
 
 
 async def findings(request: web.Request) -> web.Response:
@@ -260,7 +226,7 @@ async def findings(request: web.Request) -> web.Response:
 
 def _bundle(store: Store, run: str, work: Path) -> Path:
     """Export RUN into WORK and zip it (files at the archive's top, under RUN/)."""
-    from storage.export import check_export_name, export_run
+    from steptail.storage.export import check_export_name, export_run
 
     check_export_name(run)  # a stored name ('../x') must not steer the paths below
     folder = work / run
@@ -273,7 +239,7 @@ def _bundle(store: Store, run: str, work: Path) -> Path:
 
 
 async def export(request: web.Request) -> web.StreamResponse:
-    from storage.export import ExportError
+    from steptail.storage.export import ExportError
 
     run = await _known_run(request)
     work = Path(tempfile.mkdtemp(prefix="steptail-export-"))

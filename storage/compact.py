@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import sqlalchemy as sa
 
-from storage.parquet import (
+from steptail.storage.parquet import (
     DICTIONARY,
     SCHEMAS,
     SNAPSHOT_SCHEMAS,

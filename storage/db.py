@@ -12,7 +12,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 
 DEFAULT_DB = "steptail.db"
 # The newest migration. Checked against Alembic's own view in tests; lets a store that is
@@ -24,6 +24,12 @@ _LOCK_ID = 0x5717A11  # PostgreSQL advisory lock serialising concurrent first-us
 
 class StoreError(Exception):
     """The store cannot be used; the message is one line, safe to show (no password)."""
+
+
+# How an open store fails, named for the layers above (they import no SQLAlchemy): any failure,
+# and one of the database or its driver (a full disk, a lost connection).
+StoreFailure = SQLAlchemyError
+DatabaseFailure = DBAPIError
 
 
 @dataclass
@@ -143,6 +149,7 @@ def _current_revision(conn: sa.Connection) -> str | None:
 def _upgrade(conn: sa.Connection) -> None:
     if _current_revision(conn) == SCHEMA_HEAD:
         return
+    # alembic loads only when a schema is created or upgraded: opening a current store stays fast
     from alembic import command
     from alembic.config import Config
 

@@ -20,10 +20,12 @@ import pyarrow.parquet as pq
 import sqlalchemy as sa
 
 import steptail
-from parsers import format_ns
-from storage.db import Store
-from storage.parquet import JSON_PARTS_SCHEMA, SCHEMAS
-from storage.reads import json_value, missing_steps, run_exists
+from steptail.parsers import format_ns
+from steptail.runs.names import RunNameError, check_run_name
+from steptail.storage.db import Store
+from steptail.storage.findings import load_findings
+from steptail.storage.parquet import JSON_PARTS_SCHEMA, SCHEMAS
+from steptail.storage.reads import json_value, missing_steps, run_exists
 
 MANIFEST_VERSION = 1
 _CHUNK = 20_000
@@ -57,11 +59,9 @@ class ExportError(Exception):
 def check_export_name(run: str) -> str:
     """A run name read from the store names files and directories of an export: refuse anything
     but one safe path component (another writer of a shared store may have stored '../x')."""
-    from steptail.ingest import IngestError, check_run_name
-
     try:
         return check_run_name(run)
-    except IngestError as exc:
+    except RunNameError as exc:
         raise ExportError(f"cannot export: {exc}") from None
 
 
@@ -89,18 +89,8 @@ def _table_rows(conn: sa.Connection, table: str, run: str) -> Iterator[list[tupl
 
 
 def _findings_rows(conn: sa.Connection, run: str) -> list[tuple]:
-    """Through steptail.findings when present (the detectors' own reader), else the table."""
-    try:
-        from steptail.findings import load_findings
-    except ImportError:
-        load_findings = None
-    if load_findings is not None:
-        found = load_findings(conn, run)
-        return [(f.kind, f.incarnation, f.first_step, f.last_step, f.detail, f.severity,
-                 f.detected_ns) for f in found]
-    return [tuple(r) for r in conn.execute(sa.text(
-        "SELECT kind, incarnation, first_step, last_step, detail, severity, detected_ns"
-        " FROM findings WHERE run = :run ORDER BY detected_ns, kind"), {"run": run})]
+    return [(f.kind, f.incarnation, f.first_step, f.last_step, f.detail, f.severity, f.detected_ns)
+            for f in load_findings(conn, run)]
 
 
 def _write_parquet(path: Path, table: str, chunks) -> int:
@@ -173,7 +163,7 @@ def _manifest_facts(conn: sa.Connection, run: str) -> dict:
 def plot_ce(path: Path, run: str, ce: list[tuple], incarnations: list[dict],
             gaps: list[dict]) -> None:
     """CE against step, one line per incarnation; gaps shaded, restores marked."""
-    import matplotlib
+    import matplotlib  # here, not at the top: ~0.2 s to import, needed only for a plot
 
     matplotlib.use("Agg")  # no display; also safe in threads of the HTTP server
     from matplotlib.figure import Figure

@@ -7,9 +7,14 @@ from collections.abc import Iterator
 
 import sqlalchemy as sa
 
-from parsers import format_ns
-from storage.db import Store
-from storage.sources import sources_of
+from steptail.parsers import format_ns
+from steptail.runs import gaps
+from steptail.storage.db import Store
+from steptail.storage.sources import sources_of
+
+
+class UnknownRun(LookupError):
+    """The store holds no run of that name (the message names the run and the store)."""
 
 
 def json_value(value):
@@ -69,6 +74,21 @@ def run_summaries(store: Store) -> list[dict]:
 def run_exists(store: Store, run: str) -> bool:
     with store.engine.connect() as conn:
         return conn.execute(sa.text("SELECT 1 FROM runs WHERE run = :run"), {"run": run}).first() is not None
+
+
+def known_run(store: Store, run: str) -> str:
+    """`run`, or UnknownRun."""
+    if not run_exists(store, run):
+        raise UnknownRun(f"no run {run!r} in {store.describe()}")
+    return run
+
+
+def run_location(store: Store, run: str) -> tuple[str | None, str | None]:
+    """(jobset, namespace) of a followed run; (None, None) for saved logs or no such run."""
+    with store.engine.connect() as conn:
+        row = conn.execute(sa.text("SELECT jobset, namespace FROM runs WHERE run = :run"),
+                           {"run": run}).first()
+    return (row[0], row[1]) if row else (None, None)
 
 
 _STEPS = """
@@ -167,22 +187,14 @@ def list_findings(store: Store, run: str | None = None) -> list[tuple]:
 
 
 def missing_steps(conn: sa.Connection, run: str) -> list[dict]:
-    """Steps missing between two recorded steps of an incarnation ('gap'), and before the first
-    step of an incarnation that started from scratch or a restore ('head_gap')."""
-    inner = conn.execute(sa.text(
-        "SELECT incarnation, step, next_step FROM ("
-        " SELECT incarnation, step, LEAD(step) OVER (PARTITION BY incarnation ORDER BY step)"
-        " AS next_step FROM loss_parts WHERE run = :run) s"
-        " WHERE next_step > step + 1 ORDER BY incarnation, step"), {"run": run})
-    gaps = [{"incarnation": i, "first_step": s + 1, "last_step": n - 1, "kind": "gap"}
-            for i, s, n in inner]
+    """The run's missing steps (steptail.runs.gaps) as the export manifest's gaps.steps."""
     heads = conn.execute(sa.text(
-        "SELECT incarnation, first_step, restored_from FROM incarnations WHERE run = :run"
-        " AND saw_start AND first_step > COALESCE(restored_from, 0) + 1 ORDER BY incarnation"),
-        {"run": run})
-    gaps += [{"incarnation": i, "first_step": (r or 0) + 1, "last_step": f - 1, "kind": "head_gap"}
-             for i, f, r in heads]
-    return sorted(gaps, key=lambda g: (g["incarnation"], g["first_step"]))
+        "SELECT incarnation, saw_start, restored_from, first_step FROM incarnations WHERE run = :run"),
+        {"run": run}).all()
+    steps = conn.execute(
+        sa.text("SELECT incarnation, step FROM loss_parts WHERE run = :run ORDER BY incarnation, step"),
+        {"run": run}, execution_options={"stream_results": True, "yield_per": 20_000})
+    return [g.to_dict() for g in gaps.missing_steps(steps, heads)]
 
 
 def step_gaps(store: Store, run: str) -> list[dict]:

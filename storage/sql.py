@@ -18,29 +18,15 @@ from itertools import chain
 
 import sqlalchemy as sa
 
-from steptail.model import Batch, Cursor, Incarnation, RunModel, planned_steps, quarantine_row
-from storage.db import Store
-from storage.reads import json_value
-from storage.sources import claim_source
+from steptail.runs.model import Batch, Cursor, Incarnation, RunModel, planned_steps, quarantine_row
+from steptail.runs.rows import COLUMNS, FLAGS, INCARNATIONS, QUARANTINE
+from steptail.storage.db import Store
+from steptail.storage.reads import json_value
+from steptail.storage.sources import claim_source
 
-# Column order of the row tuples in steptail.model.Batch (JSON columns arrive as JSON text).
-COLUMNS = {
-    "loss_parts": ("run", "incarnation", "step", "ts_ns", "ce", "ce_raw", "parts"),
-    "required_rbf": ("run", "incarnation", "step", "ts_ns", "max", "per_layer", "program"),
-    "pod_metrics": (
-        "run", "incarnation", "step", "ts_ns", "seconds", "tflops", "tokens_per_s",
-        "total_weights", "loss", "extra",
-    ),
-    "config": ("run", "incarnation", "name", "value"),
-    "checkpoints": ("run", "incarnation", "kind", "step", "ts_ns"),
-}
-INCARNATION_COLUMNS = (
-    "run", "incarnation", "started_ns", "saw_start", "first_step", "last_step", "restored_from",
-    "process_index", "process_count", "pod",
-)
-QUARANTINE_COLUMNS = ("run", "kind", "incarnation", "step", "ts_ns", "reason", "data", "digest", "detected_ns")
-# Batch.flags rows are findings rows (steptail.findings.store.FINDING_COLUMNS).
-FLAG_COLUMNS = ("run", "kind", "incarnation", "first_step", "last_step", "detail", "severity", "detected_ns")
+# The columns of the model's row tuples (steptail.runs.rows, where the rows are defined) are
+# the tables' columns: COLUMNS per table, and these.
+INCARNATION_COLUMNS, QUARANTINE_COLUMNS, FLAG_COLUMNS = INCARNATIONS, QUARANTINE, FLAGS
 log = logging.getLogger("steptail.store")
 
 

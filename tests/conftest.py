@@ -1,5 +1,5 @@
 
-# ---- simulated cluster fixtures (collector/sim; owner: issue 3) ----
+# ---- simulated cluster fixtures (simcluster/) ----
 try:
     from sim_fixtures import make_simcluster, simcluster  # noqa: F401
 except ImportError:  # tests/ imported as a package

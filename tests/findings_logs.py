@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from parsers import format_ns
-from steptail.findings import FindingEngine
-from steptail.model import RunModel
-from storage.sql import SqlSink
+from steptail.parsers import format_ns
+from steptail.runs.detectors import FindingEngine
+from steptail.runs.model import RunModel
+from steptail.storage.sql import SqlSink
 
 T0 = 1_796_011_200_000_000_000  # 2026-11-30T04:00:00Z
 SEC = 1_000_000_000

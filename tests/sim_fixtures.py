@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from collector.sim.cluster import SimCluster
+from steptail.simcluster.cluster import SimCluster
 
 FAST = {
     "namespace": "default",

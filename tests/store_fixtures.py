@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from storage.db import open_store
-from storage.scratch import scratch_database
+from steptail.storage.db import open_store
+from steptail.storage.scratch import scratch_database
 
 PG_ADMIN = os.environ.get("STEPTAIL_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 
 
 def ingest_sample(store, samples: Path, run: str, name: str) -> None:
     """Ingest tests/samples/<name>.log into `run` (findings stored with the rows)."""
-    from collector.files import open_source
-    from steptail.ingest import ingest
+    from steptail.collector.files import open_source
+    from steptail.collector.ingest import ingest
 
     src = open_source(str(samples / f"{name}.log"))
     try:

@@ -20,9 +20,10 @@ import pytest
 import sqlalchemy as sa
 from aiohttp import web
 
-from collector.detect import Detectors
-from steptail.alerts import Alerter, Metrics
-from steptail.findings import Finding
+from steptail.collector.alerts import Alerter
+from steptail.collector.detect import Detectors
+from steptail.collector.metrics import Metrics
+from steptail.runs.findings import Finding
 
 pytestmark = pytest.mark.timeout(120)
 ROOT = Path(__file__).resolve().parent.parent
@@ -175,10 +176,10 @@ async def test_a_hanging_webhook_does_not_slow_commits(store, caplog):
 
 KILLED_COLLECTOR = """
 import asyncio, sys
-from collector.detect import Detectors
-from steptail.alerts import Alerter
-from steptail.findings import Finding
-from storage.db import open_store
+from steptail.collector.alerts import Alerter
+from steptail.collector.detect import Detectors
+from steptail.runs.findings import Finding
+from steptail.storage.db import open_store
 
 async def main():
     store = open_store(sys.argv[1])

@@ -10,13 +10,16 @@ import logging
 import aiohttp
 import pytest
 from aiohttp import web
-from findings_logs import feed_engine, keys, sample_lines, store_lines
+from findings_logs import feed_engine, keys, sample_lines
 from prometheus_client.parser import text_string_to_metric_families
 
-from steptail.alerts import Alerter, Metrics, MetricsServer
-from steptail.findings import Finding, load_findings
-from steptail.findings.live import LiveFindings
-from storage.sql import SqlSink, load_model
+from steptail.collector.alerts import Alerter
+from steptail.collector.detect import Detectors
+from steptail.collector.metrics import Metrics, MetricsServer
+from steptail.collector.sink import RunSink
+from steptail.runs.findings import Finding
+from steptail.storage.findings import load_findings
+from steptail.storage.sql import load_model
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -150,6 +153,20 @@ async def test_grown_range_alerted_once(samples, receiver):
     assert (p["kind"], p["first_step"], p["last_step"]) == ("resume_mismatch", 101, 101)
     assert p["severity"] == "critical" and "[critical] rm: resume_mismatch" in p["text"]
 
+async def follow_lines(store, lines, alerter=None, metrics=None, finish=False) -> None:
+    """What `follow` runs for one run: its sink commits each batch and hands it to the run's
+    detectors (resumed from the store), 50 lines at a time."""
+    sink = RunSink(store, "rg", None, Detectors("rg", store, alerter, metrics))
+    with store.engine.connect() as conn:
+        model = load_model(conn, "rg")
+    for i in range(0, len(lines), 50):
+        for line in lines[i:i + 50]:
+            model.feed(line)
+        await sink.flush(model)
+    if finish:
+        sink.detectors.finishing = True  # the run ended: the end-of-data checks
+        await sink.flush(model)
+
 
 @pytest.mark.parametrize("split_at,published", [(b"LOSS-PARTS step=50 ", {"gap", "missing_rbf"}),
                                                 (b"LOSS-PARTS step=100 ", set())])
@@ -157,21 +174,10 @@ async def test_live_findings_resume_from_the_store(store, samples, receiver, spl
     """`follow` restarting mid-run: history comes from the store, only new findings alert."""
     lines = sample_lines(samples / "resume-gap.log")
     cut = next(i for i, line in enumerate(lines) if split_at in line)
-    store_lines(store, "rg", lines[:cut])
+    await follow_lines(store, lines[:cut])  # the first collector, killed at the cut
     metrics = Metrics()
     alerter = Alerter([receiver.url("ok")], metrics=metrics, backoff=0.01)
-    live = LiveFindings(store, "rg", alerter)
-    sink = SqlSink(store)
-    with store.engine.connect() as conn:
-        model = load_model(conn, "rg")
-    for i in range(cut, len(lines), 50):
-        for line in lines[i:i + 50]:
-            model.feed(line)
-        batch = model.take()
-        with store.engine.begin() as conn:
-            sink.write(conn, "rg", batch)
-        await live.batch(batch)
-    await live.finish()
+    await follow_lines(store, lines[cut:], alerter, metrics, finish=True)
     assert await alerter.flush(timeout=20)
     await alerter.close()
     assert {p["kind"] for p in receiver.got["ok"]} == published

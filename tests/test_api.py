@@ -15,11 +15,11 @@ from findings_logs import LogBuilder, store_lines
 from store_fixtures import ingest_sample
 
 import steptail
-import storage.export as export_mod
-from parsers import format_ns
+import steptail.storage.export as export_mod
 from steptail.cli import main
-from steptail.findings import load_findings
-from storage.export import verify
+from steptail.parsers import format_ns
+from steptail.storage.export import verify
+from steptail.storage.findings import load_findings
 
 TS = "datetime64[ns, UTC]"
 STEPS_TYPES = {"incarnation": "int64", "step": "int64", "ts": TS, "ce": "float64", "ce_raw": "string"}

@@ -14,8 +14,8 @@ import pytest
 import sqlalchemy as sa
 from aiohttp import web
 
-from dashboards.provision import ProvisionError, provision
-from dashboards.render import dashboards_json, rules_json
+from steptail.dashboards.provision import ProvisionError, provision
+from steptail.dashboards.render import dashboards_json, rules_json
 
 TOKEN = "glsa_test-token-0123456789"
 PASSWORD = "pg-s3cret-pw"

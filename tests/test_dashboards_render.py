@@ -14,9 +14,9 @@ from grafana_foundation_sdk.cog.plugins import register_default_plugins
 from grafana_foundation_sdk.models import alerting as am
 from grafana_foundation_sdk.models import dashboard as dm
 
-from dashboards.alerts import FOLDER_UID, RULE_GROUP
-from dashboards.render import dashboards_json, rules_json, to_plain
-from dashboards.sqlquery import DATASOURCE_TYPE, DATASOURCE_UID, SqlDataquery
+from steptail.dashboards.alerts import FOLDER_UID, RULE_GROUP
+from steptail.dashboards.render import dashboards_json, rules_json, to_plain
+from steptail.dashboards.sqlquery import DATASOURCE_TYPE, DATASOURCE_UID, SqlDataquery
 
 register_default_plugins()
 STEPTAIL = str(Path(sys.executable).parent / "steptail")

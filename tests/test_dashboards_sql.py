@@ -12,11 +12,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from dashboards import queries as q
-from dashboards.macros import Context, MacroError, TimeRange, Variable, expand
-from dashboards.render import dashboards_json, rules_json
-from storage.db import open_store
-from storage.scratch import scratch_database
+from steptail.dashboards import queries as q
+from steptail.dashboards.macros import Context, MacroError, TimeRange, Variable, expand
+from steptail.dashboards.render import dashboards_json, rules_json
+from steptail.storage.db import open_store
+from steptail.storage.scratch import scratch_database
 
 try:
     from store_fixtures import PG_ADMIN, ingest_sample, samples_dir
@@ -33,7 +33,7 @@ def _ns(t: datetime) -> int:
     return int(t.timestamp()) * NS
 
 
-FINDINGS = [  # what the detectors would write (steptail.findings is another issue's work)
+FINDINGS = [  # what the detectors would write (steptail.runs.detectors)
     ("resume-gap", "gap", 1, 60, 63, "steps 60-63 missing", "warning"),
     ("cp4-lb-nan", "step1_ce_gate", 1, 1, 1, "step-1 ce differs from HF reference", "critical"),
     ("cp4-lb-nan", "nonfinite_ce", 1, 77, 77, "ce=nan", "critical"),

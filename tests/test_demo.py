@@ -12,7 +12,7 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def test_demo_records_flags_and_points_at_its_data(tmp_path):
-    from storage.parquet import read_table
+    from steptail.storage.parquet import read_table
 
     out = tmp_path / "demo"
     r = subprocess.run([sys.executable, "-c", "from steptail.cli import main; main()", "demo", "--dir", str(out),

@@ -15,8 +15,8 @@ from PIL import Image
 from store_fixtures import ingest_sample
 
 import steptail
-import storage.export as export_mod
-from storage.export import ExportError, export_run, verify
+import steptail.storage.export as export_mod
+from steptail.storage.export import ExportError, export_run, verify
 
 STEPTAIL = str(Path(sys.executable).parent / "steptail")
 NS = 1_000_000_000

@@ -11,15 +11,11 @@ from click.testing import CliRunner
 from findings_logs import SEC, LogBuilder, feed_engine, keys, store_lines
 
 from steptail.cli import main
-from steptail.findings import (
-    Finding,
-    FindingEngine,
-    ReferenceError,
-    Settings,
-    check_run,
-    load_reference,
-    save_findings,
-)
+from steptail.runs.detectors import FindingEngine
+from steptail.runs.findings import Finding, Settings
+from steptail.runs.reference import ReferenceError, load_reference
+from steptail.runs.stream_gap import StreamGap
+from steptail.storage.findings import check_run, save_findings
 
 CP4 = {"ici_context_parallelism": 4, "context_parallel_load_balance": False}
 
@@ -128,7 +124,7 @@ def test_gate_through_cli(tmp_path):
 
 
 def test_reference_directory_holds_one_file_per_run(tmp_path):
-    from steptail.findings import reference_for
+    from steptail.runs.reference import reference_for
 
     (tmp_path / "a.json").write_text('{"1": 3.5}')
     (tmp_path / "b.csv").write_text("step,ce\n1,3.25\n")
@@ -160,14 +156,14 @@ def test_gap_names_the_stream_gap():
     lost_from = b.t + SEC
     b.steps(11, 20, skip=set(range(11, 15)))
     engine = FindingEngine("s")
-    from steptail.model import RunModel
+    from steptail.runs.model import RunModel
 
     model = RunModel("s")
     for line in b.lines:
         model.feed(line)
         if b"step=10 " in line:
             engine.observe(model.take())
-            engine.observe_stream_gap("pod-0/trainer", lost_from, lost_from + 50 * SEC, "log rotation")
+            engine.observe_stream_gap(StreamGap("pod-0/trainer", lost_from, lost_from + 50 * SEC, "log rotation"))
     engine.observe(model.take())
     f = only(engine, "gap")
     assert (f.first_step, f.last_step) == (11, 14)
@@ -191,7 +187,7 @@ def test_stall_offline_from_timestamps():
 def test_stall_live_from_the_clock():
     clock = [0]
     engine = FindingEngine("live", clock=lambda: clock[0])
-    from steptail.model import RunModel
+    from steptail.runs.model import RunModel
 
     model = RunModel("live")
     b = LogBuilder(step_seconds=10).start(steps=100).steps(1, 20)
@@ -214,7 +210,7 @@ def test_stall_live_from_the_clock():
 
 def test_no_stall_after_the_last_planned_step():
     engine = FindingEngine("done", clock=lambda: 0)
-    from steptail.model import RunModel
+    from steptail.runs.model import RunModel
 
     model = RunModel("done")
     for line in LogBuilder().start(steps=20).steps(1, 20).lines:

@@ -12,9 +12,9 @@ from click.testing import CliRunner
 from findings_logs import feed_engine, keys, sample_lines
 
 from steptail.cli import main
-from steptail.findings import FindingEngine, check_run, load_findings, save_findings
-from steptail.findings.store import _incarnation_batches
-from steptail.model import Batch
+from steptail.runs.detectors import FindingEngine
+from steptail.runs.model import Batch
+from steptail.storage.findings import _incarnation_batches, check_run, load_findings, save_findings
 
 EXPECTED = {
     "clean-300": set(),
@@ -117,7 +117,7 @@ def test_gap_alerted_when_the_next_step_arrives(samples):
 
 
 def test_resume_tolerance_is_configurable(samples):
-    from steptail.findings import Settings
+    from steptail.runs.findings import Settings
 
     engine, _ = feed_engine("rm", sample_lines(samples / "resume-mismatch.log"),
                             settings=Settings(resume_tolerance=0.06))

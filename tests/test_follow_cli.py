@@ -86,7 +86,7 @@ def test_refuses_to_start_without_an_account(tmp_path):
 
 
 def test_sigterm_commits_everything_then_sigkill_and_restart_lose_nothing(make_simcluster, tmp_path):
-    from storage.parquet import read_table
+    from steptail.storage.parquet import read_table
 
     sim = make_simcluster(scenario({"action": "eof_streams", "at_step": 300}, rate=40,
                                    jobsets=[{"name": "olmo3-sft", "hosts": 2,
@@ -122,7 +122,7 @@ def test_sigterm_commits_everything_then_sigkill_and_restart_lose_nothing(make_s
     lp = read_table(pq, "loss_parts", "r").to_pydict()
     assert sorted(zip(lp["incarnation"], lp["step"], strict=True)) == sorted(recorded(db, "r"))
     assert not kubectl_procs(marker)
-    from storage.db import open_store
+    from steptail.storage.db import open_store
 
     store = open_store(db)
     with store.engine.connect() as c:

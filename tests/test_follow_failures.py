@@ -25,11 +25,11 @@ try:
 except ImportError:  # tests/ imported as a package
     from tests.test_follow_support import assert_exactly_once, findings, recorded, scenario
 
-from collector.follower import FollowConfig
-from collector.kubectl import KubeTarget
-from collector.live import follow
-from collector.supervisor import Plan
-from storage.db import open_store
+from steptail.collector.follower import FollowConfig
+from steptail.collector.kubectl import KubeTarget
+from steptail.collector.live import follow
+from steptail.collector.supervisor import Plan
+from steptail.storage.db import open_store
 
 pytestmark = pytest.mark.timeout(120)
 CLI = [sys.executable, "-c", "from steptail.cli import main; main()"]
@@ -240,7 +240,7 @@ async def test_undeserializable_pods_are_logged_counted_and_in_metrics(make_simc
     assert "creationTimestamp" in reason and "not-a-timestamp" in reason, reason
 
     assert sup.discovery.health.counts["deserialize"] >= 1
-    from collector.view import summary
+    from steptail.collector.view import summary
 
     report = summary(sup.status, sup.discovery.health)
     assert report["discovery"]["errors"]["deserialize"] == report["discovery"]["failures"] >= 1

@@ -40,7 +40,7 @@ def _db(tmp_path) -> str:
 
 def test_clean_run_every_step_once_and_parquet_matches(make_simcluster, tmp_path, db_url):
     """On SQLite and on the real PostgreSQL."""
-    from storage.parquet import read_table
+    from steptail.storage.parquet import read_table
 
     sim = make_simcluster(scenario({"action": "restart_jobset", "at_step": 130}))
     sup = follow_sim(sim, db_url, parquet=str(tmp_path / "pq"))
@@ -158,7 +158,7 @@ def test_server_errors_are_retried(make_simcluster, tmp_path):
 def test_pending_pod_is_waited_for_and_read_from_before_step_1(make_simcluster, tmp_path):
     import sqlalchemy as sa
 
-    from storage.db import open_store
+    from steptail.storage.db import open_store
 
     sc = scenario()
     sc["jobsets"][0]["pending_seconds"] = 1.5

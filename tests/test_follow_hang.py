@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from collector.follower import FollowConfig
-from collector.watchdog import FLOOR, Pace, Watchdog
+from steptail.collector.follower import FollowConfig
+from steptail.collector.watchdog import FLOOR, Pace, Watchdog
 
 try:
     from test_follow_support import assert_exactly_once, findings, follow_sim, reconnects, scenario

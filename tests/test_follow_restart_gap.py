@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from collector.follower import FollowConfig
-from collector.kubectl import KubeTarget
-from collector.supervisor import Plan, Supervisor
-from storage.db import open_store
+from steptail.collector.follower import FollowConfig
+from steptail.collector.kubectl import KubeTarget
+from steptail.collector.supervisor import Plan, Supervisor
+from steptail.storage.db import open_store
 
 try:
     from test_follow_support import (
@@ -98,8 +98,8 @@ def test_a_restart_without_a_restart_of_the_jobset_records_no_gap(make_simcluste
 
 def test_a_stream_read_to_its_end_is_known_after_a_restart(store):
     """On SQLite and PostgreSQL: `done` is saved with the cursor and loaded back."""
-    from steptail.model import RunModel
-    from storage.sql import SqlSink, load_model
+    from steptail.runs.model import RunModel
+    from steptail.storage.sql import SqlSink, load_model
 
     model = RunModel("r")
     for stream in ("u1/jax-tpu/0", "u2/jax-tpu/0"):

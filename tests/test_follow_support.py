@@ -10,11 +10,11 @@ import time
 import psutil
 import sqlalchemy as sa
 
-from collector.follower import FollowConfig
-from collector.kubectl import KubeTarget
-from collector.supervisor import Plan, Supervisor
-from parsers.timestamps import parse_rfc3339
-from storage.db import open_store
+from steptail.collector.follower import FollowConfig
+from steptail.collector.kubectl import KubeTarget
+from steptail.collector.supervisor import Plan, Supervisor
+from steptail.parsers.timestamps import parse_rfc3339
+from steptail.storage.db import open_store
 
 try:
     from sim_fixtures import FAST as SIM_FAST

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 
-from collector.files import open_source
-from parsers import LossParts, Malformed, RequiredRbf, parse_line
-from steptail.ingest import ingest
-from storage.reads import iter_steps
+from steptail.collector.files import open_source
+from steptail.collector.ingest import ingest
+from steptail.parsers import LossParts, Malformed, RequiredRbf, parse_line
+from steptail.storage.reads import iter_steps
 
 TS = b"2026-11-30T04:00:0%dZ "
 

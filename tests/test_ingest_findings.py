@@ -14,8 +14,8 @@ from findings_logs import keys
 from test_findings_samples import EXPECTED
 
 from steptail.cli import main
-from steptail.findings import check_run, load_findings
-from storage.db import open_store
+from steptail.storage.db import open_store
+from steptail.storage.findings import check_run, load_findings
 
 NO_RECORD_WARNING = "no record line"
 

@@ -10,9 +10,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 import sqlalchemy as sa
 
-from collector.files import open_source
-from steptail.ingest import ingest
-from storage.parquet import dataset_schema, read_table
+from steptail.collector.files import open_source
+from steptail.collector.ingest import ingest
+from steptail.storage.parquet import dataset_schema, read_table
 
 
 def _ingest(store, run, path, out):
@@ -92,7 +92,7 @@ def test_reingest_writes_no_new_rows(store, samples, tmp_path):
 def test_catch_up_writes_what_sql_has_and_parquet_lacks(store, samples, tmp_path):
     """A collector killed between a commit and its Parquet flush: the next one writes the
     missing rows, on both databases, and a second catch-up writes nothing."""
-    from storage.parquet import catch_up
+    from steptail.storage.catchup import catch_up
 
     out = tmp_path / "pq"
     _ingest(store, "rg", samples / "resume-gap.log", None)  # SQL only: Parquet lacks everything
@@ -105,8 +105,8 @@ def test_catch_up_writes_what_sql_has_and_parquet_lacks(store, samples, tmp_path
         half = conn.execute(sa.text(
             "SELECT run, incarnation, step, ts_ns, ce, ce_raw, parts FROM loss_parts WHERE run = 'rg'"
             " ORDER BY incarnation, step LIMIT :n"), {"n": counts["loss_parts"] // 2}).all()
-    from steptail.model import Batch
-    from storage.parquet import ParquetSink
+    from steptail.runs.model import Batch
+    from steptail.storage.parquet import ParquetSink
 
     sink = ParquetSink(out, "rg")
     sink.write(Batch(loss_parts=[tuple(r[:6]) + (r[6] if isinstance(r[6], str) else json.dumps(r[6]),)
@@ -130,7 +130,7 @@ def test_catch_up_writes_what_sql_has_and_parquet_lacks(store, samples, tmp_path
 def test_per_layer_json_becomes_lists_of_doubles():
     import pyarrow as pa
 
-    from storage.parquet import _layers
+    from steptail.storage.parquet import _layers
 
     got = _layers(pa.array(["[1.0,2.5]", "[]", '["nan",1.0]', '["inf","-inf"]', "[-0.0,1e-05]"])).to_pylist()
     assert got[:2] == [[1.0, 2.5], []] and math.isnan(got[2][0]) and got[2][1] == 1.0

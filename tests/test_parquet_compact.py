@@ -23,13 +23,14 @@ import pyarrow.parquet as pq
 import pytest
 import sqlalchemy as sa
 
-import storage.compact as compact_mod
-from collector.files import open_source
-from steptail.ingest import ingest
-from steptail.model import Batch
-from storage.compact import compact, recover, write_snapshots
-from storage.parquet import JSON_PARTS_SCHEMA, SCHEMAS, ParquetSink, catch_up, read_table
-from storage.sql import COLUMNS
+import steptail.storage.compact as compact_mod
+from steptail.collector.files import open_source
+from steptail.collector.ingest import ingest
+from steptail.runs.model import Batch
+from steptail.storage.catchup import catch_up
+from steptail.storage.compact import compact, recover, write_snapshots
+from steptail.storage.parquet import JSON_PARTS_SCHEMA, SCHEMAS, ParquetSink, read_table
+from steptail.storage.sql import COLUMNS
 
 CLI = [sys.executable, "-c", "from steptail.cli import main; main()"]
 TABLES = tuple(SCHEMAS)
@@ -353,7 +354,7 @@ def test_findings_gaps_and_reconnects_are_tables_of_the_dataset(store, samples, 
 
 
 def test_export_with_parquet_compacts_and_writes_the_run_tables(db_url, samples, tmp_path):
-    from storage.db import open_store
+    from steptail.storage.db import open_store
 
     store = open_store(db_url)
     try:
@@ -404,7 +405,7 @@ def test_compact_cli(parted, tmp_path):
 def test_a_followed_run_is_compacted_at_the_end_with_the_same_rows(make_simcluster, tmp_path, monkeypatch):
     """follow --until-done: parts flushed every 2 s, then compacted when it stops; pandas and
     DuckDB read the same rows before (seen from inside the shutdown hook) and after."""
-    from collector.sink import RunSink
+    from steptail.collector.sink import RunSink
 
     try:
         from test_follow_support import follow_sim, scenario
@@ -426,7 +427,7 @@ def test_a_followed_run_is_compacted_at_the_end_with_the_same_rows(make_simclust
     assert len([f for f in seen["files"] if f.startswith("loss_parts/")]) >= 2
     _one_file_per_folder(out)
     assert _everything(out) == seen["rows"]
-    from storage.db import open_store
+    from steptail.storage.db import open_store
 
     store = open_store(db)
     try:

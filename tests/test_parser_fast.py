@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from parsers import parse_line
-from parsers.fast import as_record, parse_fast
+from steptail.parsers import parse_line
+from steptail.parsers.fast import as_record, parse_fast
 
 SAMPLES = ["clean-300", "resume-gap", "resume-mismatch", "cp4-lb-nan", "resume-from-zero"]
 
@@ -86,10 +86,10 @@ def test_rbf_and_pod_agree(step, layers, mx):
 # -- whole blocks: the steady-state path gives the run model exactly what line by line gives --
 from unittest.mock import patch  # noqa: E402
 
-from parsers import block as block_module  # noqa: E402
-from parsers.block import MIN_PART, line_by_line, parse_block  # noqa: E402
-from steptail.ingest import apply_parsed  # noqa: E402
-from steptail.model import RunModel  # noqa: E402
+from steptail.collector.ingest import apply_parsed  # noqa: E402
+from steptail.parsers import block as block_module  # noqa: E402
+from steptail.parsers.block import MIN_PART, line_by_line, parse_block  # noqa: E402
+from steptail.runs.model import RunModel  # noqa: E402
 
 CANONICAL = [
     b"2026-11-30T04:00:1%dZ I1130 04:00:11.726424 140233 train_sft.py:301] LOSS-PARTS step=%d ce=3.781865 z_loss=1.279788e-04 weights=1048576",

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parsers import Malformed, format_ns, parse_line
-from parsers import block as B
-from parsers.bounds import CE_RAW_MAX, CLOCK_JUMP_NS, INT32_MAX, PROGRAM_MAX
-from parsers.line import TAGS
+from steptail.parsers import Malformed, format_ns, parse_line
+from steptail.parsers import block as B
+from steptail.parsers.bounds import CE_RAW_MAX, CLOCK_JUMP_NS, INT32_MAX, PROGRAM_MAX
+from steptail.parsers.line import TAGS
 
 native = B._native
 

@@ -7,7 +7,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parsers import LossParts, RequiredRbf, format_ns, parse_line, parse_rfc3339
+from steptail.parsers import LossParts, RequiredRbf, format_ns, parse_line, parse_rfc3339
 
 KEYS = st.from_regex(r"[a-z_][a-z0-9_]{0,12}", fullmatch=True).filter(lambda k: k not in ("step", "ce"))
 WORDS = st.from_regex(r"[a-z_][a-z_/]{0,10}", fullmatch=True).filter(

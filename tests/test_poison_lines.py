@@ -18,18 +18,18 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collector.detect import Detectors
-from collector.files import open_source
-from collector.sink import RunSink
-from parsers import Malformed, bounds, format_ns, parse_line
-from parsers import block as block_module
-from parsers.block import line_by_line, parse_block
-from parsers.fast import parse_fast
-from steptail.findings import check_run, sync_findings
-from steptail.ingest import apply_parsed, ingest
-from steptail.model import RunModel
-from storage.db import open_store
-from storage.sql import load_model
+from steptail.collector.detect import Detectors
+from steptail.collector.files import open_source
+from steptail.collector.ingest import apply_parsed, ingest
+from steptail.collector.sink import RunSink
+from steptail.parsers import Malformed, bounds, format_ns, parse_line
+from steptail.parsers import block as block_module
+from steptail.parsers.block import line_by_line, parse_block
+from steptail.parsers.fast import parse_fast
+from steptail.runs.model import RunModel
+from steptail.storage.db import open_store
+from steptail.storage.findings import check_run, sync_findings
+from steptail.storage.sql import load_model
 
 STEPS = 300
 T0 = 1_796_011_200 * 10**9  # 2026-11-30T04:00:00Z

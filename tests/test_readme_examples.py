@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from storage.db import open_store
+from steptail.storage.db import open_store
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 STEPTAIL = Path(sys.executable).parent / "steptail"
@@ -199,7 +199,7 @@ def test_documented_routes_are_the_servers(tmp_path):
 def test_documented_metrics_are_the_exposed_ones(tmp_path):
     from prometheus_client import generate_latest
 
-    from steptail.alerts import Metrics
+    from steptail.collector.metrics import Metrics
     from steptail.serve import StoreCollector
 
     names = set()

@@ -14,9 +14,9 @@ import sys
 import pytest
 import sqlalchemy as sa
 
-from storage.db import SCHEMA_HEAD, open_store
-from storage.sources import FILES, SourceConflict, check_runs, kubernetes_source
-from storage.sql import SqlSink
+from steptail.storage.db import SCHEMA_HEAD, open_store
+from steptail.storage.sources import FILES, SourceConflict, check_runs, kubernetes_source
+from steptail.storage.sql import SqlSink
 
 try:
     from test_follow_support import FAST, assert_exactly_once, rows
@@ -162,7 +162,7 @@ def test_a_store_at_0002_is_upgraded_and_its_runs_get_their_sources(db_url):
     from alembic import command
     from alembic.config import Config
 
-    from storage.db import MIGRATIONS, _engine
+    from steptail.storage.db import MIGRATIONS, _engine
 
     engine = _engine(sa.make_url(db_url))
     with engine.begin() as conn:

@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from store_fixtures import ingest_sample
 
 from steptail.serve import serve
-from storage.reads import iter_steps
+from steptail.storage.reads import iter_steps
 
 TOKEN = "serve-token-4242"
 STEPTAIL = str(Path(sys.executable).parent / "steptail")

@@ -21,10 +21,10 @@ import pytest
 import sqlalchemy as sa
 from aiohttp import web
 
-from collector.files import open_source
-from collector.kubectl import KubeTarget
-from steptail.ingest import ingest
-from storage.export import ExportError, export_run
+from steptail.collector.files import open_source
+from steptail.collector.ingest import ingest
+from steptail.collector.kubectl import KubeTarget
+from steptail.storage.export import ExportError, export_run
 
 try:
     from test_serve import running
@@ -72,7 +72,7 @@ SLOW_SERVER = """
 import asyncio, resource, sys
 resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 from steptail.serve import serve
-from storage.db import open_store
+from steptail.storage.db import open_store
 
 async def main():
     store = open_store(sys.argv[1])
@@ -92,7 +92,7 @@ async def _healthz(url: str) -> tuple[int, float]:
 
 async def test_half_open_connections_neither_stall_healthz_nor_outlive_the_header_timeout(tmp_path):
     db = tmp_path / "s.db"
-    from storage.db import open_store
+    from steptail.storage.db import open_store
 
     open_store(str(db)).dispose()
     err = tmp_path / "server.err"

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from collector.sim.kube import parse_rfc3339_ns
+from steptail.simcluster.kube import parse_rfc3339_ns
 
 try:
     from sim_fixtures import FAST
@@ -252,7 +252,7 @@ def test_size_based_rotation(make_simcluster):
                            "jobsets": [{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": 150}}]})
     sim.wait_done(timeout=15)
     st = sim.jobset_state()
-    log = sim.pods[("default", sim.process0())].current.log
+    log = sim.state.pods[("default", sim.process0())].current.log
     assert log.rotations >= 3
     truth = sim.truth()
     lost = [t.step for t in truth if t.rotated_unread]

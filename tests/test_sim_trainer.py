@@ -3,7 +3,7 @@
 import math
 import re
 
-from collector.sim.trainer import Trainer
+from steptail.simcluster.trainer import Trainer
 
 LOSS = re.compile(r"LOSS-PARTS step=(\d+) ce=(\S+) .*tunix_loss=(\S+) weights=\d+$")
 COMPLETED = re.compile(r"completed step: (\d+), seconds: [\d.]+, TFLOP/s/device: [\d.]+, "

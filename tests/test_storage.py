@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from steptail.model import RunModel
-from storage.db import SCHEMA_HEAD, migration_head, open_store, resolve_url
-from storage.sql import SqlSink, load_model
+from steptail.runs.model import RunModel
+from steptail.storage.db import SCHEMA_HEAD, migration_head, open_store, resolve_url
+from steptail.storage.sql import SqlSink, load_model
 
 TABLES = {
     "runs", "incarnations", "loss_parts", "required_rbf", "pod_metrics", "config", "checkpoints",
@@ -38,7 +38,7 @@ def test_a_store_of_an_older_schema_is_upgraded_with_its_rows(db_url):
     from alembic import command
     from alembic.config import Config
 
-    from storage.db import MIGRATIONS, _engine
+    from steptail.storage.db import MIGRATIONS, _engine
 
     engine = _engine(sa.make_url(db_url))
     with engine.begin() as conn:
@@ -122,7 +122,7 @@ def test_concurrent_first_use_of_one_sqlite_file(tmp_path):
     import sys
 
     db = tmp_path / "race.db"
-    code = "import sys; from storage.db import open_store; open_store(sys.argv[1]).dispose()"
+    code = "import sys; from steptail.storage.db import open_store; open_store(sys.argv[1]).dispose()"
     procs = [subprocess.Popen([sys.executable, "-c", code, str(db)], stderr=subprocess.PIPE) for _ in range(6)]
     errors = [p.communicate(timeout=120)[1].decode() for p in procs]
     assert [p.returncode for p in procs] == [0] * 6, errors

@@ -19,14 +19,14 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from collector.detect import Detectors
-from collector.sim.trainer import Trainer
-from collector.sink import RunSink
-from parsers import format_ns
-from steptail.findings.model import Settings
-from steptail.model import RunModel
-from storage.db import SCHEMA_HEAD, StoreError, open_store
-from storage.parquet import ParquetError, ParquetSink, read_table
+from steptail.collector.detect import Detectors
+from steptail.collector.sink import RunSink
+from steptail.parsers import format_ns
+from steptail.runs.findings import Settings
+from steptail.runs.model import RunModel
+from steptail.simcluster.trainer import Trainer
+from steptail.storage.db import SCHEMA_HEAD, StoreError, open_store
+from steptail.storage.parquet import ParquetError, ParquetSink, read_table
 
 try:
     from store_fixtures import PG_ADMIN
@@ -41,8 +41,8 @@ STEPTAIL = str(Path(sys.executable).with_name("steptail"))
 FULL_DISK = """
 import errno, sys
 import pyarrow.parquet as pq
-import steptail.ingest
-steptail.ingest.FLUSH_ROWS, steptail.ingest.READ_BLOCK = 32, 16384
+import steptail.collector.ingest
+steptail.collector.ingest.FLUSH_ROWS, steptail.collector.ingest.READ_BLOCK = 32, 16384
 method, after = sys.argv[1], int(sys.argv[2])
 calls = [0]
 def failing(self, *args, **kwargs):
@@ -129,7 +129,7 @@ def test_parquet_into_a_new_directory_that_fills_up_leaves_no_directory(tmp_path
 def test_a_parquet_sink_raises_one_line_and_is_not_touched_after_a_write_error(tmp_path, monkeypatch):
     import pyarrow.parquet as pq
 
-    from steptail.model import Batch
+    from steptail.runs.model import Batch
 
     calls = []
 

@@ -11,7 +11,7 @@ from typing import NoReturn
 import click
 
 from steptail.jsonsafe import strict
-from storage.db import Store, StoreError, open_store
+from steptail.storage.db import Store, StoreError, open_store
 
 db_option = click.option(
     "--db",

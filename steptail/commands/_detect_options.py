@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from steptail.commands._common import fail
-from steptail.findings import ReferenceError, Settings, load_reference
+from steptail.runs.findings import Settings
+from steptail.runs.reference import ReferenceError, load_reference
 
 
 def detector_options(fn):

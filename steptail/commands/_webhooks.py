@@ -10,8 +10,8 @@ from urllib.parse import urlsplit
 
 import click
 
-from steptail.alerts import redact
 from steptail.commands._common import fail
+from steptail.storage.outbox import redact
 
 WEBHOOKS_ENV = "STEPTAIL_ALERT_WEBHOOKS"
 

@@ -7,34 +7,15 @@ from __future__ import annotations
 import sys
 
 import click
-from sqlalchemy.exc import SQLAlchemyError
 
 from steptail.commands._common import db_option, fail, store_or_exit
 from steptail.commands._detect_options import detector_options, detector_settings
-from steptail.findings import CRITICAL, ReferenceError, check_run, reference_for, sync_findings
-from steptail.findings.model import Finding, sort_key
 from steptail.output import Column, Output, output_option
-from storage.reads import run_exists
-
-# Findings that mean the run's loss is wrong: the operator may want to stop the run.
-STOP_KINDS = ("resume_mismatch", "nonfinite_ce")
-
-
-def stop_worthy(f: Finding) -> bool:
-    return f.kind in STOP_KINDS or (f.kind == "step1_ce_gate" and f.severity == CRITICAL)
-
-
-def stop_command(workload: str, namespace: str) -> str:
-    """Printed, never executed: stopping a run is the operator's act (steptail is read-only on the cluster)."""
-    return (f"kubectl patch workloads.kueue.x-k8s.io {workload} -n {namespace} --type=merge "
-            "-p '{\"spec\":{\"active\":false}}'")
-
-
-def _run_location(store, run: str) -> tuple[str | None, str | None]:
-    with store.engine.connect() as conn:
-        row = conn.exec_driver_sql(
-            f"SELECT jobset, namespace FROM runs WHERE run = {store.placeholder}", (run,)).first()
-    return (row[0], row[1]) if row else (None, None)
+from steptail.runs.findings import CRITICAL, Finding
+from steptail.runs.policy import stop_command
+from steptail.runs.reference import ReferenceError, reference_for
+from steptail.storage.checks import CheckFailed, check_and_store
+from steptail.storage.reads import UnknownRun
 
 
 @click.command()
@@ -54,24 +35,21 @@ def command(run: str, db: str | None, output: Output, reference_ce: str | None, 
     except ReferenceError as exc:
         fail(str(exc))
     store = store_or_exit(db, create=False)
-    if not run_exists(store, run):
-        fail(f"no run {run!r} in {store.describe()}")
     try:
-        fresh = check_run(store, run, settings, reference)
-        with store.engine.begin() as conn:
-            stored = sync_findings(conn, run, fresh)  # fresh ones plus live-only ones kept from follow
-    except SQLAlchemyError as exc:
-        fail(f"cannot check run {run!r} in {store.describe()}: {str(getattr(exc, 'orig', exc)).splitlines()[0]}")
-    findings = sorted(stored, key=sort_key)
-    jobset, ns = _run_location(store, run)
+        result = check_and_store(store, run, settings, reference)
+    except UnknownRun as exc:
+        fail(str(exc))
+    except CheckFailed as exc:
+        fail(f"cannot check run {run!r} in {store.describe()}: {exc}")
+    findings = result.findings
     stop = None
-    if any(stop_worthy(f) for f in findings):
-        stop = stop_command(workload or "WORKLOAD", namespace or ns or "default")
+    if result.stop:
+        stop = stop_command(workload or "WORKLOAD", namespace or result.namespace or "default")
     if output.machine:
         records = [f.to_dict() for f in findings]
         output.data({"run": run, "findings": records, "stop_command": stop}, records)
     else:
-        _print(output, run, findings, stop, jobset, workload)
+        _print(output, run, findings, stop, result.jobset, workload)
     sys.exit(1 if findings else 0)
 
 

@@ -10,7 +10,7 @@ import click
 
 from steptail.commands._common import fail
 from steptail.output import Column, Output, output_option
-from storage.compact import ROW_GROUP_ROWS
+from steptail.storage.compact import ROW_GROUP_ROWS
 
 
 @click.command()
@@ -33,16 +33,16 @@ def command(run: str | None, root: Path, row_group_rows: int, output: Output) ->
     - Running it again changes nothing. `follow` compacts its runs when it stops, and
       `export --parquet DIR` the exported run.
     """
-    from steptail.ingest import IngestError, check_run_name
-    from storage.compact import compact_folder, run_folders
-    from storage.parquet import ParquetError
+    from steptail.runs.names import RunNameError, check_run_name
+    from steptail.storage.compact import compact_folder, run_folders
+    from steptail.storage.parquet import ParquetError
 
     if not root.is_dir():
         fail(f"Parquet directory {root} does not exist")
     if run is not None:
         try:
             check_run_name(run)
-        except IngestError as exc:
+        except RunNameError as exc:
             fail(str(exc))
     folders = run_folders(root, run)
     if run is not None and not folders:

@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 import click
-from sqlalchemy.exc import SQLAlchemyError
 
 from steptail.api import Steptail, UnknownRun
 from steptail.commands._common import db_option, fail, store_or_exit
-from steptail.findings.compare import CompareRefused, Comparison, plot
 from steptail.output import Column, Output, output_option
+from steptail.storage.compare import CompareRefused, Comparison, plot
+from steptail.storage.db import StoreFailure
 
 TABLE_ROWS = 200  # longer comparisons show a terminal the rows around the divergence; pipes get all
 
@@ -43,7 +43,7 @@ def command(arm: str, control: str, tolerance: float, rel: float, plot_path: str
         fail(str(exc))
     except CompareRefused as exc:
         fail(f"comparison refused: {exc}")
-    except SQLAlchemyError as exc:
+    except StoreFailure as exc:
         fail(f"cannot read {store.describe()}: {str(getattr(exc, 'orig', exc)).splitlines()[0]}")
     if plot_path is not None:
         try:

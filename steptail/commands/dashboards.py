@@ -24,7 +24,7 @@ def command() -> None:
 @output_option()
 def render_cmd(out: Path, output: Output) -> None:
     """Write the dashboard and alert-rule JSON to DIR."""
-    from dashboards.render import render
+    from steptail.dashboards.render import render
 
     if out.exists() and not out.is_dir():
         fail(f"{out} is not a directory")
@@ -58,8 +58,8 @@ def provision_cmd(url: str, token_file: Path | None, db: str | None, skip_dataso
     """Create or update the datasource, folder, dashboards and alert rules (idempotent).
 
     The datasource points at the PostgreSQL store given by --db / $STEPTAIL_DB."""
-    from dashboards.provision import ProvisionError, provision
-    from storage.db import StoreError, resolve_url
+    from steptail.dashboards.provision import ProvisionError, provision
+    from steptail.storage.db import StoreError, resolve_url
 
     token = read_token(token_file)
     db_url = None

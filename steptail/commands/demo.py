@@ -59,12 +59,12 @@ def command(out_dir: str, seconds: float, port: int, no_view: bool, output: Outp
     """Start a simulated GKE cluster with two training JobSets and scripted faults (rotation
     hang, EOF, JobSet restart, auth lapse, lost lines), follow them with the real kubectl
     into DIR (SQLite + Parquet), then print what was recorded and flagged."""
-    from collector.follower import FollowConfig
-    from collector.kubectl import KubeTarget
-    from collector.live import follow
-    from collector.sim.cluster import SimCluster
-    from collector.supervisor import Plan
-    from storage.db import StoreError, open_store
+    from steptail.collector.follower import FollowConfig
+    from steptail.collector.kubectl import KubeTarget
+    from steptail.collector.live import follow
+    from steptail.collector.supervisor import Plan
+    from steptail.simcluster.cluster import SimCluster
+    from steptail.storage.db import StoreError, open_store
 
     if seconds < 8:
         fail("--seconds must be at least 8")
@@ -109,36 +109,32 @@ def command(out_dir: str, seconds: float, port: int, no_view: bool, output: Outp
 
 
 def _report(store, sup, sim, db: Path, parquet: Path) -> dict:
-    import sqlalchemy as sa
+    from steptail.storage.status import recorded
 
+    stored = recorded(store, list(sup.status))
     runs = []
-    with store.engine.connect() as c:
-        for run, st in sup.status.items():
-            q = {"r": run}
-            truth = sim.truth(st.jobset)
-            runs.append({
-                "run": run,
-                "state": st.state,
-                "steps_recorded": c.execute(sa.text("SELECT COUNT(*) FROM loss_parts WHERE run=:r"), q).scalar(),
-                "steps_written_by_trainer": len(truth),
-                "steps_lost_to_rotation": sorted(t.step for t in truth if t.rotated_unread),
-                "incarnations": c.execute(sa.text("SELECT COUNT(*) FROM incarnations WHERE run=:r"), q).scalar(),
-                "reconnects": st.reconnects,
-                "failures": [{"kind": f.kind, "reason": f.reason} for f in sup.detectors[run].failures],
-                "stream_gaps": [{"stream": s, "start_ns": a, "end_ns": b, "reason": why} for s, a, b, why in c.execute(
-                    sa.text("SELECT stream, start_ns, end_ns, reason FROM stream_gaps WHERE run=:r ORDER BY start_ns"),
-                    q)],
-                "findings": [{"kind": k, "incarnation": i, "first_step": a, "last_step": b, "severity": sev,
-                              "detail": d} for k, i, a, b, sev, d in c.execute(
-                    sa.text("SELECT kind, incarnation, first_step, last_step, severity, detail FROM findings"
-                            " WHERE run=:r ORDER BY id"), q)],
-            })
+    for run, st in sup.status.items():
+        truth, rec = sim.truth(st.jobset), stored[run]
+        runs.append({
+            "run": run,
+            "state": st.state,
+            "steps_recorded": rec.steps,
+            "steps_written_by_trainer": len(truth),
+            "steps_lost_to_rotation": sorted(t.step for t in truth if t.rotated_unread),
+            "incarnations": rec.incarnations,
+            "reconnects": st.reconnects,
+            "failures": [{"kind": f.kind, "reason": f.reason} for f in sup.detectors[run].failures],
+            "stream_gaps": [{"stream": s, "start_ns": a, "end_ns": b, "reason": why}
+                            for s, a, b, why in rec.stream_gaps],
+            "findings": [{"kind": k, "incarnation": i, "first_step": a, "last_step": b, "severity": sev,
+                          "detail": d} for k, i, a, b, sev, d in rec.findings],
+        })
     return {"db": str(db), "parquet": str(parquet), "runs": runs}
 
 
 def _print(output: Output, report: dict) -> None:
     """Every line unwrapped (Output.print): paths and commands stay whole when piped."""
-    from parsers.timestamps import format_ns
+    from steptail.parsers.timestamps import format_ns
 
     for r in report["runs"]:
         output.console.rule(f"[bold]{r['run']}")

@@ -23,7 +23,7 @@ from steptail.output import Output, output_option
 def command(run: str, out: Path, force: bool, parquet: Path | None, db: str | None, output: Output) -> None:
     """Export RUN for the experiment ledger: Parquet per table, manifest.json, ce.png."""
     from steptail.api import Steptail, UnknownRun
-    from storage.export import ExportError, check_export_name
+    from steptail.storage.export import ExportError, check_export_name
 
     try:
         check_export_name(run)
@@ -50,8 +50,8 @@ def command(run: str, out: Path, force: bool, parquet: Path | None, db: str | No
 
 
 def _update_parquet(store, run: str, parquet: Path) -> None:
-    from storage.compact import compact, write_snapshots
-    from storage.parquet import ParquetError
+    from steptail.storage.compact import compact, write_snapshots
+    from steptail.storage.parquet import ParquetError
 
     try:
         write_snapshots(store, run, parquet)

@@ -60,16 +60,16 @@ def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parq
     -o ndjson streams one JSON object per line as it happens: each committed step (and
     REQUIRED_RBF row), stream gap and finding, each follower state change, and the summary
     last (`event`: step, rbf, gap, finding, state, summary)."""
-    from collector.follower import FollowConfig
-    from collector.kubeclient import KubeconfigError
-    from collector.kubeclient import check as check_kubeconfig
-    from collector.kubectl import AccountMissing, KubeTarget, resolve_account
-    from collector.live import follow
-    from collector.supervisor import Plan
-    from collector.view import by_kind, summary
     from steptail import logs
-    from steptail.ingest import IngestError, check_run_name
-    from storage.sources import SourceConflict, check_runs, kubernetes_source
+    from steptail.collector.follower import FollowConfig
+    from steptail.collector.kubeclient import KubeconfigError
+    from steptail.collector.kubeclient import check as check_kubeconfig
+    from steptail.collector.kubectl import AccountMissing, KubeTarget, resolve_account
+    from steptail.collector.live import follow
+    from steptail.collector.supervisor import Plan
+    from steptail.collector.view import by_kind, summary
+    from steptail.runs.names import RunNameError, check_run_name
+    from steptail.storage.sources import SourceConflict, check_runs, kubernetes_source
 
     logs.configure(log_format)  # first: every line after this one is in that format
     if not jobsets and not follow_all:
@@ -90,7 +90,7 @@ def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parq
             if name:
                 check_run_name(name)
         acct = resolve_account(account)
-    except (IngestError, AccountMissing) as exc:
+    except (RunNameError, AccountMissing) as exc:
         fail(str(exc))
     settings, reference = detector_settings(reference_ce, gate_tolerance, resume_tolerance, stall_k)
     if shutil.which("kubectl") is None:

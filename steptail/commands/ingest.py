@@ -3,22 +3,21 @@
 from __future__ import annotations
 
 import sys
-import zlib
+from contextlib import contextmanager
 
 import click
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
-from sqlalchemy.exc import DBAPIError
 
-from collector.files import SourceError, open_source
-from steptail.commands._common import db_option, fail, store_or_exit, warn
+from steptail.collector.files import SourceError
+from steptail.collector.ingest import IngestError, NoRecords, ingest_paths
+from steptail.commands._common import db_option, fail, warn
 from steptail.commands._detect_options import detector_options, detector_settings
-from steptail.findings import ReferenceError, reference_for
-from steptail.ingest import IngestError, NoRecords, check_run_name, ingest, start_workers
 from steptail.output import Output, output_option
-from storage.db import failure_reason
-from storage.parquet import ParquetError
-from storage.sources import SourceConflict
+from steptail.runs.names import RunNameError, check_run_name
+from steptail.runs.reference import ReferenceError, reference_for
+from steptail.storage.db import StoreError
+from steptail.storage.sources import SourceConflict
 
 
 @click.command()
@@ -47,63 +46,24 @@ def command(paths: tuple[str, ...], run: str, db: str | None, parquet: str | Non
     """
     try:
         check_run_name(run)
-    except IngestError as exc:
+    except RunNameError as exc:
         fail(str(exc))
     settings, reference = detector_settings(reference_ce, gate_tolerance, resume_tolerance, stall_k)
     try:
         reference = reference_for(reference, run)
     except ReferenceError as exc:
         fail(str(exc))
-    if paths.count("-") > 1:
-        fail("'-' (stdin) may be given once")
-    sources = []
+    show = Console(stderr=True).is_terminal and not output.machine
     try:
-        for path in paths:
-            sources.append(open_source(path))
-    except SourceError as exc:
-        for s in sources:
-            s.close()
-        fail(str(exc))
-    pool = start_workers(sources)  # workers boot while the store is opened and migrated
-    try:
-        store = store_or_exit(db)
-    except SystemExit:
-        if pool is not None:
-            pool.shutdown()
-        raise
-    total = sum(s.size or 0 for s in sources)
-    err = Console(stderr=True)
-    show = err.is_terminal and not output.machine
-    try:
-        with Progress(
-            "[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-            TimeRemainingColumn(), console=err, disable=not show, transient=True,
-        ) as bar:
-            task = bar.add_task(f"ingest {run}", total=total or None)
-            def progress(pos: int) -> None:
-                bar.update(task, completed=min(total, pos))
-
-            result = ingest(store, run, sources, parquet=parquet,
-                            progress=progress if show else None, pool=pool, append=append,
-                            settings=settings, reference_ce=reference)
+        with _progress_bar(run, show) as progress:
+            result = ingest_paths(db, run, paths, parquet=parquet, append=append, settings=settings,
+                                  reference_ce=reference, progress=progress)
     except NoRecords as exc:
         for name in exc.names:
             warn(_no_records(name))
         fail(f"nothing to ingest into run {run}: nothing written", code=1)
-    except (IngestError, SourceConflict) as exc:
+    except (IngestError, SourceError, StoreError, SourceConflict) as exc:
         fail(str(exc))
-    except ParquetError as exc:  # before OSError: it is one
-        fail(f"{exc}; nothing written (SQL rolled back)")
-    except (OSError, EOFError, zlib.error) as exc:
-        fail(f"read failed, nothing written: {exc}")
-    except DBAPIError as exc:  # a full disk, a lost connection
-        fail(f"cannot write to database {store.describe()}: {failure_reason(exc)}; nothing written")
-    finally:
-        if pool is not None:
-            pool.shutdown()
-        for s in sources:
-            s.close()
-        store.dispose()
     for name in result.no_records:
         warn(_no_records(name))
     if result.findings_error:
@@ -139,3 +99,26 @@ def command(paths: tuple[str, ...], run: str, db: str | None, parquet: str | Non
 def _no_records(name: str) -> str:
     return (f"{name}: no record line (LOSS-PARTS, REQUIRED_RBF, per-pod step, config, checkpoint or "
             "trainer start-up); not ingested")
+
+
+@contextmanager
+def _progress_bar(run: str, show: bool):
+    """A transient bar on stderr, started at the first report (the total is known then)."""
+    if not show:
+        yield None
+        return
+    bar = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                   TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+    task = None
+
+    def progress(pos: int, total: int) -> None:
+        nonlocal task
+        if task is None:
+            bar.start()
+            task = bar.add_task(f"ingest {run}", total=total or None)
+        bar.update(task, completed=min(total, pos))
+
+    try:
+        yield progress
+    finally:
+        bar.stop()

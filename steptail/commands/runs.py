@@ -6,7 +6,7 @@ import click
 
 from steptail.commands._common import db_option, store_or_exit
 from steptail.output import Column, output_option
-from storage.reads import list_runs
+from steptail.storage.reads import list_runs
 
 COLUMNS = [
     Column("run", "run"),

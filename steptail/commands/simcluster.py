@@ -20,9 +20,9 @@ def command(scenario_path: str | None, port: int, host: str, kubeconfig_out: str
     trainer in JAX process 0 and scripted faults, until interrupted (Ctrl-C)."""
     import yaml
 
-    from collector.sim.cluster import SimCluster
-    from collector.sim.scenario import Scenario
     from steptail.commands._common import fail
+    from steptail.simcluster.cluster import SimCluster
+    from steptail.simcluster.scenario import Scenario
 
     try:
         scenario = Scenario.load(scenario_path) if scenario_path else Scenario.from_dict({})

@@ -6,7 +6,7 @@ import click
 
 from steptail.commands._common import db_option, fail, store_or_exit
 from steptail.output import Column, output_option
-from storage.reads import iter_steps, run_exists
+from steptail.storage.reads import iter_steps, run_exists
 
 COLUMNS = [
     Column("inc", "incarnation"),

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
-from storage.db import Store
+from steptail.storage.db import Store
 
 
 class CompareRefused(Exception):
@@ -118,7 +118,7 @@ def compare_runs(store: Store, arm: str, control: str, tolerance: float = 1e-3, 
 
 def plot(result: Comparison, path: str) -> None:
     """Both CE curves, their difference, and the first step beyond tolerance (PNG)."""
-    import matplotlib
+    import matplotlib  # here, not at the top: ~0.2 s to import, needed only for a plot
 
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from operator import itemgetter
 
-from parsers import format_ns
-from steptail.findings.model import (
+from steptail.parsers import format_ns
+from steptail.runs.findings import (
     CRITICAL,
     NO_INCARNATION,
     NO_STEP,
@@ -31,11 +31,20 @@ from steptail.findings.model import (
     Settings,
     step_range,
 )
-from steptail.model import Batch
+from steptail.runs.gaps import at_head, between
+from steptail.runs.model import Batch
+from steptail.runs.rows import (
+    CHECKPOINTS,
+    CONFIG,
+    FLAGS,
+    INCARNATION,
+    INCARNATIONS,
+    LOSS_PARTS,
+    REQUIRED_RBF,
+)
+from steptail.runs.stream_gap import StreamGap
 
-# Positions in the row tuples (storage.sql.COLUMNS / INCARNATION_COLUMNS).
-INC_SAW_START, INC_RESTORED_FROM = 3, 6
-_INCARNATION = itemgetter(1)
+_INCARNATION = itemgetter(INCARNATION)
 CP_PARAM = "ici_context_parallelism"
 LB_PARAM = "context_parallel_load_balance"
 # Follower failure kinds and what each means for the run.
@@ -111,19 +120,6 @@ class FirstRecordings:
 
 
 @dataclass
-class StreamGap:
-    stream: str
-    start_ns: int
-    end_ns: int | None
-    reason: str
-
-    def overlaps(self, lo: int | None, hi: int | None) -> bool:
-        if lo is None or hi is None:
-            return False
-        return self.start_ns < hi and (self.end_ns is None or self.end_ns > lo)
-
-
-@dataclass
 class _Inc:
     number: int
     saw_start: bool = False
@@ -191,28 +187,32 @@ class FindingEngine:
                 by_inc[numbers.pop()][table] = rows
                 continue
             for row in rows:
-                by_inc[row[1]][table].append(row)
+                by_inc[row[INCARNATION]][table].append(row)
         for n in batch.incarnations:
             by_inc[n]  # noqa: B018 - an incarnation row alone still opens it
+        # Column positions, looked up once: the loss loop runs for every step.
+        step_at, ts_at, ce_at, raw_at = LOSS_PARTS.STEP, LOSS_PARTS.TS_NS, LOSS_PARTS.CE, LOSS_PARTS.CE_RAW
+        rbf_at = REQUIRED_RBF.STEP
         for n in sorted(by_inc):
             inc = self._enter(n, batch.incarnations.get(n))
             rows = by_inc[n]
             for row in rows["config"]:
-                self._config(inc, row[2], row[3])
+                self._config(inc, row[CONFIG.NAME], row[CONFIG.VALUE])
             for row in rows["checkpoints"]:
-                self._checkpoint(inc, row[2], row[3])
+                self._checkpoint(inc, row[CHECKPOINTS.KIND], row[CHECKPOINTS.STEP])
             for row in rows["loss_parts"]:
-                self._loss(inc, row[2], row[3], row[4], row[5])
+                self._loss(inc, row[step_at], row[ts_at], row[ce_at], row[raw_at])
             for row in rows["required_rbf"]:
-                self._rbf(inc, row[2])
-        for _, kind, inc_n, first, last, detail, severity, detected in batch.flags:
-            self._emit(kind, inc_n, first, last, detail, severity, detected)  # lines the model flagged
+                self._rbf(inc, row[rbf_at])
+        for row in batch.flags:  # lines the model flagged
+            self._emit(row[FLAGS.KIND], row[FLAGS.INCARNATION], row[FLAGS.FIRST_STEP], row[FLAGS.LAST_STEP],
+                       row[FLAGS.DETAIL], row[FLAGS.SEVERITY], row[FLAGS.DETECTED_NS])
         return self._flush()
 
-    def observe_stream_gap(self, stream: str, start_ns: int, end_ns: int | None, reason: str) -> list[Finding]:
+    def observe_stream_gap(self, gap: StreamGap) -> list[Finding]:
         """A window whose lines were lost (from the follower, or the stream_gaps table): gap
         findings over that window name it."""
-        self._gaps.append(StreamGap(stream, start_ns, end_ns, reason))
+        self._gaps.append(gap)
         return []
 
     def observe_failure(self, kind: str, reason: str, now_ns: int) -> list[Finding]:
@@ -277,9 +277,9 @@ class FindingEngine:
         if inc is None:
             inc = self._incs[n] = _Inc(n)
         if row is not None:
-            inc.saw_start = inc.saw_start or bool(row[INC_SAW_START])
-            if row[INC_RESTORED_FROM] is not None:
-                inc.restored_from = row[INC_RESTORED_FROM]
+            inc.saw_start = inc.saw_start or bool(row[INCARNATIONS.SAW_START])
+            if row[INCARNATIONS.RESTORED_FROM] is not None:
+                inc.restored_from = row[INCARNATIONS.RESTORED_FROM]
         if n > self._current:
             for old in self._incs.values():
                 if old.number < n and not old.closed:
@@ -319,7 +319,7 @@ class FindingEngine:
         if inc.last_step is None:
             self._first_step(inc, step)
         elif step > inc.last_step:
-            if step > inc.last_step + 1:
+            if step > inc.last_step + 1:  # between()'s cheap pre-test: this runs for every step
                 self._gap(inc, step, ts)
             self._stall(inc, step, ts)
         else:
@@ -357,24 +357,25 @@ class FindingEngine:
                 f"{self._max_step}{ckpt} (no checkpoint restored)",
                 CRITICAL,
             )
-        if not inc.saw_start:
-            return  # following began mid-way: what came before is simply unread
-        expected = inc.restored_from + 1 if inc.restored_from is not None else 1
-        if step > expected:
+        gap = at_head(inc.number, inc.saw_start, inc.restored_from, step)
+        if gap is not None:
             after = f"the restore from step {inc.restored_from}" if inc.restored_from is not None else "start-up"
             self._emit(
-                "head_gap", inc.number, expected, step - 1,
-                f"{step_range(expected, step - 1)} missing at the head of incarnation {inc.number}: "
+                gap.kind, inc.number, gap.first_step, gap.last_step,
+                f"{step_range(gap.first_step, gap.last_step)} missing at the head of incarnation {inc.number}: "
                 f"its start-up was read, yet the first step recorded after {after} is {step} "
-                f"({step - expected} steps)",
+                f"({gap.count} steps)",
                 WARNING,
             )
 
     def _gap(self, inc: _Inc, step: int, ts: int | None) -> None:
-        lo, hi = inc.last_step + 1, step - 1
+        gap = between(inc.number, inc.last_step, step)
+        if gap is None:
+            return
+        lo, hi = gap.first_step, gap.last_step
         detail = (
             f"{step_range(lo, hi)} missing between step {inc.last_step} and step {step} "
-            f"of incarnation {inc.number} ({hi - lo + 1} steps)"
+            f"of incarnation {inc.number} ({gap.count} steps)"
         )
         lost = [g for g in self._gaps if g.overlaps(inc.last_ts, ts)]
         if lost:
@@ -384,7 +385,7 @@ class FindingEngine:
                 f"; lost while the log stream {g.stream} was interrupted ({g.reason}) "
                 f"from {format_ns(g.start_ns)} to {until}"
             )
-        self._emit("gap", inc.number, lo, hi, detail, WARNING)
+        self._emit(gap.kind, inc.number, lo, hi, detail, WARNING)
 
     def _stall(self, inc: _Inc, step: int, ts: int | None) -> None:
         if ts is None or inc.last_ts is None or ts < inc.last_ts:

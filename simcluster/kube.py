@@ -257,7 +257,7 @@ def kubeconfig(
                         "command": sys.executable,
                         "args": ["-I", "-S", str(PLUGIN), "--state-dir", str(state_dir)],
                         "installHint": "The simulated GKE auth plugin ships with steptail "
-                        "(collector/sim/authplugin.py).",
+                        "(simcluster/authplugin.py).",
                         "provideClusterInfo": False,
                         "interactiveMode": "Never",
                     }

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from parsers import format_ns
+from steptail.parsers import format_ns
 
 CRITICAL = "critical"
 WARNING = "warning"
@@ -80,3 +80,9 @@ def step_range(first: int, last: int) -> str:
 
 def sort_key(f: Finding) -> tuple:
     return (f.incarnation, f.first_step, f.kind)
+
+
+def finding_id(f: Finding) -> str:
+    """Stable id of a finding (its key as text), so a webhook receiver can drop a retry whose
+    first POST did arrive; the alert outbox stores deliveries under it."""
+    return f"{f.run}/{f.kind}/{f.incarnation}/{f.first_step}"

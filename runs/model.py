@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field, replace
 from itertools import repeat
 
-from parsers import (
+from steptail.parsers import (
     Checkpoint,
     ConfigParam,
     LossParts,
@@ -30,14 +30,23 @@ from parsers import (
     format_ns,
     parse_message,
 )
-from parsers.bounds import CLOCK_JUMP_NS, INT32_MAX, int32, int64
-from parsers.fast import parse_fast
-from parsers.line import MAX_LINE, clean
-from parsers.records import to_json
+from steptail.parsers.bounds import CLOCK_JUMP_NS, INT32_MAX, int32, int64
+from steptail.parsers.fast import (
+    ITEM_KIND,
+    ITEM_LINE,
+    ITEM_STEP,
+    ITEM_TS,
+    ROW_STEP,
+    line_ts,
+    parse_stamped,
+)
+from steptail.parsers.line import MAX_LINE, message
+from steptail.parsers.records import ItemKind, to_json
+from steptail.runs.rows import INCARNATION, RUN, TABLES
 
 BAD_SAMPLES = 5
 ROW_TABLES = ("loss_parts", "required_rbf", "pod_metrics", "config", "checkpoints")
-NO_STEP = -1  # a flag not tied to a step (steptail.findings.model.NO_STEP)
+NO_STEP = -1  # a flag not tied to a step (steptail.runs.findings.NO_STEP)
 # Findings the model raises while reading lines (ingest or follow); the stored rows do not show
 # them, so `check` keeps the stored ones.
 FLAG_KINDS = frozenset({"step_jump", "clock_jump"})
@@ -66,6 +75,7 @@ class Incarnation:
     config: set[str] = field(default_factory=set)
 
     def row(self, run: str) -> tuple:
+        """In rows.INCARNATIONS order."""
         return (
             run, self.number, self.started_ns, self.saw_start, self.first_step, self.last_step,
             self.restored_from, self.process_index, self.process_count, self.pod,
@@ -189,8 +199,8 @@ class Cursor:
 
 @dataclass
 class Batch:
-    """Rows produced since the last flush, one list of tuples per table (column order as in
-    storage.sql.COLUMNS)."""
+    """Rows produced since the last flush, one list of tuples per table (column order:
+    runs.rows.COLUMNS)."""
 
     loss_parts: list[tuple] = field(default_factory=list)
     required_rbf: list[tuple] = field(default_factory=list)
@@ -200,8 +210,8 @@ class Batch:
     incarnations: dict[int, tuple] = field(default_factory=dict)
     cursors: dict[str, Cursor] = field(default_factory=dict)  # JSON columns hold JSON text
     reconnects: list[tuple] = field(default_factory=list)  # live path: streams re-opened
-    # Lines flagged by the model, as findings rows (storage.sql.FLAG_COLUMNS), and rows kept out
-    # of their table (storage.sql.QUARANTINE_COLUMNS).
+    # Lines flagged by the model, as findings rows (rows.FLAGS), and rows kept out of their
+    # table (rows.QUARANTINE).
     flags: list[tuple] = field(default_factory=list)
     quarantine: list[tuple] = field(default_factory=list)
 
@@ -261,20 +271,17 @@ def planned_steps(value: str) -> int | None:
     return steps if 0 < steps <= INT32_MAX else None
 
 
-# Where a row of each table (storage.sql.COLUMNS order) holds its step and timestamp.
-_STEP_TS = {"loss_parts": (2, 3), "required_rbf": (2, 3), "pod_metrics": (2, 3), "checkpoints": (3, 4)}
-
-
 def quarantine_row(table: str, row: tuple, reason: str) -> tuple:
-    """A row kept out of `table`, with why, in storage.sql.QUARANTINE_COLUMNS order. Made of
-    what any store takes: the row as ASCII JSON text (NUL escaped), numbers only in range."""
-    step_at, ts_at = _STEP_TS.get(table, (None, None))
+    """A row kept out of `table`, with why, in rows.QUARANTINE order. Made of what any store
+    takes: the row as ASCII JSON text (NUL escaped), numbers only in range."""
+    columns = TABLES.get(table)
+    step_at, ts_at = getattr(columns, "STEP", None), getattr(columns, "TS_NS", None)
     data = json.dumps(row, default=repr)
     digest = hashlib.blake2b(f"{table}\n{data}".encode(), digest_size=16).hexdigest()
-    inc = row[1] if isinstance(row[1], int) and int32(row[1]) else None
+    inc = row[INCARNATION] if isinstance(row[INCARNATION], int) and int32(row[INCARNATION]) else None
     step = row[step_at] if step_at is not None and isinstance(row[step_at], int) and int64(row[step_at]) else None
     ts = row[ts_at] if ts_at is not None and isinstance(row[ts_at], int) and int64(row[ts_at]) else None
-    return (str(row[0]), table, inc, step, ts, printable(reason)[:2000], data, digest, time.time_ns())
+    return (str(row[RUN]), table, inc, step, ts, printable(reason)[:2000], data, digest, time.time_ns())
 
 
 class RunModel:
@@ -301,51 +308,64 @@ class RunModel:
     # -- input -----------------------------------------------------------------
     def feed(self, line: bytes, stream: str = "log") -> None:
         """One candidate line (any line is accepted; only tagged ones make rows)."""
-        item = parse_fast(line) if len(line) <= MAX_LINE else None
+        self.feed_stamped(line, line_ts(line), stream)
+
+    def feed_stamped(self, line: bytes, ts_ns: int | None, stream: str = "log") -> None:
+        """`feed` for a line whose kubelet timestamp the caller read already (parsers.fast.
+        line_ts): the follower reads it once, for its own checks and for the model."""
+        item = parse_stamped(line, ts_ns) if len(line) <= MAX_LINE else None
         if item is None:
-            self._feed_general(line, stream)
+            self._feed_general(line, ts_ns, stream)
         else:
             self.feed_item(item + (line,), stream)
 
     def feed_item(self, item: tuple, stream: str = "log") -> None:
-        """One item of parsers.block.parse_block: a fast-path tuple + line, or ("X", line)."""
+        """One item of parsers.block.parse_block: a fast-path tuple + line, or
+        (ItemKind.GENERAL, line)."""
         self.feed_items((item,), stream)
 
     def feed_items(self, items, stream: str = "log") -> None:
-        """Items of parsers.block.parse_block, in order (the ingest hot loop)."""
+        """Items of parsers.block.parse_block, in order (the ingest hot loop). An item is
+        (kind, ts_ns, step, the record's fields, line) or (ItemKind.GENERAL, line)."""
         admit = self._cursor(stream).admit
         loss, rbf, pod = self._loss, self._rbf, self._pod
+        general, loss_kind, rbf_kind = ItemKind.GENERAL, ItemKind.LOSS, ItemKind.RBF
+        kind_at, ts_at, line_at = ITEM_KIND, ITEM_TS, ITEM_LINE
         for item in items:
-            kind = item[0]
-            if kind == "X":
-                self._feed_general(item[1], stream)
+            kind, line = item[kind_at], item[line_at]
+            if kind == general:
+                self._feed_general(line, line_ts(line), stream)
                 continue
-            fresh = admit(item[1], item[-1])
+            fresh = admit(item[ts_at], line)
             if fresh is not True:
                 if fresh:
                     self._feed_jumped(item, fresh)
                 else:
                     self.counters.duplicates += 1
-            elif kind == "L":
-                loss(item[1], item[2], item[3], item[4], item[5], item[-1])
-            elif kind == "R":
-                rbf(item[1], item[2], item[3], item[4], item[5], item[-1])
+            elif kind == loss_kind:  # unpacked, not item[1:] star-called: this loop is hot
+                _, ts_ns, step, ce, ce_raw, parts_json, _ = item
+                loss(ts_ns, step, ce, ce_raw, parts_json, line)
+            elif kind == rbf_kind:
+                _, ts_ns, step, mx, per_layer_json, program, _ = item
+                rbf(ts_ns, step, mx, per_layer_json, program, line)
             else:
-                pod(item[1], item[2], item[3], item[4], item[5], item[6], item[7], "{}", item[-1])
+                _, ts_ns, step, seconds, tflops, tokens, total_weights, loss_value, _ = item
+                pod(ts_ns, step, seconds, tflops, tokens, total_weights, loss_value, line)
 
     def _feed_jumped(self, item: tuple, jump: ClockJump) -> None:
-        """A fast-path item across a clock jump: read as if stamped at the line before, flagged."""
+        """A fast-path item across a clock jump: read as if stamped at the line before, flagged.
+        (An item's fields after its ts_ns are the _loss/_rbf/_pod arguments after theirs.)"""
         if not jump.tracked:
-            self._untracked_jump(jump, item[-1])
+            self._untracked_jump(jump, item[ITEM_LINE])
             return
-        kind, ts = item[0], jump.read_ns
-        if kind == "L":
-            self._loss(ts, item[2], item[3], item[4], item[5], item[-1])
-        elif kind == "R":
-            self._rbf(ts, item[2], item[3], item[4], item[5], item[-1])
+        kind, read_as = item[ITEM_KIND], (jump.read_ns, *item[ITEM_STEP:])
+        if kind == ItemKind.LOSS:
+            self._loss(*read_as)
+        elif kind == ItemKind.RBF:
+            self._rbf(*read_as)
         else:
-            self._pod(ts, item[2], item[3], item[4], item[5], item[6], item[7], "{}", item[-1])
-        self._clock_jump(jump, item[2], item[-1])
+            self._pod(*read_as)
+        self._clock_jump(jump, item[ITEM_STEP], item[ITEM_LINE])
 
     def feed_steady(self, block, stream: str = "log") -> bool:
         """Take a parsers.block.Steady block whole, if the run's state allows: the current
@@ -365,7 +385,7 @@ class RunModel:
                            (block.pod, cur.last_pod_step)):
             if not cols:
                 continue
-            steps = cols[1]
+            steps = cols[ROW_STEP]
             if last is not None and steps[0] <= last:
                 return False
             # Steps rise inside a block: no span above STEP_JUMP_MIN, no absurd jump in it; past
@@ -379,6 +399,7 @@ class RunModel:
                 return False
         run, batch, counters = self.run, self.batch, self.counters
         inc = cur.number
+        # Rows in runs.rows.COLUMNS order, as _loss, _rbf and _pod make them (tests/test_rows.py).
         if block.loss:
             ts, step, ce, ce_raw, parts = block.loss
             if cur.first_step is None:
@@ -405,19 +426,18 @@ class RunModel:
             cursor.last_ns = block.last_ts
         return True
 
-    def _feed_general(self, line: bytes, stream: str) -> None:
-        ts_ns, _, text = clean(line)
+    def _feed_general(self, line: bytes, ts_ns: int | None, stream: str) -> None:
         fresh = self._cursor(stream).admit(ts_ns, line)
         if not fresh:
             self.counters.duplicates += 1
             return
         if len(line) > MAX_LINE:
-            self.counters.bad(f"line of {len(line)} bytes: {text[:80]}")
+            self.counters.bad(f"line of {len(line)} bytes: {message(line, ts_ns is not None)[:80]}")
             return
         if fresh is not True and not fresh.tracked:
             self._untracked_jump(fresh, line)
             return
-        record = parse_message(text)
+        record = parse_message(message(line, ts_ns is not None))
         if record is None:
             return
         self.apply(record, ts_ns if fresh is True else fresh.read_ns, line)
@@ -466,7 +486,7 @@ class RunModel:
         """A line the source could not deliver whole (over-long, cut off at the end)."""
         self.counters.bad(what)
 
-    # -- the model ---------------------------------------------------------------
+    # -- the model: rows in runs.rows.COLUMNS order (tests/test_rows.py) -----------------
     def apply(self, rec, ts_ns: int | None, line: bytes | None = None) -> None:
         """One parsed record; `line` (its text) is quoted if the record is flagged."""
         if isinstance(rec, LossParts):
@@ -475,7 +495,7 @@ class RunModel:
             self._rbf(ts_ns, rec.step, rec.max, rec.per_layer_json, rec.program, line)
         elif isinstance(rec, PodStep):
             self._pod(ts_ns, rec.step, rec.seconds, rec.tflops, rec.tokens_per_s, rec.total_weights,
-                      rec.loss, to_json(rec.extra) if rec.extra else "{}", line)
+                      rec.loss, line, to_json(rec.extra) if rec.extra else "{}")
         elif isinstance(rec, TrainerStart):
             cur = self.current
             if cur is None or cur.last_step is not None:
@@ -536,7 +556,7 @@ class RunModel:
         self.batch.required_rbf.append((self.run, cur.number, step, ts_ns, mx, per_layer_json, program))
         self.counters.required_rbf += 1
 
-    def _pod(self, ts_ns, step, seconds, tflops, tokens, total_weights, loss, extra_json, line=None) -> None:
+    def _pod(self, ts_ns, step, seconds, tflops, tokens, total_weights, loss, line=None, extra_json="{}") -> None:
         cur = self.current if self.current is not None else self._open(ts_ns)
         last, planned = cur.last_pod_step, self.planned_steps
         if (last is None or step > last + STEP_JUMP_MIN or (planned is not None and step > planned)) and \
@@ -578,7 +598,7 @@ class RunModel:
 
     def _step_jump(self, table: str, row: tuple, cur: Incarnation | None, last: int | None, line) -> None:
         """Flag and quarantine a row whose step jumped absurdly: not a step, not a restart."""
-        step, ref = row[2], self._step_ref(cur, last)
+        step, ref = row[TABLES[table].STEP], self._step_ref(cur, last)
         after = f"after step {ref}" if ref is not None else "as the first step"
         planned = f" (the run is configured for {self.planned_steps} steps)" if self.planned_steps else ""
         what = f"step {step} {after}{planned}"

@@ -9,40 +9,43 @@ from __future__ import annotations
 
 import gc
 import hashlib
-import json
 import logging
 import multiprocessing as mp
 import os
-import re
 import time
+import zlib
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import sqlalchemy as sa
-
-from collector.files import (
+from steptail.collector.files import (
     BLOCK,
     Piece,
     Source,
     first_timestamp,
     line_ranges,
+    open_source,
     parse_range,
     read_pieces,
     read_range,
     worker_init,
 )
-from parsers.block import line_by_line, parse_block
-from steptail.findings import FindingEngine, Settings, replay, sync_findings
-from steptail.model import Batch, Counters, RunModel
-from storage.db import Store
-from storage.parquet import ParquetSink
-from storage.sources import FILES
-from storage.sql import SqlSink, load_model
+from steptail.parsers.block import line_by_line, parse_block
+from steptail.parsers.records import BlockKind
+from steptail.runs.detectors import FindingEngine
+from steptail.runs.findings import Settings
+from steptail.runs.model import Batch, Counters, RunModel
+from steptail.runs.names import check_run_name
+from steptail.storage.compact import write_snapshots
+from steptail.storage.db import DatabaseFailure, Store, StoreFailure, failure_reason, open_store
+from steptail.storage.findings import replay, sync_findings
+from steptail.storage.ingests import incarnation_count, ingested_before, record_ingest
+from steptail.storage.parquet import ParquetError, ParquetSink
+from steptail.storage.sources import FILES
+from steptail.storage.sql import SqlSink, load_model
 
-RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 FLUSH_ROWS = 20_000
 WINDOW = 4  # blocks in flight to the workers: bounds memory
 POOL_MIN_BYTES = 32 << 20  # below this, starting workers costs more than it saves
@@ -50,7 +53,7 @@ READ_BLOCK = BLOCK
 
 
 class IngestError(Exception):
-    pass
+    """The ingest failed; the message is one line, safe to show."""
 
 
 class NoRecords(IngestError):
@@ -59,15 +62,6 @@ class NoRecords(IngestError):
     def __init__(self, names: list[str]) -> None:
         self.names = names
         super().__init__(f"no record line in {', '.join(names)}: nothing written")
-
-
-def check_run_name(run: str) -> str:
-    if not RUN_NAME.match(run):
-        raise IngestError(
-            f"run name {run!r} is not a safe identifier (letters, digits, '.', '_', '-'; "
-            "at most 128; starting with a letter or digit)"
-        )
-    return run
 
 
 @dataclass
@@ -145,7 +139,7 @@ def ingest(
                 if first_timestamp(source) is None:
                     # Untimestamped lines have no identity of their own: dedupe whole files.
                     digest = _sha256(source)
-                    if _seen(conn, run, digest):
+                    if ingested_before(conn, run, digest):
                         result.skipped.append(source.name)
                         continue
                 cursors_before = {k: c.copy() for k, c in model.cursors.items()}
@@ -161,13 +155,11 @@ def ingest(
                 writer.drain()
                 for table, _, why in sink.take_refused():
                     model.counters.bad(f"store refused a {table} row (quarantined): {why}")
-                _record(conn, run, source.name, digest, started, model.counters)
+                record_ingest(conn, run, source.name, digest, started, model.counters)
                 result.add(model.counters)
             if len(result.no_records) == len(sources):
                 raise NoRecords(result.no_records)  # rolls back the run row ensure_run made
-            result.incarnations = conn.execute(
-                sa.text("SELECT COUNT(*) FROM incarnations WHERE run = :run"), {"run": run}
-            ).scalar_one()
+            result.incarnations = incarnation_count(conn, run)
             result.findings = detectors.store(conn)
             result.findings_error = detectors.error
             if pq_sink:
@@ -187,12 +179,51 @@ def ingest(
     return result
 
 
+def ingest_paths(db: str | None, run: str, paths: Sequence[str], *, parquet: str | Path | None = None,
+                 append: bool = False, settings: Settings | None = None,
+                 reference_ce: dict[int, float] | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> IngestResult:
+    """`steptail ingest`: the logs at `paths` (plain, --timestamps, .gz; '-' is stdin, once) into
+    `run` of the store at `db`, as ingest() does. Parse workers boot while the store is opened
+    and migrated; all is released on return. `progress(bytes_read, total_bytes)`.
+
+    Every failure is one line: RunNameError, SourceError (a path), StoreError (the store),
+    SourceConflict (the run is another source's), NoRecords, IngestError (nothing written)."""
+    check_run_name(run)
+    if list(paths).count("-") > 1:
+        raise IngestError("'-' (stdin) may be given once")
+    sources: list[Source] = []
+    try:
+        for path in paths:
+            sources.append(open_source(path))
+        pool = start_workers(sources)
+        try:
+            store = open_store(db)
+            try:
+                total = sum(s.size or 0 for s in sources)
+                tick = (lambda pos: progress(pos, total)) if progress else None
+                return ingest(store, run, sources, parquet=parquet, progress=tick, pool=pool,
+                              append=append, settings=settings, reference_ce=reference_ce)
+            except ParquetError as exc:  # before OSError: it is one
+                raise IngestError(f"{exc}; nothing written (SQL rolled back)") from exc
+            except (OSError, EOFError, zlib.error) as exc:
+                raise IngestError(f"read failed, nothing written: {exc}") from exc
+            except DatabaseFailure as exc:  # a full disk, a lost connection
+                raise IngestError(f"cannot write to database {store.describe()}: {failure_reason(exc)};"
+                                  " nothing written") from exc
+            finally:
+                store.dispose()
+        finally:
+            if pool is not None:
+                pool.shutdown()
+    finally:
+        for s in sources:
+            s.close()
+
+
 def _write_snapshots(store: Store, run: str, parquet: str | Path) -> None:
     """The run's findings, stream gaps and reconnects into the dataset. After the commit: a
     failure here costs no data (catch_up and export write them again), so it only warns."""
-    from storage.compact import write_snapshots
-    from storage.parquet import ParquetError
-
     try:
         write_snapshots(store, run, parquet)
     except ParquetError as exc:
@@ -237,7 +268,7 @@ class _Detectors:
     def _guard(self, fn, *args) -> None:
         try:
             fn(*args)
-        except sa.exc.SQLAlchemyError:
+        except StoreFailure:
             raise  # the store failed, not a detector: the ingest fails
         except Exception as exc:  # noqa: BLE001 - a detector bug must not cost the rows
             self.error = f"{getattr(fn, '__name__', fn)}: {exc}"
@@ -297,10 +328,10 @@ def apply_parsed(model, parsed: tuple, reread, start: int = 0, end: int | None =
     take whole (its state needs each line) is read again (`reread(start, end)`, offsets in
     the block, end None for its end) and fed line by line."""
     kind, body = parsed
-    if kind == "M":
+    if kind == BlockKind.SPLIT:
         for a, b, part in body:
             apply_parsed(model, part, reread, start + a, start + b)
-    elif kind == "I":
+    elif kind == BlockKind.LINES:
         model.feed_items(body)
     elif not model.feed_steady(body):
         model.feed_items(line_by_line(reread(start, end)))
@@ -395,24 +426,3 @@ class _Writer:
 def _flush(model, writer: _Writer) -> None:
     writer.submit(model.take())
 
-
-def _seen(conn, run: str, digest: str) -> bool:
-    return conn.execute(
-        sa.text("SELECT 1 FROM ingest_stats WHERE run = :run AND sha256 = :d LIMIT 1"),
-        {"run": run, "d": digest},
-    ).first() is not None
-
-
-def _record(conn, run, name, digest, started, c) -> None:
-    conn.execute(
-        sa.text(
-            "INSERT INTO ingest_stats (run, source, sha256, started_ns, finished_ns, lines,"
-            " loss_parts, required_rbf, pod_steps, bad_lines, duplicates, bad_samples) VALUES"
-            " (:run, :source, :sha, :s, :f, :lines, :lp, :rbf, :ps, :bad, :dup, :samples)"
-        ),
-        {
-            "run": run, "source": name, "sha": digest, "s": started, "f": time.time_ns(),
-            "lines": c.lines, "lp": c.loss_parts, "rbf": c.required_rbf, "ps": c.pod_steps,
-            "bad": c.bad_lines, "dup": c.duplicates, "samples": json.dumps(c.bad_samples),
-        },
-    )

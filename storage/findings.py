@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from steptail.findings.engine import FindingEngine
-from steptail.findings.model import LIVE_KINDS, Finding, Settings, sort_key
-from steptail.model import FLAG_KINDS, Batch
-from storage.db import Store
-from storage.sql import INCARNATION_COLUMNS
+from steptail.runs.detectors import FindingEngine
+from steptail.runs.findings import LIVE_KINDS, Finding, Settings, sort_key
+from steptail.runs.model import FLAG_KINDS, Batch
+from steptail.runs.stream_gap import StreamGap
+from steptail.storage.db import Store
+from steptail.storage.sql import INCARNATION_COLUMNS
 
 FINDING_COLUMNS = (
     "run", "kind", "incarnation", "first_step", "last_step", "detail", "severity", "detected_ns",
@@ -57,11 +58,12 @@ def replay(conn: sa.Connection, engine: FindingEngine) -> list[Finding]:
     """Feed a run's stored stream gaps and rows to `engine` (no finish)."""
     run = engine.run
     out: list[Finding] = []
-    for stream, start, end, reason in conn.execute(
-        sa.text("SELECT stream, start_ns, end_ns, reason FROM stream_gaps WHERE run = :run ORDER BY start_ns"),
+    for row in conn.execute(
+        sa.text("SELECT stream, start_ns, end_ns, reason, detected_ns FROM stream_gaps WHERE run = :run"
+                " ORDER BY start_ns"),
         {"run": run},
     ):
-        out += engine.observe_stream_gap(stream, start, end, reason)
+        out += engine.observe_stream_gap(StreamGap(*row))
     for batch in _incarnation_batches(conn, run):
         out += engine.observe(batch)
     return out
@@ -115,6 +117,12 @@ def load_findings(conn: sa.Connection, run: str) -> list[Finding]:
         sa.text(f"SELECT {', '.join(FINDING_COLUMNS)} FROM findings WHERE run = :run"), {"run": run}
     )
     return sorted((Finding(**dict(zip(FINDING_COLUMNS, r, strict=True))) for r in rows), key=sort_key)
+
+
+def stored_findings(store: Store, run: str) -> list[Finding]:
+    """The run's stored findings, in check's order."""
+    with store.engine.connect() as conn:
+        return load_findings(conn, run)
 
 
 def sync_findings(conn: sa.Connection, run: str, findings: list[Finding]) -> list[Finding]:

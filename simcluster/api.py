@@ -1,0 +1,328 @@
+"""The Kubernetes API over HTTPS (aiohttp): routes, query parameters, Status error bodies,
+bearer-token auth and the API faults (faults.py). Handlers read ClusterState under its lock;
+the body of pods/log comes from logs.stream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import time
+from pathlib import Path
+
+from aiohttp import web
+
+from steptail.simcluster import discovery, kube, logs, render
+from steptail.simcluster.objects import CONTAINER
+from steptail.simcluster.state import ClusterState
+
+WATCH_POLL = 0.02  # seconds between two looks of an open watch for new events
+
+_FAILURE_MESSAGES = {
+    500: "an error on the server (\"unknown\") has prevented the request from succeeding",
+    503: "the server is currently unable to handle the request",
+}
+
+
+def status(code: int, message: str, reason: str | None = None, details: dict | None = None) -> web.Response:
+    return web.json_response(kube.status_body(code, message, reason, details), status=code)
+
+
+def _not_found(kind: str, name: str, group: str | None = None) -> web.Response:
+    details = {"name": name, "kind": kind} if group is None else {"name": name, "group": group, "kind": kind}
+    return status(404, f'{kind}{"." + group if group else ""} "{name}" not found', details=details)
+
+
+def _wants_table(request: web.Request) -> bool:
+    return "as=Table" in request.headers.get("Accept", "")
+
+
+def _is_watch(request: web.Request) -> bool:
+    return request.query.get("watch") in ("true", "1", "True")
+
+
+class KubeApi:
+    def __init__(self, state: ClusterState, token: str, watch_timeout: float) -> None:
+        self.state = state
+        self.token = token  # the bearer token the exec plugin hands kubectl
+        self.watch_timeout = watch_timeout  # server-side end of a watch without timeoutSeconds
+        self.address = ""  # host:port once listening
+        self.closing = False  # set by close(): open streams end
+        self.requests: list[tuple[str, str, int]] = []  # (method, path?query, status)
+        self._runner: web.AppRunner | None = None
+
+    async def listen(self, host: str, port: int, cert: Path, key: Path) -> int:
+        """Serve HTTPS on host:port (0: ephemeral); returns the bound port."""
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(str(cert), str(key))
+        ctx.set_alpn_protocols(["http/1.1"])
+        app = web.Application(middlewares=[self._middleware])
+        self._add_routes(app.router)
+        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, ssl_context=ctx)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.address = f"{host}:{port}"
+        return port
+
+    async def close(self) -> None:
+        self.closing = True
+        if self._runner is not None:
+            await self._runner.cleanup()
+        self._runner = None
+
+    def _add_routes(self, router: web.UrlDispatcher) -> None:
+        g = router.add_get
+        for path, doc in discovery.STATIC.items():
+            g(path, self._static(doc))
+        g("/api", self.h_api)
+        g("/api/v1/namespaces", self.h_namespaces)
+        g("/api/v1/namespaces/{ns}", self.h_namespace)
+        g("/api/v1/pods", self.h_pods)
+        g("/api/v1/namespaces/{ns}/pods", self.h_pods)
+        g("/api/v1/namespaces/{ns}/pods/{name}", self.h_pod)
+        g("/api/v1/namespaces/{ns}/pods/{name}/log", self.h_log)
+        g("/apis/jobset.x-k8s.io/v1alpha2/jobsets", self.h_jobsets)
+        g("/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets", self.h_jobsets)
+        g("/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets/{name}", self.h_jobset)
+        router.add_route("*", "/{tail:.*}", self.h_notfound)
+
+    # ---- every request: auth, injected failures, the request log
+    @web.middleware
+    async def _middleware(self, request: web.Request, handler):
+        path = request.path
+        if path in ("/healthz", "/livez", "/readyz"):
+            return web.Response(text="ok")
+        auth = request.headers.get("Authorization", "")
+        faults = self.state.faults
+        with self.state.lock:
+            if auth != f"Bearer {self.token}" or faults.lapsed():
+                fail = 401
+            else:
+                fail = faults.take_failure(path)
+        if fail == 401:
+            resp = status(401, "Unauthorized")
+        elif fail is not None:
+            resp = status(fail, _FAILURE_MESSAGES.get(fail, f"simulated failure {fail}"))
+        else:
+            try:
+                resp = await handler(request)
+            except web.HTTPException as e:
+                resp = e
+        with self.state.lock:
+            self.requests.append((request.method, str(request.rel_url), resp.status))
+            if len(self.requests) > 10000:
+                del self.requests[:5000]
+        return resp
+
+    async def h_notfound(self, request: web.Request) -> web.Response:
+        if request.method != "GET":
+            return status(405, f"the server does not allow this method on the requested resource "
+                               f"(simulated cluster is read-only: {request.method})", "MethodNotAllowed")
+        return status(404, "the server could not find the requested resource")
+
+    # ---- discovery and namespaces
+    @staticmethod
+    def _static(doc: dict):
+        async def handler(request: web.Request) -> web.Response:
+            return web.json_response(doc)
+        return handler
+
+    async def h_api(self, request: web.Request) -> web.Response:
+        return web.json_response(discovery.api_versions(self.address))
+
+    async def h_namespaces(self, request: web.Request) -> web.Response:
+        return web.json_response({"kind": "NamespaceList", "apiVersion": "v1",
+                                  "metadata": {"resourceVersion": str(self.state.rv)},
+                                  "items": [render.namespace_json(n) for n in self.state.namespaces()]})
+
+    async def h_namespace(self, request: web.Request) -> web.Response:
+        ns = request.match_info["ns"]
+        if ns not in self.state.namespaces():
+            return _not_found("namespaces", ns)
+        return web.json_response(render.namespace_json(ns))
+
+    # ---- pods and JobSets: list, watch, get
+    async def h_pods(self, request: web.Request) -> web.StreamResponse:
+        return await self._list_or_watch(request, "pods")
+
+    async def h_jobsets(self, request: web.Request) -> web.StreamResponse:
+        return await self._list_or_watch(request, "jobsets")
+
+    def _denied(self, request: web.Request, kind: str) -> web.Response | None:
+        """403 like RBAC gives during a `deny` fault (pods only; single-pod reads still work)."""
+        with self.state.lock:
+            user = self.state.faults.denied_user() if kind == "pods" else None
+        if user is None:
+            return None
+        verb = "watch" if _is_watch(request) else "list"
+        ns = request.match_info.get("ns")
+        where = f'in the namespace "{ns}"' if ns else "at the cluster scope"
+        return status(403, f'pods is forbidden: User "{user}" cannot {verb} resource "pods" in API group "" '
+                           f"{where}", details={"kind": "pods"})
+
+    def _served(self, o: dict) -> dict:
+        """A pod as list/watch serve it: during corrupt_pods, with a timestamp no client parses."""
+        if not self.state.faults.corrupting() or o.get("kind") != "Pod":
+            return o
+        return {**o, "metadata": {**o["metadata"], "creationTimestamp": "not-a-timestamp"}}
+
+    async def _list_or_watch(self, request: web.Request, kind: str) -> web.StreamResponse:
+        if (denied := self._denied(request, kind)) is not None:
+            return denied
+        q = request.query
+        ns = request.match_info.get("ns")
+        try:
+            lsel = kube.parse_selector(q.get("labelSelector"))
+            fsel = kube.parse_field_selector(q.get("fieldSelector"))
+        except ValueError as e:
+            return status(400, str(e))
+
+        def match(o):
+            return (ns is None or o["metadata"]["namespace"] == ns) and lsel(o["metadata"].get("labels", {})) \
+                and fsel(o)
+
+        if _is_watch(request):
+            return await self._watch(request, kind, match)
+        with self.state.lock:
+            items = [o for o in self.state.snapshot(kind, ns) if match(o)]
+            rv = self.state.rv
+        if _wants_table(request):
+            return web.json_response(render.table(kind, items, rv))
+        list_kind = "PodList" if kind == "pods" else "JobSetList"
+        api = "v1" if kind == "pods" else "jobset.x-k8s.io/v1alpha2"
+        return web.json_response({"kind": list_kind, "apiVersion": api,
+                                  "metadata": {"resourceVersion": str(rv)}, "items": [self._served(o) for o in items]})
+
+    async def _watch(self, request: web.Request, kind: str, match) -> web.StreamResponse:
+        """Events after `resourceVersion` (none or 0: ADDED for every current object first),
+        until timeoutSeconds, eof_streams or shutdown."""
+        st = self.state
+        q = request.query
+        rv_param = q.get("resourceVersion", "")
+        timeout = float(q.get("timeoutSeconds") or self.watch_timeout)
+        deadline = time.monotonic() + timeout
+        with st.lock:
+            if rv_param in ("", "0"):
+                initial = [("ADDED", o) for o in st.snapshot(kind, request.match_info.get("ns")) if match(o)]
+                since = st.rv
+            else:
+                try:
+                    since = int(rv_param)
+                except ValueError:
+                    return status(400, f"invalid resourceVersion {rv_param!r}")
+                initial = []
+            eof_gen = st.faults.eof_gen
+        resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        table = _wants_table(request)
+        first = [True]
+
+        def encode(typ: str, o: dict) -> bytes:
+            if table:  # kubectl get -w: each event carries a one-row Table
+                o = render.table(kind, [o], int(o["metadata"]["resourceVersion"]))
+                if not first[0]:
+                    o["columnDefinitions"] = []
+                first[0] = False
+            else:
+                o = self._served(o)
+            return json.dumps({"type": typ, "object": o}).encode() + b"\n"
+
+        try:
+            for typ, o in initial:
+                await resp.write(encode(typ, o))
+            idx = 0
+            while time.monotonic() < deadline and not self.closing:
+                with st.lock:
+                    if st.faults.eof_gen != eof_gen:
+                        break
+                    # events are appended in rv order
+                    while idx < len(st.events) and st.events[idx][0] <= since:
+                        idx += 1
+                    new = st.events[idx:]
+                    idx = len(st.events)
+                for erv, k, typ, o in new:
+                    since = erv
+                    if k == kind and match(o):
+                        await resp.write(encode(typ, o))
+                await asyncio.sleep(WATCH_POLL)
+            await resp.write_eof()
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        return resp
+
+    async def h_pod(self, request: web.Request) -> web.Response:
+        ns, name = request.match_info["ns"], request.match_info["name"]
+        with self.state.lock:
+            p = self.state.pods.get((ns, name))
+            obj = render.pod_json(p) if p else None
+        if obj is None:
+            return _not_found("pods", name)
+        if _wants_table(request):
+            return web.json_response(render.pod_table([obj], self.state.rv))
+        return web.json_response(obj)
+
+    async def h_jobset(self, request: web.Request) -> web.Response:
+        ns, name = request.match_info["ns"], request.match_info["name"]
+        with self.state.lock:
+            js = self.state.jobsets.get((ns, name))
+            obj = render.jobset_json(js) if js else None
+        if obj is None:
+            return _not_found("jobsets", name, group="jobset.x-k8s.io")
+        if _wants_table(request):
+            return web.json_response(render.jobset_table([obj], self.state.rv))
+        return web.json_response(obj)
+
+    # ---- pods/log
+    async def h_log(self, request: web.Request) -> web.StreamResponse:
+        ns, name = request.match_info["ns"], request.match_info["name"]
+        q = request.query
+
+        def flag(k):
+            return q.get(k, "false").lower() in ("true", "1")
+
+        follow, timestamps, previous = flag("follow"), flag("timestamps"), flag("previous")
+        container = q.get("container") or CONTAINER
+        try:
+            since_ns = None
+            if q.get("sinceTime"):
+                since_ns = kube.parse_rfc3339_ns(q["sinceTime"])
+            if q.get("sinceSeconds"):
+                s = int(q["sinceSeconds"])
+                if s < 1:
+                    return status(400, "sinceSeconds must be greater than 0")
+                since_ns = time.time_ns() - s * 1_000_000_000
+            tail = int(q["tailLines"]) if q.get("tailLines") else None
+            limit = int(q["limitBytes"]) if q.get("limitBytes") else None
+        except ValueError as e:
+            return status(400, f"invalid log options: {e}")
+        st = self.state
+        with st.lock:
+            p = st.pods.get((ns, name))
+            if p is None:
+                return _not_found("pods", name)
+            if container != CONTAINER:
+                return status(400, f"container {container} is not valid for pod {name}")
+            if previous:
+                inst = p.previous
+                if inst is None:
+                    return status(400, f'previous terminated container "{container}" in pod "{name}" not found')
+            else:
+                inst = p.current
+                if inst.state == "waiting":
+                    return status(400, f'container "{container}" in pod "{name}" is waiting to start: '
+                                       f"{inst.reason}")
+            log = inst.log
+            start = log.cur_start  # kubelet serves the current file only
+            if tail is not None:
+                start = max(start, log.end - tail)
+            gen = log.gen
+            eof_gen = st.faults.eof_gen
+
+        def ended() -> bool:
+            return self.closing or st.faults.eof_gen != eof_gen
+
+        return await logs.stream(request, log, st.lock, gen=gen, start=start, follow=follow and not previous,
+                                 timestamps=timestamps, since_ns=since_ns, limit=limit, ended=ended)

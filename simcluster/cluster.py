@@ -1,0 +1,358 @@
+"""The simulated cluster put together: its state, the JobSet controller that runs it, the
+HTTPS Kubernetes API, the scenario's fault timeline, and the thread-safe methods tests call
+(faults, ground truth, bounded waits).
+
+Who does what (docs/simcluster.md): objects.py (pods, JobSets, containers), state.py (the
+store and watch events), controller.py (pod lifecycle, trainer output, workload faults),
+logs.py (kubelet log files, rotation, log streams), api.py + discovery.py + render.py (the
+Kubernetes API), faults.py (API faults), truth.py (ground truth).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import secrets
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from steptail.simcluster import kube
+from steptail.simcluster.api import KubeApi
+from steptail.simcluster.controller import Controller
+from steptail.simcluster.objects import CONTAINER, JobSetState, Pod
+from steptail.simcluster.scenario import FaultSpec, JobSetSpec, Scenario
+from steptail.simcluster.state import ClusterState
+from steptail.simcluster.truth import StepTruth, step_truths, wrote_step
+
+TICK = 0.005  # driver period: pending pods start, steps are written, logs rotate by size
+
+
+class SimCluster:
+    """The simulator. Create with a :class:`Scenario` (or a dict), then either
+    ``await sim.start()`` in a running loop or ``sim.start_in_thread()``. Every public method
+    takes the state lock, so tests may call them from any thread."""
+
+    def __init__(
+        self,
+        scenario: Scenario | dict | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        state_dir: str | Path | None = None,
+        kubeconfig_out: str | Path | None = None,
+        account: str = "steptail-agent@steptail-sim.iam.gserviceaccount.com",
+    ) -> None:
+        if scenario is None:
+            scenario = Scenario()
+        elif isinstance(scenario, dict):
+            scenario = Scenario.from_dict(scenario)
+        self.scenario = scenario
+        self.host = host
+        self.port = port
+        self.account = account
+        self._tmp = None
+        if state_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="simcluster-")
+            state_dir = self._tmp.name
+        self.state_dir = Path(state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.kubeconfig_path = Path(kubeconfig_out) if kubeconfig_out else self.state_dir / "kubeconfig"
+        # the exec plugin (authplugin.py) reads these two files
+        self.token = secrets.token_urlsafe(32)
+        (self.state_dir / "token").write_text(self.token)
+        (self.state_dir / "lapse_until").write_text("0")
+        self.state = ClusterState(scenario)
+        self.controller = Controller(self.state, self._on_step)
+        self.api = KubeApi(self.state, self.token, scenario.watch_timeout_seconds)
+        self._pending_faults: list[FaultSpec] = list(scenario.faults)
+        self._started_mono = 0.0
+        self._tasks: list[asyncio.Task] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self.server_url = ""
+
+    @property
+    def lock(self):
+        return self.state.lock
+
+    @property
+    def pods(self) -> dict[tuple[str, str], Pod]:
+        return self.state.pods
+
+    @property
+    def requests(self) -> list[tuple[str, str, int]]:
+        """(method, path?query, status) of every API request (the last 5,000 to 10,000)."""
+        return self.api.requests
+
+    @property
+    def namespace(self) -> str:
+        return self.scenario.namespace
+
+    # ---- lifecycle
+    async def start(self) -> SimCluster:
+        self._loop = asyncio.get_running_loop()
+        ca, crt, key = kube.make_tls(self.state_dir / "tls", self.host)
+        self.port = await self.api.listen(self.host, self.port, crt, key)
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        self.server_url = f"https://{host}:{self.port}"
+        kube.write_kubeconfig(
+            self.kubeconfig_path,
+            kube.kubeconfig(server=self.server_url, ca_pem=ca, state_dir=self.state_dir,
+                            namespace=self.scenario.namespace),
+        )
+        self._started_mono = time.monotonic()
+        with self.lock:
+            for spec in self.scenario.jobsets:
+                self.add_jobset(spec)
+        self._tasks.append(asyncio.create_task(self._drive()))
+        return self
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+        await self.api.close()
+
+    def start_in_thread(self, timeout: float = 20.0) -> SimCluster:
+        """Run the server and driver on a private event loop in a daemon thread."""
+        loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=loop.run_forever, name="simcluster", daemon=True)
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self.start(), loop).result(timeout)
+        return self
+
+    def stop_thread(self, timeout: float = 10.0) -> None:
+        loop = self._loop
+        if loop is None or self._thread is None:
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self.stop(), loop).result(timeout)
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            self._thread.join(timeout)
+            if not self._thread.is_alive():
+                loop.close()
+            self._thread = None
+            if self._tmp is not None:
+                self._tmp.cleanup()
+                self._tmp = None
+
+    def __enter__(self) -> SimCluster:
+        return self.start_in_thread()
+
+    def __exit__(self, *exc) -> None:
+        self.stop_thread()
+
+    def env(self, account: bool = True, base: dict | None = None) -> dict:
+        """Environment for a kubectl / client subprocess pointed at this simulator."""
+        env = dict(os.environ if base is None else base)
+        env["KUBECONFIG"] = str(self.kubeconfig_path)
+        env.pop("CLOUDSDK_CORE_ACCOUNT", None)
+        if account:
+            env["CLOUDSDK_CORE_ACCOUNT"] = self.account
+        return env
+
+    # ---- driver: the controller's clock and the scenario's fault timeline
+    async def _drive(self) -> None:
+        while True:  # ends when stop() cancels it
+            await asyncio.sleep(TICK)
+            try:
+                with self.lock:
+                    self._tick()
+            except Exception:  # pragma: no cover - keep the sim alive, surface in logs
+                traceback.print_exc()
+
+    def _tick(self) -> None:
+        mono = time.monotonic()
+        elapsed = mono - self._started_mono
+        for f in list(self._pending_faults):
+            if f.at is not None and elapsed >= f.at:
+                self._pending_faults.remove(f)
+                self.apply_fault(f)
+        self.controller.tick(mono)
+
+    def _on_step(self, js: JobSetState, step: int) -> None:
+        """`at_step` faults fire right after the step is written, the first time it is reached."""
+        for f in list(self._pending_faults):
+            if f.at_step == step and (f.jobset in (None, js.spec.name)):
+                self._pending_faults.remove(f)
+                self.apply_fault(f)
+
+    # ---- faults (see docs/simcluster.md for what each does to the wire)
+    def apply_fault(self, f: FaultSpec) -> None:
+        """Apply one scenario fault now."""
+        a, kw = f.action, dict(f.params)
+        if a == "rotate":
+            self.rotate(f.jobset, **kw)
+        elif a == "restart_jobset":
+            self.restart_jobset(f.jobset, **kw)
+        elif a == "restart_container":
+            self.restart_container(f.jobset, **kw)
+        elif a == "auth_lapse":
+            self.auth_lapse(**kw)
+        elif a == "fail_next":
+            self.fail_next(**kw)
+        elif a == "eof_streams":
+            self.eof_streams()
+        elif a == "stall":
+            self.stall(f.jobset, **kw)
+        elif a == "set_rate":
+            self.set_rate(f.jobset, **kw)
+        elif a == "deny":
+            self.deny(**kw)
+        elif a == "corrupt_pods":
+            self.corrupt_pods(**kw)
+        elif a == "write_lines":
+            self.write_lines(f.jobset, **kw)
+        else:
+            raise ValueError(f"unknown fault action {a!r}")
+
+    def write_lines(self, jobset: str | None = None, lines: list[str] = ()) -> None:
+        """Process 0 prints these lines as they are (hostile input: values no store can hold,
+        NUL, absurd steps), each with the kubelet's timestamp of now."""
+        with self.lock:
+            self.controller.write_lines(self.state.jobset(jobset), lines)
+
+    def rotate(self, jobset: str | None = None, pod: str | None = None, all_pods: bool = False) -> None:
+        """Rotate the current log file of process 0 (or `pod`, or every pod): open follow
+        streams go silent without EOF; later reads serve only the new current file."""
+        with self.lock:
+            self.controller.rotate(self.state.jobset(jobset), pod, all_pods)
+
+    def restart_jobset(self, jobset: str | None = None, pending_seconds: float | None = None,
+                       grace_seconds: float | None = None) -> None:
+        """Preempt: old pods get a deletionTimestamp (logs readable for the grace period, then
+        DELETED), new pods with new names and restart-attempt + 1 are ADDED (Pending for
+        pending_seconds), and the trainer resumes from its last checkpoint."""
+        with self.lock:
+            grace = self.scenario.grace_seconds if grace_seconds is None else grace_seconds
+            pend = self.scenario.restart_pending_seconds if pending_seconds is None else pending_seconds
+            self.controller.restart_jobset(self.state.jobset(jobset), pend, grace)
+
+    def restart_container(self, jobset: str | None = None, pod: str | None = None,
+                          container: str = CONTAINER) -> None:
+        """Restart a container in place (default: process 0's): restartCount + 1, the old
+        output is served with previous=true; process 0's trainer resumes from its checkpoint."""
+        with self.lock:
+            self.controller.restart_container(self.state.jobset(jobset), pod)
+
+    def stall(self, jobset: str | None = None, seconds: float = 5.0) -> None:
+        """The trainer writes nothing for `seconds` (pods keep running)."""
+        with self.lock:
+            self.controller.stall(self.state.jobset(jobset), seconds)
+
+    def set_rate(self, jobset: str | None = None, steps_per_second: float = 1.0) -> None:
+        with self.lock:
+            self.controller.set_rate(self.state.jobset(jobset), steps_per_second)
+
+    def auth_lapse(self, seconds: float) -> None:
+        """For `seconds`: the exec plugin fails like gke-gcloud-auth-plugin and the server
+        answers 401 to every request."""
+        with self.lock:
+            faults = self.state.faults
+            faults.lapse_until = time.time() + seconds
+            (self.state_dir / "lapse_until").write_text(repr(faults.lapse_until))
+
+    def fail_next(self, n: int = 1, code: int = 503, path: str | None = "/pods") -> None:
+        """The next `n` requests whose path contains `path` (None = any) fail with `code`."""
+        with self.lock:
+            self.state.faults.fail_queue.extend([(code, path)] * n)
+
+    def deny(self, seconds: float | None = None, user: str | None = None) -> None:
+        """For `seconds` (None: from now on) pod list and watch requests get 403 Forbidden with
+        the Status body RBAC gives a service account without the Role (deploy/rbac.yaml)."""
+        with self.lock:
+            faults = self.state.faults
+            faults.deny_until = math.inf if seconds is None else time.time() + float(seconds)
+            faults.deny_user = user or f"system:serviceaccount:{self.scenario.namespace}:steptail"
+
+    def corrupt_pods(self, seconds: float = 5.0) -> None:
+        """For `seconds` pods served by list and watch carry a creationTimestamp that is not
+        RFC 3339: the kubernetes Python client cannot deserialize them (kubectl's tables and
+        single-pod reads stay intact)."""
+        with self.lock:
+            self.state.faults.corrupt_until = time.time() + float(seconds)
+
+    def eof_streams(self) -> None:
+        """End every open follow/watch stream cleanly (like an idle timeout or apiserver restart)."""
+        with self.lock:
+            self.state.faults.eof_gen += 1
+
+    # ---- JobSets, ground truth, bounded waits
+    def add_jobset(self, spec: JobSetSpec | dict) -> JobSetState:
+        """Create a JobSet (and its pods, Pending for spec.pending_seconds)."""
+        if isinstance(spec, dict):
+            spec = JobSetSpec.from_dict(spec)
+        with self.lock:
+            return self.state.add_jobset(spec)
+
+    def process0(self, jobset: str | None = None) -> str | None:
+        with self.lock:
+            p = self.state.process0(self.state.jobset(jobset))
+            return p.name if p else None
+
+    def pod_names(self, jobset: str | None = None) -> list[str]:
+        with self.lock:
+            return [p.name for p in self.state.jobset_pods(self.state.jobset(jobset))]
+
+    def jobset_state(self, jobset: str | None = None) -> JobSetState:
+        return self.state.jobset(jobset)
+
+    def last_step(self, jobset: str | None = None) -> int:
+        with self.lock:
+            return self.state.jobset(jobset).last_step
+
+    def wait_step(self, step: int, jobset: str | None = None, timeout: float = 20.0,
+                  incarnation: int | None = None) -> None:
+        """Block (bounded) until the trainer wrote `step` (in `incarnation` if given)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                js = self.state.jobset(jobset)
+                if js.last_step >= step and (incarnation is None or js.incarnation >= incarnation):
+                    if incarnation is None or wrote_step(self.state, js, incarnation, step):
+                        return
+                if js.state == "done" and incarnation is None:
+                    return
+            time.sleep(0.01)
+        raise TimeoutError(f"step {step} not reached within {timeout}s")
+
+    def wait_done(self, jobset: str | None = None, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                if self.state.jobset(jobset).state == "done":
+                    return
+            time.sleep(0.01)
+        raise TimeoutError("JobSet did not finish")
+
+    def truth(self, jobset: str | None = None) -> list[StepTruth]:
+        """Every (incarnation, step) process 0 wrote, in order, with where it went and whether
+        the logs endpoint can still serve it."""
+        with self.lock:
+            return step_truths(self.state, self.state.jobset(jobset))
+
+    def log_lines(self, pod: str, namespace: str | None = None, previous: bool = False,
+                  current_file_only: bool = True) -> list[tuple[str, str]]:
+        """(timestamp, text) of a container instance's log as stored (for comparisons)."""
+        with self.lock:
+            p = self.state.pods[(namespace or self.scenario.namespace, pod)]
+            inst = p.previous if previous else p.current
+            if inst is None:
+                return []
+            log = inst.log
+            start = log.cur_start if current_file_only else log.base
+            return [(e.ts, e.text) for i in range(start, log.end) if (e := log.get(i))]
+
+
+def run_in_thread(scenario: Scenario | dict | None = None, **kw) -> SimCluster:
+    """Start a simulator on a background thread; stop it with ``sim.stop_thread()``."""
+    return SimCluster(scenario, **kw).start_in_thread()

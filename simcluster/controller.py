@@ -1,0 +1,197 @@
+"""The JobSet controller and kubelet of the simulator: pods go Pending → Running, the
+trainer's lines go into their container logs at the JobSet's rate, runs finish, logs rotate
+by size, and the workload faults (preemption, container restart, rotation, stall, rate,
+injected lines) happen. Every method runs under ClusterState.lock."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from steptail.simcluster.objects import ContainerInstance, JobSetState, Pod
+from steptail.simcluster.state import ClusterState
+from steptail.simcluster.trainer import Trainer
+
+MAX_STEPS_PER_TICK = 50  # a late tick catches up, but in bounded bursts
+
+
+class Controller:
+    def __init__(self, state: ClusterState, on_step: Callable[[JobSetState, int], None]) -> None:
+        self.state = state
+        self.on_step = on_step  # right after a step was written: fires `at_step` faults
+
+    def tick(self, mono: float) -> None:
+        st = self.state
+        st.delete_expired_pods(time.time_ns())
+        for js in list(st.jobsets.values()):
+            if js.state == "pending" and mono >= js.pending_until:
+                self._start_pods(js)
+            if js.state != "running":
+                continue
+            n = 0
+            while js.state == "running" and mono >= js.next_step_at and mono >= js.stalled_until \
+                    and n < MAX_STEPS_PER_TICK:
+                step = js.next_step
+                if step > js.trainer.steps:
+                    self._finish(js)
+                    break
+                self._write_step(js, step)
+                js.next_step += 1
+                js.next_step_at = max(js.next_step_at + js.interval, mono - js.interval)
+                n += 1
+                self.on_step(js, step)
+                if js.state == "running" and js.next_step > js.trainer.steps:
+                    self._finish(js)
+            for p in st.jobset_pods(js):
+                for inst in p.instances:
+                    inst.log.maybe_rotate()
+
+    # ---- the run
+    def _start_pods(self, js: JobSetState) -> None:
+        now = time.time_ns()
+        js.incarnation += 1
+        js.state = "running"
+        js.next_step_at = time.monotonic() + js.interval
+        for p in self.state.jobset_pods(js):
+            p.phase = "Running"
+            p.start_ns = p.start_ns or now
+            inst = p.current
+            inst.state, inst.reason, inst.started_ns = "running", "", now
+            self._write_startup(js, p)
+            self.state.pod_event(p, "MODIFIED")
+        self.state.jobset_event(js, "MODIFIED")
+
+    def _write_startup(self, js: JobSetState, p: Pod) -> None:
+        log = p.current.log
+        at = datetime.now(UTC)
+        if p.process_index == 0:
+            restore = js.resume_from if js.incarnation > 1 else None
+            for line in js.trainer.startup_lines(restore_from=restore, at=at):
+                log.write(line)
+            js.next_step = js.resume_from + 1 if js.incarnation > 1 else 1
+        else:
+            other = Trainer(**{**js.spec.trainer, "process_index": p.process_index,
+                               "process_count": js.spec.slices * js.spec.hosts})
+            for line in other.startup_lines(at=at)[:2]:
+                log.write(line)
+
+    def _write_step(self, js: JobSetState, step: int) -> None:
+        at = datetime.now(UTC)
+        for p in self.state.jobset_pods(js):
+            inst = p.current
+            if inst.state != "running" or p.deletion_ns is not None:
+                continue
+            log = inst.log
+            if p.process_index == 0:
+                lines = js.trainer.step_lines(step, js.incarnation, at=at)
+                truth = self.state.truth_index[js.spec.name]
+                ts = time.time_ns()
+                for line in lines:
+                    kind = None
+                    if "LOSS-PARTS" in line:
+                        kind = "loss"
+                    elif "REQUIRED_RBF" in line:
+                        kind = "rbf"
+                    # the step's tagged burst shares one kubelet timestamp
+                    e = log.write(line, ts_ns=ts if kind or "completed step" in line else None,
+                                  key=(js.incarnation, step, kind) if kind else None)
+                    if kind == "loss":
+                        truth.append(((js.incarnation, step), p, inst, e))
+            else:
+                # other pods print only noise and their per-pod completed step
+                other = self._other_trainer(js, p.process_index)
+                for line in other.step_lines(step, js.incarnation, at=at, record=False):
+                    log.write(line)
+        js.last_step = step
+
+    @staticmethod
+    def _other_trainer(js: JobSetState, index: int) -> Trainer:
+        cache = js.other_trainers
+        if index not in cache:
+            cache[index] = Trainer(**{**js.spec.trainer, "process_index": index,
+                                      "process_count": js.spec.slices * js.spec.hosts})
+        return cache[index]
+
+    def _finish(self, js: JobSetState) -> None:
+        js.state = "done"
+        now = time.time_ns()
+        for p in self.state.jobset_pods(js):
+            inst = p.current
+            if inst.state == "running":
+                inst.state, inst.reason, inst.finished_ns, inst.exit_code = "terminated", "Completed", now, 0
+                inst.log.terminated = True
+                p.phase = "Succeeded"
+                self.state.pod_event(p, "MODIFIED")
+        self.state.jobset_event(js, "MODIFIED")
+
+    # ---- workload faults
+    def write_lines(self, js: JobSetState, lines: list[str]) -> None:
+        p = self.state.process0(js)
+        if p is not None and p.current.state == "running":
+            for line in lines:
+                p.current.log.write(line)
+
+    def rotate(self, js: JobSetState, pod: str | None, all_pods: bool) -> None:
+        if pod is not None:
+            targets = [self.state.pods[(js.spec.namespace, pod)]]
+        elif all_pods:
+            targets = self.state.jobset_pods(js)
+        else:
+            targets = [p for p in [self.state.process0(js)] if p]
+        for p in targets:
+            p.current.log.rotate()
+
+    def restart_jobset(self, js: JobSetState, pending_seconds: float, grace_seconds: float) -> None:
+        st = self.state
+        now = time.time_ns()
+        p0 = st.process0(js)
+        if p0 is not None and p0.current.state == "running":
+            for line in js.trainer.preemption_lines():
+                p0.current.log.write(line)
+        for p in st.jobset_pods(js):
+            inst = p.current
+            if inst.state == "running":
+                inst.state, inst.reason, inst.finished_ns, inst.exit_code = "terminated", "Error", now, 137
+            inst.log.terminated = True
+            p.deletion_ns = now + int(grace_seconds * 1e9)
+            p.grace_seconds = int(math.ceil(grace_seconds))
+            st.pod_event(p, "MODIFIED")
+        js.resume_from = js.trainer.last_checkpoint(js.last_step) if js.state != "pending" else js.resume_from
+        js.restart_attempt += 1
+        st.create_pods(js, pending_seconds)
+        st.jobset_event(js, "MODIFIED")
+
+    def restart_container(self, js: JobSetState, pod: str | None) -> None:
+        p = self.state.pods[(js.spec.namespace, pod)] if pod else self.state.process0(js)
+        if p is None:
+            raise KeyError("no such pod")
+        old = p.current
+        now = time.time_ns()
+        if p.process_index == 0 and old.state == "running":
+            for line in js.trainer.preemption_lines():
+                old.log.write(line)
+        old.state, old.reason, old.finished_ns, old.exit_code = "terminated", "Error", now, 1
+        old.log.terminated = True
+        new = ContainerInstance(old.restart_count + 1, self.state.new_log(), "running", "", now)
+        p.instances.append(new)
+        if len(p.instances) > 2:  # kubelet keeps only the last dead container
+            p.instances = p.instances[-2:]
+        if p.process_index == 0 and js.state == "running":
+            js.resume_from = js.trainer.last_checkpoint(js.last_step)
+            js.incarnation += 1
+            self._write_startup(js, p)
+            js.next_step_at = time.monotonic() + js.interval
+        elif js.state == "running":
+            self._write_startup(js, p)
+        self.state.pod_event(p, "MODIFIED")
+
+    @staticmethod
+    def stall(js: JobSetState, seconds: float) -> None:
+        js.stalled_until = time.monotonic() + seconds
+
+    @staticmethod
+    def set_rate(js: JobSetState, steps_per_second: float) -> None:
+        js.interval = 1.0 / steps_per_second if steps_per_second > 0 else math.inf
+        js.next_step_at = time.monotonic() + min(js.interval, 3600)

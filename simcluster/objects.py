@@ -1,0 +1,74 @@
+"""The simulated objects: JobSets, their pods, and each pod's container instances (the
+running one and the one before a restart, whose output `previous=true` serves)."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass, field
+
+from steptail.simcluster.logs import ContainerLog
+from steptail.simcluster.scenario import JobSetSpec
+from steptail.simcluster.trainer import Trainer
+
+CONTAINER = "jax-tpu"  # the single container of every pod
+IMAGE = "us-docker.pkg.dev/steptail-sim/maxtext/maxtext-tpu:sim"
+
+
+@dataclass
+class ContainerInstance:
+    restart_count: int
+    log: ContainerLog
+    state: str = "waiting"  # waiting | running | terminated
+    reason: str = "ContainerCreating"
+    started_ns: int = 0
+    finished_ns: int = 0
+    exit_code: int = 0
+    container_id: str = field(default_factory=lambda: "containerd://" + secrets.token_hex(32))
+
+
+@dataclass
+class Pod:
+    name: str
+    namespace: str
+    uid: str
+    labels: dict
+    jobset: str
+    job_name: str
+    created_ns: int
+    node: str
+    process_index: int  # JAX process index; 0 is the one whose output is followed
+    phase: str = "Pending"
+    resource_version: int = 0
+    deletion_ns: int | None = None  # set while terminating; DELETED when reached
+    grace_seconds: int = 0
+    start_ns: int | None = None
+    instances: list[ContainerInstance] = field(default_factory=list)  # at most [previous, current]
+
+    @property
+    def current(self) -> ContainerInstance:
+        return self.instances[-1]
+
+    @property
+    def previous(self) -> ContainerInstance | None:
+        return self.instances[-2] if len(self.instances) >= 2 else None
+
+
+@dataclass
+class JobSetState:
+    spec: JobSetSpec
+    uid: str
+    created_ns: int
+    trainer: Trainer  # process 0's trainer, which also records the ground truth
+    restart_attempt: int = 0
+    incarnation: int = 0  # trainer runs so far (JobSet or process-0 container restarts)
+    state: str = "pending"  # pending | running | done
+    pending_until: float = 0.0  # time.monotonic()
+    next_step: int = 1
+    next_step_at: float = 0.0  # time.monotonic()
+    interval: float = 0.02  # seconds per step
+    stalled_until: float = 0.0
+    resume_from: int = 0  # checkpoint step the next incarnation restores
+    last_step: int = 0
+    pods: list[str] = field(default_factory=list)  # names of the current pods
+    resource_version: int = 0
+    other_trainers: dict[int, Trainer] = field(default_factory=dict, repr=False)  # noise of processes > 0

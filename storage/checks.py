@@ -1,0 +1,42 @@
+"""`check` of a stored run in one call: every detector over its rows, the findings stored (fresh
+ones, plus live-only ones kept from `follow`), and whether they call for stopping the run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from steptail.runs.findings import Finding, Settings, sort_key
+from steptail.runs.policy import stop_worthy
+from steptail.storage.db import Store
+from steptail.storage.findings import check_run, sync_findings
+from steptail.storage.reads import known_run, run_location
+
+
+class CheckFailed(Exception):
+    """The store failed while the run was checked; the message is the driver's first line."""
+
+
+@dataclass
+class CheckResult:
+    run: str
+    findings: list[Finding]  # every finding of the run now stored, in check's order
+    jobset: str | None  # where a followed run ran (None for saved logs)
+    namespace: str | None
+    stop: bool  # a finding says the run's loss is wrong (steptail.runs.policy)
+
+
+def check_and_store(store: Store, run: str, settings: Settings | None = None,
+                    reference_ce: dict[int, float] | None = None) -> CheckResult:
+    """Raises UnknownRun, or CheckFailed when the store fails during the check."""
+    known_run(store, run)
+    try:
+        fresh = check_run(store, run, settings, reference_ce)
+        with store.engine.begin() as conn:
+            stored = sync_findings(conn, run, fresh)
+    except sa.exc.SQLAlchemyError as exc:
+        raise CheckFailed(str(getattr(exc, "orig", exc)).splitlines()[0]) from exc
+    findings = sorted(stored, key=sort_key)
+    jobset, namespace = run_location(store, run)
+    return CheckResult(run, findings, jobset, namespace, any(stop_worthy(f) for f in findings))

@@ -1,0 +1,64 @@
+"""How the store and its runs stand: a health ping, the gauges `serve` exposes at /metrics,
+and what the demo reports of each run it followed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from steptail.storage.db import Store
+
+
+def reachable(store: Store) -> bool:
+    """Whether the store answers a query now."""
+    try:
+        with store.engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+    except sa.exc.SQLAlchemyError:
+        return False
+    return True
+
+
+_GAUGES = """
+SELECT r.run,
+  (SELECT l.step FROM loss_parts l WHERE l.run = r.run
+   ORDER BY l.incarnation DESC, l.step DESC LIMIT 1) AS last_step,
+  (SELECT MAX(l.ts_ns) FROM loss_parts l WHERE l.run = r.run) AS last_ts,
+  (SELECT COUNT(*) FROM loss_parts l WHERE l.run = r.run) AS steps,
+  (SELECT COUNT(*) FROM findings f WHERE f.run = r.run) AS findings
+FROM runs r ORDER BY r.run
+"""
+
+
+def run_gauges(store: Store) -> list[tuple]:
+    """(run, last_step, last_ts_ns, steps, findings) of every run, by name; the last step is
+    the latest incarnation's."""
+    with store.engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(sa.text(_GAUGES))]
+
+
+@dataclass
+class Recorded:
+    steps: int  # LOSS-PARTS rows
+    incarnations: int
+    stream_gaps: list[tuple]  # (stream, start_ns, end_ns, reason), by start
+    findings: list[tuple]  # (kind, incarnation, first_step, last_step, severity, detail), as stored
+
+
+def recorded(store: Store, runs: list[str]) -> dict[str, Recorded]:
+    """What the store holds of each of `runs`."""
+    out = {}
+    with store.engine.connect() as c:
+        for run in runs:
+            q = {"r": run}
+            out[run] = Recorded(
+                steps=c.execute(sa.text("SELECT COUNT(*) FROM loss_parts WHERE run=:r"), q).scalar(),
+                incarnations=c.execute(sa.text("SELECT COUNT(*) FROM incarnations WHERE run=:r"), q).scalar(),
+                stream_gaps=[tuple(r) for r in c.execute(sa.text(
+                    "SELECT stream, start_ns, end_ns, reason FROM stream_gaps WHERE run=:r ORDER BY start_ns"), q)],
+                findings=[tuple(r) for r in c.execute(sa.text(
+                    "SELECT kind, incarnation, first_step, last_step, severity, detail FROM findings"
+                    " WHERE run=:r ORDER BY id"), q)],
+            )
+    return out

@@ -1,0 +1,153 @@
+"""Missing steps have one definition (steptail.runs.gaps): `check` (the gap detectors), the
+export manifest and the API report exactly its ranges, and the dashboards' missing-steps alert
+SQL counts exactly its steps, on the same data in SQLite and in PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+import sqlalchemy as sa
+
+from steptail.api import Steptail
+from steptail.collector.files import open_source
+from steptail.collector.ingest import ingest
+from steptail.dashboards import queries as q
+from steptail.dashboards.macros import Context, TimeRange, expand
+from steptail.parsers import format_ns
+from steptail.runs import gaps
+from steptail.storage.db import open_store
+from steptail.storage.export import export_run
+from steptail.storage.findings import check_run
+from steptail.storage.reads import step_gaps
+from steptail.storage.scratch import scratch_database
+
+try:
+    from store_fixtures import PG_ADMIN, ingest_sample, samples_dir
+except ImportError:
+    from tests.store_fixtures import PG_ADMIN, ingest_sample, samples_dir
+
+SAMPLES = ("clean-300", "resume-gap", "resume-mismatch", "resume-from-zero", "cp4-lb-nan")
+START = "max_utils.py:273] Attempting to initialize the jax distributed system..."
+T0 = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)  # after the samples (04:00-05:30)
+WINDOW = TimeRange(datetime(2026, 11, 30, 3, 0, tzinfo=UTC), datetime(2026, 11, 30, 9, 0, tzinfo=UTC))
+
+
+def steps(lo: int, hi: int) -> list[int]:
+    return list(range(lo, hi + 1))
+
+
+# run -> the log, as start-ups ("start"), restores (("restore", N)) and LOSS-PARTS steps;
+# and the gaps the definition finds in it: (kind, incarnation, first_step, last_step).
+CASES = {
+    "inner": (["start", *steps(1, 10), *steps(14, 20), 25],
+              [("gap", 1, 11, 13), ("gap", 1, 21, 24)]),
+    "head-after-restore": (["start", *steps(1, 30), *steps(33, 50), "start", ("restore", 40),
+                            *steps(45, 52), *steps(56, 60)],
+                           [("gap", 1, 31, 32), ("head_gap", 2, 41, 44), ("gap", 2, 53, 55)]),
+    "late-first-step": (["start", *steps(5, 12)], [("head_gap", 1, 1, 4)]),
+    "mid-stream": ([*steps(100, 104), *steps(106, 110)], [("gap", 1, 105, 105)]),  # start-up unread
+    "restore-no-gap": (["start", *steps(1, 20), "start", ("restore", 10), *steps(11, 30)], []),
+}
+
+
+def write_log(path, events: list) -> None:
+    t = int(T0.timestamp()) * 1_000_000_000
+    lines = []
+    for e in events:
+        t += 10_000_000_000
+        if e == "start":
+            body = START
+        elif isinstance(e, tuple):
+            body = f"checkpointing.py:613] Restoring checkpoint from step {e[1]}."
+        else:
+            body = f"train_sft.py:301] LOSS-PARTS step={e} ce={3.0 - e / 1000:.6f}"
+        lines.append(f"{format_ns(t)} I1130 06:00:00.000000 140233 {body}\n")
+    path.write_text("".join(lines))
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def store(request, tmp_path_factory):
+    """The sample runs and CASES, ingested once per kind of store."""
+    folder = tmp_path_factory.mktemp("missing-steps")
+    if request.param == "sqlite":
+        yield _loaded(f"sqlite:///{folder / 'steptail.db'}", folder)
+        return
+    with scratch_database(PG_ADMIN, "steptail_test") as url:
+        yield _loaded(url, folder)
+
+
+def _loaded(url: str, folder):
+    store = open_store(url)
+    for name in SAMPLES:
+        ingest_sample(store, samples_dir(), name, name)
+    for run, (events, _) in CASES.items():
+        write_log(folder / f"{run}.log", events)
+        src = open_source(str(folder / f"{run}.log"))
+        try:
+            ingest(store, run, [src])
+        finally:
+            src.close()
+    return store
+
+
+def as_tuples(found: list[dict]) -> list[tuple]:
+    return [(g["kind"], g["incarnation"], g["first_step"], g["last_step"]) for g in found]
+
+
+@pytest.mark.parametrize("run", list(CASES))
+def test_the_definition_finds_the_cases_gaps(store, run):
+    assert as_tuples(step_gaps(store, run)) == CASES[run][1]
+
+
+@pytest.mark.parametrize("run", [*SAMPLES, *CASES])
+def test_check_reports_the_definitions_gaps(store, run):
+    found = [(f.kind, f.incarnation, f.first_step, f.last_step) for f in check_run(store, run)
+             if f.kind in (gaps.GAP, gaps.HEAD_GAP)]
+    assert sorted(found, key=lambda g: (g[1], g[2])) == as_tuples(step_gaps(store, run))
+
+
+@pytest.mark.parametrize("run", ["resume-gap", "head-after-restore", "late-first-step"])
+def test_export_and_api_report_the_definitions_gaps(store, run, tmp_path):
+    expected = step_gaps(store, run)
+    assert expected  # not vacuous
+    assert export_run(store, run, tmp_path / run)["gaps"]["steps"] == expected
+    frame = Steptail(store).gaps(run)
+    assert list(frame.itertuples(index=False, name=None)) == [
+        (g["kind"], g["incarnation"], g["first_step"], g["last_step"], g["last_step"] - g["first_step"] + 1)
+        for g in expected]
+
+
+def test_dashboards_missing_steps_alert_counts_the_definition(store):
+    sql = expand(q.ALERT_MISSING_STEPS, Context(WINDOW, {}))
+    if store.is_sqlite:  # SQLite has no `::` cast; the count is the same without it
+        assert sql.count("::float8") == 1
+        sql = sql.replace("::float8", "")
+    with store.engine.connect() as conn:
+        alert = {run: missing for run, missing in conn.execute(sa.text(sql.replace(":", r"\:")))}
+    python = {run: sum(g["last_step"] - g["first_step"] + 1 for g in step_gaps(store, run)) for run in alert}
+    assert alert == python
+    # every run with kubelet timestamps is active in the window; some miss steps, some do not
+    assert set(alert) == set(SAMPLES) - {"cp4-lb-nan"} | set(CASES)
+    assert python["head-after-restore"] == 9 and python["resume-gap"] == 4 and python["restore-no-gap"] == 0
+
+
+@pytest.mark.parametrize("saw_start, restored_from, first_step, expected", [
+    (True, None, 1, None),
+    (True, None, 3, (1, 2)),
+    (True, 0, 3, (1, 2)),  # restored from step 0: the same as a fresh start
+    (True, 50, 51, None),
+    (True, 50, 60, (51, 59)),
+    (True, 50, 40, None),  # before its checkpoint: a replay, nothing missing
+    (False, None, 9, None),  # following began mid-way: unread, not missing
+    (True, None, None, None),  # no step recorded yet
+])
+def test_head_gap(saw_start, restored_from, first_step, expected):
+    gap = gaps.at_head(3, saw_start, restored_from, first_step)
+    assert (None if gap is None else (gap.first_step, gap.last_step)) == expected
+
+
+def test_gaps_stay_within_an_incarnation():
+    found = gaps.missing_steps([(1, 1), (1, 4), (2, 9), (2, 10), (2, 12)], [(2, True, 7, 9)])
+    assert [(g.kind, g.incarnation, g.first_step, g.last_step, g.count) for g in found] == [
+        ("gap", 1, 2, 3, 2), ("head_gap", 2, 8, 8, 1), ("gap", 2, 11, 11, 1)]
