@@ -77,9 +77,11 @@ def _step_xy(title: str, sql: str, y: str, unit: str, ids) -> xychart.Panel:
         # One frame per series value: xychart draws each frame as its own line.
         .with_transformation(dm.DataTransformerConfig(
             id_val="partitionByValues", options={"fields": ["series"], "keepFields": False}))
-        .series_mapping(xym.SeriesMapping.AUTO)
-        .dims(xychart.XYDimensionConfig().x("step"))
-        .show(xym.ScatterShow.LINES).legend(_legend()).tooltip(_tooltip())
+        # xychart v2 (Grafana 11): auto mapping, x by name, every other number field is y.
+        .mapping(xym.SeriesMapping.AUTO)
+        .series([xychart.XYSeriesConfig().x(xychart.XychartXYSeriesConfigX().matcher(
+            xychart.MatcherConfig().id("byName").options("step")))])
+        .show(xym.XYShowMode.LINES).legend(_legend()).tooltip(_tooltip())
         .unit(unit).axis_label(y)
         .height(10).span(24)
     )
@@ -144,6 +146,7 @@ def fleet_dashboard() -> dm.Dashboard:
     ids = itertools.count(1)
     fleet = (
         table.Panel().id(next(ids)).title("Runs").datasource(datasource_ref()).show_header(True)
+        .align(cm.FieldTextAlignment.AUTO).inspect(False)  # what Grafana fills in anyway
         .with_target(SqlQuery(q.FLEET).format("table").ref_id("A"))
         .override_by_name("seconds_since_last_step", [dm.DynamicConfigValue(id_val="unit", value="s")])
         .height(16).span(24)
