@@ -27,8 +27,10 @@ async def follow(store: Store, plan: Plan, *, view: bool = False, webhooks: tupl
     """Follow until every run is done (--until-done), a signal, or `duration` seconds."""
     metrics = Metrics()
     server = None
-    if metrics_port is not None:
-        server = MetricsServer(metrics, port=metrics_port, host=metrics_host)
+    sup: Supervisor | None = None
+    if metrics_port is not None:  # /healthz: ready once discovery has listed pods (the readiness probe)
+        server = MetricsServer(metrics, port=metrics_port, host=metrics_host,
+                               ready=lambda: sup is not None and sup.discovery.listed)
         port = await server.start()
         log.info("metrics on http://%s:%d/metrics", metrics_host, port)
     plan.metrics = metrics

@@ -1,17 +1,25 @@
 """The Prometheus metrics of `follow`, in their own registry, and the HTTP server that exposes
-them (GET /metrics, /healthz).
+them (GET /metrics; /healthz: ready once discovery listed pods; /livez).
 
     metrics = Metrics()
-    server = MetricsServer(metrics, port=9464); await server.start()
+    server = MetricsServer(metrics, port=9464, ready=lambda: sup.discovery.listed); await server.start()
+    metrics.run_started(run, status)           # every counter of the run at 0 (collector.supervisor)
     metrics.step(run, last_step); metrics.reconnect(run, "eof"); metrics.bad_lines(run, n)
     metrics.error(run, "follower", "auth"); metrics.up(run, "follower", False)   # collector.health
     metrics.finding(f)                                                            # collector.alerts
+    metrics.owned(n); metrics.run_stopped(run)  # replicas: runs this one holds, one handed over
     await server.stop()
+
+Names follow Prometheus' conventions and are shared with `serve` (steptail.serve), which
+exposes the same facts from the store: `steptail_last_step`, `steptail_last_step_timestamp_seconds`.
+Counters of a run exist at 0 from its start (an `increase()` rule sees its first finding);
+no `_created` series.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from aiohttp import web
 from prometheus_client import (
@@ -19,23 +27,39 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
+    disable_created_metrics,
     generate_latest,
 )
 
-from steptail.runs.findings import Finding
+from steptail.runs.findings import KINDS, Finding
 
 MISSING_KINDS = ("gap", "head_gap")
+RECONNECT_REASONS = ("eof", "silence")  # collector.follower
+# A run is done once its follower is (--until-done), or while process 0 completed and its log
+# was read to the end (collector.follower's state then): never a stall, whatever its age.
+COMPLETED_STATE = "container Completed; waiting"
+# The failures counted from 0 for each run (the alert rules match auth and forbidden):
+# kubectl's kinds (collector.kubectl.classify; a 403 is "auth" there) and the store's.
+RUN_ERRORS = (("follower", "auth"), ("follower", "network"), ("follower", "server_error"), ("store", "store"))
+DISCOVERY_ERRORS = ("auth", "forbidden", "network", "server_error", "deserialize")
 
 
 class Metrics:
     """The Prometheus metrics of the follower, in their own registry."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        disable_created_metrics()  # process-wide: no counter grows a _created series
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.last_step = Gauge("steptail_last_step", "Last step recorded (LOSS-PARTS).", ["run"], registry=r)
-        self.seconds_since_last_step = Gauge(
-            "steptail_seconds_since_last_step", "Seconds since the last step was recorded.", ["run"], registry=r)
+        self.last_step_timestamp = Gauge(
+            "steptail_last_step_timestamp_seconds", "Unix time of the last recorded step: its kubelet "
+            "timestamp, else when it was recorded.", ["run"], registry=r)
+        self.run_done = Gauge(
+            "steptail_run_done", "1 once the run's process 0 completed and its log is read to the end, else 0.",
+            ["run"], registry=r)
+        self.runs_owned = Gauge("steptail_runs_owned", "Runs this collector holds (replicas share the runs).",
+                                registry=r)
         # prometheus_client adds the _total suffix to counters.
         self.missing_steps = Counter(
             "steptail_missing_steps", "Steps missing from the log (gap and head_gap findings).", ["run"], registry=r)
@@ -61,17 +85,45 @@ class Metrics:
         self.discovery_up = Gauge(
             "steptail_discovery_up", "1 while process-0 pods are listed and watched, 0 before and while failing.",
             registry=r)
-        self._last_ns: dict[str, int] = {}
         self._down: dict[str, set[str]] = {}  # run -> its failing sources
+        for reason in DISCOVERY_ERRORS:
+            self.errors.labels("", "discovery", reason)
+
+    def run_started(self, run: str, status=None) -> None:
+        """A run is followed from now: its counters exist at 0 (again a no-op for one that
+        exists); `status` (its RunStatus) tells when it is done."""
+        for kind in KINDS:
+            self.findings.labels(run, kind)
+        self.missing_steps.labels(run)
+        self.bad_lines_total.labels(run)
+        for reason in RECONNECT_REASONS:
+            self.stream_reconnects.labels(run, reason)
+        for source, reason in RUN_ERRORS:
+            self.errors.labels(run, source, reason)
+        done = self.run_done.labels(run)
+        if status is not None:
+            done.set_function(lambda: 1.0 if status.done or status.state == COMPLETED_STATE else 0.0)
+
+    def run_stopped(self, run: str) -> None:
+        """This collector no longer follows `run` (handed to another replica): its series go,
+        so no rule sees a stale last step here."""
+        by_run = ("run",)
+        for metric, names in ((self.last_step, by_run), (self.last_step_timestamp, by_run),
+                              (self.run_done, by_run), (self.missing_steps, by_run),
+                              (self.findings, ("run", "kind")), (self.stream_reconnects, ("run", "reason")),
+                              (self.bad_lines_total, by_run), (self.errors, ("run", "source", "reason")),
+                              (self.follower_up, by_run)):
+            _remove_run(metric, names, run)
+        self._down.pop(run, None)
+
+    def owned(self, n: int) -> None:
+        """How many runs this collector holds now."""
+        self.runs_owned.set(n)
 
     def step(self, run: str, step: int, at_ns: int | None = None) -> None:
-        """A new step of `run` was recorded (at_ns: when; default now)."""
+        """A new step of `run` was recorded (at_ns: its timestamp; default now)."""
         self.last_step.labels(run).set(step)
-        first = run not in self._last_ns
-        self._last_ns[run] = time.time_ns() if at_ns is None else at_ns
-        if first:
-            self.seconds_since_last_step.labels(run).set_function(
-                lambda: (time.time_ns() - self._last_ns[run]) / 1e9)
+        self.last_step_timestamp.labels(run).set((time.time_ns() if at_ns is None else at_ns) / 1e9)
 
     def reconnect(self, run: str, reason: str) -> None:
         self.stream_reconnects.labels(run, reason).inc()
@@ -114,11 +166,24 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-class MetricsServer:
-    """GET /metrics (Prometheus text format) and /healthz, on 127.0.0.1 unless told otherwise."""
+def _remove_run(metric, names: tuple[str, ...], run: str) -> None:
+    """Every series of `metric` (labels `names`) for `run` removed; the label sets come from its
+    own samples (prometheus_client's remove_by_labels is too recent to rely on)."""
+    found = {tuple(s.labels[n] for n in names) for family in metric.collect() for s in family.samples
+             if s.labels.get("run") == run}
+    for values in found:
+        metric.remove(*values)
 
-    def __init__(self, metrics: Metrics, port: int = 0, host: str = "127.0.0.1") -> None:
+
+class MetricsServer:
+    """GET /metrics (Prometheus text format), /healthz (readiness: 503 until `ready()`, e.g.
+    until discovery has listed pods once) and /livez (liveness: the event loop answers), on
+    127.0.0.1 unless told otherwise."""
+
+    def __init__(self, metrics: Metrics, port: int = 0, host: str = "127.0.0.1",
+                 ready: Callable[[], bool] | None = None) -> None:
         self.metrics, self.host, self.port = metrics, host, port
+        self.ready = ready or (lambda: True)
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> int:
@@ -126,6 +191,7 @@ class MetricsServer:
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._health)
+        app.router.add_get("/livez", self._live)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
@@ -138,7 +204,14 @@ class MetricsServer:
         return f"http://{self.host}:{self.port}/metrics"
 
     async def _health(self, _request: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
+        try:
+            ready = bool(self.ready())
+        except Exception:  # noqa: BLE001 - a broken check is "not ready", never a 500
+            ready = False
+        return web.Response(text="ok\n") if ready else web.Response(status=503, text="not ready: pods not listed yet\n")
+
+    async def _live(self, _request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")  # answered by the event loop: it is not blocked
 
     async def _metrics(self, _request: web.Request) -> web.Response:
         body = self.metrics.render()

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
+from steptail.dashboards import prometheus
 from steptail.dashboards.alerts import all_rules
 from steptail.dashboards.boards import all_dashboards
 
@@ -47,3 +48,8 @@ def render(out: str | Path) -> list[Path]:
             _write(path, data)
             written.append(path)
     return written
+    for rel, text in provisioning_files(rules, db or Database(), dashboards_path).items():
+        path = _folder(out, str(Path(rel).parent)) / Path(rel).name
+        _write(path, text)
+        written.append(path)
+    written += prometheus.render(out)  # DIR/prometheus/: the rules file and the PrometheusRule

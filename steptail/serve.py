@@ -42,6 +42,8 @@ HEADER_TIMEOUT = 10.0
 BODY_TIMEOUT = 10.0
 WRITE_TIMEOUT = 60.0  # one chunk of an export to a client that stopped reading
 MAX_CONNECTIONS = 1024
+RECENT_DAYS = 7.0  # /metrics: per-run series for runs updated this recently
+MAX_RUN_SERIES = 1000  # … and at most this many of them (the most recently updated)
 FD_RESERVE = 64  # descriptors kept for the store, threads and logs
 BACKLOG = 128  # asyncio accepts up to this many at once, before any is pushed out
 STORE = web.AppKey("store", Store)
@@ -111,30 +113,36 @@ async def _answer(request: web.Request, handler):
 
 # -- metrics -----------------------------------------------------------------------------
 class StoreCollector:
-    """Store-derived gauges, read at scrape time (live-run metrics are the follower's)."""
+    """Store-derived gauges, read at scrape time; the same names as `follow`'s for the same facts
+    (steptail_last_step, steptail_last_step_timestamp_seconds). Bounded: per-run series only
+    for the `max_runs` runs most recently updated within `recent_days` (steptail_runs counts
+    them all), so a store of years of runs stays a few series per live run."""
 
-    def __init__(self, store: Store) -> None:
-        self.store = store
+    def __init__(self, store: Store, recent_days: float = RECENT_DAYS, max_runs: int = MAX_RUN_SERIES) -> None:
+        self.store, self.recent_days, self.max_runs = store, recent_days, max_runs
 
     def collect(self):
-        last_step = GaugeMetricFamily("steptail_run_last_step", "Last recorded step of the run's "
-                                      "latest incarnation", labels=["run"])
-        since = GaugeMetricFamily("steptail_run_seconds_since_last_step",
-                                  "Seconds since the run's last recorded step", labels=["run"])
-        steps = GaugeMetricFamily("steptail_run_steps", "LOSS-PARTS rows recorded", labels=["run"])
-        findings = GaugeMetricFamily("steptail_run_findings", "Findings recorded", labels=["run"])
         runs = GaugeMetricFamily("steptail_runs", "Runs in the store")
-        now = time.time()
-        rows = run_gauges(self.store)
-        runs.add_metric([], len(rows))
-        for run, last, last_ts, n_steps, n_findings in rows:
+        recent = GaugeMetricFamily("steptail_recent_runs", f"Runs with per-run series: updated in the last "
+                                   f"{self.recent_days:g} days, at most {self.max_runs}")
+        last_step = GaugeMetricFamily("steptail_last_step", "Last recorded step of the run's latest incarnation",
+                                      labels=["run"])
+        last_ts = GaugeMetricFamily("steptail_last_step_timestamp_seconds",
+                                    "Unix time of the run's latest recorded step (kubelet timestamp)", labels=["run"])
+        steps = GaugeMetricFamily("steptail_stored_steps", "LOSS-PARTS rows in the store", labels=["run"])
+        findings = GaugeMetricFamily("steptail_stored_findings", "Findings in the store", labels=["run"])
+        since_ns = time.time_ns() - int(self.recent_days * 86400e9)
+        total, rows = run_gauges(self.store, since_ns, self.max_runs)
+        runs.add_metric([], total)
+        recent.add_metric([], len(rows))
+        for run, last, ts_ns, n_steps, n_findings in rows:
             if last is not None:
                 last_step.add_metric([run], last)
-            if last_ts is not None:
-                since.add_metric([run], now - last_ts / 1e9)
+            if ts_ns is not None:
+                last_ts.add_metric([run], ts_ns / 1e9)
             steps.add_metric([run], n_steps or 0)
             findings.add_metric([run], n_findings or 0)
-        yield from (runs, last_step, since, steps, findings)
+        yield from (runs, recent, last_step, last_ts, steps, findings)
 
 
 # -- handlers ------------------------------------------------------------------------------

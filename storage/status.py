@@ -21,21 +21,27 @@ def reachable(store: Store) -> bool:
 
 
 _GAUGES = """
+WITH recent AS (
+  SELECT run FROM runs WHERE updated_ns >= :since ORDER BY updated_ns DESC, run LIMIT :limit
+)
 SELECT r.run,
   (SELECT l.step FROM loss_parts l WHERE l.run = r.run
    ORDER BY l.incarnation DESC, l.step DESC LIMIT 1) AS last_step,
   (SELECT MAX(l.ts_ns) FROM loss_parts l WHERE l.run = r.run) AS last_ts,
   (SELECT COUNT(*) FROM loss_parts l WHERE l.run = r.run) AS steps,
   (SELECT COUNT(*) FROM findings f WHERE f.run = r.run) AS findings
-FROM runs r ORDER BY r.run
+FROM recent r ORDER BY r.run
 """
 
 
-def run_gauges(store: Store) -> list[tuple]:
-    """(run, last_step, last_ts_ns, steps, findings) of every run, by name; the last step is
-    the latest incarnation's."""
+def run_gauges(store: Store, since_ns: int = 0, limit: int = 2**31 - 1) -> tuple[int, list[tuple]]:
+    """(runs in the store, [(run, last_step, last_ts_ns, steps, findings)]) of the at most
+    `limit` runs most recently updated, none updated before `since_ns`, by name; the last
+    step is the latest incarnation's."""
     with store.engine.connect() as conn:
-        return [tuple(r) for r in conn.execute(sa.text(_GAUGES))]
+        total = conn.execute(sa.text("SELECT COUNT(*) FROM runs")).scalar()
+        rows = [tuple(r) for r in conn.execute(sa.text(_GAUGES), {"since": since_ns, "limit": limit})]
+    return total, rows
 
 
 @dataclass

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import zipfile
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -81,14 +80,14 @@ async def test_healthz_runs_and_metrics(loaded):
         samples = {(s.name, s.labels.get("run")): s.value
                    for fam in text_string_to_metric_families(body.decode()) for s in fam.samples}
         assert samples[("steptail_runs", None)] == 2
-        assert samples[("steptail_run_last_step", "rg")] == 400
-        assert samples[("steptail_run_steps", "rg")] == 426
-        assert samples[("steptail_run_findings", "nan")] == 1
+        assert samples[("steptail_recent_runs", None)] == 2
+        assert samples[("steptail_last_step", "rg")] == 400
+        assert samples[("steptail_stored_steps", "rg")] == 426
+        assert samples[("steptail_stored_findings", "nan")] == 1
         with loaded.engine.connect() as conn:
             last = conn.execute(sa.text("SELECT MAX(ts_ns) FROM loss_parts WHERE run = 'rg'")).scalar()
-        assert samples[("steptail_run_seconds_since_last_step", "rg")] == pytest.approx(
-            time.time() - last / 1e9, abs=60)
-        assert ("steptail_run_seconds_since_last_step", "nan") not in samples  # no timestamps
+        assert samples[("steptail_last_step_timestamp_seconds", "rg")] == pytest.approx(last / 1e9)
+        assert ("steptail_last_step_timestamp_seconds", "nan") not in samples  # no timestamps
 
 
 async def test_steps_pages_equal_steps_json(loaded):

@@ -1,0 +1,387 @@
+"""deploy/ deploys: `kubectl kustomize deploy/` (the real kubectl, offline) renders it, and the
+rendered objects fit together — the probes hit the port the metrics server listens on, the
+selectors pick the pods, the container's args parse with the real CLI, the pods can run on a
+read-only root filesystem with the image's HOME and caches on emptyDirs, secrets come only
+from Secrets, and the RBAC stays read-only. deploy/Containerfile is checked statically: no
+container engine here (and no network to pull a base image)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path, PurePosixPath
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
+CONTAINERFILE = DEPLOY / "Containerfile"
+STEPTAIL = Path(sys.executable).parent / "steptail"
+IMAGE_PLACEHOLDER = "REGISTRY/steptail:VERSION"  # deploy/deployment.yaml's; an overlay sets the real one
+KINDS = {"ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Deployment",
+         "PodDisruptionBudget", "Service", "PodMonitor"}
+
+
+# --- the rendered kustomization -------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def rendered() -> str:
+    kubectl = shutil.which("kubectl")
+    assert kubectl, "kubectl is needed on PATH (it renders kustomizations offline)"
+    done = subprocess.run([kubectl, "kustomize", str(DEPLOY)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def objects(rendered) -> dict[str, list[dict]]:
+    by_kind: dict[str, list[dict]] = {}
+    for doc in yaml.safe_load_all(rendered):
+        by_kind.setdefault(doc["kind"], []).append(doc)
+    return by_kind
+
+
+def one(objects, kind: str) -> dict:
+    assert len(objects[kind]) == 1, kind
+    return objects[kind][0]
+
+
+@pytest.fixture(scope="module")
+def pod(objects) -> dict:
+    return one(objects, "Deployment")["spec"]["template"]
+
+
+@pytest.fixture(scope="module")
+def container(pod) -> dict:
+    (c,) = pod["spec"]["containers"]
+    return c
+
+
+def flag(args: list[str], name: str) -> str:
+    (value,) = [a.split("=", 1)[1] for a in args if a.startswith(f"{name}=")]
+    return value
+
+
+def under(path: str, mount: str) -> bool:
+    return PurePosixPath(path).is_relative_to(PurePosixPath(mount))
+
+
+def emptydir_mounts(pod, container) -> list[str]:
+    empty = {v["name"] for v in pod["spec"]["volumes"] if "emptyDir" in v}
+    return [m["mountPath"] for m in container["volumeMounts"] if m["name"] in empty]
+
+
+def test_kustomize_renders_every_object_and_no_secret(objects):
+    assert set(objects) == KINDS
+    assert "Secret" not in objects  # created by hand (README "Deploy"), never from git
+
+
+def test_two_replicas_roll_without_a_gap_on_different_nodes(objects, pod):
+    spec = one(objects, "Deployment")["spec"]
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
+    spread = {c["topologyKey"]: c for c in pod["spec"]["topologySpreadConstraints"]}
+    by_node = spread["kubernetes.io/hostname"]
+    assert by_node["maxSkew"] == 1 and by_node["whenUnsatisfiable"] == "ScheduleAnyway"
+    assert by_node["labelSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    pdb = one(objects, "PodDisruptionBudget")["spec"]
+    assert pdb["maxUnavailable"] == 1
+    assert pdb["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+
+
+def test_probes_reach_the_metrics_server_on_its_port(container):
+    args = container["args"]
+    port = int(flag(args, "--metrics-port"))
+    assert flag(args, "--metrics-host") == "0.0.0.0"  # the kubelet and Prometheus are not on loopback
+    (named,) = [p for p in container["ports"] if p["containerPort"] == port]
+    assert named["name"] == "metrics"
+    assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "metrics"}
+    assert container["startupProbe"]["httpGet"] == {"path": "/livez", "port": "metrics"}
+
+
+def test_resources_request_cpu_and_memory_and_limit_memory(container):
+    res = container["resources"]
+    assert {"cpu", "memory"} <= set(res["requests"])
+    assert "memory" in res["limits"] and "cpu" not in res["limits"]  # a CPU limit only throttles
+
+
+def test_pod_runs_unprivileged(pod, container):
+    pod_sc, sc = pod["spec"]["securityContext"], container["securityContext"]
+    assert pod_sc["runAsNonRoot"] is True and pod_sc["runAsUser"] == 65532
+    assert pod_sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert sc["runAsNonRoot"] is True and sc["runAsUser"] == 65532
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert int(image_user().split(":")[0]) == sc["runAsUser"]
+
+
+def test_every_path_written_is_on_an_emptydir(pod, container):
+    """Read-only root filesystem: /tmp and /data are emptyDirs, and the image's HOME, TMPDIR,
+    caches and gcloud config, and the Parquet directory lie on them."""
+    writable = emptydir_mounts(pod, container)
+    assert {"/tmp", "/data"} <= set(writable)
+    env = image_env()
+    for name in ("HOME", "TMPDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "CLOUDSDK_CONFIG", "MPLCONFIGDIR"):
+        assert any(under(env[name], m) for m in writable), (name, env[name])
+    assert any(under(flag(container["args"], "--parquet"), m) for m in writable)
+    assert not any(m.get("readOnly") is False for m in container["volumeMounts"])
+
+
+def test_secrets_come_from_secrets_only(rendered, objects, pod, container):
+    env = {e["name"]: e for e in container["env"]}
+    assert env["STEPTAIL_DB"]["valueFrom"]["secretKeyRef"] == {"name": "steptail-db", "key": "url"}
+    assert not re.search(r"postgres(ql)?(\+\w+)?://|password", rendered, re.I)
+    assert not any("value" in e and "://" in e["value"] for e in container["env"])
+    # the webhook URLs: a file of the mounted Secret (its key `urls`), passed by path
+    path = PurePosixPath(flag(container["args"], "--alert-webhook-file"))
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == str(path.parent)]
+    assert mount["readOnly"] is True
+    (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"]["secretName"] == "steptail-webhooks" and "items" not in volume["secret"]
+    assert path.name == "urls"
+    # a 0440 file: readable by the pod's fsGroup, which the runtime user is in
+    assert volume["secret"]["defaultMode"] == 0o440
+    assert pod["spec"]["securityContext"]["fsGroup"] == container["securityContext"]["runAsGroup"]
+    assert not any(a.startswith("--alert-webhook=") or a == "--alert-webhook" for a in container["args"])
+
+
+def test_account_is_set_from_the_generated_configmap(objects, container):
+    ref = {e["name"]: e for e in container["env"]}["CLOUDSDK_CORE_ACCOUNT"]["valueFrom"]["configMapKeyRef"]
+    (config,) = [c for c in objects["ConfigMap"] if c["metadata"]["name"] == ref["name"]]
+    assert re.fullmatch(r"[\w.-]+@[\w-]+\.iam\.gserviceaccount\.com", config["data"][ref["key"]])
+
+
+def test_namespace_comes_from_the_downward_api(container):
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    for var in re.findall(r"\$\((\w+)\)", " ".join(container["args"])):
+        assert var in env, f"$({var}) in args is not a container env var"
+
+
+def test_rbac_is_exactly_read_pods_and_their_logs(objects, pod):
+    assert not {"ClusterRole", "ClusterRoleBinding"} & set(objects)
+    (role,) = objects["Role"]
+    rules = sorted((tuple(r["apiGroups"]), tuple(r["resources"]), tuple(sorted(r["verbs"])))
+                   for r in role["rules"])
+    assert rules == [(("",), ("pods",), ("get", "list", "watch")), (("",), ("pods/log",), ("get",))]
+    assert all(set(r) == {"apiGroups", "resources", "verbs"} for r in role["rules"])  # no resourceNames
+    (binding,) = objects["RoleBinding"]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}
+    (sa,) = objects["ServiceAccount"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"]}]
+    assert pod["spec"]["serviceAccountName"] == sa["metadata"]["name"]
+
+
+def test_service_and_podmonitor_select_the_pods_metrics_port(objects, pod, container):
+    labels = pod["metadata"]["labels"]
+    deployment = one(objects, "Deployment")
+    assert deployment["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    port_name = container["ports"][0]["name"]
+
+    svc = one(objects, "Service")["spec"]
+    assert svc["type"] == "ClusterIP"
+    assert svc["selector"].items() <= labels.items()
+    assert svc["ports"] == [{"name": port_name, "port": 9464, "targetPort": port_name, "protocol": "TCP"}]
+
+    monitor = one(objects, "PodMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert monitor["spec"]["podMetricsEndpoints"] == [{"port": port_name, "path": "/metrics", "interval": "30s"}]
+
+
+def test_container_args_parse_with_the_real_cli(container):
+    """Every flag is one `steptail follow` has, each value converts to its type, and the real
+    binary accepts the whole line."""
+    from steptail.cli import main
+
+    args = container["args"]
+    assert args[:2] == ["follow", "--all"]
+    command = main.get_command(None, args[0])
+    ctx = command.make_context(args[0], list(args[1:]))
+    assert ctx.params["follow_all"] is True and ctx.params["no_view"] is True
+    assert ctx.params["selector"] == flag(args, "--selector")
+    assert ctx.params["metrics_port"] == int(flag(args, "--metrics-port"))
+    assert ctx.params["log_format"] == "json"
+    done = subprocess.run([str(STEPTAIL), *args, "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    for name in {a.split("=", 1)[0] for a in args[1:]}:
+        assert re.search(rf"(^|[\s,]){re.escape(name)}\b", done.stdout), name
+
+
+def test_the_base_leaves_image_and_namespace_to_the_user(objects, container):
+    kustomization = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+    assert container["image"] == IMAGE_PLACEHOLDER
+    assert "secret.example.yaml" not in kustomization["resources"]
+    assert all("namespace" not in d["metadata"] for docs in objects.values() for d in docs)
+    assert "namespace" not in kustomization  # left to `-n NS` or an overlay
+
+
+def test_secret_example_names_what_the_deployment_reads(container):
+    docs = list(yaml.safe_load_all((DEPLOY / "secret.example.yaml").read_text()))
+    keys = {(d["metadata"]["name"], k) for d in docs for k in d["stringData"]}
+    env = {e["name"]: e for e in container["env"]}
+    ref = env["STEPTAIL_DB"]["valueFrom"]["secretKeyRef"]
+    assert (ref["name"], ref["key"]) in keys and ("steptail-webhooks", "urls") in keys
+
+
+# --- deploy/Containerfile, statically --------------------------------------------------------
+
+def instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    out, pending = [], ""
+    for line in text.splitlines():
+        if not pending and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        if line.lstrip().startswith("#"):  # a comment inside a continued instruction
+            continue
+        if line.rstrip().endswith("\\"):
+            pending += line.rstrip()[:-1] + " "
+            continue
+        word, _, rest = (pending + line).strip().partition(" ")
+        out.append((word.upper(), rest.strip()))
+        pending = ""
+    assert not pending, "a continued instruction never ends"
+    return out
+
+
+def stages() -> list[list[tuple[str, str]]]:
+    """The instructions of each stage (the global ARGs before the first FROM are stage -1's)."""
+    result: list[list[tuple[str, str]]] = [[]]
+    for ins in instructions(CONTAINERFILE.read_text()):
+        if ins[0] == "FROM":
+            result.append([])
+        result[-1].append(ins)
+    return result
+
+
+def global_args() -> dict[str, str]:
+    return dict(a.split("=", 1) for op, a in stages()[0] if op == "ARG")
+
+
+def final_stage() -> list[tuple[str, str]]:
+    return stages()[-1]
+
+
+def image_env() -> dict[str, str]:
+    env = {}
+    for op, rest in final_stage():
+        if op == "ENV":
+            env.update(dict(word.split("=", 1) for word in shlex.split(rest)))
+    return env
+
+
+def image_user() -> str:
+    (user,) = [rest for op, rest in final_stage() if op == "USER"][-1:]
+    return user
+
+
+def runs(stage) -> str:
+    return "\n".join(rest for op, rest in stage if op == "RUN")
+
+
+def test_containerfile_builds_from_slim_python_in_two_stages():
+    froms = [s[0][1] for s in stages()[1:]]
+    assert len(froms) >= 2
+    for base in froms:
+        image = base.split()[0]
+        image = re.sub(r"\$\{(\w+)\}", lambda m: global_args()[m[1]], image)
+        assert re.fullmatch(r"python:3\.1[1-9]-slim(-\w+)?", image), image
+    assert froms[0].endswith(" AS build")
+
+
+def test_the_compiler_stays_in_the_build_stage():
+    build, final = stages()[1], final_stage()
+    assert re.search(r"apt-get install [^&]*\bgcc\b", runs(build))
+    assert "pip install" in runs(build) and "import steptail.parsers._steady" in runs(build)
+    assert not re.search(r"\b(gcc|g\+\+|clang|build-essential|pip install)\b", runs(final))
+    assert any(op == "COPY" and rest.startswith("--from=build ") for op, rest in final)
+
+
+def test_kubectl_and_the_gke_auth_plugin_come_from_googles_signed_repository():
+    script = runs(final_stage())
+    repo = re.search(r"deb \[signed-by=(\S+)\] https://packages\.cloud\.google\.com/apt cloud-sdk main", script)
+    assert repo, "the cloud-sdk apt repository, with its keyring"
+    assert re.search(rf"gpg --dearmor -o {re.escape(repo[1])}\b", script)
+    assert "https://packages.cloud.google.com/apt/doc/apt-key.gpg" in script
+    install = re.findall(r"apt-get install ([^&]+)", script)
+    packages = {w for line in install for w in line.split() if not w.startswith("-")}
+    assert {"kubectl", "google-cloud-cli-gke-gcloud-auth-plugin"} <= packages
+    assert not re.search(r"\|\s*(sudo\s+)?(ba|z|da)?sh\b", CONTAINERFILE.read_text())  # no curl | sh
+    assert "apt-key add" not in script
+    assert image_env()["USE_GKE_GCLOUD_AUTH_PLUGIN"] == "True"
+
+
+def test_the_image_runs_as_a_numeric_non_root_user_on_a_read_only_root():
+    user, _, group = image_user().partition(":")
+    assert user.isdigit() and int(user) != 0 and group.isdigit() and int(group) != 0
+    env = image_env()
+    assert env["PYTHONDONTWRITEBYTECODE"] == "1"
+    assert under(env["HOME"], "/tmp")
+    assert "/opt/steptail/bin" in env["PATH"].split(":")
+
+
+def test_the_entrypoint_is_steptail():
+    (entry,) = [rest for op, rest in final_stage() if op == "ENTRYPOINT"]
+    argv = json.loads(entry)  # exec form: signals reach the process, no shell in between
+    assert argv[-1] == "steptail"
+    assert not {"sh", "/bin/sh", "bash", "-c"} & set(argv)
+
+
+def test_the_build_context_leaves_local_state_out():
+    ignored = set((ROOT / ".dockerignore").read_text().split())
+    assert {".git", ".venv", "**/*.so", "**/__pycache__"} <= ignored
+    for needed in ("pyproject.toml", "README.md", "LICENSE", "parsers", "steptail"):
+        assert needed not in ignored and (ROOT / needed).exists()
+
+
+def test_the_readme_overlay_sets_namespace_image_and_account(tmp_path):
+    """The overlay README "Deploy" shows, rendered against a copy of deploy/ beside it."""
+    readme = (ROOT / "README.md").read_text()
+    match = re.search(r"```yaml\n# (\S+)/kustomization\.yaml\n(.*?)```", readme, re.S)
+    assert match, "README: the overlay's kustomization.yaml"
+    overlay = tmp_path / match[1]
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(match[2])
+    shutil.copytree(DEPLOY, tmp_path / "deploy")
+    done = subprocess.run([shutil.which("kubectl"), "kustomize", str(overlay)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    docs = list(yaml.safe_load_all(done.stdout))
+    assert {d["kind"] for d in docs} == KINDS
+    namespace = yaml.safe_load(match[2])["namespace"]
+    assert {d["metadata"].get("namespace") for d in docs} == {namespace}
+    by_kind = {d["kind"]: d for d in docs}
+    (binding_subject,) = by_kind["RoleBinding"]["subjects"]
+    assert binding_subject.get("namespace", namespace) == namespace
+    (c,) = by_kind["Deployment"]["spec"]["template"]["spec"]["containers"]
+    (image,) = yaml.safe_load(match[2])["images"]
+    assert c["image"] == f"{image['newName']}:{image['newTag']}" != IMAGE_PLACEHOLDER
+    ref = {e["name"]: e for e in c["env"]}["CLOUDSDK_CORE_ACCOUNT"]["valueFrom"]["configMapKeyRef"]
+    assert by_kind["ConfigMap"]["metadata"]["name"] == ref["name"]
+    assert by_kind["ConfigMap"]["data"] == {"CLOUDSDK_CORE_ACCOUNT": "steptail-agent@PROJECT.iam.gserviceaccount.com"}
+
+
+def test_the_documented_secret_command_makes_the_key_the_pod_reads(container):
+    """README "Deploy": the URL through stdin becomes the Secret key STEPTAIL_DB comes from,
+    byte for byte (no trailing newline in the URL). Offline: --dry-run=client."""
+    ref = {e["name"]: e for e in container["env"]}["STEPTAIL_DB"]["valueFrom"]["secretKeyRef"]
+    url = "postgresql://steptail:s3cret@db.example:5432/steptail"
+    done = subprocess.run(
+        [shutil.which("kubectl"), "create", "secret", "generic", ref["name"], "--from-file=url=/dev/stdin",
+         "--dry-run=client", "-o", "json"],
+        input=url, capture_output=True, text=True, timeout=60, env={"KUBECONFIG": "/dev/null", "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    secret = json.loads(done.stdout)
+    assert secret["metadata"]["name"] == ref["name"]
+    assert base64.b64decode(secret["data"][ref["key"]]).decode() == url
+    assert "--from-file=url=/dev/stdin" in (ROOT / "README.md").read_text()
