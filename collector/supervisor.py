@@ -152,6 +152,8 @@ class Supervisor:
         if run in self.tasks:
             return
         status = self.status[run] = RunStatus(run, jobset)
+        if self.plan.metrics is not None:  # the run's counters at 0 from now: increase() sees the first
+            self.plan.metrics.run_started(run, status)
         self.health[run] = Health("follower", run, self.plan.metrics, status)
         self.tasks[run] = asyncio.create_task(self._supervise(jobset, run, status), name=f"run:{run}")
 
@@ -188,8 +190,6 @@ class Supervisor:
             Detectors, run, store, plan.alerts, plan.metrics, plan.settings, reference)
         # the sink: SQL, then the detectors, then Parquet (catching up what a killed collector left)
         sink = await asyncio.to_thread(RunSink, store, run, plan.parquet, detectors, plan.config.parquet_every,
-        if self.plan.metrics is not None:  # the run's counters at 0 from now: increase() sees the first
-            self.plan.metrics.run_started(run, status)
                                        jobset, ns)
         # the follower: process 0's pods, from discovery, read into the model
         follower = RunFollower(run, jobset, plan.target, self.discovery, model, sink, detectors, plan.config,

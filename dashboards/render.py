@@ -47,9 +47,5 @@ def render(out: str | Path) -> list[Path]:
             path = folder / f"{uid}.json"
             _write(path, data)
             written.append(path)
-    return written
-    for rel, text in provisioning_files(rules, db or Database(), dashboards_path).items():
-        path = _folder(out, str(Path(rel).parent)) / Path(rel).name
-        _write(path, text)
-        written.append(path)
     written += prometheus.render(out)  # DIR/prometheus/: the rules file and the PrometheusRule
+    return written
