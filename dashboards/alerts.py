@@ -13,7 +13,7 @@ from grafana_foundation_sdk.models.dashboard import DataSourceRef
 
 from steptail.dashboards import queries as q
 from steptail.dashboards.boards import FLEET_UID, RUN_UID
-from steptail.dashboards.sqlquery import DATASOURCE_UID, SqlQuery
+from steptail.dashboards.sqlquery import DATASOURCE_UID, SqlQuery, provisioned_ref
 
 FOLDER_UID = "steptail"
 FOLDER_TITLE = "steptail"
@@ -55,7 +55,7 @@ def build_rule(spec: RuleSpec) -> am.Rule:
     window = am.RelativeTimeRange(from_val=q.ALERT_WINDOW_S, to=0)
     query = (
         alerting.Query("A").datasource_uid(DATASOURCE_UID).relative_time_range(window)
-        .model(SqlQuery(spec.sql).format("table").ref_id("A"))
+        .model(SqlQuery(spec.sql, provisioned_ref()).format("table").ref_id("A"))
     )
     threshold = (
         alerting.Query("B").datasource_uid("__expr__")

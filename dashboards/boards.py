@@ -13,13 +13,36 @@ from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models import xychart as xym
 
 from steptail.dashboards import queries as q
-from steptail.dashboards.sqlquery import SqlDataquery, SqlQuery, datasource_ref
+from steptail.dashboards.sqlquery import (
+    DATASOURCE_INPUT,
+    DATASOURCE_NAME,
+    DATASOURCE_PLUGIN_NAME,
+    DATASOURCE_TYPE,
+    DATASOURCE_VARIABLE,
+    SqlDataquery,
+    SqlQuery,
+    datasource_ref,
+)
 
 TAGS = ["steptail"]
 RUN_UID, RBF_UID, FLEET_UID = "steptail-run", "steptail-rbf", "steptail-fleet"
+GRAFANA_VERSION = "11.6.0"  # the SDK line: schemaVersion 41, xychart v2
 
 
 # -- variables and annotations ----------------------------------------------------------
+def datasource_variable() -> db.DatasourceVariable:
+    """Every query reads `${datasource}`. Its default works both ways a dashboard arrives:
+    a UI import writes the chosen datasource's uid over `${DS_STEPTAIL}` (see __inputs);
+    file or API provisioning substitutes nothing, so the value matches no datasource and
+    Grafana selects the option whose name is `text`: the provisioned datasource."""
+    return (
+        db.DatasourceVariable(DATASOURCE_VARIABLE).label("Data source").type(DATASOURCE_TYPE)
+        .current(dm.VariableOption(selected=True, text=DATASOURCE_NAME,
+                                   value=f"${{{DATASOURCE_INPUT}}}"))
+        .multi(False).include_all(False)
+    )
+
+
 def namespace_variable() -> db.QueryVariable:
     return (
         db.QueryVariable("namespace").label("Namespace").datasource(datasource_ref())
@@ -101,6 +124,7 @@ def _dashboard(uid: str, title: str, description: str) -> db.Dashboard:
         db.Dashboard(title).uid(uid).description(description).tags(TAGS)
         .editable().time("now-24h", "now").refresh("1m").timezone("utc")
         .tooltip(dm.DashboardCursorSync.CROSSHAIR)
+        .with_variable(datasource_variable())  # first: the other variables query through it
     )
 
 
@@ -162,3 +186,23 @@ def fleet_dashboard() -> dm.Dashboard:
 
 def all_dashboards() -> dict[str, dm.Dashboard]:
     return {RUN_UID: run_dashboard(), RBF_UID: rbf_dashboard(), FLEET_UID: fleet_dashboard()}
+
+
+def export_format(board: dict) -> dict:
+    """The plain dashboard JSON with Grafana's export header (`__inputs`, `__requires`), so
+    that the UI's import asks for the PostgreSQL datasource to use."""
+    panels = sorted({p["type"] for p in board.get("panels", [])})
+    return {
+        "__inputs": [{
+            "name": DATASOURCE_INPUT, "label": DATASOURCE_NAME, "type": "datasource",
+            "description": "the PostgreSQL store steptail writes",
+            "pluginId": DATASOURCE_TYPE, "pluginName": DATASOURCE_PLUGIN_NAME,
+        }],
+        "__requires": [
+            {"type": "grafana", "id": "grafana", "name": "Grafana", "version": GRAFANA_VERSION},
+            {"type": "datasource", "id": DATASOURCE_TYPE, "name": DATASOURCE_PLUGIN_NAME,
+             "version": "1.0.0"},
+            *({"type": "panel", "id": t, "name": t, "version": ""} for t in panels),
+        ],
+        **board,
+    }

@@ -17,8 +17,9 @@ from grafana_client import GrafanaApi
 from grafana_client.client import GrafanaClientError, GrafanaException
 
 from steptail.dashboards.alerts import FOLDER_TITLE, FOLDER_UID, GROUP_INTERVAL_S, RULE_GROUP
+from steptail.dashboards.provisioning_files import Database, datasource_settings
 from steptail.dashboards.render import dashboards_json, rules_json
-from steptail.dashboards.sqlquery import DATASOURCE_NAME, DATASOURCE_TYPE, DATASOURCE_UID
+from steptail.dashboards.sqlquery import DATASOURCE_INPUT, DATASOURCE_UID
 
 log = logging.getLogger(__name__)
 TIMEOUT_S = 15.0
@@ -32,24 +33,22 @@ def datasource_body(url: sa.URL) -> tuple[dict, str | None]:
     """Grafana datasource JSON for a PostgreSQL URL, and the password (secret, apart)."""
     if url.get_backend_name() != "postgresql":
         raise ProvisionError("Grafana reads the shared PostgreSQL store: pass a postgresql:// --db")
-    host = url.host or "localhost"
-    body = {
-        "uid": DATASOURCE_UID,
-        "name": DATASOURCE_NAME,
-        "type": DATASOURCE_TYPE,
-        "access": "proxy",
-        "url": f"{host}:{url.port or 5432}",
-        "user": url.username or "",
-        "isDefault": False,
-        "jsonData": {
-            "database": url.database or "",
-            "sslmode": url.query.get("sslmode", "disable"),
-            "postgresVersion": 1500,
-            "timescaledb": False,
-            "maxOpenConns": 10,
-        },
-    }
-    return body, url.password
+    return datasource_settings(Database.from_url(url)), url.password
+
+
+def bind_inputs(board: dict, datasource_uid: str = DATASOURCE_UID) -> dict:
+    """What Grafana's import does with `__inputs`: `${DS_STEPTAIL}` in any string becomes the
+    datasource uid, and `__inputs` goes. /api/dashboards/db substitutes nothing."""
+    token = f"${{{DATASOURCE_INPUT}}}"
+
+    def walk(value):
+        if isinstance(value, dict):
+            return {k: walk(v) for k, v in value.items() if k != "__inputs"}
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        return value.replace(token, datasource_uid) if isinstance(value, str) else value
+
+    return walk(board)
 
 
 @dataclass
@@ -94,7 +93,7 @@ class Provisioner:
                 self._datasource(*self.datasource)
             self._folder()
             for uid, board in sorted(dashboards_json().items()):
-                self._dashboard(uid, board)
+                self._dashboard(uid, bind_inputs(board))
             for uid, rule in sorted(rules_json().items()):
                 self._rule(uid, rule)
             self._group()

@@ -14,13 +14,25 @@ from grafana_foundation_sdk.cog import variants as cogvariants
 from grafana_foundation_sdk.models.dashboard import DataSourceRef
 
 DATASOURCE_TYPE = "grafana-postgresql-datasource"
+DATASOURCE_PLUGIN_NAME = "PostgreSQL"
+# The datasource `dashboards provision` and the rendered provisioning YAML create.
 DATASOURCE_UID = "steptail-pg"
 DATASOURCE_NAME = "steptail PostgreSQL"
+# Dashboards reference the datasource through this template variable, never by uid.
+DATASOURCE_VARIABLE = "datasource"
+# The `__inputs` entry a UI import asks for (Grafana's export format).
+DATASOURCE_INPUT = "DS_STEPTAIL"
 
 Format = typing.Literal["table", "time_series"]
 
 
 def datasource_ref() -> DataSourceRef:
+    """What panels, targets, annotations and query variables reference: the variable."""
+    return DataSourceRef(type_val=DATASOURCE_TYPE, uid=f"${{{DATASOURCE_VARIABLE}}}")
+
+
+def provisioned_ref() -> DataSourceRef:
+    """What alert rules reference: rules take no template variables, so the provisioned uid."""
     return DataSourceRef(type_val=DATASOURCE_TYPE, uid=DATASOURCE_UID)
 
 
@@ -60,10 +72,10 @@ class SqlDataquery(cogvariants.Dataquery):
 
 
 class SqlQuery(cogbuilder.Builder[SqlDataquery]):
-    """`SqlQuery(sql).format("time_series").ref_id("A")`"""
+    """`SqlQuery(sql).format("time_series").ref_id("A")` (datasource: the variable)"""
 
-    def __init__(self, raw_sql: str) -> None:
-        self._internal = SqlDataquery(raw_sql=raw_sql, datasource=datasource_ref())
+    def __init__(self, raw_sql: str, datasource: DataSourceRef | None = None) -> None:
+        self._internal = SqlDataquery(raw_sql=raw_sql, datasource=datasource or datasource_ref())
 
     def build(self) -> SqlDataquery:
         return self._internal

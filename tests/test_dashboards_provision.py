@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from aiohttp import web
 
-from steptail.dashboards.provision import ProvisionError, provision
+from steptail.dashboards.provision import ProvisionError, bind_inputs, provision
 from steptail.dashboards.render import dashboards_json, rules_json
 
 TOKEN = "glsa_test-token-0123456789"
@@ -208,7 +208,13 @@ async def test_first_run_creates_everything(grafana):
     assert ds["secureJsonData"] == {"password": PASSWORD}
     assert fake.mutations()[1][2] == {"uid": "steptail", "title": "steptail"}
     posted = {b["dashboard"]["uid"]: b for m, p, b in fake.mutations() if p == "/api/dashboards/db"}
-    assert {u: b["dashboard"] for u, b in posted.items()} == boards
+    # as a UI import would bind them: ${DS_STEPTAIL} -> the datasource just provisioned
+    assert {u: b["dashboard"] for u, b in posted.items()} == {u: bind_inputs(b) for u, b in boards.items()}
+    for b in posted.values():
+        text = json.dumps(b["dashboard"])
+        assert "__inputs" not in text and "${DS_STEPTAIL}" not in text
+        ds_var = b["dashboard"]["templating"]["list"][0]
+        assert ds_var["type"] == "datasource" and ds_var["current"]["value"] == "steptail-pg"
     assert all(b["folderUid"] == "steptail" and b["overwrite"] for b in posted.values())
     sent_rules = [b for m, p, b in fake.mutations() if p == "/api/v1/provisioning/alert-rules"]
     assert {r["uid"]: r for r in sent_rules} == rules

@@ -16,16 +16,23 @@ from grafana_foundation_sdk.models import dashboard as dm
 
 from steptail.dashboards.alerts import FOLDER_UID, RULE_GROUP
 from steptail.dashboards.render import dashboards_json, rules_json, to_plain
-from steptail.dashboards.sqlquery import DATASOURCE_TYPE, DATASOURCE_UID, SqlDataquery
+from steptail.dashboards.sqlquery import (
+    DATASOURCE_TYPE,
+    DATASOURCE_UID,
+    DATASOURCE_VARIABLE,
+    SqlDataquery,
+)
 
 register_default_plugins()
 STEPTAIL = str(Path(sys.executable).parent / "steptail")
 BOARDS = dashboards_json()
 RULES = rules_json()
 _VAR = re.compile(r"\$(?!__)(\w+)|\$\{(\w+)(?::\w+)?\}|\[\[(\w+)(?::\w+)?\]\]")
+VARIABLE_REF = {"type": DATASOURCE_TYPE, "uid": f"${{{DATASOURCE_VARIABLE}}}"}
 
 
 def _without_annotation_targets(board: dict) -> dict:
+    board = {k: v for k, v in board.items() if k not in ("__inputs", "__requires")}  # export header
     board = json.loads(json.dumps(board))
     for a in board.get("annotations", {}).get("list", []):
         a.pop("target", None)
@@ -56,8 +63,8 @@ def test_dashboard_holds_together(uid):
         area = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
         assert not area & cells, f"panel {p['title']} overlaps another"
         cells |= area
-        assert p["datasource"] == {"type": DATASOURCE_TYPE, "uid": DATASOURCE_UID}
-        assert p["targets"] and all(t["datasource"]["uid"] == DATASOURCE_UID for t in p["targets"])
+        assert p["datasource"] == VARIABLE_REF
+        assert p["targets"] and all(t["datasource"] == VARIABLE_REF for t in p["targets"])
     defined = {v["name"] for v in board["templating"]["list"]}
     texts = [t["rawSql"] for p in panels for t in p["targets"]]
     texts += [v["query"] for v in board["templating"]["list"]]
@@ -109,8 +116,11 @@ def test_render_cli_writes_the_json(tmp_path):
     res = subprocess.run([STEPTAIL, "dashboards", "render", "--out", str(out),
                           "--json"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
-    written = json.loads(res.stdout)["written"]
-    assert len(written) == len(BOARDS) + len(RULES)
+    written = {Path(p).relative_to(out).as_posix() for p in json.loads(res.stdout)["written"]}
+    assert {f"dashboards/{u}.json" for u in BOARDS} | {f"alert-rules/{u}.json" for u in RULES} | {
+        f"provisioning/{kind}/steptail.yaml" for kind in ("dashboards", "datasources", "alerting")
+    } <= written
+    assert written == {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
     for uid, board in BOARDS.items():
         assert json.loads((out / "dashboards" / f"{uid}.json").read_text()) == board
     for uid, rule in RULES.items():

@@ -98,7 +98,8 @@ def rendered_queries() -> list[tuple[str, str]]:
     out = []
     for uid, board in dashboards_json().items():
         for v in board["templating"]["list"]:
-            out.append((f"{uid} variable {v['name']}", v["query"]))
+            if v["type"] == "query":  # a datasource variable's query is a plugin type
+                out.append((f"{uid} variable {v['name']}", v["query"]))
         for a in board.get("annotations", {}).get("list", []):
             out.append((f"{uid} annotation {a['name']}", a["target"]["rawSql"]))
         for p in board["panels"]:

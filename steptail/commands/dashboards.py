@@ -5,8 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from steptail.commands._common import db_option, fail, read_secret
+from steptail.dashboards.provisioning_files import (
+    DEFAULT_DASHBOARDS_PATH,
+    DEFAULT_DB_URL,
+    PASSWORD_ENV,
+)
 from steptail.output import Column, Output, output_option
 
 TOKEN_ENV = ("STEPTAIL_GRAFANA_TOKEN", "GRAFANA_TOKEN")
@@ -20,16 +27,33 @@ def command() -> None:
 
 @command.command("render")
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path),
-              help="Directory for dashboards/*.json and alert-rules/*.json.")
+              help="Directory to write (the layout above).")
+@click.option("--datasource-url", default=DEFAULT_DB_URL, show_default=True, metavar="URL",
+              help="The PostgreSQL store Grafana's provisioned datasource reads, as "
+                   "postgresql://USER@HOST[:PORT]/DB[?sslmode=MODE]; no password: Grafana "
+                   f"takes it from ${PASSWORD_ENV} in its own environment.")
+@click.option("--dashboards-path", default=DEFAULT_DASHBOARDS_PATH, show_default=True,
+              metavar="PATH",
+              help="Where Grafana sees DIR/dashboards (the ConfigMap's mountPath): the "
+                   "dashboard provider's options.path.")
 @output_option()
-def render_cmd(out: Path, output: Output) -> None:
-    """Write the dashboard and alert-rule JSON to DIR."""
+def render_cmd(out: Path, datasource_url: str, dashboards_path: str, output: Output) -> None:
+    """Write the dashboards, alert rules and Grafana provisioning files to DIR.
+
+    \b
+    DIR/dashboards/<uid>.json      dashboards (importable in the UI: __inputs)
+    DIR/alert-rules/<uid>.json     alert rules, the HTTP API's format
+    DIR/provisioning/dashboards/steptail.yaml    dashboard provider
+    DIR/provisioning/datasources/steptail.yaml   PostgreSQL datasource
+    DIR/provisioning/alerting/steptail.yaml      alert rules (file format)
+    DIR/prometheus/                Prometheus rules file and PrometheusRule"""
     from steptail.dashboards.render import render
 
     if out.exists() and not out.is_dir():
         fail(f"{out} is not a directory")
+    db = _datasource_db(datasource_url)
     try:
-        paths = render(out)
+        paths = render(out, db, dashboards_path)
     except OSError as exc:
         fail(f"cannot write to {out}: {exc.strerror or exc}")
     written = [str(p) for p in paths]
@@ -38,6 +62,21 @@ def render_cmd(out: Path, output: Output) -> None:
     else:  # a path per line, also on a terminal: ready for xargs
         for p in written:
             click.echo(p)
+
+
+def _datasource_db(url: str):
+    from steptail.dashboards.provisioning_files import Database, SettingsError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        fail(f"--datasource-url: not a database URL: {url!r}")
+    if parsed.password:  # never written to a file, never echoed back
+        fail(f"--datasource-url must not hold a password: Grafana reads ${PASSWORD_ENV}")
+    try:
+        return Database.from_url(parsed)
+    except SettingsError as exc:
+        fail(f"--datasource-url: {exc}")
 
 
 def read_token(token_file: Path | None) -> str | None:
