@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import shlex
 import shutil
@@ -18,6 +19,11 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 import yaml
+
+try:
+    from test_follow_support import recorded, scenario
+except ImportError:  # tests/ imported as a package
+    from tests.test_follow_support import recorded, scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -385,3 +391,63 @@ def test_the_documented_secret_command_makes_the_key_the_pod_reads(container):
     assert secret["metadata"]["name"] == ref["name"]
     assert base64.b64decode(secret["data"][ref["key"]]).decode() == url
     assert "--from-file=url=/dev/stdin" in (ROOT / "README.md").read_text()
+
+
+# --- the container's args and the image's environment, on a read-only root ------------------
+
+def test_follow_runs_on_a_read_only_root_with_the_images_environment(make_simcluster, tmp_path, container):
+    """The Deployment's args and the Containerfile's ENV (with /tmp and /data mapped to two
+    writable directories, everything else read-only) follow a simulated JobSet to its end:
+    kubectl, its auth plugin and steptail write nowhere else."""
+    unshare = shutil.which("unshare")
+    if os.geteuid() != 0 or not unshare or not shutil.which("mount"):
+        pytest.skip("needs root, unshare and mount for a private read-only mount namespace")
+    sim = make_simcluster(scenario(rate=40, jobsets=[
+        {"name": "olmo3-sft", "hosts": 2, "trainer": {"steps": 80, "checkpoint_period": 40}}]))
+    scratch, data = tmp_path / "tmp", tmp_path / "data"
+    scratch.mkdir()
+    data.mkdir()
+    webhooks = tmp_path / "webhook-urls"
+    webhooks.write_text("# none\n")
+
+    def mapped(value: str) -> str:
+        for inside, outside in (("/tmp", scratch), ("/data", data)):
+            if value == inside or value.startswith(inside + "/"):
+                return str(outside) + value[len(inside):]
+        return value
+
+    env = {k: mapped(v) for k, v in image_env().items() if k != "PATH"}
+    env |= {"PATH": f"{STEPTAIL.parent}:/usr/local/bin:/usr/bin:/bin", "POD_NAMESPACE": "default",
+            "CLOUDSDK_CORE_ACCOUNT": sim.account, "STEPTAIL_DB": str(data / "steptail.db")}
+    port = free_port()
+    args = []
+    for arg in container["args"]:
+        name, _, value = arg.partition("=")
+        value = {"--metrics-port": str(port), "--metrics-host": "127.0.0.1",  # tests bind loopback
+                 "--alert-webhook-file": str(webhooks)}.get(
+            name, mapped(value.replace("$(POD_NAMESPACE)", "default")))  # as the kubelet expands it
+        args.append(f"{name}={value}" if value else name)
+    args += [f"--kubeconfig={sim.kubeconfig_path}", "--until-done", "--silence=1"]
+
+    probes = [str(ROOT), str(STEPTAIL.parent), str(tmp_path), "/"]
+    done = subprocess.run(
+        [unshare, "-m", sys.executable, str(ROOT / "tests" / "readonly_root.py"),
+         "--writable", str(scratch), "--writable", str(data), *[f"--probe={p}" for p in probes],
+         "--", str(STEPTAIL), *args],
+        env=env, capture_output=True, text=True, timeout=150)
+    if done.returncode == 97:
+        pytest.skip("this machine cannot make its mounts read-only in a private namespace")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "read-only file system" not in done.stderr.lower()
+    steps = recorded(str(data / "steptail.db"), "olmo3-sft")
+    assert sorted(s for _, s in steps) == list(range(1, 81))
+    assert list((data / "parquet").rglob("*.parquet"))
+    assert (scratch / ".kube" / "cache").is_dir()  # kubectl's cache went to the image's HOME
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
