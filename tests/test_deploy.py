@@ -15,6 +15,8 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path, PurePosixPath
 
 import pytest
@@ -29,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
 CONTAINERFILE = DEPLOY / "Containerfile"
 STEPTAIL = Path(sys.executable).parent / "steptail"
+STEPS = 500  # followed on a read-only root: 10 s at 50 steps/s, time enough to probe it
 IMAGE_PLACEHOLDER = "REGISTRY/steptail:VERSION"  # deploy/deployment.yaml's; an overlay sets the real one
 KINDS = {"ServiceAccount", "Role", "RoleBinding", "ConfigMap", "Deployment",
          "PodDisruptionBudget", "Service", "PodMonitor"}
@@ -398,12 +401,13 @@ def test_the_documented_secret_command_makes_the_key_the_pod_reads(container):
 def test_follow_runs_on_a_read_only_root_with_the_images_environment(make_simcluster, tmp_path, container):
     """The Deployment's args and the Containerfile's ENV (with /tmp and /data mapped to two
     writable directories, everything else read-only) follow a simulated JobSet to its end:
-    kubectl, its auth plugin and steptail write nowhere else."""
+    kubectl, its auth plugin and steptail write nowhere else, and the probes' paths answer on
+    the metrics port while it runs."""
     unshare = shutil.which("unshare")
     if os.geteuid() != 0 or not unshare or not shutil.which("mount"):
         pytest.skip("needs root, unshare and mount for a private read-only mount namespace")
-    sim = make_simcluster(scenario(rate=40, jobsets=[
-        {"name": "olmo3-sft", "hosts": 2, "trainer": {"steps": 80, "checkpoint_period": 40}}]))
+    sim = make_simcluster(scenario(rate=50, jobsets=[
+        {"name": "olmo3-sft", "hosts": 2, "trainer": {"steps": STEPS, "checkpoint_period": 100}}]))
     scratch, data = tmp_path / "tmp", tmp_path / "data"
     scratch.mkdir()
     data.mkdir()
@@ -430,19 +434,41 @@ def test_follow_runs_on_a_read_only_root_with_the_images_environment(make_simclu
     args += [f"--kubeconfig={sim.kubeconfig_path}", "--until-done", "--silence=1"]
 
     probes = [str(ROOT), str(STEPTAIL.parent), str(tmp_path), "/"]
-    done = subprocess.run(
+    proc = subprocess.Popen(
         [unshare, "-m", sys.executable, str(ROOT / "tests" / "readonly_root.py"),
          "--writable", str(scratch), "--writable", str(data), *[f"--probe={p}" for p in probes],
          "--", str(STEPTAIL), *args],
-        env=env, capture_output=True, text=True, timeout=150)
-    if done.returncode == 97:
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        probed = {path: wait_for_200(proc, f"http://127.0.0.1:{port}{path}")
+                  for path in (container["readinessProbe"]["httpGet"]["path"],
+                               container["livenessProbe"]["httpGet"]["path"])}
+        out, err = proc.communicate(timeout=150)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    if proc.returncode == 97:
         pytest.skip("this machine cannot make its mounts read-only in a private namespace")
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "read-only file system" not in done.stderr.lower()
+    assert proc.returncode == 0, err[-3000:]
+    assert all(probed.values()), (probed, err[-3000:])
+    assert "read-only file system" not in err.lower()
     steps = recorded(str(data / "steptail.db"), "olmo3-sft")
-    assert sorted(s for _, s in steps) == list(range(1, 81))
+    assert sorted(s for _, s in steps) == list(range(1, STEPS + 1))
     assert list((data / "parquet").rglob("*.parquet"))
     assert (scratch / ".kube" / "cache").is_dir()  # kubectl's cache went to the image's HOME
+
+
+def wait_for_200(proc: subprocess.Popen, url: str) -> bool:
+    """Whether `url` answered 200 before the process ended (a 503 or no answer yet: retry)."""
+    while proc.poll() is None:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                if resp.status == 200:
+                    return True
+        except OSError:
+            time.sleep(0.1)
+    return False
 
 
 def free_port() -> int:
