@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 import yaml
 
-from steptail.dashboards.alerts import FOLDER_TITLE, FOLDER_UID, GROUP_INTERVAL_S, RULE_GROUP
+from steptail.dashboards.alerts import FOLDER_TITLE, GROUP_INTERVAL_S, RULE_GROUP
 from steptail.dashboards.sqlquery import DATASOURCE_NAME, DATASOURCE_TYPE, DATASOURCE_UID
 
 # Where Grafana sees DIR/dashboards (the ConfigMap's mountPath): the provider's options.path.
@@ -87,8 +87,9 @@ def dashboard_provider_file(path: str = DEFAULT_DASHBOARDS_PATH) -> dict:
         "name": PROVIDER_NAME,
         "orgId": ORG_ID,
         "type": "file",
+        # By title, as the alert rules name it: Grafana provisions alerting first and makes
+        # the folder; a folderUid here would then ask for a second folder of the same title.
         "folder": FOLDER_TITLE,
-        "folderUid": FOLDER_UID,  # the folder the alert rules live in too
         "disableDeletion": False,
         "allowUiUpdates": False,  # the files are the source: UI edits would be overwritten
         "updateIntervalSeconds": 60,
@@ -104,7 +105,7 @@ def file_rule(rule: dict) -> dict:
 
 
 def alert_rules_file(rules: dict[str, dict]) -> dict:
-    """The rules as one group; the folder is named by title (the dashboard provider makes it)."""
+    """The rules as one group; the folder is named by title (Grafana makes it if missing)."""
     return {"apiVersion": 1, "groups": [{
         "orgId": ORG_ID,
         "name": RULE_GROUP,

@@ -168,7 +168,7 @@ def test_dashboard_provider(tmp_path):
     p = doc["providers"][0]
     assert p["type"] == "file" and p["orgId"] == 1 and p["name"]
     assert p["options"]["path"] == "/etc/dashboards/steptail"
-    assert p["folder"] == FOLDER_TITLE and p["folderUid"] == FOLDER_UID
+    assert p["folder"] == FOLDER_TITLE and "folderUid" not in p  # by title, like the rules
     assert p["allowUiUpdates"] is False and p["updateIntervalSeconds"] > 0
     default = _yaml(_render(tmp_path / "default"), "dashboards")["providers"][0]
     assert default["options"]["path"] == "/var/lib/grafana/dashboards/steptail"
@@ -229,7 +229,7 @@ def test_alert_rules_file_has_grafanas_structure(tmp_path):
     [group] = doc["groups"]
     assert group["orgId"] == 1 and group["name"] == RULE_GROUP and group["folder"] == FOLDER_TITLE
     assert _duration_s(group["interval"]) == GROUP_INTERVAL_S
-    # the folder the provider makes (by uid) is the one the group names (by title)
+    # one folder for dashboards and rules: both name it by title
     provider = _yaml(out, "dashboards")["providers"][0]
     assert provider["folder"] == group["folder"]
     for rule in group["rules"]:
@@ -253,8 +253,8 @@ def test_alert_rules_file_has_grafanas_structure(tmp_path):
 def test_alert_rules_file_round_trips_the_api_rules(tmp_path):
     out = _render(tmp_path)
     [group] = _yaml(out, "alerting")["groups"]
-    folder_uid = {p["folder"]: p["folderUid"] for p in _yaml(out, "dashboards")["providers"]}
-    back = {r["uid"]: {**r, "folderUID": folder_uid[group["folder"]], "ruleGroup": group["name"],
+    assert group["folder"] == FOLDER_TITLE  # the API names the same folder by uid
+    back = {r["uid"]: {**r, "folderUID": FOLDER_UID, "ruleGroup": group["name"],
                        "orgID": group["orgId"]} for r in group["rules"]}
     assert back == RULES  # every field of every rule, nothing lost or added
     on_disk = {p.stem: json.loads(p.read_text()) for p in (out / "alert-rules").glob("*.json")}
