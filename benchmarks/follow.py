@@ -7,9 +7,13 @@
    collector = `steptail follow --all --until-done` in its own process);
 3. rotation hang at 2, 20 and 200 lines/s with default options: how long the first step
    written after a log rotation (stream silent, no EOF) waits until it is committed;
-4. a container quiet for 60 s: log requests per minute (the hang checks), reconnects.
+4. a container quiet for 60 s: log requests per minute (the hang checks), reconnects;
+5. (--replicas N, alone) N replicas sharing 200 runs x 5 lines/s through PostgreSQL for 120 s,
+   one killed with SIGKILL at 60 s: lines lost and duplicated, time until the killed
+   replica's runs are followed again, CPU and the sum of PSS over every process.
 
     .venv/bin/python benchmarks/follow.py --json [--seconds 60] [--runs 10,50]
+    .venv/bin/python benchmarks/follow.py --json --replicas 2
 """
 
 from __future__ import annotations
@@ -260,14 +264,138 @@ def scale(runs: int, seconds: float) -> dict:
     }
 
 
+def _pss_and_cpu(pids: list[int]) -> tuple[int, float, int]:
+    """(sum of PSS, sum of CPU seconds, kubectl processes) over the replicas and every child
+    (kubectl, its auth plugin). PSS, not RSS: kubectl's code pages are shared by all of them."""
+    pss = kubectls = 0
+    cpu = 0.0
+    for pid in pids:
+        try:
+            procs = [psutil.Process(pid)]
+            procs += procs[0].children(recursive=True)
+        except psutil.Error:
+            continue
+        for p in procs:
+            try:
+                pss += p.memory_full_info().pss
+                t = p.cpu_times()
+                cpu += t.user + t.system
+                if p.pid == pid:  # children that ended (a reconnect's kubectl) and were reaped
+                    cpu += t.children_user + t.children_system
+                kubectls += p.name() == "kubectl"
+            except psutil.Error:
+                pass
+    return pss, cpu, kubectls
+
+
+def replicas(n: int, runs: int = 200, lines_per_s: float = 5.0, seconds: float = 120.0,
+             kill_at: float = 60.0) -> dict:
+    """`n` replicas of `steptail follow --all` on one PostgreSQL, `runs` JobSets at
+    `lines_per_s` each for `seconds`; replica 0 killed with SIGKILL (its process group, as a
+    container is killed) at `kill_at`. The simulator (in this process, on its own thread)
+    records every log request with the account (one per replica) that made it."""
+    import signal
+
+    from steptail.storage.scratch import scratch_database
+
+    rate = lines_per_s / LINES_PER_STEP
+    steps = int(rate * seconds)
+    scenario = {"rate": rate, "jobsets": [{"name": f"run-{i:03d}", "hosts": 1, "trainer": {
+        "steps": steps, "checkpoint_period": 10**6}} for i in range(runs)]}
+    admin = os.environ.get("STEPTAIL_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+    with tempfile.TemporaryDirectory() as d, scratch_database(admin, "steptail_bench") as db:
+        sim = SimCluster(scenario, state_dir=Path(d) / "sim").start_in_thread()
+        procs = []
+        try:
+            t0 = time.time()
+            for i in range(n):
+                env = {**os.environ, "CLOUDSDK_CORE_ACCOUNT": f"replica-{i}@steptail-sim.iam.gserviceaccount.com"}
+                procs.append(subprocess.Popen(
+                    [*CLI, "follow", "--all", "--kubeconfig", str(sim.kubeconfig_path), "--db", db, "--no-view"],
+                    env=env, stdout=subprocess.DEVNULL, stderr=open(Path(d) / f"replica-{i}.log", "wb"),
+                    start_new_session=True))
+            peak_pss, peak_kubectl, samples = 0, 0, []
+            cpu_before_kill = 0.0
+            killed_at = None
+            while time.time() - t0 < seconds + 15:
+                if killed_at is None and time.time() - t0 >= kill_at:
+                    _, cpu_before_kill, _ = _pss_and_cpu([procs[0].pid])
+                    open_at_kill = {r.pod for r in sim.log_reads if r.follow and r.end is None
+                                    and r.user.startswith("replica-0@")}
+                    os.killpg(procs[0].pid, signal.SIGKILL)
+                    killed_at = time.time()
+                    procs[0].wait(10)
+                pss, cpu, kubectls = _pss_and_cpu([p.pid for p in procs if p.poll() is None])
+                peak_pss, peak_kubectl = max(peak_pss, pss), max(peak_kubectl, kubectls)
+                samples.append((time.time(), cpu))
+                time.sleep(3.0)
+            _, cpu_end, _ = _pss_and_cpu([p.pid for p in procs if p.poll() is None])
+            wall = time.time() - t0
+            reads = sim.log_reads
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+            for p in procs:
+                try:
+                    p.wait(60)
+                except subprocess.TimeoutExpired:
+                    os.killpg(p.pid, signal.SIGKILL)
+            sim.stop_thread()
+        store = open_store(db)
+        with store.engine.connect() as c:
+            counts = dict(c.execute(sa.text("SELECT run, COUNT(*) FROM loss_parts GROUP BY run")).all())
+            extra_incarnations = c.execute(sa.text(
+                "SELECT COUNT(*) FROM incarnations WHERE incarnation > 1")).scalar()
+            gaps = c.execute(sa.text("SELECT COUNT(*) FROM stream_gaps")).scalar()
+            handovers = c.execute(sa.text(
+                "SELECT COUNT(DISTINCT run) FROM stream_reconnects WHERE reason = 'handover'")).scalar()
+        store.dispose()
+    # followed again: the first follow stream of another replica on each pod replica 0 held
+    again = []
+    for pod in open_at_kill:
+        starts = [r.start for r in reads if r.follow and r.pod == pod and r.start >= killed_at
+                  and not r.user.startswith("replica-0@")]
+        again.append(min(starts) - killed_at if starts else float("inf"))
+    overlaps = 0
+    by_pod: dict[str, list] = {}
+    for r in reads:
+        if r.follow:
+            by_pod.setdefault(r.pod, []).append((r.start, r.end or wall + t0, r.user))
+    for spans in by_pod.values():
+        spans.sort()
+        overlaps += sum(1 for a, b in zip(spans, spans[1:], strict=False) if b[0] < a[1] and a[2] != b[2])
+    lost = sum(max(0, steps - counts.get(f"run-{i:03d}", 0)) for i in range(runs))
+    return {
+        "replicas": n, "runs": runs, "lines_per_s_per_run": lines_per_s, "seconds": seconds,
+        "killed_at_s": kill_at, "steps_per_run": steps,
+        "steps_lost": lost, "lines_lost": round(lost * LINES_PER_STEP),
+        "steps_duplicated": extra_incarnations,  # a re-read filed twice would open an incarnation
+        "stream_gaps": gaps, "runs_with_handover": handovers,
+        "killed_replica_runs": len(open_at_kill),
+        "followed_again_max_s": round(max(again), 2) if again else None,
+        "followed_again_p50_s": round(_pct(again, 50), 2) if again else None,
+        "moments_two_replicas_followed_one_pod": overlaps,
+        "cpu_pct_all_replicas_and_kubectl": round(100 * (cpu_end + cpu_before_kill) / wall, 1),
+        "peak_pss_mb_all_replicas_and_kubectl": round(peak_pss / 2**20, 1),
+        "peak_kubectl_processes": peak_kubectl,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--seconds", type=float, default=60.0, help="duration of the scale runs")
     ap.add_argument("--runs", default="10,50", help="concurrent runs for the scale part")
+    ap.add_argument("--replicas", type=int, help="only the replicas part: N replicas on PostgreSQL, 200 runs x "
+                                                 "5 lines/s for 120 s, one replica killed at 60 s")
     args = ap.parse_args()
     logging.disable(logging.WARNING)
     os.environ.setdefault("CLOUDSDK_CORE_ACCOUNT", "steptail-agent@steptail-sim.iam.gserviceaccount.com")
+    if args.replicas:
+        result = {"cpus": os.cpu_count(), "replicas": replicas(args.replicas)}
+        print(json.dumps(result) if args.json else json.dumps(result, indent=2))
+        return
     result = {
         "cpus": os.cpu_count(),
         "latency": latency(min(args.seconds, 20.0)),

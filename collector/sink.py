@@ -21,6 +21,7 @@ from steptail.storage.catchup import catch_up
 from steptail.storage.compact import compact, write_snapshots
 from steptail.storage.db import Store
 from steptail.storage.parquet import ParquetSink
+from steptail.storage.replicas import NotOwner
 from steptail.storage.sql import COLUMNS, SqlSink
 from steptail.storage.streams import record_reconnects, record_stream_gaps
 
@@ -67,6 +68,11 @@ class RunSink:
         self.on_event: events.Hook | None = None  # committed rows and gaps, as they commit
         self.step_seconds: float | None = None  # from the last per-pod step line
         self._lock = asyncio.Lock()
+        # replicas (collector.ownership): each commit first checks the run is still ours; when it
+        # is not, nothing is committed, ever again, and on_lost is told
+        self.fence = None  # callable(conn), raises NotOwner
+        self.on_lost = None  # callable(NotOwner)
+        self.lost: NotOwner | None = None
         with store.engine.begin() as conn:
             self.sql.ensure_run(conn, run, jobset, namespace)
         if parquet_root:
@@ -94,6 +100,8 @@ class RunSink:
     async def flush(self, model: RunModel, parquet: bool = False) -> int:
         """Commit what the model produced since the last flush; returns rows committed."""
         async with self._lock:
+            if self.lost is not None:
+                return 0
             batch = model.take()
             gaps, self.gaps = self.gaps, []
             if self.reconnects:
@@ -107,6 +115,11 @@ class RunSink:
                 todo = list(self.pending)
                 try:
                     findings = await asyncio.to_thread(self._commit, todo)
+                except NotOwner as exc:  # another replica follows the run now: it re-reads these
+                    self.lost, self.pending = exc, []
+                    if self.on_lost is not None:
+                        self.on_lost(exc)
+                    return 0
                 except Exception as exc:  # noqa: BLE001 - keep following; retry next flush
                     self.error = f"store write failed: {str(exc).splitlines()[0][:200]}"
                     self.health.fail("store", self.error)  # one log line when it starts, not per retry
@@ -156,6 +169,8 @@ class RunSink:
         lock = self._sqlite_lock if self.store.is_sqlite else _NoLock()
         self.sql.take_refused()  # left by an attempt that was rolled back
         with lock, self.store.engine.begin() as conn:
+            if self.fence is not None:
+                self.fence(conn)
             findings = self._unsaved  # grows in place: kept if this commit fails too
             for batch, gaps in todo:
                 refused = self.sql.write(conn, self.run, batch)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,15 +22,19 @@ from steptail.collector.follower import FollowConfig, RunFollower, RunStatus
 from steptail.collector.health import Health
 from steptail.collector.kubectl import KubeTarget
 from steptail.collector.metrics import Metrics
+from steptail.collector.ownership import INTERVAL, Ownership
 from steptail.collector.sink import RunSink
 from steptail.runs.findings import Settings
 from steptail.runs.model import RunModel
 from steptail.runs.reference import ReferenceError, reference_for
 from steptail.storage.db import Store
+from steptail.storage.replicas import claim_owner, take_fence
 from steptail.storage.sources import SourceConflict, kubernetes_source
 from steptail.storage.sql import SqlSink, load_model
+from steptail.storage.streams import record_reconnects
 
 log = logging.getLogger("steptail.follow")
+rlog = logging.getLogger("steptail.replicas")  # runs moving between replicas: INFO is shown
 GIVE_UP_KINDS = ("auth", "forbidden", "network")  # failing from start-up: a configuration error
 
 
@@ -71,6 +76,12 @@ class Supervisor:
         self.detectors: dict[str, Detectors] = {}
         self.tasks: dict[str, asyncio.Task] = {}
         self.stopping = asyncio.Event()
+        # PostgreSQL: replicas share the runs, each following those it owns (collector.ownership);
+        # SQLite has one writer (collector.live refuses a second follow on the file)
+        self.ownership = None if store.is_sqlite else Ownership(store)
+        self.candidates: dict[str, str] = {}  # run -> jobset: found, to follow here or elsewhere
+        self._balancer: asyncio.Task | None = None
+        self._look_now = asyncio.Event()
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def run(self, install_signals: bool = True) -> dict[str, RunStatus]:
@@ -79,17 +90,24 @@ class Supervisor:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stopping.set)
         try:
+            if self.ownership is not None:
+                await self.ownership.connect()
+                rlog.info("replica %s: following the runs it owns (shared through %s)",
+                         self.ownership.replica, self.store.describe())
+                self._balancer = asyncio.create_task(self._balance(), name="ownership")
             self.discovery.on_jobset = self._discovered if self.plan.follow_all else None
             await self.discovery.start()
             for jobset, run in self.plan.jobsets.items():
-                await self.add(jobset, run)
+                await self.want(jobset, run)
             waiter = asyncio.create_task(self.stopping.wait())
             while not self.stopping.is_set():
                 self.fatal = self._given_up()
                 if self.fatal:
                     break
                 active = [t for t in self.tasks.values() if not t.done()]
-                if not active and (not self.plan.follow_all or (self.plan.config.until_done and self.tasks)):
+                elsewhere = [r for r in self.candidates if r not in self.tasks and not self.status[r].done]
+                if not active and not elsewhere and (
+                        not self.plan.follow_all or (self.plan.config.until_done and self.status)):
                     break  # with --all --until-done: every run found so far is done
                 # bounded: runs found by discovery (--all) join while we wait
                 await asyncio.wait([waiter, *active], timeout=0.5, return_when=asyncio.FIRST_COMPLETED)
@@ -105,6 +123,8 @@ class Supervisor:
         self.stopping.set()
 
     async def shutdown(self) -> None:
+        if self._balancer is not None:
+            await cancel_all([self._balancer])
         await cancel_all(list(self.tasks.values()))
         kubectl.kill_all()
         for run, f in self.followers.items():
@@ -116,6 +136,11 @@ class Supervisor:
                 await asyncio.to_thread(f.sink.compact_parquet)
             if self.status[run].state != "done":
                 self._set_state(run, "stopped")
+        if self.ownership is not None:  # after the final commits: the locks fall, others take over
+            try:
+                await self.ownership.close()
+            except Exception as exc:  # noqa: BLE001 - the connection is gone: so are the locks
+                log.debug("closing the ownership connection: %s", exc)
         self.discovery.stop()
 
     def _given_up(self) -> str | None:
@@ -145,8 +170,20 @@ class Supervisor:
 
     # -- runs ----------------------------------------------------------------------------------
     def _discovered(self, jobset: str) -> None:
-        if jobset not in self.tasks and not self.stopping.is_set():
-            asyncio.get_running_loop().create_task(self.add(jobset, jobset))
+        if jobset not in self.candidates and not self.stopping.is_set():
+            asyncio.get_running_loop().create_task(self.want(jobset, jobset))
+
+    async def want(self, jobset: str, run: str) -> None:
+        """A run to follow: here at once (one store, one follower), or when this replica
+        takes it (ownership: its next look at the fleet, at once)."""
+        if run in self.candidates:
+            return
+        self.candidates[run] = jobset
+        if self.ownership is None:
+            await self.add(jobset, run)
+            return
+        self.status.setdefault(run, RunStatus(run, jobset, state="not owned yet"))
+        self._look_now.set()
 
     async def add(self, jobset: str, run: str) -> None:
         if run in self.tasks:
@@ -156,6 +193,104 @@ class Supervisor:
             self.plan.metrics.run_started(run, status)
         self.health[run] = Health("follower", run, self.plan.metrics, status)
         self.tasks[run] = asyncio.create_task(self._supervise(jobset, run, status), name=f"run:{run}")
+
+    # -- replicas (PostgreSQL) -----------------------------------------------------------------
+    async def _balance(self) -> None:
+        """Every INTERVAL (or at once when a run is found): heartbeat, then take, give back and
+        drop runs as collector.ownership decides. The connection failing loses every run (its
+        locks fell with it): they stop at once and are taken again once it is back."""
+        own = self.ownership
+        health = Health("ownership", "", None)
+        backoff = INTERVAL
+        while not self.stopping.is_set():
+            try:
+                moves = await own.look(r for r in self.candidates if not self.status[r].done)
+            except Exception as exc:  # noqa: BLE001 - the store: retried; followers stop meanwhile
+                health.fail("store", f"ownership connection: {str(exc).splitlines()[0][:200]}")
+                for run in sorted(own.owned):
+                    await self._lose(run, "the ownership connection failed")
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+                try:
+                    await own.connect()
+                except Exception as again:  # noqa: BLE001 - next round
+                    log.debug("ownership reconnect: %s", again)
+                continue
+            health.ok()
+            backoff = INTERVAL
+            for run in moves.lost:
+                await self._lose(run, "its lock fell (the ownership connection was lost)")
+            if moves.take:
+                names = ", ".join(moves.take[:10]) + (", …" if len(moves.take) > 10 else "")
+                rlog.info("replica %s took %d runs (%s): %d of %d owned here", own.replica, len(moves.take),
+                          names, len(own.owned), len(self.candidates))
+            for run in moves.take:
+                self.tasks.pop(run, None)
+                await self.add(self.candidates[run], run)
+            if moves.give:  # each flushed and committed, then released; in parallel
+                await asyncio.gather(*(self._give(run) for run in moves.give))
+            for run, status in self.status.items():
+                if status.done and run in own.owned and run in self.tasks and self.tasks[run].done():
+                    await own.release(run)  # done here: others may look at it, it stays done here
+            if self.plan.metrics is not None:
+                self.plan.metrics.owned(len(own.owned))
+            self._show_owners()
+            self._look_now.clear()
+            try:
+                async with asyncio.timeout(INTERVAL):
+                    await self._look_now.wait()
+            except TimeoutError:
+                pass
+
+    def _show_owners(self) -> None:
+        survey = self.ownership.survey
+        for run in self.candidates:
+            if run in self.tasks or survey is None:
+                continue
+            owner = survey.owner_of(run)
+            self._set_state(run, f"followed by replica {owner.replica}" if owner else "not owned yet")
+
+    def _lose_soon(self, run: str, reason: str) -> None:
+        """From the sink, whose commit the fence refused: stop the run (not from inside it)."""
+        asyncio.get_running_loop().create_task(self._lose(run, reason))
+
+    async def _lose(self, run: str, reason: str) -> None:
+        """This replica no longer owns `run`: stop it now, commit nothing (the new owner
+        re-reads from the committed cursor)."""
+        task = self.tasks.pop(run, None)
+        self.followers.pop(run, None)
+        self.detectors.pop(run, None)
+        self.ownership.forget(run)
+        if self.plan.metrics is not None:  # no stale series of a run followed elsewhere now
+            self.plan.metrics.run_stopped(run)
+        if task is None:
+            return
+        rlog.warning("%s: no longer owned by this replica (%s): stopped, nothing more committed here",
+                    run, reason)
+        await cancel_all([task])
+        self._set_state(run, "lost ownership")
+
+    async def _give(self, run: str) -> None:
+        """Hand a run over (above the fair share): stop its follower, commit what it read,
+        then release the lock; the next owner resumes from that commit."""
+        task = self.tasks.pop(run, None)
+        follower = self.followers.pop(run, None)
+        self.detectors.pop(run, None)
+        if task is not None:
+            await cancel_all([task])
+        if follower is not None:
+            try:
+                await follower._final_flush()
+            except Exception as exc:  # noqa: BLE001 - the next owner re-reads from the last commit
+                log.warning("%s: final flush before the handover failed: %s", run, exc)
+            else:
+                await asyncio.to_thread(follower.sink.compact_parquet)
+        await self.ownership.release(run)
+        if self.plan.metrics is not None:
+            self.plan.metrics.run_stopped(run)
+        rlog.info("%s: handed over to another replica (%d of %d runs left here)", run,
+                 len(self.ownership.owned), len(self.candidates))
+        self._set_state(run, "handed over")
 
     async def assemble_run(self, jobset: str, run: str, status: RunStatus) -> RunFollower:
         """One run's path, from kubectl's stdout to the store:
@@ -179,7 +314,8 @@ class Supervisor:
         store, plan, ns = self.store, self.plan, self.plan.target.namespace
         # the model: the run is claimed for this JobSet before anything of it starts (a run of
         # another source refuses it: SourceConflict), then resumed from the store's cursors
-        model = await asyncio.to_thread(_claim_and_load, store, run, jobset, ns, plan.append)
+        replica = self.ownership.replica if self.ownership is not None else None
+        model = await asyncio.to_thread(_claim_and_load, store, run, jobset, ns, plan.append, replica)
         # the detectors: resumed from the store's findings, with the step-1 gate's reference CE
         try:
             reference = await asyncio.to_thread(reference_for, plan.reference_ce, run)
@@ -191,6 +327,9 @@ class Supervisor:
         # the sink: SQL, then the detectors, then Parquet (catching up what a killed collector left)
         sink = await asyncio.to_thread(RunSink, store, run, plan.parquet, detectors, plan.config.parquet_every,
                                        jobset, ns)
+        if self.ownership is not None:  # every commit checks this replica still owns the run
+            sink.fence = self.ownership.fence_for(run)
+            sink.on_lost = lambda exc: self._lose_soon(run, str(exc))
         # the follower: process 0's pods, from discovery, read into the model
         follower = RunFollower(run, jobset, plan.target, self.discovery, model, sink, detectors, plan.config,
                                status, self.health.get(run))
@@ -237,13 +376,29 @@ class Supervisor:
         status.state = state
 
 
-def _claim_and_load(store: Store, run: str, jobset: str, namespace: str, append: bool) -> RunModel:
+def _claim_and_load(store: Store, run: str, jobset: str, namespace: str, append: bool,
+                    replica: str | None = None) -> RunModel:
     """The run claimed for its JobSet (SourceConflict if it holds another source's data) and
-    its model loaded, in one transaction."""
+    its model loaded, in one transaction.
+
+    A replica (`replica`: it holds the run's owner lock) first waits for a commit of the
+    previous owner still in flight (the fence), so the model starts from the last committed
+    cursor; a run another replica followed before records the handover with its reconnects."""
     with store.engine.begin() as conn:
+        if replica is not None:
+            take_fence(conn, run)
         SqlSink(store).ensure_run(conn, run, jobset, namespace, append=append,
                                   source=kubernetes_source(namespace, jobset))
-        return load_model(conn, run)
+        model = load_model(conn, run)
+        if replica is not None:
+            before = claim_owner(conn, run, replica)
+            open_streams = sorted((c.hwm_ns or 0, k) for k, c in model.cursors.items() if not c.done)
+            if before is not None and before != replica and open_streams:
+                record_reconnects(conn, [(run, open_streams[-1][1], time.time_ns(), "handover")])
+                last = model.current.last_step if model.current is not None else None
+                rlog.info("%s: taken over from replica %s; resuming after step %s from the committed cursor",
+                         run, before, last)
+        return model
 
 
 async def cancel_all(tasks: list[asyncio.Task], every: float = 1.0) -> None:

@@ -5,9 +5,12 @@ the body of pods/log comes from logs.stream."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import secrets
 import ssl
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
@@ -16,6 +19,7 @@ from steptail.simcluster import discovery, kube, logs, render
 from steptail.simcluster.objects import CONTAINER
 from steptail.simcluster.state import ClusterState
 
+USER = web.RequestKey("user", str)  # the account a request authenticated as
 WATCH_POLL = 0.02  # seconds between two looks of an open watch for new events
 
 _FAILURE_MESSAGES = {
@@ -41,6 +45,19 @@ def _is_watch(request: web.Request) -> bool:
     return request.query.get("watch") in ("true", "1", "True")
 
 
+@dataclass
+class LogRead:
+    """One pods/log request: who (the account), which pod, follow or not, wall-clock span."""
+
+    user: str
+    namespace: str
+    pod: str
+    follow: bool
+    previous: bool
+    start: float
+    end: float | None = None  # None while the stream is open
+
+
 class KubeApi:
     def __init__(self, state: ClusterState, token: str, watch_timeout: float) -> None:
         self.state = state
@@ -49,6 +66,7 @@ class KubeApi:
         self.address = ""  # host:port once listening
         self.closing = False  # set by close(): open streams end
         self.requests: list[tuple[str, str, int]] = []  # (method, path?query, status)
+        self.log_reads: list[LogRead] = []  # every pods/log request, who made it, from when to when
         self._runner: web.AppRunner | None = None
 
     async def listen(self, host: str, port: int, cert: Path, key: Path) -> int:
@@ -94,10 +112,11 @@ class KubeApi:
         path = request.path
         if path in ("/healthz", "/livez", "/readyz"):
             return web.Response(text="ok")
-        auth = request.headers.get("Authorization", "")
+        user = self.user(request.headers.get("Authorization", ""))
+        request[USER] = user
         faults = self.state.faults
         with self.state.lock:
-            if auth != f"Bearer {self.token}" or faults.lapsed():
+            if user is None or faults.lapsed():
                 fail = 401
             else:
                 fail = faults.take_failure(path)
@@ -115,6 +134,17 @@ class KubeApi:
             if len(self.requests) > 10000:
                 del self.requests[:5000]
         return resp
+
+    def user(self, auth: str) -> str | None:
+        """Who a bearer token belongs to (the account the exec plugin was run as; "" for the
+        bare token), or None when it is not this cluster's."""
+        token, _, account = auth.removeprefix("Bearer ").partition(".")
+        if not auth.startswith("Bearer ") or not secrets.compare_digest(token, self.token):
+            return None
+        try:
+            return base64.urlsafe_b64decode(account + "=" * (-len(account) % 4)).decode() if account else ""
+        except (ValueError, UnicodeDecodeError):
+            return None
 
     async def h_notfound(self, request: web.Request) -> web.Response:
         if request.method != "GET":
@@ -324,5 +354,11 @@ class KubeApi:
         def ended() -> bool:
             return self.closing or st.faults.eof_gen != eof_gen
 
-        return await logs.stream(request, log, st.lock, gen=gen, start=start, follow=follow and not previous,
-                                 timestamps=timestamps, since_ns=since_ns, limit=limit, ended=ended)
+        read = LogRead(request.get(USER) or "", ns, name, follow and not previous, previous, time.time())
+        with st.lock:
+            self.log_reads.append(read)
+        try:
+            return await logs.stream(request, log, st.lock, gen=gen, start=start, follow=follow and not previous,
+                                     timestamps=timestamps, since_ns=since_ns, limit=limit, ended=ended)
+        finally:
+            read.end = time.time()

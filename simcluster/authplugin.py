@@ -5,6 +5,7 @@ Prints an ExecCredential with the simulator's token, or fails like the GKE plugi
 a message on stderr) when CLOUDSDK_CORE_ACCOUNT is unset or during a simulated login lapse
 (the simulator writes the lapse deadline, epoch seconds, to STATE_DIR/lapse_until)."""
 
+import base64
 import datetime
 import json
 import os
@@ -24,6 +25,10 @@ def _fail(detail: str) -> None:
         "(simulated gke-gcloud-auth-plugin: error getting credentials)\n"
     )
     sys.exit(1)
+
+
+def _b64(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
 
 
 def main() -> None:
@@ -56,7 +61,10 @@ def main() -> None:
             "kind": "ExecCredential",
             "apiVersion": "client.authentication.k8s.io/v1beta1",
             "spec": {"interactive": False},
-            "status": {"token": token, "expirationTimestamp": exp.strftime("%Y-%m-%dT%H:%M:%SZ")},
+            # the token names the account, as a real one identifies its principal to the API
+            # server: the simulator records who made each request (several replicas, one cluster)
+            "status": {"token": f"{token}.{_b64(os.environ['CLOUDSDK_CORE_ACCOUNT'])}",
+                       "expirationTimestamp": exp.strftime("%Y-%m-%dT%H:%M:%SZ")},
         },
         sys.stdout,
     )

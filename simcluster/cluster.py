@@ -89,6 +89,12 @@ class SimCluster:
         return self.api.requests
 
     @property
+    def log_reads(self) -> list:
+        """Every pods/log request (api.LogRead: account, pod, follow, start and end), a copy."""
+        with self.lock:
+            return list(self.api.log_reads)
+
+    @property
     def namespace(self) -> str:
         return self.scenario.namespace
 

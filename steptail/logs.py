@@ -34,7 +34,7 @@ class JsonFormatter(logging.Formatter):
 
 def configure(fmt: str = "text") -> None:
     """Everything steptail logs to stderr in `fmt` (text | json), at WARNING and above, plus
-    the INFO line of a failure that cleared. The HTTP libraries' own retry warnings are
+    the INFO line of a failure that cleared and of runs moving between replicas. The HTTP libraries' own retry warnings are
     dropped: the failure they retry is one state-change line of ours."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT))
@@ -42,6 +42,7 @@ def configure(fmt: str = "text") -> None:
     root.handlers[:] = [handler]
     root.setLevel(logging.WARNING)
     logging.getLogger("steptail.health").setLevel(logging.INFO)
+    logging.getLogger("steptail.replicas").setLevel(logging.INFO)
     logging.getLogger("urllib3").setLevel(logging.ERROR)
 
 

@@ -17,7 +17,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlch
 DEFAULT_DB = "steptail.db"
 # The newest migration. Checked against Alembic's own view in tests; lets a store that is
 # already current open without importing Alembic (a third of a second on every command).
-SCHEMA_HEAD = "0006"
+SCHEMA_HEAD = "0007"
 MIGRATIONS = Path(__file__).parent / "migrations"
 _LOCK_ID = 0x5717A11  # PostgreSQL advisory lock serialising concurrent first-use upgrades
 
@@ -54,7 +54,8 @@ class Store:
 
 def resolve_url(db: str | None) -> sa.URL:
     """--db value (URL or SQLite path), else $STEPTAIL_DB, else ./steptail.db."""
-    raw = db or os.environ.get("STEPTAIL_DB") or DEFAULT_DB
+    # stripped: a URL kept in a Secret file often ends with a newline
+    raw = (db or os.environ.get("STEPTAIL_DB") or DEFAULT_DB).strip()
     if "://" not in raw:
         return make_url(f"sqlite:///{Path(raw).expanduser().absolute()}")
     try:

@@ -69,6 +69,7 @@ def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parq
     from steptail.collector.supervisor import Plan
     from steptail.collector.view import by_kind, summary
     from steptail.runs.names import RunNameError, check_run_name
+    from steptail.storage.replicas import SqliteFollowLock, StoreBusy
     from steptail.storage.sources import SourceConflict, check_runs, kubernetes_source
 
     logs.configure(log_format)  # first: every line after this one is in that format
@@ -100,6 +101,14 @@ def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parq
     except KubeconfigError as exc:
         fail(str(exc))
     store = store_or_exit(db)
+    single = SqliteFollowLock(store.engine.url.database) if store.is_sqlite and store.engine.url.database \
+        not in (None, "", ":memory:") else None
+    try:  # SQLite has one writer: a second follow of the same file is refused (replicas: PostgreSQL)
+        if single is not None:
+            single.acquire()
+    except StoreBusy as exc:
+        store.dispose()
+        fail(str(exc))
     try:  # a named JobSet clashing with another source's run: refused before anything starts
         check_runs(store, {(run_name or j): kubernetes_source(namespace, j) for j in jobsets}, append=append)
     except SourceConflict as exc:
@@ -136,6 +145,8 @@ def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parq
         fail(f"cannot start: {exc}")
     finally:
         store.dispose()
+        if single is not None:
+            single.release()
     if sup.fatal:
         fail(sup.fatal)
     report = summary(sup.status, sup.discovery.health)

@@ -1,0 +1,177 @@
+"""Which runs this replica of `follow` follows, when several share one PostgreSQL store.
+
+Every `INTERVAL` the replica beats its heart (storage.replicas.Leases) and looks at the fleet:
+the live replicas and which runs are held. Then (`plan_moves`, pure):
+
+- it takes runs nobody holds, up to its fair share (ceil(runs / live replicas)); a run left
+  unheld for `GRACE` is taken whatever the share (availability before balance);
+- it gives back runs above its share while another live replica is below it (one handover
+  each, exact: the run is flushed and committed before its lock is released);
+- a run it believed it held but whose lock it no longer has is lost (its connection dropped):
+  the Supervisor stops it at once, without a commit (the fence would refuse one).
+
+A replica killed outright closes its connection; PostgreSQL drops its locks, and the others
+take its runs at their next look (well within 10 s). A replica cut off without a close (a
+lost node) is ended by the server after `IDLE_TIMEOUT` without a heartbeat."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import math
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+
+from steptail.storage.db import Store
+from steptail.storage.replicas import Leases, Survey, fence, run_key
+
+log = logging.getLogger("steptail.replicas")
+
+INTERVAL = 1.0  # seconds between looks at the fleet
+GRACE = 3.0  # a run unheld this long is taken regardless of the fair share
+COOLDOWN = 10.0  # a run given back is not taken again by the same replica for this long
+IDLE_TIMEOUT = "6s"  # the server ends a replica session idle this long (no heartbeat): locks fall
+
+
+def replica_id() -> str:
+    """Unique per process: the pod name (hostname) and pid, and a nonce for pid reuse."""
+    return f"{socket.gethostname()[:80]}-{os.getpid()}-{secrets.token_hex(2)}"
+
+
+@dataclass
+class Moves:
+    take: list[str] = field(default_factory=list)  # try to lock these (unheld)
+    give: list[str] = field(default_factory=list)  # hand these over (above the fair share)
+    lost: list[str] = field(default_factory=list)  # no longer held: stop without a commit
+
+
+def fair_share(runs: int, replicas: int) -> int:
+    return math.ceil(runs / max(1, replicas))
+
+
+def _rank(my_pid: int, run: str) -> bytes:
+    return hashlib.blake2b(f"{my_pid}:{run}".encode(), digest_size=4).digest()
+
+
+def plan_moves(candidates: Iterable[str], owned: set[str], survey: Survey, my_pid: int,
+               unheld_since: dict[str, float], cooling: dict[str, float], now: float) -> Moves:
+    """What to do after one look at the fleet (no I/O). `unheld_since` is kept up to date
+    here (run -> when first seen unheld); `cooling` maps a run given back to its end of
+    cooldown."""
+    candidates = sorted(set(candidates))
+    moves = Moves()
+    for run in sorted(owned):
+        if survey.held.get(run_key(run)) != my_pid:
+            moves.lost.append(run)
+    kept = owned.difference(moves.lost)
+    share = fair_share(len(candidates), len(survey.alive))
+    free = []
+    for run in candidates:
+        if run in kept:
+            continue
+        if run_key(run) in survey.held:
+            unheld_since.pop(run, None)
+            continue
+        free.append(run)
+        unheld_since.setdefault(run, now)
+    room = share - len(kept)
+    # the longest unheld first; among equals, an order of this replica's own, so replicas
+    # starting together do not all reach for the same runs
+    for run in sorted(free, key=lambda r: (unheld_since[r], _rank(my_pid, r))):
+        waited = now - unheld_since[run]
+        if cooling.get(run, 0.0) > now and waited < 2 * GRACE:
+            continue  # given back a moment ago: another replica is meant to take it
+        if room > 0 or waited >= GRACE:
+            moves.take.append(run)
+            room -= 1
+    others = [r.runs for r in survey.alive if r.backend_pid != my_pid]
+    if len(kept) > share and others and min(others) < share and not free:
+        below = sum(max(0, share - n) for n in others)
+        moves.give = sorted(kept)[: min(len(kept) - share, below)]
+    return moves
+
+
+class Ownership:
+    """The replica's leases, driven from the event loop (the SQL runs on one worker thread)."""
+
+    def __init__(self, store: Store, replica: str | None = None) -> None:
+        self.replica = replica or replica_id()
+        self.leases = Leases(store, self.replica, socket.gethostname(), os.getpid())
+        self.owned: set[str] = set()
+        self.unheld_since: dict[str, float] = {}
+        self.cooling: dict[str, float] = {}
+        self.survey: Survey | None = None
+        self._io = asyncio.Lock()  # one statement at a time on the dedicated connection
+        self.failing: str | None = None
+
+    @property
+    def backend_pid(self) -> int:
+        return self.leases.backend_pid
+
+    async def _call(self, fn, *args):
+        async with self._io:
+            return await asyncio.to_thread(fn, *args)
+
+    async def connect(self) -> None:
+        await self._call(self._connect)
+
+    def _connect(self) -> None:
+        self.leases.connect()
+        try:  # a replica that vanishes without closing its connection is ended by the server
+            self.leases.conn.execute(sa.text(f"SET idle_session_timeout = '{IDLE_TIMEOUT}'"))
+        except sa.exc.SQLAlchemyError:  # before PostgreSQL 14: TCP keepalives only
+            log.debug("idle_session_timeout not supported by this server")
+        for name, value in (("tcp_keepalives_idle", 5), ("tcp_keepalives_interval", 2),
+                            ("tcp_keepalives_count", 2)):
+            self.leases.conn.execute(sa.text(f"SET {name} = {int(value)}"))
+
+    async def look(self, candidates: Iterable[str]) -> Moves:
+        """Heartbeat, survey, and the moves to make; locks for `take` are tried here (the
+        returned `take` lists only runs now held)."""
+        survey = self.survey = await self._call(self.leases.heartbeat, len(self.owned))
+        now = time.monotonic()
+        moves = plan_moves(candidates, self.owned, survey, self.backend_pid, self.unheld_since,
+                           self.cooling, now)
+        got = []
+        for run in moves.take:
+            if await self._call(self.leases.try_own, run):
+                got.append(run)
+                self.unheld_since.pop(run, None)
+        moves.take = got
+        self.owned.update(got)
+        self.owned.difference_update(moves.lost)
+        for run, until in list(self.cooling.items()):
+            if until <= now:
+                del self.cooling[run]
+        return moves
+
+    async def release(self, run: str) -> None:
+        """Give a run back (after its final commit)."""
+        self.owned.discard(run)
+        self.cooling[run] = time.monotonic() + COOLDOWN
+        try:
+            await self._call(self.leases.release, run)
+        except sa.exc.SQLAlchemyError as exc:  # the connection is gone: so is the lock
+            log.debug("release of %s: %s", run, exc)
+
+    def forget(self, run: str) -> None:
+        """A run lost (its lock fell with the connection)."""
+        self.owned.discard(run)
+
+    def fence_for(self, run: str) -> Callable[[sa.Connection], None]:
+        """The check each commit of `run` makes first (storage.replicas.fence)."""
+        return lambda conn: fence(conn, run, self.backend_pid)
+
+    async def close(self) -> None:
+        await self._call(self.leases.close)
+        self.owned.clear()
+
+    def __repr__(self) -> str:
+        return f"Ownership({self.replica}, {len(self.owned)} runs)"

@@ -1,0 +1,241 @@
+"""Replicas of `follow` sharing one PostgreSQL store, with no service but the database.
+
+- A replica is alive while it holds its own advisory lock (`replica_key`) on a dedicated
+  connection; its row in `replicas` carries a heartbeat and how many runs it owns. A replica
+  that dies closes that connection, and PostgreSQL drops every lock it held at once.
+- A run is owned by the replica holding the session-level advisory lock `run_key(run)` on
+  that same connection (`Leases.try_own`).
+- Writes are fenced: every commit of a run's rows first takes the run's fence lock shared
+  and checks that this replica's connection still holds the owner lock (`fence`), and a new
+  owner loads the run's state under the fence lock exclusive (`take_fence`). So a commit in
+  flight when ownership moves completes before the new owner reads the cursor, and a replica
+  that lost its connection (hence its locks) cannot commit again: no step twice, none lost.
+
+On SQLite, replicas are not possible (one writer): `SqliteFollowLock` refuses a second
+`follow` on the same file."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from steptail.storage.db import Store
+
+# A replica's heartbeat older than this is a replica gone without closing its connection
+# cleanly (its row is removed); liveness itself is the replica lock, which falls at once.
+STALE_NS = 60 * 1_000_000_000
+
+
+class NotOwner(Exception):
+    """This replica no longer owns the run: its commit was refused (nothing written)."""
+
+
+def _key(kind: str, name: str) -> int:
+    """A signed 64-bit advisory-lock key for (kind, name); kinds never share keys."""
+    digest = hashlib.blake2b(f"steptail:{kind}:{name}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def run_key(run: str) -> int:
+    return _key("owner", run)
+
+
+def fence_key(run: str) -> int:
+    return _key("fence", run)
+
+
+def replica_key(replica: str) -> int:
+    return _key("replica", replica)
+
+
+def _lock_parts(key: int) -> tuple[int, int]:
+    """How pg_locks shows a bigint advisory key: (classid, objid), objsubid 1."""
+    unsigned = key & 0xFFFF_FFFF_FFFF_FFFF
+    return unsigned >> 32, unsigned & 0xFFFF_FFFF
+
+
+# Advisory locks (objsubid 1: the single-bigint form) of this database, as bigint keys.
+_HELD = """
+SELECT ((l.classid::bigint << 32) | l.objid::bigint) AS key, l.pid
+FROM pg_locks l
+WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+"""
+
+
+@dataclass(frozen=True)
+class Replica:
+    replica: str
+    host: str
+    pid: int
+    backend_pid: int
+    runs: int
+
+
+@dataclass(frozen=True)
+class Survey:
+    """One look at the fleet: the live replicas and which run keys are held by whom."""
+
+    alive: list[Replica]
+    held: dict[int, int]  # owner-lock key (signed) -> backend pid holding it
+
+    def owner_of(self, run: str) -> Replica | None:
+        pid = self.held.get(run_key(run))
+        return next((r for r in self.alive if r.backend_pid == pid), None) if pid is not None else None
+
+
+def _signed(key: int) -> int:
+    return key - (1 << 64) if key >= 1 << 63 else key
+
+
+class Leases:
+    """This replica's dedicated connection: its registration, heartbeat and run locks.
+
+    Blocking (call from a worker thread); one call at a time."""
+
+    def __init__(self, store: Store, replica: str, host: str, pid: int) -> None:
+        if store.is_sqlite:
+            raise ValueError("replicas share runs through PostgreSQL only")
+        self.store, self.replica, self.host, self.pid = store, replica, host, pid
+        self.conn: sa.Connection | None = None
+        self.backend_pid = 0
+
+    # -- connection -----------------------------------------------------------------------
+    def connect(self) -> None:
+        """Open the dedicated connection, take the replica lock, write the replica's row."""
+        self.close()
+        conn = self.store.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        try:
+            self.backend_pid = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+            conn.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": replica_key(self.replica)})
+            now = time.time_ns()
+            conn.execute(sa.text(
+                "INSERT INTO replicas (replica, host, pid, backend_pid, started_ns, heartbeat_ns, runs) "
+                "VALUES (:r, :h, :p, :b, :n, :n, 0) ON CONFLICT (replica) DO UPDATE SET "
+                "backend_pid = excluded.backend_pid, heartbeat_ns = excluded.heartbeat_ns, runs = 0"),
+                {"r": self.replica, "h": self.host[:256], "p": self.pid, "b": self.backend_pid, "n": now})
+        except BaseException:
+            conn.close()
+            raise
+        self.conn = conn
+
+    def close(self) -> None:
+        """Close the connection: every lock of this replica falls."""
+        if self.conn is None:
+            return
+        conn, self.conn = self.conn, None
+        try:
+            conn.execute(sa.text("DELETE FROM replicas WHERE replica = :r"), {"r": self.replica})
+        except sa.exc.SQLAlchemyError:
+            pass  # the connection is already gone: so are the locks; the row goes stale
+        finally:
+            try:
+                conn.invalidate()  # never back to the pool: a pooled session would keep the locks
+            finally:
+                conn.close()
+
+    def _c(self) -> sa.Connection:
+        if self.conn is None:
+            raise NotOwner("the ownership connection is closed")
+        return self.conn
+
+    # -- the fleet ------------------------------------------------------------------------
+    def heartbeat(self, owned: int) -> Survey:
+        """Record this replica's heartbeat and owned count; the live replicas and held locks."""
+        c = self._c()
+        now = time.time_ns()
+        c.execute(sa.text("UPDATE replicas SET heartbeat_ns = :n, runs = :o WHERE replica = :r"),
+                  {"n": now, "o": owned, "r": self.replica})
+        held = {_signed(int(k)): pid for k, pid in c.execute(sa.text(_HELD))}
+        alive, stale = [], []
+        for r in c.execute(sa.text(
+                "SELECT replica, host, pid, backend_pid, runs, heartbeat_ns FROM replicas ORDER BY replica")):
+            rep = Replica(r.replica, r.host, r.pid, r.backend_pid, r.runs)
+            if held.get(replica_key(rep.replica)) == rep.backend_pid:
+                alive.append(rep)
+            elif now - r.heartbeat_ns > STALE_NS:
+                stale.append(rep.replica)
+        if stale:  # gone long ago: the table stays small
+            c.execute(sa.text("DELETE FROM replicas WHERE replica IN :s AND heartbeat_ns < :t")
+                      .bindparams(sa.bindparam("s", expanding=True)), {"s": stale, "t": now - STALE_NS})
+        return Survey(alive, held)
+
+    # -- runs -----------------------------------------------------------------------------
+    def try_own(self, run: str) -> bool:
+        """Take the run's owner lock if nobody holds it (never waits)."""
+        return bool(self._c().execute(sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": run_key(run)}).scalar())
+
+    def release(self, run: str) -> None:
+        self._c().execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": run_key(run)})
+
+
+def fence(conn: sa.Connection, run: str, backend_pid: int) -> None:
+    """In a write transaction of `run`: go on only while this replica (its ownership
+    connection's backend) holds the run's owner lock; NotOwner otherwise. The fence lock,
+    shared until commit, makes a new owner's `take_fence` wait for this commit."""
+    conn.execute(sa.text("SELECT pg_advisory_xact_lock_shared(:k)"), {"k": fence_key(run)})
+    hi, lo = _lock_parts(run_key(run))
+    held = conn.execute(sa.text(
+        "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND granted "
+        "AND classid = :hi AND objid = :lo AND pid = :pid "
+        "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"),
+        {"hi": hi, "lo": lo, "pid": backend_pid}).first()
+    if held is None:
+        raise NotOwner(f"{run}: this replica no longer holds the run (its lock fell): nothing committed")
+
+
+def take_fence(conn: sa.Connection, run: str) -> None:
+    """In the new owner's load transaction: wait for any commit of the previous owner."""
+    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": fence_key(run)})
+
+
+def claim_owner(conn: sa.Connection, run: str, replica: str) -> str | None:
+    """Record `replica` as the run's owner; the replica that owned it before (None: first)."""
+    before = conn.execute(sa.text("SELECT replica FROM run_owners WHERE run = :r"), {"r": run}).scalar()
+    conn.execute(sa.text(
+        "INSERT INTO run_owners (run, replica, since_ns) VALUES (:r, :p, :n) ON CONFLICT (run) "
+        "DO UPDATE SET replica = excluded.replica, since_ns = excluded.since_ns"),
+        {"r": run, "p": replica, "n": time.time_ns()})
+    return before
+
+
+class SqliteFollowLock:
+    """One `follow` per SQLite file: an exclusive flock on a side file, held while following."""
+
+    def __init__(self, database: str) -> None:
+        self.path = Path(f"{database}.follow")
+        self._fh = None
+
+    def acquire(self) -> None:
+        """Raises StoreBusy naming the other follower."""
+        fh = open(self.path, "a+")  # noqa: SIM115 - held until release()
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            other = fh.read().strip() or "another process"
+            fh.close()
+            raise StoreBusy(
+                f"another steptail follow ({other}) is writing to {self.path.with_suffix('')}: "
+                "SQLite has one writer; run several replicas against PostgreSQL (--db postgresql://…)"
+            ) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()} on {os.uname().nodename}")
+        fh.flush()
+        self._fh = fh
+
+    def release(self) -> None:
+        if self._fh is not None:
+            fh, self._fh = self._fh, None
+            fh.close()
+
+
+class StoreBusy(Exception):
+    """Another follower holds this SQLite store."""

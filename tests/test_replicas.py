@@ -1,0 +1,209 @@
+"""Replicas of `follow` sharing the runs through the real PostgreSQL (collector.ownership,
+storage.replicas), against the simulated cluster with the real kubectl.
+
+Two and three replicas follow 12 JobSets; one is killed with SIGKILL mid-run (its whole
+process group, as a container is killed). The simulator records every pods/log request with
+the account that made it (each replica runs as its own account), which shows at every moment
+which replica follows which pod."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from steptail.collector.ownership import GRACE, Moves, fair_share, plan_moves
+from steptail.storage.replicas import Replica, SqliteFollowLock, Survey, run_key
+from steptail.storage.scratch import scratch_database
+
+try:
+    from store_fixtures import PG_ADMIN
+    from test_follow_support import assert_exactly_once, gaps, recorded, rows
+except ImportError:  # tests/ imported as a package
+    from tests.store_fixtures import PG_ADMIN
+    from tests.test_follow_support import assert_exactly_once, gaps, recorded, rows
+
+JOBSETS = 12
+STEPS = 400
+RATE = 10  # steps per second per JobSet: 40 s of training
+KILL_AT = 16.0  # seconds after the first replica started
+TAKEOVER = 10.0  # the killed replica's runs are followed again within this
+
+
+def scenario() -> dict:
+    return {
+        "namespace": "default", "rate": RATE, "grace_seconds": 3, "restart_pending_seconds": 0.3,
+        "jobsets": [{"name": f"sft-{i:02d}", "hosts": 1, "trainer": {"steps": STEPS, "checkpoint_period": 100}}
+                    for i in range(JOBSETS)],
+    }
+
+
+def account(i: int) -> str:
+    return f"replica-{i}@steptail-sim.iam.gserviceaccount.com"
+
+
+def start_replica(sim, db: str, i: int, logs: Path) -> subprocess.Popen:
+    argv = [sys.executable, "-c", "from steptail.cli import main; main()", "follow", "--all",
+            "-n", sim.namespace, "--kubeconfig", str(sim.kubeconfig_path), "--account", account(i),
+            "--db", db, "--no-view", "--log-format", "json"]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(logs / f"replica-{i}.log", "wb"),
+                            start_new_session=True)  # its own group: killed whole, like a container
+
+
+def follow_intervals(sim) -> dict[str, list[tuple[float, float, str]]]:
+    """pod -> [(start, end, account)] of every follow stream (end: now for an open one)."""
+    now = time.time()
+    out: dict[str, list[tuple[float, float, str]]] = {}
+    for r in sim.log_reads:
+        if r.follow:
+            out.setdefault(r.pod, []).append((r.start, r.end if r.end is not None else now, r.user))
+    return out
+
+
+def overlaps(intervals: dict[str, list[tuple[float, float, str]]]) -> list[tuple]:
+    """Moments two accounts followed one pod at once."""
+    bad = []
+    for pod, spans in intervals.items():
+        spans = sorted(spans)
+        for a, b in zip(spans, spans[1:], strict=False):
+            if b[0] < a[1] and a[2] != b[2]:
+                bad.append((pod, a, b))
+    return bad
+
+
+def all_recorded(db: str) -> bool:
+    n = rows(db, "SELECT COUNT(*) FROM loss_parts WHERE run LIKE :r", "sft-%")[0][0]
+    return n >= JOBSETS * STEPS
+
+
+@pytest.mark.parametrize("replicas", [2, 3])
+def test_replicas_share_runs_and_take_over_a_killed_one(make_simcluster, tmp_path, replicas):
+    sim = make_simcluster(scenario())
+    with scratch_database(PG_ADMIN, "steptail_replicas") as db:
+        procs = []
+        t0 = time.time()
+        try:
+            for i in range(replicas):  # staggered: the first takes every run, then gives back
+                procs.append(start_replica(sim, db, i, tmp_path))
+                time.sleep(1.5)
+            while time.time() - t0 < KILL_AT:
+                time.sleep(0.2)
+            before_kill = follow_intervals(sim)
+            killed = 0
+            os.killpg(procs[killed].pid, signal.SIGKILL)
+            killed_at = time.time()
+            procs[killed].wait(10)
+            # the pods the killed replica was following at that moment
+            orphaned = {pod for pod, spans in before_kill.items()
+                        if any(u == account(killed) and end >= killed_at - 0.05 for _, end, u in spans)}
+            deadline = time.time() + 90
+            while not all_recorded(db) and time.time() < deadline:
+                time.sleep(0.5)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+            for p in procs:
+                try:
+                    p.wait(30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait(5)
+        logs = {p.name: p.read_text()[-3000:] for p in tmp_path.glob("replica-*.log")}
+
+        # every replica followed some runs before the kill (fair shares, not one replica doing all)
+        users = {u for spans in before_kill.values() for _, _, u in spans}
+        assert users == {account(i) for i in range(replicas)}, (users, logs)
+        assert orphaned, "the killed replica was following nothing"
+
+        # at every moment each pod is followed by one replica only
+        intervals = follow_intervals(sim)
+        assert not overlaps(intervals), overlaps(intervals)[:5]
+
+        # the killed replica's pods were followed again, by another replica, within 10 s
+        late = {}
+        for pod in orphaned:
+            after = [s for s, _, u in intervals[pod] if s >= killed_at and u != account(killed)]
+            assert after, f"{pod} never followed again"
+            late[pod] = min(after) - killed_at
+        assert max(late.values()) < TAKEOVER, late
+
+        # every step stored once, none lost, no stream gap; the handovers are in the history
+        for i in range(JOBSETS):
+            run = f"sft-{i:02d}"
+            assert len(recorded(db, run)) == STEPS, (run, logs)
+            assert_exactly_once(sim, db, run, run)
+            assert gaps(db, run) == [], run
+        handed = {r for (r,) in rows(db, "SELECT DISTINCT run FROM stream_reconnects "
+                                         "WHERE reason = 'handover' AND run LIKE :r", "sft-%")}
+        orphaned_runs = {pod.rsplit("-slice-", 1)[0] for pod in orphaned}
+        assert orphaned_runs <= handed, (orphaned_runs, handed)
+
+
+def test_a_second_follow_of_one_sqlite_store_is_refused(simcluster, tmp_path):
+    db = tmp_path / "steptail.db"
+    db.touch()
+    held = SqliteFollowLock(str(db))
+    held.acquire()
+    try:
+        argv = [sys.executable, "-c", "from steptail.cli import main; main()", "follow", "--all",
+                "-n", simcluster.namespace, "--kubeconfig", str(simcluster.kubeconfig_path),
+                "--account", simcluster.account, "--db", str(db), "--no-view", "--duration", "5"]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    finally:
+        held.release()
+    assert out.returncode == 2, out
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "another steptail follow" in lines[0] and "PostgreSQL" in lines[0], lines
+
+
+# ---- the balancing policy, alone ------------------------------------------------------------
+
+def _survey(held: dict[str, int], runs_of: dict[int, int]) -> Survey:
+    alive = [Replica(f"r{pid}", "h", pid, pid, n) for pid, n in runs_of.items()]
+    return Survey(alive, {run_key(r): pid for r, pid in held.items()})
+
+
+def test_fair_share_rounds_up():
+    assert fair_share(12, 2) == 6 and fair_share(12, 5) == 3 and fair_share(3, 0) == 3
+
+
+def test_alone_a_replica_takes_every_free_run():
+    runs = [f"r{i}" for i in range(5)]
+    m = plan_moves(runs, set(), _survey({}, {1: 0}), 1, {}, {}, now=100.0)
+    assert sorted(m.take) == runs and m == Moves(take=m.take)
+
+
+def test_a_replica_takes_no_more_than_its_share_until_a_run_waits_too_long():
+    runs = [f"r{i}" for i in range(12)]
+    since: dict[str, float] = {}
+    first = plan_moves(runs, set(), _survey({}, {1: 0, 2: 0}), 1, since, {}, now=100.0)
+    assert len(first.take) == 6  # share 6 of 12 with two replicas
+    other = plan_moves(runs, set(), _survey({}, {1: 0, 2: 0}), 2, {}, {}, now=100.0)
+    assert other.take != first.take  # replicas starting together reach for different runs first
+    later = plan_moves(runs, set(first.take), _survey({r: 1 for r in first.take}, {1: 6, 2: 0}), 1, since, {},
+                       now=100.0 + GRACE)
+    assert sorted(later.take) == sorted(set(runs) - set(first.take))  # never taken by the other: availability first
+
+
+def test_above_its_share_a_replica_gives_back_to_one_below():
+    runs = [f"r{i}" for i in range(6)]
+    m = plan_moves(runs, set(runs), _survey({r: 1 for r in runs}, {1: 6, 2: 0}), 1, {}, {}, now=1.0)
+    assert m.give == runs[:3] and not m.take and not m.lost
+
+
+def test_a_run_whose_lock_fell_is_lost():
+    m = plan_moves(["a", "b"], {"a", "b"}, _survey({"a": 1, "b": 2}, {1: 2, 2: 0}), 1, {}, {}, now=1.0)
+    assert m.lost == ["b"]
+
+
+def test_a_run_given_back_is_left_to_others_for_a_while():
+    since: dict[str, float] = {}
+    cooling = {"a": 50.0}
+    assert plan_moves(["a"], set(), _survey({}, {1: 0}), 1, since, cooling, now=10.0).take == []
+    assert plan_moves(["a"], set(), _survey({}, {1: 0}), 1, since, cooling, now=10.0 + 2 * GRACE).take == ["a"]
