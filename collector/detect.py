@@ -17,6 +17,7 @@ from steptail.runs.detectors import FindingEngine
 from steptail.runs.findings import Finding, Settings
 from steptail.storage.db import Store
 from steptail.storage.findings import load_engine, save_findings
+from steptail.storage.status import last_recorded
 
 log = logging.getLogger("steptail.follow")
 
@@ -49,6 +50,14 @@ def failure_kind(kind: str) -> str:
     return "auth_failure" if kind in ("auth", "forbidden") else "stream_failure"
 
 
+def _seed_metrics(metrics: Metrics, store: Store, run: str) -> None:
+    """The run's last stored step in the step gauges from the start: a collector that resumes
+    or takes over a stalled run shows how old its last step is (no step to read, no gauge)."""
+    last = last_recorded(store, run)
+    if last is not None and last[1] is not None:  # no timestamp: no honest time to show
+        metrics.step(run, last[0], last[1])
+
+
 class Detectors:
     def __init__(self, run: str, store: Store | None = None, alerts: Alerter | None = None,
                  metrics: Metrics | None = None, settings: Settings | None = None,
@@ -56,6 +65,8 @@ class Detectors:
         self.run = run
         self.metrics = metrics
         self.engine = _engine(store, run, settings, reference_ce) if store is not None else None
+        if metrics is not None and store is not None:  # a resumed run: its last step is known
+            self._guard(_seed_metrics, metrics, store, run)
         self.alerts = alerts
         self.failures: list[Failure] = []
         self.flagged: list = []  # every finding raised by this collector

@@ -44,6 +44,14 @@ def run_gauges(store: Store, since_ns: int = 0, limit: int = 2**31 - 1) -> tuple
     return total, rows
 
 
+def last_recorded(store: Store, run: str) -> tuple[int, int | None] | None:
+    """(step, ts_ns) of the run's last LOSS-PARTS row (its latest incarnation's), or None."""
+    with store.engine.connect() as conn:
+        row = conn.execute(sa.text("SELECT step, ts_ns FROM loss_parts WHERE run = :r"
+                                   " ORDER BY incarnation DESC, step DESC LIMIT 1"), {"r": run}).first()
+    return None if row is None else (row[0], row[1])
+
+
 @dataclass
 class Recorded:
     steps: int  # LOSS-PARTS rows

@@ -251,3 +251,24 @@ def test_serve_labels_at_most_max_runs(loaded):
     assert families["steptail_runs"].samples[0].value == 2
     assert families["steptail_recent_runs"].samples[0].value == 1
     assert [s.labels["run"] for s in families["steptail_last_step"].samples] == ["recent"]  # the most recent
+
+
+def test_a_resumed_run_shows_its_last_stored_step(store, samples):
+    """A collector that restarts or takes a run over: the step gauges hold the store's last
+    step and its time before anything new is read (a stalled run is seen as stalled)."""
+    from steptail.collector.detect import Detectors
+
+    ingest_sample(store, samples, "rg", "resume-gap")
+    ingest_sample(store, samples, "untimed", "cp4-lb-nan")  # logged without kubelet timestamps
+    with store.engine.connect() as conn:
+        step, ts_ns = conn.execute(sa.text("SELECT step, ts_ns FROM loss_parts WHERE run = 'rg'"
+                                           " ORDER BY incarnation DESC, step DESC LIMIT 1")).first()
+    metrics = Metrics()
+    for run in ("rg", "untimed", "unknown"):
+        metrics.run_started(run)
+        Detectors(run, store, None, metrics)
+    got = samples_of(metrics.render().decode())
+    assert got[("steptail_last_step", (("run", "rg"),))] == step == 400
+    assert got[("steptail_last_step_timestamp_seconds", (("run", "rg"),))] == pytest.approx(ts_ns / 1e9)
+    for run in ("untimed", "unknown"):  # no honest time to show: no gauge
+        assert ("steptail_last_step_timestamp_seconds", (("run", run),)) not in got
