@@ -86,6 +86,7 @@ class Metrics:
             "steptail_discovery_up", "1 while process-0 pods are listed and watched, 0 before and while failing.",
             registry=r)
         self._down: dict[str, set[str]] = {}  # run -> its failing sources
+        self._followed: set[str] = set()  # runs started and not stopped here
         for reason in DISCOVERY_ERRORS:
             self.errors.labels("", "discovery", reason)
 
@@ -100,6 +101,8 @@ class Metrics:
             self.stream_reconnects.labels(run, reason)
         for source, reason in RUN_ERRORS:
             self.errors.labels(run, source, reason)
+        self._followed.add(run)
+        self.runs_owned.set(len(self._followed))  # one store, one collector: it holds what it follows
         done = self.run_done.labels(run)
         if status is not None:
             done.set_function(lambda: 1.0 if status.done or status.state == COMPLETED_STATE else 0.0)
@@ -115,9 +118,11 @@ class Metrics:
                               (self.follower_up, by_run)):
             _remove_run(metric, names, run)
         self._down.pop(run, None)
+        self._followed.discard(run)
+        self.runs_owned.set(len(self._followed))
 
     def owned(self, n: int) -> None:
-        """How many runs this collector holds now."""
+        """How many runs this collector holds now (replicas: what their locks say)."""
         self.runs_owned.set(n)
 
     def step(self, run: str, step: int, at_ns: int | None = None) -> None:

@@ -94,9 +94,11 @@ def test_a_run_handed_over_leaves_no_series():
         metrics.reconnect(run, "eof")
         metrics.error(run, "follower", "other")
         metrics.up(run, "follower", True)
+    assert samples_of(metrics.render().decode())[("steptail_runs_owned", ())] == 2
     metrics.run_stopped("theirs")
     got = samples_of(metrics.render().decode())
     assert run_series(got, "mine") and not run_series(got, "theirs")
+    assert got[("steptail_runs_owned", ())] == 1
 
 
 async def _get(session: aiohttp.ClientSession, url: str) -> tuple[int, str]:
