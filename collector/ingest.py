@@ -78,6 +78,20 @@ class IngestResult(Counters):
         return {k: getattr(self, k) for k in keys}
 
 
+@dataclass(frozen=True)
+class Origin:
+    """Where the sources come from. Default: saved files (source `files`, one stream "log"
+    deduplicated across files). A JobSet's archived pod logs (`steptail archive`) are the
+    JobSet's own: its kubernetes source, and each file the stream key `follow` gives that
+    container (`uid/container/restart`), so the cursor follow left drops what it read."""
+
+    source: str = FILES
+    jobset: str | None = None
+    namespace: str | None = None
+    streams: dict[str, str] = field(default_factory=dict)  # source name -> stream key
+    finished: frozenset[str] = frozenset()  # stream keys whose container had terminated
+
+
 def order_sources(sources: list[Source]) -> list[Source]:
     """Timestamped logs in time order (an old pod's log before its replacement's)."""
     firsts = [first_timestamp(s) for s in sources]
@@ -104,6 +118,7 @@ def ingest(
     append: bool = False,
     settings: Settings | None = None,
     reference_ce: dict[int, float] | None = None,
+    origin: Origin | None = None,
 ) -> IngestResult:
     """Ingest `sources` into `run`. `pool`: workers from start_workers(), started before the
     store was opened so that they boot while the schema is checked (else started here).
@@ -112,6 +127,7 @@ def ingest(
     stored as `check` with these `settings` and `reference_ce` would store them. Sources
     without a record line are left out (`no_records`); if none has one, NoRecords."""
     check_run_name(run)
+    origin = origin or Origin()
     sink = SqlSink(store)
     pq_sink = ParquetSink(parquet, run) if parquet else None
     result = IngestResult(run=run)
@@ -126,7 +142,7 @@ def ingest(
         # The writer threads stop before the transaction ends, committed or rolled back: none
         # may write to the connection or to a Parquet file after that.
         with store.engine.begin() as conn, _Writer(sink, pq_sink, conn, run, detectors.observe) as writer:
-            sink.ensure_run(conn, run, source=FILES, append=append)
+            sink.ensure_run(conn, run, origin.jobset, origin.namespace, source=origin.source, append=append)
             model = load_model(conn, run)
             detectors.replay(conn)
             done = 0
@@ -134,7 +150,8 @@ def ingest(
                 tick = (lambda pos, base=done: progress(base + pos)) if progress else None
                 started = time.time_ns()
                 model.counters = Counters()
-                model.new_read()  # a clock jump is measured within one file
+                stream = origin.streams.get(source.name, "log")
+                model.new_read(stream)  # a clock jump is measured within one file
                 digest = None
                 if first_timestamp(source) is None:
                     # Untimestamped lines have no identity of their own: dedupe whole files.
@@ -144,7 +161,9 @@ def ingest(
                         continue
                 cursors_before = {k: c.copy() for k, c in model.cursors.items()}
                 submitted = writer.submitted
-                _feed(model, source, writer, tick, pool)
+                _feed(model, source, writer, tick, pool, stream)
+                if stream in origin.finished:
+                    model.finish_stream(stream)
                 done += source.size or 0
                 if writer.submitted == submitted and not _holds_records(model):
                     result.no_records.append(source.name)
@@ -274,7 +293,7 @@ class _Detectors:
             self.error = f"{getattr(fn, '__name__', fn)}: {exc}"
 
 
-def _feed(model, source, writer, progress, pool) -> None:
+def _feed(model, source, writer, progress, pool, stream: str = "log") -> None:
     """Blocks are parsed in worker processes (pure, ordered) and applied here in order."""
     window: deque = deque()
 
@@ -282,7 +301,7 @@ def _feed(model, source, writer, progress, pool) -> None:
         model.counters.lines += piece.lines
         if piece.bad:
             model.bad_line(piece.bad)
-        apply_parsed(model, parsed, reread or (lambda a, b: piece.block[a:b]))
+        apply_parsed(model, parsed, reread or (lambda a, b: piece.block[a:b]), stream=stream)
         if len(model.batch) >= FLUSH_ROWS:
             _flush(model, writer)
         if progress:
@@ -323,18 +342,18 @@ def _feed(model, source, writer, progress, pool) -> None:
             future.cancel()
 
 
-def apply_parsed(model, parsed: tuple, reread, start: int = 0, end: int | None = None) -> None:
+def apply_parsed(model, parsed: tuple, reread, start: int = 0, end: int | None = None, stream: str = "log") -> None:
     """Feed one parse_block result to the model, in line order. A steady part the model cannot
     take whole (its state needs each line) is read again (`reread(start, end)`, offsets in
     the block, end None for its end) and fed line by line."""
     kind, body = parsed
     if kind == BlockKind.SPLIT:
         for a, b, part in body:
-            apply_parsed(model, part, reread, start + a, start + b)
+            apply_parsed(model, part, reread, start + a, start + b, stream)
     elif kind == BlockKind.LINES:
-        model.feed_items(body)
-    elif not model.feed_steady(body):
-        model.feed_items(line_by_line(reread(start, end)))
+        model.feed_items(body, stream)
+    elif not model.feed_steady(body, stream):
+        model.feed_items(line_by_line(reread(start, end)), stream)
 
 
 class Workers:

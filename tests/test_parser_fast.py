@@ -136,7 +136,7 @@ def _both(blocks, prefix=()) -> tuple[int, tuple, tuple]:
     steady = 0
     taken: list[bool] = []  # what feed_steady answered, call by call
     feed = fast.feed_steady
-    fast.feed_steady = lambda body: taken.append(feed(body)) or taken[-1]
+    fast.feed_steady = lambda body, *stream: taken.append(feed(body, *stream)) or taken[-1]
     for block in blocks:
         ref.feed_items(line_by_line(block))
         parsed, before = parse_block(block), len(taken)
