@@ -289,7 +289,7 @@ def _pss_and_cpu(pids: list[int]) -> tuple[int, float, int]:
 
 
 def replicas(n: int, runs: int = 200, lines_per_s: float = 5.0, seconds: float = 120.0,
-             kill_at: float = 60.0) -> dict:
+             kill_at: float = 60.0, log_dir: str | None = None) -> dict:
     """`n` replicas of `steptail follow --all` on one PostgreSQL, `runs` JobSets at
     `lines_per_s` each for `seconds`; replica 0 killed with SIGKILL (its process group, as a
     container is killed) at `kill_at`. The simulator (in this process, on its own thread)
@@ -312,7 +312,7 @@ def replicas(n: int, runs: int = 200, lines_per_s: float = 5.0, seconds: float =
                 env = {**os.environ, "CLOUDSDK_CORE_ACCOUNT": f"replica-{i}@steptail-sim.iam.gserviceaccount.com"}
                 procs.append(subprocess.Popen(
                     [*CLI, "follow", "--all", "--kubeconfig", str(sim.kubeconfig_path), "--db", db, "--no-view"],
-                    env=env, stdout=subprocess.DEVNULL, stderr=open(Path(d) / f"replica-{i}.log", "wb"),
+                    env=env, stdout=subprocess.DEVNULL, stderr=open(Path(log_dir or d) / f"replica-{i}.log", "wb"),
                     start_new_session=True))
             peak_pss, peak_kubectl, samples = 0, 0, []
             cpu_before_kill = 0.0

@@ -289,6 +289,7 @@ class RunFollower:
                 if not line:
                     break
                 last_line = time.monotonic()
+                self.sink.running = True
                 watchdog.reset()
                 ts_ns = line_ts(line)
                 if check.would_gap(ts_ns) and not await self._same_container(pod):
@@ -504,7 +505,8 @@ class RunFollower:
         if self.on_event is not None and (state, pod_name) != (self.status.state, self.status.pod):
             events.state_changed(self.on_event, self.run, state, pod_name)
         self.status.state = state
-        self.sink.running = state == "following"  # stalls are judged only while the container runs
+        if state != "following":  # stalls are judged only while a stream delivers (_stream sets it)
+            self.sink.running = False
         if pod is not None:
             self.status.pod = pod.name
         if state == "following":

@@ -12,7 +12,8 @@ the live replicas and which runs are held. Then (`plan_moves`, pure):
 
 A replica killed outright closes its connection; PostgreSQL drops its locks, and the others
 take its runs at their next look (well within 10 s). A replica cut off without a close (a
-lost node) is ended by the server after `IDLE_TIMEOUT` without a heartbeat."""
+lost node) is found by the server's TCP keepalives (`KEEPALIVES`), a hung one is ended after
+`IDLE_TIMEOUT` without a heartbeat."""
 
 from __future__ import annotations
 
@@ -24,20 +25,24 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
 from steptail.storage.db import Store
-from steptail.storage.replicas import Leases, Survey, fence, run_key
+from steptail.storage.replicas import Leases, Survey, run_key
 
 log = logging.getLogger("steptail.replicas")
 
-INTERVAL = 1.0  # seconds between looks at the fleet
+INTERVAL = 0.5  # seconds between looks at the fleet (a heartbeat: three small statements)
 GRACE = 3.0  # a run unheld this long is taken regardless of the fair share
 COOLDOWN = 10.0  # a run given back is not taken again by the same replica for this long
-IDLE_TIMEOUT = "6s"  # the server ends a replica session idle this long (no heartbeat): locks fall
+# A replica cut off without a close (a lost node) is found by the server's TCP keepalives
+# (about 4 + 2 x 2 s); one whose process hangs is ended after IDLE_TIMEOUT without a heartbeat.
+KEEPALIVES = {"tcp_keepalives_idle": 4, "tcp_keepalives_interval": 2, "tcp_keepalives_count": 2}
+IDLE_TIMEOUT = "30s"
 
 
 def replica_id() -> str:
@@ -108,7 +113,8 @@ class Ownership:
         self.unheld_since: dict[str, float] = {}
         self.cooling: dict[str, float] = {}
         self.survey: Survey | None = None
-        self._io = asyncio.Lock()  # one statement at a time on the dedicated connection
+        # its own thread: a heartbeat never waits behind the runs' commits in the default pool
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ownership")
         self.failing: str | None = None
 
     @property
@@ -116,8 +122,7 @@ class Ownership:
         return self.leases.backend_pid
 
     async def _call(self, fn, *args):
-        async with self._io:
-            return await asyncio.to_thread(fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 
     async def connect(self) -> None:
         await self._call(self._connect)
@@ -128,8 +133,7 @@ class Ownership:
             self.leases.conn.execute(sa.text(f"SET idle_session_timeout = '{IDLE_TIMEOUT}'"))
         except sa.exc.SQLAlchemyError:  # before PostgreSQL 14: TCP keepalives only
             log.debug("idle_session_timeout not supported by this server")
-        for name, value in (("tcp_keepalives_idle", 5), ("tcp_keepalives_interval", 2),
-                            ("tcp_keepalives_count", 2)):
+        for name, value in KEEPALIVES.items():
             self.leases.conn.execute(sa.text(f"SET {name} = {int(value)}"))
 
     async def look(self, candidates: Iterable[str]) -> Moves:
@@ -139,11 +143,9 @@ class Ownership:
         now = time.monotonic()
         moves = plan_moves(candidates, self.owned, survey, self.backend_pid, self.unheld_since,
                            self.cooling, now)
-        got = []
-        for run in moves.take:
-            if await self._call(self.leases.try_own, run):
-                got.append(run)
-                self.unheld_since.pop(run, None)
+        got = await self._call(self.leases.try_own_many, moves.take)
+        for run in got:
+            self.unheld_since.pop(run, None)
         moves.take = got
         self.owned.update(got)
         self.owned.difference_update(moves.lost)
@@ -165,13 +167,12 @@ class Ownership:
         """A run lost (its lock fell with the connection)."""
         self.owned.discard(run)
 
-    def fence_for(self, run: str) -> Callable[[sa.Connection], None]:
-        """The check each commit of `run` makes first (storage.replicas.fence)."""
-        return lambda conn: fence(conn, run, self.backend_pid)
-
     async def close(self) -> None:
-        await self._call(self.leases.close)
-        self.owned.clear()
+        try:
+            await self._call(self.leases.close)
+        finally:
+            self.owned.clear()
+            self._thread.shutdown(wait=False)
 
     def __repr__(self) -> str:
         return f"Ownership({self.replica}, {len(self.owned)} runs)"

@@ -51,7 +51,8 @@ class RunSink:
         self.parquet_last = time.monotonic()
         self.tick_every = 1.0  # stall checks run on the clock even when no line arrives
         self.last_tick = 0.0
-        self.running = True  # set by the follower: process 0's container runs
+        # set by the follower once a stream of process 0 delivers (stalls are judged only then)
+        self.running = False
         self.parquet_files = 0
         self.committed_rows = 0
         self.bad_lines = 0  # model.counters.bad_lines already reported to the metrics
@@ -166,6 +167,11 @@ class RunSink:
             return written
 
     def _commit(self, todo: list[tuple[Batch, list[StreamGap]]]) -> list:
+        ticked = not todo
+        if ticked:  # only the clock's checks: a transaction only when they raised something
+            self._unsaved += self.detectors.tick(time.time_ns(), self.running)
+            if not self._unsaved:
+                return []
         lock = self._sqlite_lock if self.store.is_sqlite else _NoLock()
         self.sql.take_refused()  # left by an attempt that was rolled back
         with lock, self.store.engine.begin() as conn:
@@ -181,7 +187,8 @@ class RunSink:
                     record_stream_gaps(conn, [
                         (self.run, g.stream, g.start_ns, g.end_ns, g.reason, g.detected_ns) for g in gaps])
                 findings += self.detectors.observe(batch, gaps)
-            findings += self.detectors.tick(time.time_ns(), self.running)
+            if not ticked:
+                findings += self.detectors.tick(time.time_ns(), self.running)
             findings = list({f.key: f for f in findings}.values())  # a finding grown twice: its latest state
             self.detectors.save(conn, findings)
         self._unsaved = []

@@ -28,7 +28,7 @@ from steptail.runs.findings import Settings
 from steptail.runs.model import RunModel
 from steptail.runs.reference import ReferenceError, reference_for
 from steptail.storage.db import Store
-from steptail.storage.replicas import claim_owner, take_fence
+from steptail.storage.replicas import fence, take_over
 from steptail.storage.sources import SourceConflict, kubernetes_source
 from steptail.storage.sql import SqlSink, load_model
 from steptail.storage.streams import record_reconnects
@@ -315,7 +315,7 @@ class Supervisor:
         # the model: the run is claimed for this JobSet before anything of it starts (a run of
         # another source refuses it: SourceConflict), then resumed from the store's cursors
         replica = self.ownership.replica if self.ownership is not None else None
-        model = await asyncio.to_thread(_claim_and_load, store, run, jobset, ns, plan.append, replica)
+        model, epoch = await asyncio.to_thread(_claim_and_load, store, run, jobset, ns, plan.append, replica)
         # the detectors: resumed from the store's findings, with the step-1 gate's reference CE
         try:
             reference = await asyncio.to_thread(reference_for, plan.reference_ce, run)
@@ -328,7 +328,7 @@ class Supervisor:
         sink = await asyncio.to_thread(RunSink, store, run, plan.parquet, detectors, plan.config.parquet_every,
                                        jobset, ns)
         if self.ownership is not None:  # every commit checks this replica still owns the run
-            sink.fence = self.ownership.fence_for(run)
+            sink.fence = lambda conn: fence(conn, run, epoch)
             sink.on_lost = lambda exc: self._lose_soon(run, str(exc))
         # the follower: process 0's pods, from discovery, read into the model
         follower = RunFollower(run, jobset, plan.target, self.discovery, model, sink, detectors, plan.config,
@@ -377,28 +377,29 @@ class Supervisor:
 
 
 def _claim_and_load(store: Store, run: str, jobset: str, namespace: str, append: bool,
-                    replica: str | None = None) -> RunModel:
+                    replica: str | None = None) -> tuple[RunModel, int | None]:
     """The run claimed for its JobSet (SourceConflict if it holds another source's data) and
     its model loaded, in one transaction.
 
     A replica (`replica`: it holds the run's owner lock) first waits for a commit of the
-    previous owner still in flight (the fence), so the model starts from the last committed
-    cursor; a run another replica followed before records the handover with its reconnects."""
+    previous owner still in flight and takes the run's next epoch (the fence its commits
+    carry), so the model starts from the last committed cursor; a run another replica
+    followed before records the handover with its reconnects. Returns (model, epoch)."""
+    epoch = before = None
     with store.engine.begin() as conn:
         if replica is not None:
-            take_fence(conn, run)
+            before, epoch = take_over(conn, run, replica)
         SqlSink(store).ensure_run(conn, run, jobset, namespace, append=append,
                                   source=kubernetes_source(namespace, jobset))
         model = load_model(conn, run)
         if replica is not None:
-            before = claim_owner(conn, run, replica)
             open_streams = sorted((c.hwm_ns or 0, k) for k, c in model.cursors.items() if not c.done)
             if before is not None and before != replica and open_streams:
                 record_reconnects(conn, [(run, open_streams[-1][1], time.time_ns(), "handover")])
                 last = model.current.last_step if model.current is not None else None
                 rlog.info("%s: taken over from replica %s; resuming after step %s from the committed cursor",
-                         run, before, last)
-        return model
+                          run, before, last)
+        return model, epoch
 
 
 async def cancel_all(tasks: list[asyncio.Task], every: float = 1.0) -> None:

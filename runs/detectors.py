@@ -172,6 +172,7 @@ class FindingEngine:
         self._step1 = False
         self._median = RunningMedian()
         self._arrival_ns: int | None = None  # clock when the latest step was observed
+        self._watching = True  # the stream is being read (the stall clock runs); see tick
         self._gaps: list[StreamGap] = []
         self._ranges: dict[tuple[str, int], Finding] = {}
         self._out: dict[tuple, Finding] = {}
@@ -235,7 +236,14 @@ class FindingEngine:
         """Live stall check from the clock: no new step for k x the median step time."""
         inc = self._incs.get(self._current)
         median = self._median_ready()
-        if not running or inc is None or inc.last_step is None or median is None or self._arrival_ns is None:
+        if not running:
+            self._watching = False
+            return []
+        if not self._watching:  # read again (a start, a take-over, a re-open): the wait starts now,
+            self._watching = True  # not from a step stored before the stream was read
+            if self._arrival_ns is not None:
+                self._arrival_ns = max(self._arrival_ns, now_ns)
+        if inc is None or inc.last_step is None or median is None or self._arrival_ns is None:
             return []
         planned = _as_int(inc.config.get("steps"))
         if planned is not None and inc.last_step >= planned:

@@ -55,7 +55,9 @@ def main() -> None:
             token = f.read().strip()
     except OSError as e:
         _fail(f"could not read the simulated credential store: {e}")
-    exp = datetime.datetime.now(datetime.UTC) + datetime.timedelta(minutes=5)
+    # an hour, as a Google access token: clients cache it (the kubernetes client renews one that
+    # has less than 5 minutes left, so a shorter life would run the plugin on every request)
+    exp = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)
     json.dump(
         {
             "kind": "ExecCredential",

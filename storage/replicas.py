@@ -5,11 +5,12 @@
   that dies closes that connection, and PostgreSQL drops every lock it held at once.
 - A run is owned by the replica holding the session-level advisory lock `run_key(run)` on
   that same connection (`Leases.try_own`).
-- Writes are fenced: every commit of a run's rows first takes the run's fence lock shared
-  and checks that this replica's connection still holds the owner lock (`fence`), and a new
-  owner loads the run's state under the fence lock exclusive (`take_fence`). So a commit in
-  flight when ownership moves completes before the new owner reads the cursor, and a replica
-  that lost its connection (hence its locks) cannot commit again: no step twice, none lost.
+- Writes are fenced: a new owner bumps the run's epoch (`run_owners`) and loads the run's
+  state under the run's fence lock, exclusive (`take_over`); every commit first takes that
+  lock shared and checks its epoch is still the run's (`fence`), in one statement. So a
+  commit in flight when ownership moves completes before the new owner reads the cursor, and
+  a replica whose run was taken over (its connection, hence its lock, lost) cannot commit
+  again: no step twice, none lost.
 
 On SQLite, replicas are not possible (one writer): `SqliteFollowLock` refuses a second
 `follow` on the same file."""
@@ -52,12 +53,6 @@ def fence_key(run: str) -> int:
 
 def replica_key(replica: str) -> int:
     return _key("replica", replica)
-
-
-def _lock_parts(key: int) -> tuple[int, int]:
-    """How pg_locks shows a bigint advisory key: (classid, objid), objsubid 1."""
-    unsigned = key & 0xFFFF_FFFF_FFFF_FFFF
-    return unsigned >> 32, unsigned & 0xFFFF_FFFF
 
 
 # Advisory locks (objsubid 1: the single-bigint form) of this database, as bigint keys.
@@ -171,38 +166,49 @@ class Leases:
         """Take the run's owner lock if nobody holds it (never waits)."""
         return bool(self._c().execute(sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": run_key(run)}).scalar())
 
+    def try_own_many(self, runs: list[str]) -> list[str]:
+        """The runs of `runs` whose owner lock this call took (those nobody held), in one
+        statement: a replica taking over a hundred runs does not wait a hundred round trips."""
+        if not runs:
+            return []
+        keys = {run_key(r): r for r in runs}
+        got = self._c().execute(sa.text(
+            "SELECT k FROM unnest(CAST(:keys AS bigint[])) AS k WHERE pg_try_advisory_lock(k)"),
+            {"keys": list(keys)}).scalars().all()
+        return [keys[k] for k in got]
+
     def release(self, run: str) -> None:
         self._c().execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": run_key(run)})
 
 
-def fence(conn: sa.Connection, run: str, backend_pid: int) -> None:
-    """In a write transaction of `run`: go on only while this replica (its ownership
-    connection's backend) holds the run's owner lock; NotOwner otherwise. The fence lock,
-    shared until commit, makes a new owner's `take_fence` wait for this commit."""
-    conn.execute(sa.text("SELECT pg_advisory_xact_lock_shared(:k)"), {"k": fence_key(run)})
-    hi, lo = _lock_parts(run_key(run))
-    held = conn.execute(sa.text(
-        "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND granted "
-        "AND classid = :hi AND objid = :lo AND pid = :pid "
-        "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"),
-        {"hi": hi, "lo": lo, "pid": backend_pid}).first()
-    if held is None:
-        raise NotOwner(f"{run}: this replica no longer holds the run (its lock fell): nothing committed")
+# The fence lock shared (until commit: a take-over waits for this transaction), then the
+# run's epoch; the CTE is scanned first, so the epoch is read once the lock is held.
+_FENCE = sa.text(
+    "WITH fenced AS MATERIALIZED (SELECT pg_advisory_xact_lock_shared(:k)) "
+    "SELECT o.epoch FROM fenced, run_owners o WHERE o.run = :r")
 
 
-def take_fence(conn: sa.Connection, run: str) -> None:
-    """In the new owner's load transaction: wait for any commit of the previous owner."""
+def fence(conn: sa.Connection, run: str, epoch: int) -> None:
+    """First in a write transaction of `run`: go on only while `epoch` (this replica's, from
+    `take_over`) is still the run's; NotOwner otherwise (another replica took the run over)."""
+    now = conn.execute(_FENCE, {"k": fence_key(run), "r": run}).scalar()
+    if now != epoch:
+        raise NotOwner(f"{run}: taken over by another replica (epoch {now}, ours {epoch}): nothing committed")
+
+
+def take_over(conn: sa.Connection, run: str, replica: str) -> tuple[str | None, int]:
+    """In the new owner's load transaction, before reading the run's state: wait for a
+    commit of the previous owner still in flight (the fence lock, exclusive), record this
+    replica as the owner under a new epoch. Returns (the replica that owned it before, None
+    on a first start; the new epoch)."""
     conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": fence_key(run)})
-
-
-def claim_owner(conn: sa.Connection, run: str, replica: str) -> str | None:
-    """Record `replica` as the run's owner; the replica that owned it before (None: first)."""
     before = conn.execute(sa.text("SELECT replica FROM run_owners WHERE run = :r"), {"r": run}).scalar()
-    conn.execute(sa.text(
-        "INSERT INTO run_owners (run, replica, since_ns) VALUES (:r, :p, :n) ON CONFLICT (run) "
-        "DO UPDATE SET replica = excluded.replica, since_ns = excluded.since_ns"),
-        {"r": run, "p": replica, "n": time.time_ns()})
-    return before
+    epoch = conn.execute(sa.text(
+        "INSERT INTO run_owners (run, replica, since_ns, epoch) VALUES (:r, :p, :n, 1) ON CONFLICT (run) "
+        "DO UPDATE SET replica = excluded.replica, since_ns = excluded.since_ns, "
+        "epoch = run_owners.epoch + 1 RETURNING epoch"),
+        {"r": run, "p": replica, "n": time.time_ns()}).scalar_one()
+    return before, epoch
 
 
 class SqliteFollowLock:

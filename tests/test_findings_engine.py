@@ -197,10 +197,13 @@ def test_stall_live_from_the_clock():
     engine.observe(model.take())
     last = clock[0]
     assert engine.tick(last + 29 * SEC) == []
-    assert engine.tick(last + 40 * SEC, running=False) == []
-    (f,) = engine.tick(last + 31 * SEC)
-    assert (f.kind, f.first_step) == ("stall", 21) and f.detected_ns == last + 31 * SEC
-    assert engine.tick(last + 60 * SEC) == []  # once per stall
+    assert engine.tick(last + 40 * SEC, running=False) == []  # the stream is not read: not judged
+    # read again from +41 (a re-open, a take-over): the wait starts there, not at the last step
+    assert engine.tick(last + 41 * SEC) == []
+    assert engine.tick(last + 70 * SEC) == []
+    (f,) = engine.tick(last + 72 * SEC)
+    assert (f.kind, f.first_step) == ("stall", 21) and f.detected_ns == last + 72 * SEC
+    assert engine.tick(last + 90 * SEC) == []  # once per stall
     # the late step then arrives: same stall, not a second finding
     b.step(21, "3.5", after_s=80)
     for line in b.lines[-2:]:

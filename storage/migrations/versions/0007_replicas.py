@@ -1,6 +1,7 @@
 """Replicas of `follow` sharing one PostgreSQL store: `replicas` (one row per live process, its
-heartbeat and the backend that holds its advisory locks) and `run_owners` (who followed a run
-last, so a new owner knows a handover from a first start).
+heartbeat and the backend that holds its advisory locks) and `run_owners` (who follows a run,
+since when, and the epoch that fences its commits: a new owner bumps it, and a commit carrying
+an older one is refused).
 
 Revision ID: 0007
 Revises: 0006
@@ -32,6 +33,7 @@ def upgrade() -> None:
         sa.Column("run", sa.String(256), primary_key=True),
         sa.Column("replica", sa.String(128), nullable=False),
         sa.Column("since_ns", sa.BigInteger, nullable=False),
+        sa.Column("epoch", sa.BigInteger, nullable=False, server_default="0"),
     )
 
 
