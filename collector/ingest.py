@@ -201,7 +201,7 @@ def ingest(
 def ingest_paths(db: str | None, run: str, paths: Sequence[str], *, parquet: str | Path | None = None,
                  append: bool = False, settings: Settings | None = None,
                  reference_ce: dict[int, float] | None = None,
-                 progress: Callable[[int, int], None] | None = None) -> IngestResult:
+                 progress: Callable[[int, int], None] | None = None, origin: Origin | None = None) -> IngestResult:
     """`steptail ingest`: the logs at `paths` (plain, --timestamps, .gz; '-' is stdin, once) into
     `run` of the store at `db`, as ingest() does. Parse workers boot while the store is opened
     and migrated; all is released on return. `progress(bytes_read, total_bytes)`.
@@ -222,7 +222,7 @@ def ingest_paths(db: str | None, run: str, paths: Sequence[str], *, parquet: str
                 total = sum(s.size or 0 for s in sources)
                 tick = (lambda pos: progress(pos, total)) if progress else None
                 return ingest(store, run, sources, parquet=parquet, progress=tick, pool=pool,
-                              append=append, settings=settings, reference_ce=reference_ce)
+                              append=append, settings=settings, reference_ce=reference_ce, origin=origin)
             except ParquetError as exc:  # before OSError: it is one
                 raise IngestError(f"{exc}; nothing written (SQL rolled back)") from exc
             except (OSError, EOFError, zlib.error) as exc:

@@ -24,7 +24,7 @@ from steptail.simcluster import kube
 from steptail.simcluster.api import KubeApi
 from steptail.simcluster.controller import Controller
 from steptail.simcluster.objects import CONTAINER, JobSetState, Pod
-from steptail.simcluster.scenario import FaultSpec, JobSetSpec, Scenario
+from steptail.simcluster.scenario import FaultSpec, JobSetSpec, Scenario, parse_size
 from steptail.simcluster.state import ClusterState
 from steptail.simcluster.truth import StepTruth, step_truths, wrote_step
 
@@ -218,6 +218,10 @@ class SimCluster:
             self.corrupt_pods(**kw)
         elif a == "write_lines":
             self.write_lines(f.jobset, **kw)
+        elif a == "flood":
+            self.flood(f.jobset, **kw)
+        elif a == "delete_pod":
+            self.delete_pod(**kw)
         else:
             raise ValueError(f"unknown fault action {a!r}")
 
@@ -226,6 +230,19 @@ class SimCluster:
         NUL, absurd steps), each with the kubelet's timestamp of now."""
         with self.lock:
             self.controller.write_lines(self.state.jobset(jobset), lines)
+
+    def flood(self, jobset: str | None = None, bytes: int | str = "1Mi", pod: str | None = None,
+              all_pods: bool = False) -> None:
+        """Process 0 (or `pod`, or every running pod) prints `bytes` (e.g. `20Mi`) of XLA debug
+        output at once: big logs, fast (benchmarks/archive.py)."""
+        n = parse_size(bytes)
+        with self.lock:
+            self.controller.flood(self.state.jobset(jobset), n, pod, all_pods)
+
+    def delete_pod(self, pod: str, grace_seconds: float = 0.0, namespace: str | None = None) -> None:
+        """`kubectl delete pod`: being deleted (log readable) for `grace_seconds`, then gone (404)."""
+        with self.lock:
+            self.controller.delete_pod(namespace or self.scenario.namespace, pod, grace_seconds)
 
     def rotate(self, jobset: str | None = None, pod: str | None = None, all_pods: bool = False) -> None:
         """Rotate the current log file of process 0 (or `pod`, or every pod): open follow

@@ -133,15 +133,28 @@ class Controller:
             for line in lines:
                 p.current.log.write(line)
 
-    def rotate(self, js: JobSetState, pod: str | None, all_pods: bool) -> None:
+    def _targets(self, js: JobSetState, pod: str | None, all_pods: bool) -> list[Pod]:
         if pod is not None:
-            targets = [self.state.pods[(js.spec.namespace, pod)]]
-        elif all_pods:
-            targets = self.state.jobset_pods(js)
-        else:
-            targets = [p for p in [self.state.process0(js)] if p]
-        for p in targets:
+            return [self.state.pods[(js.spec.namespace, pod)]]
+        if all_pods:
+            return self.state.jobset_pods(js)
+        return [p for p in [self.state.process0(js)] if p]
+
+    def rotate(self, js: JobSetState, pod: str | None, all_pods: bool) -> None:
+        for p in self._targets(js, pod, all_pods):
             p.current.log.rotate()
+
+    def flood(self, js: JobSetState, n_bytes: int, pod: str | None, all_pods: bool) -> None:
+        """Running containers print `n_bytes` of compiler debug output at once."""
+        at = datetime.now(UTC)
+        for p in self._targets(js, pod, all_pods):
+            inst = p.current
+            if inst.state != "running":
+                continue
+            trainer = js.trainer if p.process_index == 0 else self._other_trainer(js, p.process_index)
+            inst.log.floods += 1
+            for line in trainer.verbose_lines(n_bytes, at, burst=inst.log.floods):
+                inst.log.write(line)
 
     def restart_jobset(self, js: JobSetState, pending_seconds: float, grace_seconds: float) -> None:
         st = self.state
@@ -154,6 +167,7 @@ class Controller:
             inst = p.current
             if inst.state == "running":
                 inst.state, inst.reason, inst.finished_ns, inst.exit_code = "terminated", "Error", now, 137
+                p.phase = "Failed"  # restartPolicy Never: a container killed by its deletion fails the pod
             inst.log.terminated = True
             p.deletion_ns = now + int(grace_seconds * 1e9)
             p.grace_seconds = int(math.ceil(grace_seconds))
@@ -186,6 +200,22 @@ class Controller:
         elif js.state == "running":
             self._write_startup(js, p)
         self.state.pod_event(p, "MODIFIED")
+
+    def delete_pod(self, namespace: str, name: str, grace_seconds: float) -> None:
+        """`kubectl delete pod`: deletionTimestamp now + grace (its log readable until then),
+        then DELETED and 404; with 0 at once."""
+        st = self.state
+        p = st.pods[(namespace, name)]
+        now = time.time_ns()
+        inst = p.current
+        if inst.state == "running":
+            inst.state, inst.reason, inst.finished_ns, inst.exit_code = "terminated", "Error", now, 137
+            p.phase = "Failed"
+        inst.log.terminated = True
+        p.deletion_ns = now + int(grace_seconds * 1e9)
+        p.grace_seconds = int(math.ceil(grace_seconds))
+        st.pod_event(p, "MODIFIED")
+        st.delete_expired_pods(now)
 
     @staticmethod
     def stall(js: JobSetState, seconds: float) -> None:

@@ -48,6 +48,7 @@ class ContainerLog:
         self.last_ts = 0
         self.terminated = False  # container exited: follow streams end at EOF
         self.rotations = 0
+        self.floods = 0  # `flood` bursts written (each different)
 
     @property
     def end(self) -> int:

@@ -175,6 +175,28 @@ class Trainer:
         ]
         return [r.choice(pool)() for _ in range(r.randint(2, 6))]
 
+    def verbose_lines(self, n_bytes: int, at: datetime, burst: int = 0) -> list[str]:
+        """At least `n_bytes` of XLA compiler debug output (what a `--vmodule`/HLO dump prints
+        to stderr): long lines, varied enough to compress like real logs, none a record."""
+        r = self._rng("verbose", burst)
+        head = absl_prefix(at, "hlo_pass_pipeline.cc:412")
+        out, size, i = [], 0, 0
+        while size < n_bytes:
+            rows, cols, line_no = r.randint(1, 8192), r.randint(1, 8192), r.randint(20, 2400)
+            line = (f"{head}HLO after fusion #{i}: %fusion.{r.randint(0, 1 << 20)} = bf16[{rows},{cols}]"
+                    f"{{1,0:T(8,128)(2,1)}} fusion(bf16[{rows},{cols}] %param.{r.randint(0, 4096)}, "
+                    f"f32[{cols}] %convert.{r.randint(0, 1 << 16)}), kind=kLoop, "
+                    f"calls=%fused_computation.{r.randint(0, 1 << 16)}, metadata={{op_type=\"dot_general\" "
+                    f"op_name=\"jit(train_step)/jvp(Transformer)/decoder/layers_{r.randint(0, 63)}/"
+                    f"self_attention/query/dot_general\" source_file=\"/app/src/maxtext/layers/attentions.py\" "
+                    f"source_line={line_no}}}, backend_config={{\"flag_configs\":[],\"scoped_memory_configs\":[],"
+                    f"\"used_scoped_memory_configs\":[{{\"memory_space\":\"1\",\"size\":\"{r.randint(0, 1 << 24)}\"}}]}}"
+                    f" cost={r.random():.6f} bytes_accessed={r.randint(0, 1 << 32)} hash={r.getrandbits(64):016x}")
+            out.append(line)
+            size += len(line) + 1
+            i += 1
+        return out
+
     def _completed(self, step: int, loss: float, r: random.Random, at: datetime) -> str:
         loss_s = "nan" if math.isnan(loss) else f"{loss:.3f}"
         return absl_prefix(at, "metric_logger.py:210") + (

@@ -23,6 +23,7 @@ COMMANDS = {
     "dashboards": "dashboards",
     "serve": "serve",
     "compact": "compact",
+    "archive": "archive",
 }
 
 

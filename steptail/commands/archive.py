@@ -1,0 +1,211 @@
+"""`steptail archive`: every pod log of a JobSet saved (gzip + manifest.json), then process 0's
+logs ingested into the store."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+
+from steptail.commands._common import db_option, fail, store_or_exit, warn
+from steptail.commands._detect_options import detector_options, detector_settings
+from steptail.output import Output, output_option
+
+
+@click.command()
+@click.option("--jobset", required=True, metavar="NAME", help="JobSet whose pods to archive.")
+@click.option("-n", "--namespace", default="default", show_default=True)
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Archive folder: files go under OUT/<jobset>/ (created).")
+@click.option("--kubeconfig", type=click.Path(dir_okay=False), help="Passed to kubectl and the API client.")
+@click.option("--context", help="kubeconfig context.")
+@click.option("--account", help="Service account for kubectl's auth plugin (else $CLOUDSDK_CORE_ACCOUNT).")
+@click.option("--parallel", type=click.IntRange(1, 64), default=8, show_default=True,
+              help="Logs read at once.")
+@click.option("--run", "run_name", help="Run to ingest process 0 into (default: the JobSet name).")
+@db_option
+@click.option("--parquet", metavar="DIR", help="Also write Parquet: DIR/<table>/run=<run>/part-*.parquet.")
+@click.option("--no-ingest", is_flag=True, help="Archive only: leave the store alone.")
+@click.option("--append", is_flag=True,
+              help="Ingest into a run that holds data of another source (files, another JobSet) as the "
+                   "same run. Without it such a run is refused (exit 2) before anything is read.")
+@detector_options
+@output_option()
+def command(jobset, namespace, out, kubeconfig, context, account, parallel, run_name, db, parquet, no_ingest,
+            append, reference_ce, gate_tolerance, resume_tolerance, stall_k, output: Output) -> None:
+    """Save every pod log of a JobSet before it is deleted: all replicated jobs, job indices
+    and restart attempts still present, the current container's log and, after a restart,
+    the previous one's, with kubelet timestamps (`kubectl logs --timestamps`, read-only).
+
+    \b
+    OUT/<jobset>/<pod>/<container>.log.gz            current container
+    OUT/<jobset>/<pod>/<container>.previous.log.gz   the one before a restart
+    OUT/<jobset>/manifest.json                       pods, nodes, phases, restart counts,
+                                                     bytes, lines, first/last timestamp,
+                                                     sha256 of every file, errors
+
+    Each file is written under a temporary name and renamed when complete. Run it again to
+    resume: a file whose container had terminated and whose sha256 verifies is not read
+    again; a running container's log is read again and rewritten only if it changed.
+
+    Then process 0's logs (every attempt, in time order) are ingested into --run, as the
+    JobSet's own logs: what `follow` recorded from this JobSet is not added twice. The
+    manifest is recorded for the run (`export` adds it to the ledger).
+
+    Exit 0: everything read; 1: some log could not be read (each pod is listed; a pod
+    deleted meanwhile, say); 2: bad options, kubeconfig, API unreachable or refused."""
+    from steptail.collector.archive import ArchiveError, archive
+    from steptail.collector.archive_manifest import ManifestError
+    from steptail.collector.archive_pods import ListError
+    from steptail.collector.kubeclient import KubeconfigError
+    from steptail.collector.kubeclient import check as check_kubeconfig
+    from steptail.collector.kubectl import AccountMissing, KubeTarget, resolve_account
+    from steptail.runs.names import RunNameError, check_run_name
+    from steptail.runs.reference import ReferenceError, reference_for
+    from steptail.storage.sources import SourceConflict, check_runs, kubernetes_source
+
+    run = run_name or jobset
+    try:
+        check_run_name(jobset)  # a folder name too
+        check_run_name(run)
+        acct = resolve_account(account)
+    except (RunNameError, AccountMissing) as exc:
+        fail(str(exc))
+    settings, reference = detector_settings(reference_ce, gate_tolerance, resume_tolerance, stall_k)
+    try:
+        reference = reference_for(reference, run)
+    except ReferenceError as exc:
+        fail(str(exc))
+    if no_ingest and (parquet or run_name or append):
+        fail("--no-ingest excludes --run, --parquet and --append")
+    if shutil.which("kubectl") is None:
+        fail("kubectl not found on PATH")
+    target = KubeTarget(namespace, acct, kubeconfig, context)
+    try:
+        check_kubeconfig(target)
+    except KubeconfigError as exc:
+        fail(str(exc))
+    store = None
+    if not no_ingest:  # a bad store or a run of another source: refused before anything is read
+        store = store_or_exit(db)
+        try:
+            check_runs(store, {run: kubernetes_source(namespace, jobset)}, append=append)
+        except SourceConflict as exc:
+            store.dispose()
+            fail(str(exc))
+    try:
+        with _progress(jobset, show=_terminal() and not output.machine) as progress:
+            result = asyncio.run(archive(target, jobset, out, parallel=parallel, progress=progress))
+    except (ArchiveError, ListError, ManifestError) as exc:
+        _dispose(store)
+        fail(str(exc))
+    except OSError as exc:
+        _dispose(store)
+        fail(f"cannot write the archive under {out}: {exc.strerror or exc}; no partial file left")
+    for e in result.errors:
+        warn(f"{e['pod']}: {e['container']}{' --previous' if e['previous'] else ''}: {e['reason']}")
+    ingested = None
+    if store is not None:
+        try:
+            ingested = _ingest(store, db, run, result, parquet, append, settings, reference)
+        finally:
+            store.dispose()
+    summary = result.summary() | {"run": None if no_ingest else run,
+                                  "ingest": None if ingested is None else ingested.summary()
+                                  | {"duplicates": ingested.duplicates, "no_records": ingested.no_records}}
+    if output.machine:
+        output.data(summary)
+    else:
+        _print(output, result, run, ingested, no_ingest)
+    if result.errors:
+        pods = result.failed_pods()
+        fail(f"could not read {len(result.errors)} log(s) of {len(pods)} pod(s): {', '.join(pods)} "
+             f"(the manifest lists them; run again to retry)", code=1)
+
+
+def _ingest(store, db, run, result, parquet, append, settings, reference):
+    """Process 0 into the store and the manifest recorded; one line and exit 2 on failure."""
+    from steptail.collector.archive_ingest import ingest_archive, record_manifest
+    from steptail.collector.files import SourceError
+    from steptail.collector.ingest import IngestError, NoRecords
+    from steptail.storage.db import StoreError
+    from steptail.storage.sources import SourceConflict, sources_of
+
+    ingested = None
+    try:
+        ingested = ingest_archive(db, run, result, parquet=parquet, append=append, settings=settings,
+                                  reference_ce=reference)
+    except NoRecords:
+        warn(f"process 0's logs hold no record line: nothing ingested into run {run}")
+    except (IngestError, SourceError, StoreError, SourceConflict) as exc:
+        fail(f"archive complete ({result.manifest_path}); ingest failed: {exc}")
+    with store.engine.connect() as conn:
+        if not sources_of(conn, run):
+            return ingested  # no run to record the manifest for
+    record_manifest(store, run, result)
+    return ingested
+
+
+def _print(output: Output, result, run: str, ingested, no_ingest: bool) -> None:
+    mb = result.bytes / 1e6
+    if result.read == 0 and not result.errors:
+        output.line(f"[bold]{result.manifest.jobset}[/]: {result.skipped} files already archived and verified, "
+                    f"0 read ({result.folder})")
+    else:
+        output.line(f"[bold]{result.manifest.jobset}[/]: {result.read} logs read ({mb:.1f} MB) from "
+                    f"{result.listed} pods: {result.written} written ({result.bytes_compressed / 1e6:.1f} MB gzip), "
+                    f"{result.unchanged} unchanged; {result.skipped} already archived and verified; "
+                    f"{len(result.errors)} unreadable")
+    output.line(f"  manifest: {result.manifest_path} (sha256 {result.manifest_sha256[:12]}…)", markup=False)
+    if no_ingest:
+        return
+    if ingested is None:
+        output.line(f"  ingest: process 0 left no log to ingest into run {run}", markup=False)
+        return
+    output.line(f"  ingest into run {run}: {ingested.loss_parts} LOSS-PARTS, {ingested.required_rbf} REQUIRED_RBF "
+                f"from {ingested.lines} lines; {ingested.incarnations} incarnation(s); "
+                f"{ingested.duplicates} line(s) already recorded", markup=False)
+
+
+def _dispose(store) -> None:
+    if store is not None:
+        store.dispose()
+
+
+def _terminal() -> bool:
+    from rich.console import Console
+
+    return Console(stderr=True).is_terminal
+
+
+@contextmanager
+def _progress(jobset: str, show: bool):
+    """A transient bar on stderr (a terminal only): logs done of those to read, MB read."""
+    from steptail.collector.archive import Progress
+
+    if not show:
+        yield Progress()
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import Progress as Bar
+
+    bar = Bar(TextColumn("archive {task.description}"), BarColumn(), MofNCompleteColumn(),
+              TextColumn("{task.fields[mb]:.1f} MB"), TimeElapsedColumn(),
+              console=Console(stderr=True), transient=True)
+    task = bar.add_task(jobset, total=None, mb=0.0)
+    read = [0]
+
+    def on_bytes(n: int) -> None:
+        read[0] += n
+        bar.update(task, mb=read[0] / 1e6)
+
+    bar.start()
+    try:
+        yield Progress(start=lambda total: bar.update(task, total=total), bytes=on_bytes,
+                       done=lambda: bar.advance(task))
+    finally:
+        bar.stop()
