@@ -6,8 +6,8 @@ skipped (and reported) instead of being gathered."""
 from __future__ import annotations
 
 import gzip
+import hashlib
 import os
-import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -30,6 +30,14 @@ class Source:
     raw: BinaryIO  # the file as stored (for progress: bytes consumed)
     stream: BinaryIO  # decompressed bytes
     size: int | None
+    # sha256 of the file as stored, taken while it is read (stdin: while it is spooled)
+    hasher: _Digest | None = None
+    pod: str | None = None  # the pod it was read from, when known (incarnations.pod)
+    label: str | None = None  # the name recorded for it (default: `name`)
+
+    def sha256(self) -> str | None:
+        """The stored file's sha256, once it was read to its end in one pass; else None."""
+        return self.hasher.hexdigest() if self.hasher is not None and self.hasher.complete else None
 
     def position(self) -> int:
         try:
@@ -42,11 +50,52 @@ class Source:
         self.raw.close()
 
 
+class _Digest:
+    """sha256 of bytes read in order from the start; `complete` once the end was reached."""
+
+    def __init__(self) -> None:
+        self.h = hashlib.sha256()
+        self.complete = False
+
+    def update(self, data: bytes) -> None:
+        if data:
+            self.h.update(data)
+        else:
+            self.complete = True
+
+    def hexdigest(self) -> str:
+        return self.h.hexdigest()
+
+
+class _HashedRaw:
+    """A compressed file as GzipFile reads it (forward only), hashed on the way."""
+
+    def __init__(self, raw: BinaryIO, digest: _Digest) -> None:
+        self.raw, self.digest = raw, digest
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.raw.read(n)
+        self.digest.update(data)
+        return data
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        if (offset, whence) == (0, 0):  # a rewind (re-read from the start): hash again
+            self.digest.__init__()
+        return self.raw.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self.raw.tell()
+
+
 def open_source(path: str) -> Source:
     """Open a path ('-' is stdin, spooled so that it can be peeked and re-read)."""
+    digest = _Digest()
     if path == "-":
         spool = tempfile.TemporaryFile()
-        shutil.copyfileobj(sys.stdin.buffer, spool)
+        while chunk := sys.stdin.buffer.read(1 << 20):
+            digest.update(chunk)
+            spool.write(chunk)
+        digest.update(b"")
         spool.seek(0)
         raw, name, size = spool, "<stdin>", spool.seek(0, os.SEEK_END)
         spool.seek(0)
@@ -63,13 +112,13 @@ def open_source(path: str) -> Source:
     raw.seek(0)
     stream: BinaryIO = raw
     if magic == b"\x1f\x8b":
-        stream = gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[assignment]
+        stream = gzip.GzipFile(fileobj=_HashedRaw(raw, digest), mode="rb")  # type: ignore[assignment]
         try:
             stream.peek(1)  # type: ignore[attr-defined]
         except (OSError, EOFError) as exc:
             raw.close()
             raise SourceError(f"cannot read {name}: {exc}") from None
-    return Source(name, raw, stream, size)
+    return Source(name, raw, stream, size, digest)
 
 
 def first_timestamp(source: Source) -> int | None:
@@ -95,7 +144,12 @@ def read_pieces(source: Source, block_size: int = BLOCK) -> Iterator[Piece]:
     skipped = 0
     tagged = False
     read = source.stream.read
+    # a plain file (stdin's spool is hashed already) read from its start: hashed as it goes
+    digest = source.hasher if source.stream is source.raw and source.name != "<stdin>" \
+        and source.hasher is not None and not source.hasher.complete and source.raw.tell() == 0 else None
     while chunk := read(block_size):
+        if digest is not None:
+            digest.update(chunk)
         if skipping:
             nl = chunk.find(b"\n")
             if nl < 0:
@@ -113,6 +167,8 @@ def read_pieces(source: Source, block_size: int = BLOCK) -> Iterator[Piece]:
         if len(carry) > MAX_LINE:
             skipping, skipped, tagged = True, len(carry), has_tag(carry[:4096])
             carry = b""
+    if digest is not None:
+        digest.update(b"")  # the end: complete
     if skipping:
         yield Piece(lines=1, bad=f"line of {skipped} bytes without newline skipped" if tagged else None)
     elif carry:

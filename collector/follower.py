@@ -28,6 +28,7 @@ from steptail.parsers.fast import line_ts
 from steptail.runs.model import RunModel
 from steptail.runs.rows import LOSS_PARTS
 from steptail.runs.stream_gap import StreamGap
+from steptail.storage.raw import RawLog
 
 log = logging.getLogger("steptail.follow")
 
@@ -42,6 +43,7 @@ class FollowConfig:
     backoff_max: float = 15.0
     until_done: bool = False  # stop when process 0 of the newest attempt completed
     parquet_every: float = 30.0
+    raw: str | None = None  # follow --raw DIR: every line read kept in segments (storage.raw)
 
 
 @dataclass
@@ -144,6 +146,7 @@ class RunFollower:
         self.pace = Pace()  # the writer's pace, for the hang watchdog
         self.probes = 0  # non-follow reads of a quiet pod's newest line
         self.on_event: events.Hook | None = None
+        self.raw = sink.raw = RawLog(cfg.raw, run) if cfg.raw else None
 
     # ------------------------------------------------------------------------ main loop
     async def run_forever(self) -> None:
@@ -449,6 +452,8 @@ class RunFollower:
             self._pending_check.pop(key, None)
         self.model.counters.lines += 1
         self.status.lines += 1
+        if self.raw is not None:  # as read: the sink writes it before the rows it makes commit
+            self.raw.add(key, line, ts_ns, self.model.pod)
         self.model.feed_stamped(line, ts_ns, stream=key)
 
     def _gap(self, key: str, start_ns: int | None, end_ns: int | None, reason: str) -> None:
@@ -526,6 +531,7 @@ class RunFollower:
 
     async def _final_flush(self) -> None:
         await self._flush(parquet=True)
+        await self.sink.close_raw()  # segments closed, their sha256 recorded
 
     async def _finish(self, pod: PodInfo) -> None:
         """Process 0 completed: end-of-data checks, everything committed, done."""

@@ -72,6 +72,7 @@ class IngestResult(Counters):
     no_records: list[str] = field(default_factory=list)  # sources refused: not one record line
     findings: dict[str, int] = field(default_factory=dict)  # the run's stored findings by kind, after
     findings_error: str | None = None  # a detector failed: findings left as they were
+    sha256: dict[str, str | None] = field(default_factory=dict)  # source -> its file's sha256
 
     def summary(self) -> dict:
         keys = ("run", "lines", "loss_parts", "required_rbf", "pod_steps", "bad_lines", "flagged", "incarnations")
@@ -100,6 +101,22 @@ def order_sources(sources: list[Source]) -> list[Source]:
     return sources
 
 
+def _read_by_workers(source: Source) -> bool:
+    """Whether workers may read this source's ranges themselves (collector.files.line_ranges)."""
+    return source.stream is source.raw and source.name != "<stdin>" and source.size is not None
+
+
+def _file_sha256(path: str) -> str | None:
+    """sha256 of a file read again (when it could not be hashed as it was read)."""
+    if path == "<stdin>":
+        return None
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def _sha256(source: Source) -> str:
     h = hashlib.sha256()
     while chunk := source.stream.read(1 << 22):
@@ -119,13 +136,17 @@ def ingest(
     settings: Settings | None = None,
     reference_ce: dict[int, float] | None = None,
     origin: Origin | None = None,
+    prepare: Callable[[object], None] | None = None,
+    before_commit: Callable[[object], None] | None = None,
 ) -> IngestResult:
     """Ingest `sources` into `run`. `pool`: workers from start_workers(), started before the
     store was opened so that they boot while the schema is checked (else started here).
     A run that holds data of another source (a followed JobSet) raises SourceConflict and
     nothing is written, unless `append` says it is the same run. The run's findings are
     stored as `check` with these `settings` and `reference_ce` would store them. Sources
-    without a record line are left out (`no_records`); if none has one, NoRecords."""
+    without a record line are left out (`no_records`); if none has one, NoRecords.
+    `prepare(conn)` runs first in the transaction, `before_commit(conn)` last (reparse: the
+    run's old rows cleared, what changed read back, all in this one transaction)."""
     check_run_name(run)
     origin = origin or Origin()
     sink = SqlSink(store)
@@ -135,6 +156,7 @@ def ingest(
     own_pool = pool is None
     if own_pool:
         pool = start_workers(sources)
+    hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="steptail-sha256")
     # The rows in flight are acyclic; the cyclic collector would only rescan them (~20%).
     gc_was_enabled = gc.isenabled()
     gc.disable()
@@ -142,6 +164,8 @@ def ingest(
         # The writer threads stop before the transaction ends, committed or rolled back: none
         # may write to the connection or to a Parquet file after that.
         with store.engine.begin() as conn, _Writer(sink, pq_sink, conn, run, detectors.observe) as writer:
+            if prepare is not None:
+                prepare(conn)
             sink.ensure_run(conn, run, origin.jobset, origin.namespace, source=origin.source, append=append)
             model = load_model(conn, run)
             detectors.replay(conn)
@@ -156,11 +180,17 @@ def ingest(
                 if first_timestamp(source) is None:
                     # Untimestamped lines have no identity of their own: dedupe whole files.
                     digest = _sha256(source)
+                    digest = source.sha256() or digest  # the file's (a .gz: as stored)
                     if ingested_before(conn, run, digest):
                         result.skipped.append(source.name)
                         continue
                 cursors_before = {k: c.copy() for k, c in model.cursors.items()}
                 submitted = writer.submitted
+                # workers read a big plain file's ranges themselves: hash it meanwhile, in a thread
+                hashing = hasher.submit(_file_sha256, source.name) if pool is not None and \
+                    source.sha256() is None and _read_by_workers(source) else None
+                if source.pod is not None:
+                    model.pod = source.pod
                 _feed(model, source, writer, tick, pool, stream)
                 if stream in origin.finished:
                     model.finish_stream(stream)
@@ -174,13 +204,18 @@ def ingest(
                 writer.drain()
                 for table, _, why in sink.take_refused():
                     model.counters.bad(f"store refused a {table} row (quarantined): {why}")
-                record_ingest(conn, run, source.name, digest, started, model.counters)
+                digest = digest or source.sha256() or (hashing.result() if hashing else None) \
+                    or _file_sha256(source.name)
+                result.sha256[source.label or source.name] = digest
+                record_ingest(conn, run, source.label or source.name, digest, started, model.counters)
                 result.add(model.counters)
             if len(result.no_records) == len(sources):
                 raise NoRecords(result.no_records)  # rolls back the run row ensure_run made
             result.incarnations = incarnation_count(conn, run)
             result.findings = detectors.store(conn)
             result.findings_error = detectors.error
+            if before_commit is not None:
+                before_commit(conn)
             if pq_sink:
                 pq_sink.finish()  # a full disk fails here, before the SQL commit
     except BaseException:
@@ -192,6 +227,7 @@ def ingest(
             gc.enable()
         if own_pool and pool is not None:
             pool.shutdown()
+        hasher.shutdown(cancel_futures=True)
     if pq_sink:
         pq_sink.commit()
         _write_snapshots(store, run, parquet)

@@ -21,7 +21,9 @@ from steptail.storage.catchup import catch_up
 from steptail.storage.compact import compact, write_snapshots
 from steptail.storage.db import Store
 from steptail.storage.parquet import ParquetSink
+from steptail.storage.raw import RawChunk, RawLog
 from steptail.storage.replicas import NotOwner
+from steptail.storage.run_files import record_file
 from steptail.storage.sql import COLUMNS, SqlSink
 from steptail.storage.streams import record_reconnects, record_stream_gaps
 
@@ -74,6 +76,9 @@ class RunSink:
         self.fence = None  # callable(conn), raises NotOwner
         self.on_lost = None  # callable(NotOwner)
         self.lost: NotOwner | None = None
+        # follow --raw: the lines read, written to a segment before the rows they made commit
+        self.raw: RawLog | None = None  # set by the follower
+        self.raw_pending: list[RawChunk] = []  # taken with the batches; written by _commit
         with store.engine.begin() as conn:
             self.sql.ensure_run(conn, run, jobset, namespace)
         if parquet_root:
@@ -104,6 +109,8 @@ class RunSink:
             if self.lost is not None:
                 return 0
             batch = model.take()
+            if self.raw is not None and (chunk := self.raw.take()) is not None:
+                self.raw_pending.append(chunk)  # the lines of this batch's rows, and more
             gaps, self.gaps = self.gaps, []
             if self.reconnects:
                 batch.reconnects, self.reconnects = self.reconnects, []
@@ -117,12 +124,13 @@ class RunSink:
                 try:
                     findings = await asyncio.to_thread(self._commit, todo)
                 except NotOwner as exc:  # another replica follows the run now: it re-reads these
-                    self.lost, self.pending = exc, []
+                    self.lost, self.pending, self.raw_pending = exc, [], []
                     if self.on_lost is not None:
                         self.on_lost(exc)
                     return 0
                 except Exception as exc:  # noqa: BLE001 - keep following; retry next flush
-                    self.error = f"store write failed: {str(exc).splitlines()[0][:200]}"
+                    why = str(exc).splitlines()[0][:200]
+                    self.error = why if isinstance(exc, RawWriteFailed) else f"store write failed: {why}"
                     self.health.fail("store", self.error)  # one log line when it starts, not per retry
                     self._retry_delay = min(RETRY_MAX, max(RETRY_FIRST, self._retry_delay * 2))
                     self.retry_at = time.monotonic() + self._retry_delay
@@ -131,6 +139,7 @@ class RunSink:
                 self.error = None
                 self.health.ok()
                 del self.pending[: len(todo)]
+                self.raw_pending = [c for c in self.raw_pending if not c.written]
                 self.last_commit_ns = time.time_ns()
                 refused = self.sql.take_refused()  # quarantined by the store, the rest committed
                 for table, _, why in refused:
@@ -167,7 +176,28 @@ class RunSink:
             return written
 
     def _commit(self, todo: list[tuple[Batch, list[StreamGap]]]) -> list:
-        ticked = not todo
+        files = self._write_raw()  # first: no row is committed whose line is not in a segment
+        try:
+            return self._commit_rows(todo, files)
+        except BaseException:
+            if self.raw is not None:
+                self.raw.restore_touched(files)  # recorded with the next commit
+            raise
+
+    def _write_raw(self) -> list:
+        """The raw lines taken so far, fsynced (a chunk written before a failed SQL commit is
+        not written again); the segments to record in run_files."""
+        if self.raw is None:
+            return []
+        try:
+            for chunk in self.raw_pending:
+                self.raw.write(chunk)
+        except OSError as exc:
+            raise RawWriteFailed(f"raw log write failed: {exc}") from exc
+        return self.raw.take_touched()
+
+    def _commit_rows(self, todo: list[tuple[Batch, list[StreamGap]]], files: list) -> list:
+        ticked = not todo and not files
         if ticked:  # only the clock's checks: a transaction only when they raised something
             self._unsaved += self.detectors.tick(time.time_ns(), self.running)
             if not self._unsaved:
@@ -178,6 +208,8 @@ class RunSink:
             if self.fence is not None:
                 self.fence(conn)
             findings = self._unsaved  # grows in place: kept if this commit fails too
+            for f in files:
+                record_file(conn, f)
             for batch, gaps in todo:
                 refused = self.sql.write(conn, self.run, batch)
                 batch = batch.without(r for _, r, _ in refused) if refused else batch  # the detectors: stored rows only
@@ -193,6 +225,33 @@ class RunSink:
             self.detectors.save(conn, findings)
         self._unsaved = []
         return findings
+
+    async def close_raw(self) -> None:
+        """After the final flush: the raw segments closed (sha256) and recorded. A failure is
+        logged: the segments are complete up to the last commit whatever happens."""
+        if self.raw is None:
+            return
+        async with self._lock:
+            if (chunk := self.raw.take()) is not None:
+                self.raw_pending.append(chunk)
+            try:
+                await asyncio.to_thread(self._close_raw)
+            except Exception as exc:  # noqa: BLE001 - reparse reads open segments too
+                log.warning("%s: closing the raw log failed: %s", self.run, str(exc).splitlines()[0][:200])
+
+    def _close_raw(self) -> None:
+        files = self._write_raw()
+        self.raw_pending = []
+        self.raw.close()
+        files += self.raw.take_touched()
+        if not files or self.lost is not None:
+            return
+        lock = self._sqlite_lock if self.store.is_sqlite else _NoLock()
+        with lock, self.store.engine.begin() as conn:
+            if self.fence is not None:
+                self.fence(conn)
+            for f in {f.path: f for f in files}.values():  # the latest state of each
+                record_file(conn, f)
 
     def _write_parquet(self) -> None:
         self.parquet_last = time.monotonic()
@@ -233,6 +292,10 @@ class RunSink:
         reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         if self.parquet_health.fail("parquet", reason):
             self.detectors.failure("parquet", reason)
+
+
+class RawWriteFailed(OSError):
+    """The raw log could not be written: the rows wait uncommitted, retried like a store outage."""
 
 
 class _NoLock:

@@ -24,6 +24,7 @@ COMMANDS = {
     "serve": "serve",
     "compact": "compact",
     "archive": "archive",
+    "reparse": "reparse",
 }
 
 

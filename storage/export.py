@@ -23,6 +23,13 @@ import steptail
 from steptail.parsers import format_ns
 from steptail.runs.names import RunNameError, check_run_name
 from steptail.storage.db import Store
+from steptail.storage.export_files import (
+    BundleFileError,
+    add_archives,
+    add_raw,
+    bundle_files,
+    ingested,
+)
 from steptail.storage.findings import load_findings
 from steptail.storage.parquet import JSON_PARTS_SCHEMA, SCHEMAS
 from steptail.storage.reads import json_value, missing_steps, run_exists
@@ -220,15 +227,21 @@ def _build(store: Store, run: str, folder: Path) -> dict:
         ce = [(i, s, c) for i, s, c in conn.execute(sa.text(
             "SELECT incarnation, step, ce FROM loss_parts WHERE run = :run ORDER BY incarnation, step"),
             {"run": run})]
+        try:  # the raw process-0 log and the archive manifest, when recorded for the run
+            kept = {"raw": add_raw(conn, run, folder), "archives": add_archives(conn, run, folder)}
+        except BundleFileError as exc:
+            raise ExportError(f"cannot export {run}: {exc}") from None
+        kept["ingested"] = ingested(conn, run)
     plot_ce(folder / "ce.png", run, ce, facts["incarnations"], facts["gaps"]["steps"])
-    for path in sorted(folder.iterdir()):
-        files[path.name] = {"sha256": _sha256(path), "bytes": path.stat().st_size}
+    for path in bundle_files(folder):
+        files[path.relative_to(folder).as_posix()] = {"sha256": _sha256(path), "bytes": path.stat().st_size}
     manifest = {
         "manifest_version": MANIFEST_VERSION,
         **facts,
         "counts": {**counts, "incarnations": len(facts["incarnations"]),
                    "steps": len({s for _, s, _ in ce})},
         "findings": _findings_summary(findings),
+        **{k: v for k, v in kept.items() if v},
         "files": files,
         "steptail_version": steptail.__version__,
     }
@@ -299,5 +312,5 @@ def verify(folder: str | Path) -> list[str]:
     manifest = json.loads((folder / "manifest.json").read_text())
     bad = [name for name, f in manifest["files"].items()
            if not (folder / name).is_file() or _sha256(folder / name) != f["sha256"]]
-    extra = {p.name for p in folder.iterdir()} - set(manifest["files"]) - {"manifest.json"}
+    extra = {p.relative_to(folder).as_posix() for p in bundle_files(folder)} - set(manifest["files"])
     return sorted(bad + list(extra))

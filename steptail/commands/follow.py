@@ -22,6 +22,9 @@ from steptail.output import Output, output_option
 @click.option("--run", "run_name", help="Run name (one --jobset only; default: the JobSet name).")
 @db_option
 @click.option("--parquet", metavar="DIR", help="Also write Parquet: DIR/<table>/run=<run>/part-*.parquet.")
+@click.option("--raw", metavar="DIR", type=click.Path(file_okay=False),
+              help="Keep every line read (as kubectl printed it) in gzip segments under DIR/<run>/, each "
+                   "made durable before the rows it yields commit (for audits and `steptail reparse`).")
 @click.option("--until-done", is_flag=True, help="Stop when process 0 of every run completed.")
 @click.option("--all", "follow_all", is_flag=True, help="Follow every JobSet in the namespace (see --selector).")
 @click.option("--selector", help="With --all: label selector on the JobSets' pods.")
@@ -50,7 +53,7 @@ from steptail.output import Output, output_option
               help="stderr as text, or one JSON object per line with `severity` (for Cloud Logging).")
 @detector_options
 @output_option()
-def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parquet, until_done, follow_all,
+def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parquet, raw, until_done, follow_all,
             selector, silence, parquet_every, webhooks, webhook_file, metrics_port, metrics_host, duration, no_view, append,
             give_up, log_format, reference_ce, gate_tolerance, resume_tolerance, stall_k, output: Output) -> None:
     """Follow JAX process 0 of JobSets with `kubectl logs -f`, surviving rotation hangs, EOFs,
@@ -94,6 +97,15 @@ def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parq
     except (RunNameError, AccountMissing) as exc:
         fail(str(exc))
     settings, reference = detector_settings(reference_ce, gate_tolerance, resume_tolerance, stall_k)
+    if raw is not None:  # a directory the segments cannot go to: one line now, not a retried outage
+        import os
+
+        try:
+            os.makedirs(raw, exist_ok=True)
+            if not os.access(raw, os.W_OK | os.X_OK):
+                raise PermissionError(13, "Permission denied")
+        except OSError as exc:
+            fail(f"cannot write the raw log under {raw}: {exc.strerror or exc}")
     if shutil.which("kubectl") is None:
         fail("kubectl not found on PATH")
     try:  # a missing or invalid kubeconfig, an unknown context: one line now, nothing started
@@ -128,7 +140,7 @@ def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parq
         follow_all=follow_all,
         selector=selector,
         parquet=parquet,
-        config=FollowConfig(silence=silence, until_done=until_done, parquet_every=parquet_every),
+        config=FollowConfig(silence=silence, until_done=until_done, parquet_every=parquet_every, raw=raw),
         settings=settings,
         reference_ce=reference,
         append=append,

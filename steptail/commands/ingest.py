@@ -72,7 +72,8 @@ def command(paths: tuple[str, ...], run: str, db: str | None, parquet: str | Non
     if output.machine:
         output.data(result.summary() | {"duplicates": result.duplicates, "skipped": result.skipped,
                                         "findings": sum(result.findings.values()),
-                                        "findings_by_kind": result.findings, "no_records": result.no_records})
+                                        "findings_by_kind": result.findings, "no_records": result.no_records,
+                                        "sha256": result.sha256})
         return
     out = output
     out.line(
