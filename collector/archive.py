@@ -156,6 +156,8 @@ async def archive(target: KubeTarget, jobset: str, out: Path, *, parallel: int =
     await asyncio.to_thread(remove_stale, folder)
     result = ArchiveResult(folder, manifest, listed=len(pods))
     manifest.listed = {p.name for p in pods}
+    # a log that could not be read of a pod gone since is lost for good: still an error
+    result.errors = [e for e in manifest.errors if e["pod"] not in manifest.listed]
     manifest.pods.update({p.name: p for p in pods})
     tasks = [t for p in pods for t in log_tasks(p)]
     loop = asyncio.get_running_loop()

@@ -56,7 +56,7 @@ class Manifest:
     pods: dict[str, PodRecord] = field(default_factory=dict)
     listed: set[str] = field(default_factory=set)  # pods the latest listing returned
     files: dict[str, FileEntry] = field(default_factory=dict)
-    errors: list[dict] = field(default_factory=list)  # of the latest archive only
+    errors: list[dict] = field(default_factory=list)  # of the latest archive, and logs lost for good
 
     def verified(self, folder: Path, task: LogTask) -> FileEntry | None:
         """The entry of a final file that exists and whose sha256 verifies: nothing to read."""
@@ -113,6 +113,7 @@ def load(folder: Path, jobset: str, namespace: str) -> Manifest:
             m.pods[p["name"]] = PodRecord.from_manifest(p)
         for f in doc.get("files") or []:
             m.files[f["path"]] = FileEntry(**{k: v for k, v in f.items() if k in names})
+        m.errors = list(doc.get("errors") or [])
         return m
     except ManifestError:
         raise

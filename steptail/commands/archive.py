@@ -23,8 +23,7 @@ from steptail.output import Output, output_option
 @click.option("--kubeconfig", type=click.Path(dir_okay=False), help="Passed to kubectl and the API client.")
 @click.option("--context", help="kubeconfig context.")
 @click.option("--account", help="Service account for kubectl's auth plugin (else $CLOUDSDK_CORE_ACCOUNT).")
-@click.option("--parallel", type=click.IntRange(1, 64), default=8, show_default=True,
-              help="Logs read at once.")
+@click.option("--parallel", type=int, default=8, show_default=True, help="Logs read at once (1-64).")
 @click.option("--run", "run_name", help="Run to ingest process 0 into (default: the JobSet name).")
 @db_option
 @click.option("--parquet", metavar="DIR", help="Also write Parquet: DIR/<table>/run=<run>/part-*.parquet.")
@@ -79,6 +78,8 @@ def command(jobset, namespace, out, kubeconfig, context, account, parallel, run_
         reference = reference_for(reference, run)
     except ReferenceError as exc:
         fail(str(exc))
+    if not 1 <= parallel <= 64:
+        fail(f"--parallel must be 1 to 64, not {parallel}")
     if no_ingest and (parquet or run_name or append):
         fail("--no-ingest excludes --run, --parquet and --append")
     if shutil.which("kubectl") is None:
