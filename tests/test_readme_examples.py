@@ -31,6 +31,7 @@ SAMPLES = Path(__file__).resolve().parent / "samples"
 NOT_RUN = {
     "make ": "builds a fresh virtualenv, then runs the whole suite or the 80 s demo",
     "steptail follow ": "needs a Kubernetes cluster (tests/test_follow_cli.py follows the simulated one)",
+    "steptail archive ": "needs a Kubernetes cluster (tests/test_archive.py archives the simulated one)",
     "steptail dashboards provision ": "needs Grafana (tests/test_dashboards_provision.py fakes one)",
     "steptail simcluster ": "serves a simulated cluster until stopped (tests/test_sim_kubectl.py)",
     "steptail demo": "runs for about 80 s (tests/test_demo.py runs a short one)",
