@@ -241,8 +241,8 @@ def _bundle(store: Store, run: str, work: Path) -> Path:
     export_run(store, run, folder)
     archive = work / f"{run}.zip"
     with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for path in sorted(folder.iterdir()):
-            zf.write(path, f"{run}/{path.name}")
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):  # raw/ and archive/ nest
+            zf.write(path, f"{run}/{path.relative_to(folder).as_posix()}")
     return archive
 
 

@@ -32,6 +32,7 @@ NOT_RUN = {
     "make ": "builds a fresh virtualenv, then runs the whole suite or the 80 s demo",
     "steptail follow ": "needs a Kubernetes cluster (tests/test_follow_cli.py follows the simulated one)",
     "steptail archive ": "needs a Kubernetes cluster (tests/test_archive.py archives the simulated one)",
+    "steptail reparse ": "needs the raw log of a followed run (tests/test_raw_log.py reparses one)",
     "steptail dashboards provision ": "needs Grafana (tests/test_dashboards_provision.py fakes one)",
     "steptail simcluster ": "serves a simulated cluster until stopped (tests/test_sim_kubectl.py)",
     "steptail demo": "runs for about 80 s (tests/test_demo.py runs a short one)",
