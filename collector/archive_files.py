@@ -14,7 +14,7 @@ from pathlib import Path
 
 from steptail.parsers.timestamps import split_timestamp
 
-LEVEL = 6  # gzip's default: ~9:1 on trainer logs, ~100 MB/s a core
+LEVEL = 1  # fastest: ~8:1 on trainer logs at ~270 MB/s a core (6, the default, ~9:1 at ~100 MB/s)
 HEAD = 40  # bytes of a line that hold its kubelet timestamp
 TMP_MARK = ".part-"  # in temporary names: `.<name>.part-<random>`
 
