@@ -176,12 +176,13 @@ def ingest(
                 model.counters = Counters()
                 stream = origin.streams.get(source.name, "log")
                 model.new_read(stream)  # a clock jump is measured within one file
-                digest = None
+                digest = content = None
                 if first_timestamp(source) is None:
                     # Untimestamped lines have no identity of their own: dedupe whole files.
-                    digest = _sha256(source)
-                    digest = source.sha256() or digest  # the file's (a .gz: as stored)
-                    if ingested_before(conn, run, digest):
+                    # (its content's: the same log plain or gzipped is one log)
+                    content = _sha256(source)
+                    digest = source.sha256()  # the file's own (a .gz: as stored)
+                    if ingested_before(conn, run, content):
                         result.skipped.append(source.name)
                         continue
                 cursors_before = {k: c.copy() for k, c in model.cursors.items()}
@@ -207,7 +208,7 @@ def ingest(
                 digest = digest or source.sha256() or (hashing.result() if hashing else None) \
                     or _file_sha256(source.name)
                 result.sha256[source.label or source.name] = digest
-                record_ingest(conn, run, source.label or source.name, digest, started, model.counters)
+                record_ingest(conn, run, source.label or source.name, digest, started, model.counters, content)
                 result.add(model.counters)
             if len(result.no_records) == len(sources):
                 raise NoRecords(result.no_records)  # rolls back the run row ensure_run made

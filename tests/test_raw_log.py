@@ -371,3 +371,26 @@ def test_ingest_records_each_source_files_sha256(tmp_path, db_url, samples, monk
     assert got == {("a", str(plain)): digest(plain), ("a", str(gz)): digest(gz),
                    ("u", str(untimed)): digest(untimed), ("s", "<stdin>"): digest(plain),
                    ("w", str(plain)): digest(plain)}
+
+
+def test_an_untimestamped_log_plain_then_gzipped_is_ingested_once(tmp_path, db_url):
+    """Its identity is its content; each file's own sha256 is still what is recorded."""
+    from steptail.collector.ingest import ingest_paths
+
+    untimed = tmp_path / "untimed.log"
+    untimed.write_bytes(b"LOSS-PARTS step=1 ce=2.5\nLOSS-PARTS step=2 ce=2.4\n")
+    gz = tmp_path / "untimed.log.gz"
+    gz.write_bytes(gzip.compress(untimed.read_bytes()))
+    first = ingest_paths(db_url, "u", [str(untimed)])
+    second = ingest_paths(db_url, "u", [str(gz)])
+    assert first.loss_parts == 2 and second.skipped == [str(gz)] and second.loss_parts == 0
+    store = open_store(db_url)
+    try:
+        with store.engine.connect() as c:
+            steps = c.execute(sa.text("SELECT incarnation, step FROM loss_parts WHERE run = 'u'")).all()
+            shas = c.execute(sa.text("SELECT source, sha256, content_sha256 FROM ingest_stats")).all()
+    finally:
+        store.dispose()
+    assert sorted(steps) == [(1, 1), (1, 2)]
+    assert shas == [(str(untimed), hashlib.sha256(untimed.read_bytes()).hexdigest(),
+                     hashlib.sha256(untimed.read_bytes()).hexdigest())]

@@ -1,6 +1,8 @@
 """Files kept beside the store for a run: raw process-0 log segments written by `follow --raw`
 and the pod-log archives of `steptail archive` (their manifest), so `export` and `reparse`
-find them and can check them against their sha256.
+find them and can check them against their sha256. And `ingest_stats.content_sha256`: the
+sha256 column now holds the ingested file's own hash (a .gz as stored); an untimestamped
+log's identity for dedupe is its content's (the same log plain or gzipped is one log).
 
 Revision ID: 0008
 Revises: 0007
@@ -30,7 +32,11 @@ def upgrade() -> None:
         sa.Column("recorded_ns", sa.BigInteger, nullable=False),
         sa.PrimaryKeyConstraint("run", "kind", "path"),
     )
+    with op.batch_alter_table("ingest_stats") as batch:
+        batch.add_column(sa.Column("content_sha256", sa.String(64)))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("ingest_stats") as batch:
+        batch.drop_column("content_sha256")
     op.drop_table("run_files")
