@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from steptail.parsers.timestamps import split_timestamp
+from steptail.storage.durable import fsync_path
 
 LEVEL = 1  # fastest: ~8:1 on trainer logs at ~270 MB/s a core (6, the default, ~9:1 at ~100 MB/s)
 HEAD = 40  # bytes of a line that hold its kubelet timestamp
@@ -30,14 +31,6 @@ def remove_stale(folder: Path) -> int:
         p.unlink(missing_ok=True)
         n += 1
     return n
-
-
-def fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def sha256_file(path: Path) -> str | None:
@@ -65,7 +58,7 @@ def write_json(path: Path, doc: dict) -> tuple[str, int]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    fsync_dir(path.parent)
+    fsync_path(path.parent, directory=True)
     return hashlib.sha256(data).hexdigest(), len(data)
 
 
@@ -138,7 +131,7 @@ class GzipLog:
 
     def commit(self) -> None:
         os.replace(self.tmp, self.final)
-        fsync_dir(self.final.parent)
+        fsync_path(self.final.parent, directory=True)
 
     def abort(self) -> None:
         if not self._f.closed:

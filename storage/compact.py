@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import sqlalchemy as sa
 
+from steptail.storage.durable import fsync_path
 from steptail.storage.parquet import (
     DICTIONARY,
     SCHEMAS,
@@ -69,14 +70,6 @@ def folder_lock(folder: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def _fsync(path: Path, directory: bool = False) -> None:
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _hidden(folder: Path, name: str, suffix: str) -> Path:
     return folder / f".{name}.{suffix}"
 
@@ -109,7 +102,7 @@ def _recover_locked(folder: Path) -> None:
             if (folder / part).exists():
                 (folder / part).rename(_hidden(folder, part, "replaced"))
         ready.rename(folder / name[1:-len(".ready")])
-    _fsync(folder, directory=True)
+    fsync_path(folder, directory=True)
     for hidden in folder.glob(".*.replaced"):
         hidden.unlink(missing_ok=True)
 
@@ -122,9 +115,9 @@ def _swap(folder: Path, replaced: list[Path], write: Callable[[Path, dict], None
     hidden: list[tuple[Path, Path]] = []
     try:
         write(writing, {REPLACES_KEY: json.dumps([p.name for p in replaced]).encode()})
-        _fsync(writing)
+        fsync_path(writing)
         writing.rename(ready)
-        _fsync(folder, directory=True)
+        fsync_path(folder, directory=True)
         _crash_point("ready")
         for part in replaced:
             to = _hidden(folder, part.name, "replaced")
@@ -143,7 +136,7 @@ def _swap(folder: Path, replaced: list[Path], write: Callable[[Path, dict], None
         if restored:  # else `recover` rolls the ready file forward
             ready.unlink(missing_ok=True)
         raise
-    _fsync(folder, directory=True)
+    fsync_path(folder, directory=True)
     _crash_point("published")
     for _, to in hidden:
         to.unlink(missing_ok=True)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, unquote
 
+from steptail.storage.durable import fsync_path
 from steptail.storage.run_files import RAW_SEGMENT, RunFile
 
 CAP = 64 << 20  # uncompressed bytes per segment
@@ -165,10 +166,10 @@ class RawLog:
             if not meta.exists():
                 tmp = folder / f".{META}.{os.getpid()}"
                 tmp.write_text(json.dumps({"run": self.run, "stream": stream, "pod": pod}) + "\n")
-                _fsync_file(tmp)
+                fsync_path(tmp)
                 tmp.rename(meta)
             if fresh:
-                _fsync_dir(folder.parent)
+                fsync_path(folder.parent, directory=True)
             self._meta_done.add(stream)
         seq = max((_seq(n) for n in os.listdir(folder)), default=0) + 1
         while True:  # never an old segment: another process (or a crashed one) wrote those
@@ -178,7 +179,7 @@ class RawLog:
                 break
             except FileExistsError:
                 seq += 1
-        _fsync_dir(folder)
+        fsync_path(folder, directory=True)
         seg = self._open[stream] = _Segment(self.run, path, fd)
         return seg
 
@@ -203,22 +204,6 @@ def _seq(name: str) -> int:
     if name.endswith(SUFFIX) and name[: -len(SUFFIX)].isdigit():
         return int(name[: -len(SUFFIX)])
     return 0
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # -- reading ------------------------------------------------------------------------------
