@@ -12,10 +12,7 @@ compared within the one collector that follows it."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 import yaml
 
@@ -90,28 +87,7 @@ def prometheus_rule(stall_after_s: int = STALL_AFTER_S) -> dict:
             "spec": rule_groups(stall_after_s)}
 
 
-def _write_yaml(path: Path, data: dict) -> None:
-    # Write-then-rename (a reader never sees half a file), readable by every user (0644): a
-    # Prometheus or a ConfigMap mount runs as someone else.
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            yaml.safe_dump(data, fh, sort_keys=False, width=1000, allow_unicode=True)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def render(out: str | Path) -> list[Path]:
-    """Write DIR/prometheus/steptail.rules.yaml and DIR/prometheus/prometheusrule.yaml."""
-    folder = Path(out) / "prometheus"
-    if not folder.is_dir():
-        folder.mkdir(parents=True)
-        folder.chmod(0o755)  # whatever the umask: read by another user, like the files
-    written = []
-    for name, data in ((RULES_FILE, rule_groups()), (PROMETHEUS_RULE_FILE, prometheus_rule())):
-        _write_yaml(folder / name, data)
-        written.append(folder / name)
-    return written
+def rule_files() -> dict[str, str]:
+    """What `dashboards render` writes under DIR (dashboards.render writes them): path -> YAML."""
+    return {f"prometheus/{name}": yaml.safe_dump(data, sort_keys=False, width=1000, allow_unicode=True)
+            for name, data in ((RULES_FILE, rule_groups()), (PROMETHEUS_RULE_FILE, prometheus_rule()))}

@@ -67,8 +67,9 @@ def _folder(out: Path, sub: str) -> Path:
 
 def render(out: str | Path, db: Database | None = None,
            dashboards_path: str = DEFAULT_DASHBOARDS_PATH) -> list[Path]:
-    """Write DIR/dashboards/<uid>.json, DIR/alert-rules/<uid>.json (the API's format) and
-    DIR/provisioning/{dashboards,datasources,alerting}/steptail.yaml; returns the paths.
+    """Write DIR/dashboards/<uid>.json, DIR/alert-rules/<uid>.json (the API's format),
+    DIR/provisioning/{dashboards,datasources,alerting}/steptail.yaml and DIR/prometheus/*.yaml
+    (steptail.rules.yaml, prometheusrule.yaml); returns the paths.
     db: where the provisioned datasource connects; dashboards_path: where Grafana sees
     DIR/dashboards (the dashboard provider's options.path)."""
     out = Path(out)
@@ -83,9 +84,10 @@ def render(out: str | Path, db: Database | None = None,
             path = folder / f"{uid}.json"
             _write(path, data)
             written.append(path)
-    for rel, text in provisioning_files(rules, db or Database(), dashboards_path).items():
+    # DIR/provisioning/…, and DIR/prometheus/: the rules file and the PrometheusRule
+    texts = {**provisioning_files(rules, db or Database(), dashboards_path), **prometheus.rule_files()}
+    for rel, text in texts.items():
         path = _folder(out, str(Path(rel).parent)) / Path(rel).name
         _write(path, text)
         written.append(path)
-    written += prometheus.render(out)  # DIR/prometheus/: the rules file and the PrometheusRule
     return written
