@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from steptail.parsers.timestamps import split_timestamp
-from steptail.storage.durable import fsync_path
+from steptail.storage.durable import file_sha256, fsync_path
 
 LEVEL = 1  # fastest: ~8:1 on trainer logs at ~270 MB/s a core (6, the default, ~9:1 at ~100 MB/s)
 HEAD = 40  # bytes of a line that hold its kubelet timestamp
@@ -35,14 +35,10 @@ def remove_stale(folder: Path) -> int:
 
 def sha256_file(path: Path) -> str | None:
     """None when the file cannot be read."""
-    h = hashlib.sha256()
     try:
-        with open(path, "rb") as f:
-            while chunk := f.read(1 << 20):
-                h.update(chunk)
+        return file_sha256(path)
     except OSError:
         return None
-    return h.hexdigest()
 
 
 def write_json(path: Path, doc: dict) -> tuple[str, int]:

@@ -40,6 +40,7 @@ from steptail.runs.model import Batch, Counters, RunModel
 from steptail.runs.names import check_run_name
 from steptail.storage.compact import write_snapshots
 from steptail.storage.db import DatabaseFailure, Store, StoreFailure, failure_reason, open_store
+from steptail.storage.durable import file_sha256
 from steptail.storage.findings import replay, sync_findings
 from steptail.storage.ingests import incarnation_count, ingested_before, record_ingest
 from steptail.storage.parquet import ParquetError, ParquetSink
@@ -108,13 +109,7 @@ def _read_by_workers(source: Source) -> bool:
 
 def _file_sha256(path: str) -> str | None:
     """sha256 of a file read again (when it could not be hashed as it was read)."""
-    if path == "<stdin>":
-        return None
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
+    return None if path == "<stdin>" else file_sha256(path)
 
 
 def _sha256(source: Source) -> str:

@@ -18,7 +18,8 @@ from steptail.collector.ingest import IngestError, IngestResult, Origin, ingest
 from steptail.runs.findings import Settings
 from steptail.runs.names import check_run_name
 from steptail.storage.db import Store
-from steptail.storage.raw import RawStream, file_sha256, read_members, scan
+from steptail.storage.durable import file_sha256
+from steptail.storage.raw import RawStream, read_members, scan
 from steptail.storage.reads import UnknownRun, run_exists
 from steptail.storage.reparse import clear_rows, copy_read_facts, diff, run_origin, snapshot
 from steptail.storage.run_files import RAW_SEGMENT, run_files

@@ -1,10 +1,20 @@
-"""Making a file or a folder's entries durable: what every atomic write here (Parquet
-compaction, raw segments, archived logs) does before and after its rename."""
+"""Files on disk: made durable (what every atomic write here — Parquet compaction, raw
+segments, archived logs — does before and after its rename) and checked (sha256)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The sha256 of a file's bytes (OSError when it cannot be read)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
 
 
 def fsync_path(path: str | Path, directory: bool = False) -> None:

@@ -7,7 +7,6 @@ when asked (force)."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -23,6 +22,7 @@ import steptail
 from steptail.parsers import format_ns
 from steptail.runs.names import RunNameError, check_run_name
 from steptail.storage.db import Store
+from steptail.storage.durable import file_sha256
 from steptail.storage.export_files import (
     BundleFileError,
     add_archives,
@@ -111,14 +111,6 @@ def _write_parquet(path: Path, table: str, chunks) -> int:
         if n == 0:
             writer.write_table(schema.empty_table())
     return n
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _manifest_facts(conn: sa.Connection, run: str) -> dict:
@@ -234,7 +226,7 @@ def _build(store: Store, run: str, folder: Path) -> dict:
         kept["ingested"] = ingested(conn, run)
     plot_ce(folder / "ce.png", run, ce, facts["incarnations"], facts["gaps"]["steps"])
     for path in bundle_files(folder):
-        files[path.relative_to(folder).as_posix()] = {"sha256": _sha256(path), "bytes": path.stat().st_size}
+        files[path.relative_to(folder).as_posix()] = {"sha256": file_sha256(path), "bytes": path.stat().st_size}
     manifest = {
         "manifest_version": MANIFEST_VERSION,
         **facts,
@@ -311,6 +303,6 @@ def verify(folder: str | Path) -> list[str]:
     folder = Path(folder)
     manifest = json.loads((folder / "manifest.json").read_text())
     bad = [name for name, f in manifest["files"].items()
-           if not (folder / name).is_file() or _sha256(folder / name) != f["sha256"]]
+           if not (folder / name).is_file() or file_sha256(folder / name) != f["sha256"]]
     extra = {p.relative_to(folder).as_posix() for p in bundle_files(folder)} - set(manifest["files"])
     return sorted(bad + list(extra))

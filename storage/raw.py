@@ -230,14 +230,6 @@ def read_segment(path: str | os.PathLike) -> tuple[bytes, bool]:
     return b"".join(members), cut
 
 
-def file_sha256(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
-
-
 @dataclass
 class RawStream:
     stream: str

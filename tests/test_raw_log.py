@@ -77,7 +77,7 @@ def loss_lines(lines: list[bytes]) -> set[tuple[int, int]]:
 
 def test_follow_raw_keeps_every_committed_line_and_reparse_equals_the_run(make_simcluster, tmp_path, db_url):
     from steptail.collector.reparse import reparse
-    from steptail.storage.raw import file_sha256
+    from steptail.storage.durable import file_sha256
 
     sim = make_simcluster(RESTART)
     raw = tmp_path / "raw"
