@@ -24,10 +24,12 @@ from steptail.simcluster import kube
 from steptail.simcluster.api import KubeApi
 from steptail.simcluster.controller import Controller
 from steptail.simcluster.objects import CONTAINER, JobSetState, Pod
-from steptail.simcluster.scenario import FaultSpec, JobSetSpec, Scenario, parse_size
+from steptail.simcluster.scenario import ACTIONS, FaultSpec, JobSetSpec, Scenario, parse_size
 from steptail.simcluster.state import ClusterState
 from steptail.simcluster.truth import StepTruth, step_truths, wrote_step
 
+# fault actions whose method takes the scenario's JobSet first
+ON_JOBSET = frozenset({"rotate", "restart_jobset", "restart_container", "stall", "set_rate", "write_lines", "flood"})
 TICK = 0.005  # driver period: pending pods start, steps are written, logs rotate by size
 
 
@@ -194,36 +196,15 @@ class SimCluster:
 
     # ---- faults (see docs/simcluster.md for what each does to the wire)
     def apply_fault(self, f: FaultSpec) -> None:
-        """Apply one scenario fault now."""
-        a, kw = f.action, dict(f.params)
-        if a == "rotate":
-            self.rotate(f.jobset, **kw)
-        elif a == "restart_jobset":
-            self.restart_jobset(f.jobset, **kw)
-        elif a == "restart_container":
-            self.restart_container(f.jobset, **kw)
-        elif a == "auth_lapse":
-            self.auth_lapse(**kw)
-        elif a == "fail_next":
-            self.fail_next(**kw)
-        elif a == "eof_streams":
-            self.eof_streams()
-        elif a == "stall":
-            self.stall(f.jobset, **kw)
-        elif a == "set_rate":
-            self.set_rate(f.jobset, **kw)
-        elif a == "deny":
-            self.deny(**kw)
-        elif a == "corrupt_pods":
-            self.corrupt_pods(**kw)
-        elif a == "write_lines":
-            self.write_lines(f.jobset, **kw)
-        elif a == "flood":
-            self.flood(f.jobset, **kw)
-        elif a == "delete_pod":
-            self.delete_pod(**kw)
+        """Apply one scenario fault now: each action is the method of its name, given the
+        scenario's JobSet when it acts on one."""
+        if f.action not in ACTIONS:
+            raise ValueError(f"unknown fault action {f.action!r}")
+        act = getattr(self, f.action)
+        if f.action in ON_JOBSET:
+            act(f.jobset, **f.params)
         else:
-            raise ValueError(f"unknown fault action {a!r}")
+            act(**f.params)
 
     def write_lines(self, jobset: str | None = None, lines: list[str] = ()) -> None:
         """Process 0 prints these lines as they are (hostile input: values no store can hold,
