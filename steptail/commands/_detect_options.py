@@ -9,7 +9,7 @@ import click
 
 from steptail.commands._common import fail
 from steptail.runs.findings import Settings
-from steptail.runs.reference import ReferenceError, load_reference
+from steptail.runs.reference import ReferenceError, load_reference, reference_for
 
 
 def detector_options(fn):
@@ -30,14 +30,18 @@ def detector_options(fn):
 
 
 def detector_settings(reference_ce: str | None, gate_tolerance: float, resume_tolerance: float,
-                      stall_k: float) -> tuple[Settings, dict[int, float] | Path | None]:
-    """Validated Settings and reference CE, or exit 2 with a one-line reason."""
+                      stall_k: float, run: str | None = None) -> tuple[Settings, dict[int, float] | Path | None]:
+    """Validated Settings and reference CE, or exit 2 with a one-line reason. With `run`, the
+    reference is that run's (its file of a --reference-ce directory); without, as given
+    (follow picks each run's)."""
     for name, value in (("--gate-tolerance", gate_tolerance), ("--resume-tolerance", resume_tolerance),
                         ("--stall-k", stall_k)):
         if not value >= 0:
             fail(f"{name} must be a non-negative number")
     try:
         reference = load_reference(reference_ce)
+        if run is not None:
+            reference = reference_for(reference, run)
     except ReferenceError as exc:
         fail(str(exc))
     settings = Settings(stall_k=stall_k, gate_tolerance=gate_tolerance, resume_tolerance=resume_tolerance)

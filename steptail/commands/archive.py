@@ -63,7 +63,6 @@ def command(jobset, namespace, out, kubeconfig, context, account, parallel, run_
     from steptail.collector.kubeclient import check as check_kubeconfig
     from steptail.collector.kubectl import AccountMissing, KubeTarget, resolve_account
     from steptail.runs.names import RunNameError, check_run_name
-    from steptail.runs.reference import ReferenceError, reference_for
     from steptail.storage.sources import SourceConflict, check_runs, kubernetes_source
 
     run = run_name or jobset
@@ -73,11 +72,7 @@ def command(jobset, namespace, out, kubeconfig, context, account, parallel, run_
         acct = resolve_account(account)
     except (RunNameError, AccountMissing) as exc:
         fail(str(exc))
-    settings, reference = detector_settings(reference_ce, gate_tolerance, resume_tolerance, stall_k)
-    try:
-        reference = reference_for(reference, run)
-    except ReferenceError as exc:
-        fail(str(exc))
+    settings, reference = detector_settings(reference_ce, gate_tolerance, resume_tolerance, stall_k, run)
     if not 1 <= parallel <= 64:
         fail(f"--parallel must be 1 to 64, not {parallel}")
     if no_ingest and (parquet or run_name or append):

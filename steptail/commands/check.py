@@ -13,7 +13,6 @@ from steptail.commands._detect_options import detector_options, detector_setting
 from steptail.output import Column, Output, output_option
 from steptail.runs.findings import CRITICAL, Finding
 from steptail.runs.policy import stop_command
-from steptail.runs.reference import ReferenceError, reference_for
 from steptail.storage.checks import CheckFailed, check_and_store
 from steptail.storage.reads import UnknownRun
 
@@ -29,11 +28,7 @@ def command(run: str, db: str | None, output: Output, reference_ce: str | None, 
             resume_tolerance: float, stall_k: float, workload: str | None, namespace: str | None) -> None:
     """Check RUN: gaps, stalls, non-finite CE, the step-1 CE gate, the load-balance rule,
     resumes from zero, resume mismatches, missing REQUIRED_RBF. Exit 1 if anything is flagged."""
-    settings, reference = detector_settings(reference_ce, gate_tolerance, resume_tolerance, stall_k)
-    try:
-        reference = reference_for(reference, run)
-    except ReferenceError as exc:
-        fail(str(exc))
+    settings, reference = detector_settings(reference_ce, gate_tolerance, resume_tolerance, stall_k, run)
     store = store_or_exit(db, create=False)
     try:
         result = check_and_store(store, run, settings, reference)

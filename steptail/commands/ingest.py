@@ -15,7 +15,6 @@ from steptail.commands._common import db_option, fail, warn
 from steptail.commands._detect_options import detector_options, detector_settings
 from steptail.output import Output, output_option
 from steptail.runs.names import RunNameError, check_run_name
-from steptail.runs.reference import ReferenceError, reference_for
 from steptail.storage.db import StoreError
 from steptail.storage.sources import SourceConflict
 
@@ -48,11 +47,7 @@ def command(paths: tuple[str, ...], run: str, db: str | None, parquet: str | Non
         check_run_name(run)
     except RunNameError as exc:
         fail(str(exc))
-    settings, reference = detector_settings(reference_ce, gate_tolerance, resume_tolerance, stall_k)
-    try:
-        reference = reference_for(reference, run)
-    except ReferenceError as exc:
-        fail(str(exc))
+    settings, reference = detector_settings(reference_ce, gate_tolerance, resume_tolerance, stall_k, run)
     show = Console(stderr=True).is_terminal and not output.machine
     try:
         with _progress_bar(run, show) as progress:

@@ -39,7 +39,6 @@ def command(run: str, raw: str, into: str | None, replace: bool, examples: int, 
     from steptail.collector.ingest import IngestError, NoRecords
     from steptail.collector.reparse import reparse
     from steptail.runs.names import RunNameError, check_run_name
-    from steptail.runs.reference import ReferenceError, reference_for
     from steptail.storage.reads import UnknownRun
 
     try:
@@ -50,11 +49,7 @@ def command(run: str, raw: str, into: str | None, replace: bool, examples: int, 
         fail(str(exc))
     if into and replace:
         fail("--into and --replace exclude each other")
-    settings, reference = detector_settings(reference_ce, gate_tolerance, resume_tolerance, stall_k)
-    try:
-        reference = reference_for(reference, run)
-    except ReferenceError as exc:
-        fail(str(exc))
+    settings, reference = detector_settings(reference_ce, gate_tolerance, resume_tolerance, stall_k, run)
     store = store_or_exit(db, create=False)
     try:
         result = reparse(store, run, raw, into=into, replace=replace, settings=settings,
