@@ -4,7 +4,7 @@
   connection; its row in `replicas` carries a heartbeat and how many runs it owns. A replica
   that dies closes that connection, and PostgreSQL drops every lock it held at once.
 - A run is owned by the replica holding the session-level advisory lock `run_key(run)` on
-  that same connection (`Leases.try_own`).
+  that same connection (`Leases.try_own_many`: never waits).
 - Writes are fenced: a new owner bumps the run's epoch (`run_owners`) and loads the run's
   state under the run's fence lock, exclusive (`take_over`); every commit first takes that
   lock shared and checks its epoch is still the run's (`fence`), in one statement. So a
@@ -162,10 +162,6 @@ class Leases:
         return Survey(alive, held)
 
     # -- runs -----------------------------------------------------------------------------
-    def try_own(self, run: str) -> bool:
-        """Take the run's owner lock if nobody holds it (never waits)."""
-        return bool(self._c().execute(sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": run_key(run)}).scalar())
-
     def try_own_many(self, runs: list[str]) -> list[str]:
         """The runs of `runs` whose owner lock this call took (those nobody held), in one
         statement: a replica taking over a hundred runs does not wait a hundred round trips."""
