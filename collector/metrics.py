@@ -82,6 +82,10 @@ class Metrics:
         self.follower_up = Gauge(
             "steptail_follower_up", "1 while the run's follower and store writes work, 0 while one fails.",
             ["run"], registry=r)
+        self.ownership_up = Gauge(
+            "steptail_ownership_up", "1 while this replica's ownership connection to PostgreSQL works (replicas "
+            "share the runs through it), 0 while it fails: its runs stop until it is back. Absent on SQLite.",
+            registry=r)
         self.discovery_up = Gauge(
             "steptail_discovery_up", "1 while process-0 pods are listed and watched, 0 before and while failing.",
             registry=r)
@@ -141,9 +145,12 @@ class Metrics:
         self.errors.labels(run, source, reason).inc()
 
     def up(self, run: str, source: str, up: bool) -> None:
-        """A source started or stopped failing (discovery: the discovery gauge, else the run's)."""
+        """A source started or stopped failing (discovery, ownership: their gauges, else the run's)."""
         if source == "discovery":
             self.discovery_up.set(1 if up else 0)
+            return
+        if source == "ownership":
+            self.ownership_up.set(1 if up else 0)
             return
         down = self._down.setdefault(run, set())
         if up:

@@ -81,6 +81,8 @@ class Supervisor:
         self.ownership = None if store.is_sqlite else Ownership(store)
         self.candidates: dict[str, str] = {}  # run -> jobset: found, to follow here or elsewhere
         self._balancer: asyncio.Task | None = None
+        # the ownership connection: failing loses every run here (logged, counted, summarised)
+        self.ownership_health = Health("ownership", "", plan.metrics) if self.ownership is not None else None
         self._look_now = asyncio.Event()
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -199,8 +201,7 @@ class Supervisor:
         """Every INTERVAL (or at once when a run is found): heartbeat, then take, give back and
         drop runs as collector.ownership decides. The connection failing loses every run (its
         locks fell with it): they stop at once and are taken again once it is back."""
-        own = self.ownership
-        health = Health("ownership", "", None)
+        own, health = self.ownership, self.ownership_health
         backoff = INTERVAL
         while not self.stopping.is_set():
             try:

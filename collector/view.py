@@ -36,8 +36,10 @@ def table(statuses: dict[str, RunStatus], discovery: Health | None = None) -> Ta
     return t
 
 
-def summary(statuses: dict[str, RunStatus], discovery: Health | None = None) -> dict:
-    """What `follow` prints at the end: each run, and pod discovery; failures by kind."""
+def summary(statuses: dict[str, RunStatus], discovery: Health | None = None,
+            ownership: Health | None = None) -> dict:
+    """What `follow` prints at the end: each run, pod discovery, and with replicas the
+    ownership connection; failures by kind."""
     runs = [
         {"run": s.run, "jobset": s.jobset, "pod": s.pod, "state": s.state, "incarnation": s.last_incarnation,
          "last_step": s.last_step, "ce": s.last_ce, "lines": s.lines, "rows": s.rows,
@@ -45,10 +47,15 @@ def summary(statuses: dict[str, RunStatus], discovery: Health | None = None) -> 
          "last_error": s.last_error}
         for s in statuses.values()
     ]
-    d = discovery or Health("discovery")
-    found = {"state": d.state(), "failures": sum(d.counts.values()), "errors": dict(d.counts),
-             "last_error": d.last[1] if d.last else None}
-    return {"runs": runs, "discovery": found}
+    report = {"runs": runs, "discovery": _health(discovery or Health("discovery"))}
+    if ownership is not None:
+        report["ownership"] = _health(ownership)
+    return report
+
+
+def _health(h: Health) -> dict:
+    return {"state": h.state(), "failures": sum(h.counts.values()), "errors": dict(h.counts),
+            "last_error": h.last[1] if h.last else None}
 
 
 def by_kind(errors: dict[str, int]) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -143,6 +144,58 @@ def test_replicas_share_runs_and_take_over_a_killed_one(make_simcluster, tmp_pat
                                          "WHERE reason = 'handover' AND run LIKE :r", "sft-%")}
         orphaned_runs = {pod.rsplit("-slice-", 1)[0] for pod in orphaned}
         assert orphaned_runs <= handed, (orphaned_runs, handed)
+
+
+def test_a_lost_ownership_connection_is_heard_and_the_runs_resume_exactly(make_simcluster, tmp_path):
+    """The server ends the replica's ownership connection (its locks fall) mid-run: headless,
+    one line when it starts and one when it clears, the metric and the summary say so, the
+    runs stop and are taken again from their committed cursors — every step once, no gap."""
+    import json
+    import urllib.request
+
+    import sqlalchemy as sa
+
+    steps = 150
+    sim = make_simcluster({"namespace": "default", "rate": 10, "jobsets": [
+        {"name": f"own-{i}", "hosts": 1, "trainer": {"steps": steps}} for i in range(2)]})
+    with scratch_database(PG_ADMIN, "steptail_ownership") as db:
+        with socket.socket() as free:  # a port for the metrics server
+            free.bind(("127.0.0.1", 0))
+            port = free.getsockname()[1]
+        argv = [sys.executable, "-c", "from steptail.cli import main; main()", "follow", "--all",
+                "-n", sim.namespace, "--kubeconfig", str(sim.kubeconfig_path), "--account", sim.account,
+                "--db", db, "--until-done", "--metrics-port", str(port), "-o", "json"]
+        log = open(tmp_path / "follow.log", "wb")  # headless: no terminal
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log)
+        engine = sa.create_engine(db)
+        try:
+            deadline = time.time() + 30
+            while time.time() < deadline and len(recorded(db, "own-0")) < 20:
+                time.sleep(0.2)
+            with engine.connect() as c:
+                killed = c.execute(sa.text("SELECT pg_terminate_backend(backend_pid) FROM replicas")).scalars().all()
+            assert killed == [True]
+            time.sleep(2)
+            metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+            out, _ = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            engine.dispose()
+            log.close()
+        text = (tmp_path / "follow.log").read_text()
+        assert proc.returncode == 0, text
+        assert text.count("ownership failing (store)") == 1 and text.count("ownership ok again") == 1, text
+        assert "no longer owned by this replica (the ownership connection failed)" in text
+        report = json.loads(out)
+        assert report["ownership"]["failures"] >= 1 and report["ownership"]["state"] == "ok", report
+        assert 'steptail_errors_total{reason="store",run="",source="ownership"} 1.0' in metrics, metrics
+        assert "steptail_ownership_up 1.0" in metrics  # failed, and back
+        for i in range(2):
+            run = f"own-{i}"
+            assert sorted(s for _, s in recorded(db, run)) == list(range(1, steps + 1)), run
+            assert_exactly_once(sim, db, run, run)
+            assert gaps(db, run) == [], run
 
 
 def test_a_second_follow_of_one_sqlite_store_is_refused(simcluster, tmp_path):

@@ -161,7 +161,7 @@ def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parq
             single.release()
     if sup.fatal:
         fail(sup.fatal)
-    report = summary(sup.status, sup.discovery.health)
+    report = summary(sup.status, sup.discovery.health, sup.ownership_health)
     if output.format == "ndjson":
         output.event({"event": "summary", **report})
         return
@@ -173,7 +173,8 @@ def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parq
                      f"{r['reconnects']} reconnects, {r['gaps']} stream gaps, {r['failures']} failures"
                      + (f" ({by_kind(r['errors'])})" if r["errors"] else "")
                      + (f" (last: {r['last_error']})" if r["last_error"] else ""), highlight=False, soft_wrap=True)
-    d = report["discovery"]
-    if d["failures"]:
-        output.print(f"[bold]pod discovery[/]: {d['state']}, {d['failures']} failures ({by_kind(d['errors'])}) "
-                     f"(last: {d['last_error']})", highlight=False, soft_wrap=True)
+    for key, name in (("discovery", "pod discovery"), ("ownership", "ownership connection")):
+        d = report.get(key)
+        if d and d["failures"]:
+            output.print(f"[bold]{name}[/]: {d['state']}, {d['failures']} failures ({by_kind(d['errors'])}) "
+                         f"(last: {d['last_error']})", highlight=False, soft_wrap=True)
