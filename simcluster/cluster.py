@@ -23,6 +23,7 @@ from pathlib import Path
 from steptail.simcluster import kube
 from steptail.simcluster.api import KubeApi
 from steptail.simcluster.controller import Controller
+from steptail.simcluster.dbproxy import DbProxy
 from steptail.simcluster.objects import CONTAINER, JobSetState, Pod
 from steptail.simcluster.scenario import ACTIONS, FaultSpec, JobSetSpec, Scenario, parse_size
 from steptail.simcluster.state import ClusterState
@@ -48,6 +49,7 @@ class SimCluster:
         state_dir: str | Path | None = None,
         kubeconfig_out: str | Path | None = None,
         account: str = "steptail-agent@steptail-sim.iam.gserviceaccount.com",
+        db_proxy: DbProxy | None = None,
     ) -> None:
         if scenario is None:
             scenario = Scenario()
@@ -74,6 +76,8 @@ class SimCluster:
         # sim.truth(jobset) -> [StepTruth]; sim.truth.servable(jobset) -> [LineTruth] (truth.py)
         self.truth = Truth(self.state)
         self._pending_faults: list[FaultSpec] = list(scenario.faults)
+        self.db_proxy = db_proxy  # a started DbProxy in front of the store: `db_outage` cuts it
+        self._db_restore_at: float | None = None  # time.monotonic() when a db_outage ends
         self._started_mono = 0.0
         self._tasks: list[asyncio.Task] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -188,6 +192,9 @@ class SimCluster:
             if f.at is not None and elapsed >= f.at:
                 self._pending_faults.remove(f)
                 self.apply_fault(f)
+        if self._db_restore_at is not None and mono >= self._db_restore_at:
+            self._db_restore_at = None
+            self.db_proxy.restore()
         self.controller.tick(mono)
 
     def _on_step(self, js: JobSetState, step: int) -> None:
@@ -304,6 +311,25 @@ class SimCluster:
         single-pod reads stay intact)."""
         with self.lock:
             self.state.faults.corrupt_until = time.time() + float(seconds)
+
+    def db_outage(self, seconds: float | None = 10.0, mode: str = "refuse", existing: str = "close") -> None:
+        """The database goes away for `seconds` (None: until db_restore; 0: a restart — every
+        connection reset, new ones welcome at once) through the DbProxy the simulator was given:
+        live connections reset (existing="stall": hang), new ones refused or blackholed (`mode`)."""
+        if self.db_proxy is None:
+            raise RuntimeError("db_outage needs SimCluster(db_proxy=DbProxy(...)) started")
+        with self.lock:
+            self.db_proxy.cut(mode, existing)
+            self._db_restore_at = None if seconds is None else time.monotonic() + float(seconds)
+            if seconds == 0:
+                self._db_restore_at = None
+                self.db_proxy.restore()
+
+    def db_restore(self) -> None:
+        """End a db_outage now."""
+        with self.lock:
+            self._db_restore_at = None
+            self.db_proxy.restore()
 
     def eof_streams(self) -> None:
         """End every open follow/watch stream cleanly (like an idle timeout or apiserver restart)."""
