@@ -112,7 +112,7 @@ class KubeApi:
         path = request.path
         if path in ("/healthz", "/livez", "/readyz"):
             return web.Response(text="ok")
-        await self._held(path)
+        await self._held(str(request.rel_url))  # slow_api / hang_api match path and query
         user = self.user(request.headers.get("Authorization", ""))
         request[USER] = user
         faults = self.state.faults
@@ -298,7 +298,7 @@ class KubeApi:
                         break
                     dropped = (f.abort_gen, f.watch_drop_gen) != gens[:2]
                     compacted = f.gone_gen != gens[2]
-                    held = f.hanging(request.path, stream=True)
+                    held = f.hanging(str(request.rel_url), stream=True)
                 if dropped:  # the connection goes, without the final chunk
                     if request.transport is not None:
                         request.transport.abort()
@@ -400,7 +400,7 @@ class KubeApi:
             return st.faults.abort_gen != abort_gen
 
         def frozen() -> bool:  # hang_api with streams: nothing more is sent meanwhile
-            return st.faults.hanging(request.path, stream=True)
+            return st.faults.hanging(str(request.rel_url), stream=True)
 
         read = LogRead(request.get(USER) or "", ns, name, follow and not previous, previous, time.time())
         with st.lock:

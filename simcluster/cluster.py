@@ -325,15 +325,16 @@ class SimCluster:
             self.state.faults.record("corrupt_pods", seconds)
 
     def slow_api(self, seconds: float = 5.0, delay: float = 2.0, path: str | None = None) -> None:
-        """For `seconds`, every request whose path contains `path` (None: any) is answered
+        """For `seconds`, every request whose path and query contain `path` (None: any) is answered
         `delay` seconds late (an overloaded apiserver or kubelet)."""
         with self.lock:
             self.state.faults.add_slow(seconds, delay, path)
 
     def hang_api(self, seconds: float = 5.0, path: str | None = None, streams: bool = False) -> None:
-        """For `seconds`, requests whose path contains `path` (None: any) get no answer at all
-        until the fault ends (then they are served, if the client still waits); `streams`: open
-        follow and watch streams of that path send nothing meanwhile either."""
+        """For `seconds`, requests whose path and query contain `path` (None: any; e.g.
+        "watch=true") get no answer at all until the fault ends (then they are served, if the
+        client still waits); `streams`: open follow and watch streams of that path send
+        nothing meanwhile either."""
         with self.lock:
             self.state.faults.add_hang(seconds, path, streams)
 

@@ -183,3 +183,13 @@ def test_unavailable_records_every_api_fault(make_simcluster):
     assert out["auth_lapse"].to_ns - out["auth_lapse"].from_ns == pytest.approx(0.2e9, abs=1e6)
     assert out["deny"].params["user"] == "system:serviceaccount:default:steptail"
     assert [o.kind for o in sim.truth.unavailable()] == ["fail_next", "auth_lapse", "deny"]
+
+
+def test_hang_api_on_the_query_holds_watches_not_lists(make_simcluster, monkeypatch):
+    sim = make_simcluster(scenario())
+    v1 = core(sim, monkeypatch)
+    sim.hang_api(seconds=3, path="watch=true")
+    assert len(v1.list_namespaced_pod("default", label_selector=JS, _request_timeout=2).items) == 2
+    with pytest.raises(urllib3.exceptions.ReadTimeoutError):
+        v1.list_namespaced_pod("default", label_selector=JS, watch=True, timeout_seconds=1,
+                               _preload_content=False, _request_timeout=1)  # no headers come
