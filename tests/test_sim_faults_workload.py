@@ -4,11 +4,15 @@ intervals `sim.truth.servable()` gives the oracle (rotation, grace period, delet
 
 from __future__ import annotations
 
+import re
 import time
+from pathlib import Path
 
 import pytest
+import yaml
 
 from steptail.simcluster.cluster import SimCluster
+from steptail.simcluster.dbproxy import DbProxy
 
 try:
     from test_sim_kubectl import LOSS, kubectl, wait_running
@@ -112,3 +116,12 @@ def test_faults_are_checked_at_construction_and_recorded_when_applied(make_simcl
                                                          ("stall", None, 6)]
     assert got[1].error.startswith("KeyError") and got[0].error is None and got[2].error is None
     assert got[0].wall_ns < got[1].wall_ns < got[2].wall_ns
+
+
+def test_the_documented_scenario_example_is_valid():
+    """docs/simcluster.md's scenario file: every fault in it fits its action's parameters."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "simcluster.md").read_text()
+    sc = yaml.safe_load(re.search(r"```yaml\n(namespace: default.*?)```", doc, re.S).group(1))
+    assert {f["action"] for f in sc["faults"]} >= {"stamp_skew", "clock_step", "db_outage", "slow_api",
+                                                   "hang_api", "watch_gone"}
+    SimCluster(sc, db_proxy=DbProxy())  # not started: construction checks the faults
