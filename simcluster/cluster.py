@@ -32,9 +32,6 @@ from steptail.simcluster.scenario import ACTIONS, FaultSpec, JobSetSpec, Scenari
 from steptail.simcluster.state import ClusterState
 from steptail.simcluster.truth import AppliedFault, Truth, wrote_step
 
-# fault actions whose method takes the scenario's JobSet first
-ON_JOBSET = frozenset({"rotate", "restart_jobset", "restart_container", "stall", "set_rate", "write_lines", "flood",
-                       "stamp_skew", "clock_step"})
 TICK = 0.005  # driver period: pending pods start, steps are written, logs rotate by size
 
 
@@ -211,13 +208,11 @@ class SimCluster:
     # ---- faults (see docs/simcluster.md for what each does to the wire)
     def _fault_call(self, f: FaultSpec) -> tuple[Callable, tuple, dict]:
         """The method a scenario fault is and its arguments: each action is the method of its
-        name, given the scenario's JobSet when it acts on one."""
+        name, given the scenario's JobSet when it takes one (a `jobset` parameter)."""
         if f.action not in ACTIONS:
             raise ValueError(f"unknown fault action {f.action!r}")
         act = getattr(self, f.action)
-        if f.action in ON_JOBSET:
-            return act, (f.jobset,), dict(f.params)
-        if f.action == "delete_pod":
+        if "jobset" in inspect.signature(act).parameters:
             return act, (), {**f.params, "jobset": f.jobset}
         return act, (), dict(f.params)
 
