@@ -401,9 +401,9 @@ class FindingEngine:
 
     def _unchecked(self, inc: _Inc, gap: StepGap, step: int) -> None:
         """Rules whose input is in the head that was not read (the config lines, step 1): a
-        finding that says they could not be checked, never silence. Not when the run's config
-        was read in an earlier incarnation, nor when it rules them out (no context parallelism
-        and no reference)."""
+        finding that says they could not be checked, never silence. Not when an earlier
+        incarnation's start-up (where the config is printed) was read, nor when the config read
+        rules them out (no context parallelism and no reference)."""
         head = (f"incarnation {inc.number}'s log was read from step {step}: its start-up, config lines and "
                 f"{step_range(gap.first_step, gap.last_step)} were not")
         cp = _as_int(inc.config.get(CP_PARAM))
@@ -413,7 +413,8 @@ class FindingEngine:
             self._emit("step1_ce_gate", inc.number, 1, 1,
                        f"step-1 CE gate could not run: step 1 was never read ({head}; {cp_known})", WARNING)
         unread = [p for p in (CP_PARAM, LB_PARAM) if p not in inc.config]
-        if unread and (cp is None or cp > 1) and not any(i.lb_checked for i in self._incs.values()):
+        read_before = any(i.lb_checked or i.saw_start for i in self._incs.values() if i is not inc)
+        if unread and (cp is None or cp > 1) and not read_before:
             # keyed at the first step read, not NO_STEP: the rule's own finding, should the config
             # still come, is another one (and alerted)
             inc.first_read = step

@@ -8,7 +8,7 @@ import json
 import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
-from findings_logs import SEC, LogBuilder, feed_engine, keys, store_lines
+from findings_logs import SEC, T0, LogBuilder, feed_engine, keys, store_lines
 
 from steptail.cli import main
 from steptail.runs.detectors import FindingEngine
@@ -167,6 +167,25 @@ def test_no_head_gap_for_a_restart_whose_restore_line_was_lost():
     b = LogBuilder().start(ici_context_parallelism=1).steps(1, 30).steps(21, 35)  # steps go back
     engine, _ = feed_engine("m", b.lines)
     assert keys(engine.findings.values()) == set()
+
+
+def test_a_later_unread_head_starts_after_the_earlier_incarnations():
+    """Incarnation 2 opened on other evidence (a new pod) with its start-up and restore lines
+    unread: what is missing is what lies above incarnation 1's steps. The rules were up to
+    incarnation 1's start-up, which was read (this trainer prints no config: nothing to check)."""
+    from steptail.runs.model import Batch
+
+    def batch(n, saw_start, steps):
+        b = Batch()
+        b.incarnations[n] = ("l", n, None, saw_start, steps[0], steps[-1], None, None, None, None)
+        b.loss_parts = [("l", n, s, T0 + s * SEC, 3.0, "3.0", "{}") for s in steps]
+        return b
+
+    engine = FindingEngine("l")
+    engine.observe(batch(1, True, list(range(1, 21))))
+    engine.observe(batch(2, False, list(range(30, 36))))
+    assert keys(engine.findings.values()) == {("head_gap", 2, 21, 29)}
+    assert "earlier incarnations reached step 20" in only(engine, "head_gap").detail
 
 
 def test_an_unread_head_with_its_config_read_checks_what_it_can():
