@@ -387,10 +387,11 @@ class FindingEngine:
         detail = (
             f"{step_range(gap.first_step, gap.last_step)} missing at the head of incarnation {inc.number} "
             f"({gap.count} steps): its log was read from step {step}, without the trainer's start-up or "
-            f"a restore line{before} (following began late or the head of the log had rotated away; "
-            "a saved log that starts mid-way). They were lost, or run before a restart from a checkpoint "
-            "whose restore line was lost too: the log read cannot tell which"
+            f"a restore line{before} (following began late, the head of the log had rotated away, or a "
+            "saved log starts mid-way). They were lost, or run before a restart from a checkpoint whose "
+            "restore line was lost too: the log read cannot tell which"
         )
+        # the stream gap the head went in (the follower's: from the container's start to this step)
         lost = [g for g in self._gaps if ts is not None and g.start_ns < ts and (g.end_ns is None or g.end_ns >= ts)]
         if lost:
             g = lost[0]
