@@ -32,8 +32,9 @@ from prometheus_client import (
 )
 
 from steptail.runs.findings import KINDS, Finding
+from steptail.runs.gaps import GAP, HEAD_GAP
 
-MISSING_KINDS = ("gap", "head_gap")
+MISSING_KINDS = (GAP, HEAD_GAP)  # steptail.runs.gaps: the one definition of a missing step
 RECONNECT_REASONS = ("eof", "silence")  # collector.follower
 # A run is done once its follower is (--until-done), or while process 0 completed and its log
 # was read to the end (collector.follower's state then): never a stall, whatever its age.

@@ -125,22 +125,29 @@ GROUP BY run
 
 # The steps missing per run, as steptail.runs.gaps defines them (held to it on both stores by
 # tests/test_missing_step_definition.py): between two recorded steps of one incarnation, plus
-# head gaps (the trainer's start was read, yet the incarnation's first step is not 1 / restore
-# + 1). (run, incarnation, step) is unique, so max - min + 1 - count is exactly the sum of the
-# inner gaps: one aggregate instead of a window over every row.
+# head gaps: before an incarnation's first step and after the step it is known to start from
+# (its restored checkpoint, 0 for a fresh start, when the start-up or a restore line was read;
+# else the highest step of its earlier incarnations, 0 for the first: a head never read).
+# (run, incarnation, step) is unique, so max - min + 1 - count is exactly the sum of the inner
+# gaps: one aggregate instead of a window over every row.
 ALERT_MISSING_STEPS = f"""
 WITH active AS ({_ACTIVE}),
+per_inc AS (
+  SELECT run, incarnation, MIN(step) AS lo, MAX(step) AS hi, COUNT(*) AS n FROM loss_parts
+  WHERE run IN (SELECT run FROM active) GROUP BY run, incarnation
+),
 inner_gaps AS (
-  SELECT run, SUM(hi - lo + 1 - n) AS missing FROM (
-    SELECT run, MIN(step) AS lo, MAX(step) AS hi, COUNT(*) AS n FROM loss_parts
-    WHERE run IN (SELECT run FROM active) GROUP BY run, incarnation
-  ) s GROUP BY run
+  SELECT run, SUM(hi - lo + 1 - n) AS missing FROM per_inc GROUP BY run
+),
+heads AS (
+  SELECT i.run, i.first_step, CASE WHEN i.saw_start OR i.restored_from IS NOT NULL
+      THEN COALESCE(i.restored_from, 0)
+      ELSE COALESCE((SELECT MAX(p.hi) FROM per_inc p WHERE p.run = i.run AND p.incarnation < i.incarnation), 0)
+    END AS known
+  FROM incarnations i WHERE i.run IN (SELECT run FROM active) AND i.first_step IS NOT NULL
 ),
 head_gaps AS (
-  SELECT run, SUM(first_step - COALESCE(restored_from, 0) - 1) AS missing FROM incarnations
-  WHERE run IN (SELECT run FROM active) AND saw_start
-    AND first_step > COALESCE(restored_from, 0) + 1
-  GROUP BY run
+  SELECT run, SUM(first_step - known - 1) AS missing FROM heads WHERE first_step > known + 1 GROUP BY run
 )
 SELECT a.run, (COALESCE(g.missing, 0) + COALESCE(h.missing, 0))::float8 AS missing_steps
 FROM active a LEFT JOIN inner_gaps g ON g.run = a.run LEFT JOIN head_gaps h ON h.run = a.run

@@ -31,7 +31,7 @@ from steptail.runs.findings import (
     Settings,
     step_range,
 )
-from steptail.runs.gaps import at_head, between
+from steptail.runs.gaps import StepGap, at_head, between
 from steptail.runs.model import Batch
 from steptail.runs.rows import (
     CHECKPOINTS,
@@ -133,6 +133,7 @@ class _Inc:
     rbf_steps: set[int] = field(default_factory=set)
     pending_rbf: deque[int] = field(default_factory=deque)  # LOSS-PARTS steps awaiting REQUIRED_RBF
     closed: bool = False
+    first_read: int | None = None  # first step of a head not read, when the load-balance rule could not run
 
 
 def _truthy(value: str | None) -> bool:
@@ -309,6 +310,8 @@ class FindingEngine:
         if inc.lb_checked or cp is None or lb is None:
             return
         inc.lb_checked = True
+        if inc.first_read is not None:  # "could not be checked" at its unread head: it now is
+            self.findings.pop((self.run, "load_balance_rule", inc.number, inc.first_read), None)
         if cp > 1 and _truthy(lb):
             self._emit(
                 "load_balance_rule", inc.number, NO_STEP, NO_STEP,
@@ -325,7 +328,7 @@ class FindingEngine:
 
     def _loss(self, inc: _Inc, step: int, ts: int | None, ce: float | None, ce_raw: str) -> None:
         if inc.last_step is None:
-            self._first_step(inc, step)
+            self._first_step(inc, step, ts)
         elif step > inc.last_step:
             if step > inc.last_step + 1:  # between()'s cheap pre-test: this runs for every step
                 self._gap(inc, step, ts)
@@ -354,7 +357,7 @@ class FindingEngine:
             self._max_step = step
         self._arrival_ns = self.clock()
 
-    def _first_step(self, inc: _Inc, step: int) -> None:
+    def _first_step(self, inc: _Inc, step: int, ts: int | None) -> None:
         earlier = [i for i in self._incs.values() if i.number < inc.number and i.last_step is not None]
         if earlier and step <= 1 and self._max_step is not None and self._max_step > 1:
             saved = max((i.saved for i in earlier if i.saved is not None), default=None)
@@ -365,8 +368,11 @@ class FindingEngine:
                 f"{self._max_step}{ckpt} (no checkpoint restored)",
                 CRITICAL,
             )
-        gap = at_head(inc.number, inc.saw_start, inc.restored_from, step)
-        if gap is not None:
+        # this incarnation has no step yet: the highest one so far is its predecessors'
+        gap = at_head(inc.number, inc.saw_start, inc.restored_from, step, self._max_step)
+        if gap is None:
+            return
+        if not gap.unread:
             after = f"the restore from step {inc.restored_from}" if inc.restored_from is not None else "start-up"
             self._emit(
                 gap.kind, inc.number, gap.first_step, gap.last_step,
@@ -375,6 +381,47 @@ class FindingEngine:
                 f"({gap.count} steps)",
                 WARNING,
             )
+            return
+        before = (f"; the run's earlier incarnations reached step {self._max_step}"
+                  if self._max_step is not None else "")
+        detail = (
+            f"{step_range(gap.first_step, gap.last_step)} missing at the head of incarnation {inc.number} "
+            f"({gap.count} steps): its log was read from step {step}, without the trainer's start-up or "
+            f"a restore line{before} (following began late, the head of the log had rotated away, or a "
+            "saved log starts mid-way). They were lost, or run before a restart from a checkpoint whose "
+            "restore line was lost too: the log read cannot tell which"
+        )
+        # the stream gap the head went in (the follower's: from the container's start to this step)
+        lost = [g for g in self._gaps if ts is not None and g.start_ns < ts and (g.end_ns is None or g.end_ns >= ts)]
+        if lost:
+            g = lost[0]
+            until = format_ns(g.end_ns) if g.end_ns is not None else "now"
+            detail += f"; the log stream {g.stream} could not be read ({g.reason}) from {format_ns(g.start_ns)} to {until}"
+        self._emit(gap.kind, inc.number, gap.first_step, gap.last_step, detail, WARNING)
+        self._unchecked(inc, gap, step)
+
+    def _unchecked(self, inc: _Inc, gap: StepGap, step: int) -> None:
+        """Rules whose input is in the head that was not read (the config lines, step 1): a
+        finding that says they could not be checked, never silence. Not when an earlier
+        incarnation's start-up (where the config is printed) was read, nor when the config read
+        rules them out (no context parallelism and no reference)."""
+        head = (f"incarnation {inc.number}'s log was read from step {step}: its start-up, config lines and "
+                f"{step_range(gap.first_step, gap.last_step)} were not")
+        cp = _as_int(inc.config.get(CP_PARAM))
+        cp = self._cp if cp is None else cp
+        cp_known = f"{CP_PARAM}={cp}" if cp is not None else f"{CP_PARAM} unknown"
+        if gap.first_step == 1 and not self._step1 and (1 in self.reference_ce or cp is None or cp > 1):
+            self._emit("step1_ce_gate", inc.number, 1, 1,
+                       f"step-1 CE gate could not run: step 1 was never read ({head}; {cp_known})", WARNING)
+        unread = [p for p in (CP_PARAM, LB_PARAM) if p not in inc.config]
+        read_before = any(i.lb_checked or i.saw_start for i in self._incs.values() if i is not inc)
+        if unread and (cp is None or cp > 1) and not read_before:
+            # keyed at the first step read, not NO_STEP: the rule's own finding, should the config
+            # still come, is another one (and alerted)
+            inc.first_read = step
+            self._emit("load_balance_rule", inc.number, step, step,
+                       f"load-balance rule could not be checked: {' and '.join(unread)} never read ({head}; "
+                       f"{cp_known})", WARNING)
 
     def _gap(self, inc: _Inc, step: int, ts: int | None) -> None:
         gap = between(inc.number, inc.last_step, step)

@@ -4,7 +4,8 @@ Severity: "critical" when the run's loss can no longer be trusted or the service
 (CE gate failure, non-finite CE, resume mismatch, load-balance rule, resume from zero, auth
 failure); "warning" when records are missing or late but the loss itself is not in doubt
 (gap, head gap, missing REQUIRED_RBF, stall, stream failure, Parquet failure, a step or clock
-jump read in a line, a step-1 gate that could not run for want of a reference)."""
+jump read in a line, a step-1 gate or load-balance rule that could not run for want of its
+input: a reference, or the head of the log with step 1 and the config lines)."""
 
 from __future__ import annotations
 

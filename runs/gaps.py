@@ -3,9 +3,17 @@ manifest and the API's gaps come from here; the dashboards' missing-steps alert 
 it by tests/test_missing_step_definition.py.
 
 A step is missing when an incarnation skips it between two recorded LOSS-PARTS steps ("gap"),
-or when the trainer's start-up was read yet the incarnation's first step comes after the step
-following its restored checkpoint (step 1 without a restore): "head_gap". Where following
-began mid-way (no start-up read), what came before is unread, not missing."""
+or when it comes before the incarnation's first recorded step and after the step the
+incarnation is known to start from ("head_gap"):
+
+- the trainer's start-up or a restore line was read: step 1, or the step after the restored
+  checkpoint (a first step at or before it is a replay: nothing missing);
+- neither was read (following began late, the head of the log rotated away, a saved log that
+  starts mid-way): the step after the highest one recorded before this incarnation (step 1 for
+  the run's first). The steps in between were not read: lost, or run before a restart from a
+  checkpoint whose restore line was lost too — the log read cannot say which, so they count as
+  missing (`unread` says so). A first step at or before that point is a restart from a
+  checkpoint whose restore line was lost: nothing is known to be missing."""
 
 from __future__ import annotations
 
@@ -21,6 +29,7 @@ class StepGap:
     incarnation: int
     first_step: int
     last_step: int
+    unread: bool = False  # a head gap whose start-up and restore lines were not read
 
     @property
     def count(self) -> int:
@@ -40,13 +49,15 @@ def between(incarnation: int, step: int, next_step: int) -> StepGap | None:
 
 
 def at_head(incarnation: int, saw_start: bool, restored_from: int | None,
-            first_step: int | None) -> StepGap | None:
-    """The steps missing before an incarnation's first recorded step."""
-    if not saw_start or first_step is None:
+            first_step: int | None, before: int | None = None) -> StepGap | None:
+    """The steps missing before an incarnation's first recorded step; `before`: the highest
+    step recorded by the run's earlier incarnations (None: none)."""
+    if first_step is None:
         return None
-    expected = 1 if restored_from is None else restored_from + 1
-    if first_step > expected:
-        return StepGap(HEAD_GAP, incarnation, expected, first_step - 1)
+    unread = not saw_start and restored_from is None
+    after = (before or 0) if unread else (restored_from or 0)  # restored from 0: a fresh start
+    if first_step > after + 1:
+        return StepGap(HEAD_GAP, incarnation, after + 1, first_step - 1, unread)
     return None
 
 
@@ -56,10 +67,15 @@ def missing_steps(steps: Iterable[tuple[int, int]],
     LOSS-PARTS rows ordered by incarnation, step; `heads`: (incarnation, saw_start,
     restored_from, first_step) of its incarnations."""
     found = []
+    highest: dict[int, int] = {}  # incarnation -> its highest step
     prev_inc = prev_step = None
     for inc, step in steps:
         if inc == prev_inc and (gap := between(inc, prev_step, step)) is not None:
             found.append(gap)
         prev_inc, prev_step = inc, step
-    found += [g for g in (at_head(*h) for h in heads) if g is not None]
+        highest[inc] = step
+    for inc, saw_start, restored_from, first_step in heads:
+        before = max((s for i, s in highest.items() if i < inc), default=None)
+        if (gap := at_head(inc, saw_start, restored_from, first_step, before)) is not None:
+            found.append(gap)
     return sorted(found, key=lambda g: (g.incarnation, g.first_step))

@@ -241,6 +241,17 @@ def test_alert_missing_steps_counts_head_gap(pg):
             conn.execute(sa.text("UPDATE incarnations SET first_step = 1 WHERE run = 'clean-300'"))
 
 
+def test_alert_missing_steps_counts_a_head_never_read(pg):
+    """Neither the start-up nor a restore line read, first step 31: steps 1-30 (runs.gaps)."""
+    with pg.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE incarnations SET first_step = 31, saw_start = false WHERE run = 'clean-300'"))
+    try:
+        assert _alert(pg, q.ALERT_MISSING_STEPS, T1)["clean-300"] == 30
+    finally:
+        with pg.engine.begin() as conn:
+            conn.execute(sa.text("UPDATE incarnations SET first_step = 1, saw_start = true WHERE run = 'clean-300'"))
+
+
 def test_alert_stall(pg):
     with pg.engine.connect() as conn:
         ts = [t for (t,) in conn.execute(sa.text(

@@ -8,7 +8,7 @@ import json
 import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
-from findings_logs import SEC, LogBuilder, feed_engine, keys, store_lines
+from findings_logs import SEC, T0, LogBuilder, feed_engine, keys, store_lines
 
 from steptail.cli import main
 from steptail.runs.detectors import FindingEngine
@@ -146,9 +146,64 @@ def test_gap_and_head_gap():
     assert "restore from step 15" in head2.detail and "is 19" in head2.detail
 
 
-def test_no_head_gap_when_following_began_mid_way():
-    b = LogBuilder().steps(40, 50)  # no start-up line: the head was simply never read
-    assert feed_engine("m", b.lines)[0].findings == {}
+def test_a_head_never_read_is_a_head_gap_and_its_rules_unchecked():
+    b = LogBuilder().steps(40, 50)  # no start-up line: following began mid-way, the head never read
+    engine, _ = feed_engine("m", b.lines)
+    assert keys(engine.findings.values()) == {
+        ("head_gap", 1, 1, 39), ("step1_ce_gate", 1, 1, 1), ("load_balance_rule", 1, 40, 40)}
+    assert {f.severity for f in engine.findings.values()} == {"warning"}
+    head = only(engine, "head_gap")
+    assert "read from step 40" in head.detail and "start-up" in head.detail and "restore line" in head.detail
+    assert "could not run: step 1 was never read" in only(engine, "step1_ce_gate").detail
+    assert "could not be checked" in only(engine, "load_balance_rule").detail
+
+
+def test_no_head_gap_mid_resume_with_the_restore_line_read():
+    b = LogBuilder().add("I1130 checkpointing.py:613] Restoring checkpoint from step 40.").steps(41, 50)
+    assert feed_engine("m", b.lines, every=3)[0].findings == {}
+
+
+def test_no_head_gap_for_a_restart_whose_restore_line_was_lost():
+    b = LogBuilder().start(ici_context_parallelism=1).steps(1, 30).steps(21, 35)  # steps go back
+    engine, _ = feed_engine("m", b.lines)
+    assert keys(engine.findings.values()) == set()
+
+
+def test_a_later_unread_head_starts_after_the_earlier_incarnations():
+    """Incarnation 2 opened on other evidence (a new pod) with its start-up and restore lines
+    unread: what is missing is what lies above incarnation 1's steps. The rules were up to
+    incarnation 1's start-up, which was read (this trainer prints no config: nothing to check)."""
+    from steptail.runs.model import Batch
+
+    def batch(n, saw_start, steps):
+        b = Batch()
+        b.incarnations[n] = ("l", n, None, saw_start, steps[0], steps[-1], None, None, None, None)
+        b.loss_parts = [("l", n, s, T0 + s * SEC, 3.0, "3.0", "{}") for s in steps]
+        return b
+
+    engine = FindingEngine("l")
+    engine.observe(batch(1, True, list(range(1, 21))))
+    engine.observe(batch(2, False, list(range(30, 36))))
+    assert keys(engine.findings.values()) == {("head_gap", 2, 21, 29)}
+    assert "earlier incarnations reached step 20" in only(engine, "head_gap").detail
+
+
+def test_an_unread_head_with_its_config_read_checks_what_it_can():
+    # the config lines survived (cp1): neither rule needs the lost head
+    b = LogBuilder().add("I1130 pyconfig.py:584] Config param ici_context_parallelism: 1")
+    b.add("I1130 pyconfig.py:584] Config param context_parallel_load_balance: True").steps(31, 40)
+    assert keys(feed_engine("m", b.lines)[0].findings.values()) == {("head_gap", 1, 1, 30)}
+
+
+def test_load_balance_config_read_after_the_unread_head_is_still_critical():
+    b = LogBuilder().steps(31, 35).add("I1130 pyconfig.py:584] Config param ici_context_parallelism: 4")
+    b.add("I1130 pyconfig.py:584] Config param context_parallel_load_balance: True").steps(36, 40)
+    engine, out = feed_engine("m", b.lines)
+    lb = only(engine, "load_balance_rule")  # the warning dropped: `check` stores only the violation
+    assert lb.severity == "critical" and "runbook forbids" in lb.detail and lb.first_step == -1
+    # live, both were raised; the violation has a key of its own, so it is alerted too
+    raised = [(f.severity, f.first_step) for batch in out for f in batch if f.kind == "load_balance_rule"]
+    assert raised == [("warning", 31), ("critical", -1)]
 
 
 def test_gap_names_the_stream_gap():

@@ -46,8 +46,14 @@ CASES = {
                             *steps(45, 52), *steps(56, 60)],
                            [("gap", 1, 31, 32), ("head_gap", 2, 41, 44), ("gap", 2, 53, 55)]),
     "late-first-step": (["start", *steps(5, 12)], [("head_gap", 1, 1, 4)]),
-    "mid-stream": ([*steps(100, 104), *steps(106, 110)], [("gap", 1, 105, 105)]),  # start-up unread
+    # start-up unread (a saved log that starts mid-way, following began late): its head is missing
+    "mid-stream": ([*steps(100, 104), *steps(106, 110)], [("head_gap", 1, 1, 99), ("gap", 1, 105, 105)]),
     "restore-no-gap": (["start", *steps(1, 20), "start", ("restore", 10), *steps(11, 30)], []),
+    # the restore line read, the start-up not: the head is the step after the checkpoint
+    "mid-resume": ([("restore", 40), *steps(41, 50)], []),
+    "restore-read-late": ([("restore", 40), *steps(45, 50)], [("head_gap", 1, 41, 44)]),
+    # a restart whose start-up and restore lines were lost: steps go back, nothing known missing
+    "restart-unread": (["start", *steps(1, 30), *steps(21, 40)], []),
 }
 
 
@@ -130,24 +136,43 @@ def test_dashboards_missing_steps_alert_counts_the_definition(store):
     # every run with kubelet timestamps is active in the window; some miss steps, some do not
     assert set(alert) == set(SAMPLES) - {"cp4-lb-nan"} | set(CASES)
     assert python["head-after-restore"] == 9 and python["resume-gap"] == 4 and python["restore-no-gap"] == 0
+    assert python["mid-stream"] == 100 and python["restore-read-late"] == 4 and python["mid-resume"] == 0
 
 
-@pytest.mark.parametrize("saw_start, restored_from, first_step, expected", [
-    (True, None, 1, None),
-    (True, None, 3, (1, 2)),
-    (True, 0, 3, (1, 2)),  # restored from step 0: the same as a fresh start
-    (True, 50, 51, None),
-    (True, 50, 60, (51, 59)),
-    (True, 50, 40, None),  # before its checkpoint: a replay, nothing missing
-    (False, None, 9, None),  # following began mid-way: unread, not missing
-    (True, None, None, None),  # no step recorded yet
+@pytest.mark.parametrize("saw_start, restored_from, first_step, before, expected", [
+    (True, None, 1, None, None),
+    (True, None, 3, None, (1, 2)),
+    (True, 0, 3, None, (1, 2)),  # restored from step 0: the same as a fresh start
+    (True, 50, 51, None, None),
+    (True, 50, 60, None, (51, 59)),
+    (True, 50, 40, None, None),  # before its checkpoint: a replay, nothing missing
+    (True, None, 3, 80, (1, 2)),  # a fresh start: from step 1, whatever came before
+    (False, 50, 51, None, None),  # mid-resume, its restore line read: nothing missing
+    (False, 50, 55, 70, (51, 54)),  # the restore line says where the head is
+    (False, None, 9, None, (1, 8)),  # following began mid-way: the head was never read
+    (False, None, 1, None, None),
+    (False, None, 90, 80, (81, 89)),  # after the highest step recorded before it
+    (False, None, 60, 80, None),  # a restart from a checkpoint whose restore line was lost
+    (False, None, 81, 80, None),
+    (True, None, None, None, None),  # no step recorded yet
+    (False, None, None, None, None),
 ])
-def test_head_gap(saw_start, restored_from, first_step, expected):
-    gap = gaps.at_head(3, saw_start, restored_from, first_step)
+def test_head_gap(saw_start, restored_from, first_step, before, expected):
+    gap = gaps.at_head(3, saw_start, restored_from, first_step, before)
     assert (None if gap is None else (gap.first_step, gap.last_step)) == expected
+    if gap is not None:
+        assert gap.unread == (not saw_start and restored_from is None)
 
 
 def test_gaps_stay_within_an_incarnation():
     found = gaps.missing_steps([(1, 1), (1, 4), (2, 9), (2, 10), (2, 12)], [(2, True, 7, 9)])
     assert [(g.kind, g.incarnation, g.first_step, g.last_step, g.count) for g in found] == [
         ("gap", 1, 2, 3, 2), ("head_gap", 2, 8, 8, 1), ("gap", 2, 11, 11, 1)]
+
+
+def test_an_unread_head_starts_after_the_earlier_incarnations():
+    steps_ = [(1, 31), (1, 32), (2, 20), (2, 21), (3, 40)]
+    heads = [(1, False, None, 31), (2, False, None, 20), (3, False, None, 40)]
+    found = gaps.missing_steps(steps_, heads)
+    assert [(g.incarnation, g.first_step, g.last_step, g.unread) for g in found] == [
+        (1, 1, 30, True), (3, 33, 39, True)]

@@ -11,7 +11,8 @@ import click
 from steptail.commands._common import db_option, fail, store_or_exit
 from steptail.commands._detect_options import detector_options, detector_settings
 from steptail.output import Column, Output, output_option
-from steptail.runs.findings import CRITICAL, Finding
+from steptail.runs.findings import CRITICAL, Finding, step_range
+from steptail.runs.gaps import GAP, HEAD_GAP
 from steptail.runs.policy import stop_command
 from steptail.storage.checks import CheckFailed, check_and_store
 from steptail.storage.reads import UnknownRun
@@ -66,6 +67,12 @@ def _print(output: Output, run: str, findings: list[Finding], stop: str | None, 
     output.table(COLUMNS, [f.to_event() | {"steps": f.steps} for f in findings], title=f"run {run}")
     critical = sum(f.severity == CRITICAL for f in findings)
     output.line(f"{len(findings)} finding(s), {critical} critical")
+    gaps = [f for f in findings if f.kind in (GAP, HEAD_GAP)]
+    if gaps:  # what is missing, in one line: the table's details say why
+        where = ", ".join(f"{step_range(f.first_step, f.last_step)} (incarnation {f.incarnation}"
+                          f"{', head' if f.kind == HEAD_GAP else ''})" for f in gaps[:5])
+        more = f" and {len(gaps) - 5} more gap(s)" if len(gaps) > 5 else ""
+        output.line(f"{sum(f.last_step - f.first_step + 1 for f in gaps)} step(s) missing: {where}{more}")
     if stop:
         click.echo("\nTo stop this run (the operator's decision; steptail never runs it):")
         if workload is None:
