@@ -54,6 +54,15 @@ except ImportError:  # tests/ imported as a package
         write,
     )
 
+try:
+    from test_follow_support import assert_exactly_once, follow_sim, scenario
+    from test_follow_support import findings as follow_findings
+    from test_follow_support import rows as follow_rows
+except ImportError:  # tests/ imported as a package
+    from tests.test_follow_support import assert_exactly_once, follow_sim, scenario
+    from tests.test_follow_support import findings as follow_findings
+    from tests.test_follow_support import rows as follow_rows
+
 native = B._native
 
 # -- the grammar itself ------------------------------------------------------------------------
@@ -309,3 +318,29 @@ def test_the_configured_steps_follow_the_grammar_too(value, planned):
     model = RunModel("c")
     model.feed(f"Config param steps: {value}".encode())
     assert model.planned_steps == planned
+
+
+# -- follow: real kubectl against the simulator -------------------------------------------------------------
+FOLLOW_LINES = [
+    "I1130 train_sft.py:301] LOSS-PARTS step=١٥ ce=2.5",  # once a phantom restart back to step 15
+    "I1130 train_sft.py:301] LOSS-PARTS step=+151 ce=2.5",
+    "I1130 train_sft.py:301] LOSS-PARTS step=-0 ce=2.5",
+    "I1130 train_sft.py:301] LOSS-PARTS step=41 ce=١.0",  # step 41 itself comes next, good
+    "I1130 checkpointing.py:401] Restoring checkpoint from step ١٥.",
+]
+
+
+@pytest.mark.timeout(120)
+def test_follow_reads_no_phantom_from_hostile_numbers(make_simcluster, db_url, monkeypatch):
+    monkeypatch.setenv("CLOUDSDK_CORE_ACCOUNT", "placeholder@example.invalid")
+    sim = make_simcluster(scenario({"action": "write_lines", "at_step": 40, "lines": FOLLOW_LINES},
+                                   jobsets=[{"name": "olmo3-sft", "hosts": 1,
+                                             "trainer": {"steps": 120, "checkpoint_period": 1000}}]))
+    sup = follow_sim(sim, db_url)
+    r = assert_exactly_once(sim, db_url, "r")
+    assert len(r["got"]) == 120 and not r["gaps"]
+    assert follow_rows(db_url, "SELECT COUNT(*) FROM incarnations WHERE run = :r", "r") == [(1,)]
+    assert not {kind for kind, _ in follow_findings(db_url, "r")} & {"resume_mismatch", "gap", "step_jump"}
+    st_ = sup.status["r"]
+    assert st_.done and st_.last_step == 120 and st_.failures == 0, st_.errors
+    # (the live path's bad-line count: test_the_live_path_counts_each_hostile_number_as_a_bad_line)
