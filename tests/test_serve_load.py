@@ -1,0 +1,131 @@
+"""`serve` under export load (issue 20, item 2): eight concurrent exports of a big run once held
+every thread of the default pool and /healthz timed out behind them (a kubelet probe has 1 s).
+Over real HTTP to a server process: /healthz and /livez answer within a probe's 1 s timeout
+all along, other reads keep their own lane, and beyond the export lane's queue limit a request
+is a 503 with a JSON body and Retry-After — never a wait without end."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import signal
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+try:
+    from test_poison_lines import ingest_file, startup, step_lines, write
+except ImportError:  # tests/ imported as a package
+    from tests.test_poison_lines import ingest_file, startup, step_lines, write
+
+from steptail.storage.db import open_store
+
+pytestmark = pytest.mark.timeout(240)
+ROOT = Path(__file__).resolve().parent.parent
+STEPS = 20_000  # a bundle of it takes seconds of CPU: exports overlap whatever the machine's speed
+WORKERS, QUEUE, RETRY_AFTER = 2, 2, 7
+EXPORTS = max(8, min(32, (os.cpu_count() or 1) + 4) + 2)  # more than the default pool's threads
+PROBE_TIMEOUT = aiohttp.ClientTimeout(total=1.0)  # a kubelet probe's
+SERVER = """
+import asyncio, sys
+from steptail.serve import serve
+from steptail.storage.db import open_store
+
+async def main():
+    store = open_store(sys.argv[1])
+    lane = tuple(int(x) for x in sys.argv[2].split(","))
+    await serve(store, "127.0.0.1", 0, None, started=lambda url: print(url, flush=True), export_lane=lane)
+
+asyncio.run(main())
+"""
+
+
+@pytest.fixture(scope="module")
+def big_db(tmp_path_factory) -> Path:
+    """A SQLite store holding one run of STEPS steps, ingested once for the module."""
+    folder = tmp_path_factory.mktemp("load")
+    log = write(folder / "big.log", startup() + [ln for n in range(1, STEPS + 1) for ln in step_lines(n)])
+    store = open_store(str(folder / "big.db"))
+    try:
+        result = ingest_file(store, "big", log)
+        assert result.loss_parts == STEPS
+    finally:
+        store.dispose()
+    log.unlink()
+    return folder / "big.db"
+
+
+async def _server(db: Path, tmp: Path):
+    """The server process (its temporary files under `tmp`) and its URL."""
+    tmp.mkdir()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", SERVER, str(db), f"{WORKERS},{QUEUE},{RETRY_AFTER}", cwd=ROOT,
+        env={**os.environ, "TMPDIR": str(tmp)}, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    url = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode().strip()
+    assert url.startswith("http://127.0.0.1:"), url
+    return proc, url
+
+
+async def _probe(http: aiohttp.ClientSession, url: str) -> tuple[int | str, float]:
+    t0 = time.monotonic()
+    try:
+        async with http.get(url, timeout=PROBE_TIMEOUT) as resp:
+            body = await resp.read()
+            return (resp.status if resp.status != 200 else json.loads(body)["status"]), time.monotonic() - t0
+    except TimeoutError:
+        return "timeout", time.monotonic() - t0
+
+
+async def test_healthz_answers_under_export_load_and_the_queue_limit_is_a_503(big_db, tmp_path):
+    proc, url = await _server(big_db, tmp_path / "tmp")
+    try:
+        async with aiohttp.ClientSession(url, timeout=aiohttp.ClientTimeout(total=200)) as http:
+            async def export():
+                async with http.get("/api/runs/big/export") as resp:
+                    return resp.status, dict(resp.headers), await resp.read()
+
+            exports = [asyncio.create_task(export()) for _ in range(EXPORTS)]
+            probes: list[tuple[str, int | str, float]] = []
+            reads: list[int] = []
+
+            async def probe():  # as a kubelet does: on its own clock, whatever else is asked
+                while not all(t.done() for t in exports):
+                    for path in ("/healthz", "/livez"):
+                        status, took = await _probe(http, path)
+                        probes.append((path, status, took))
+                    await asyncio.sleep(0.2)
+
+            async def read():  # the read lane is not the export's
+                while not all(t.done() for t in exports):
+                    async with http.get("/api/runs/big/steps?limit=10", timeout=PROBE_TIMEOUT) as resp:
+                        reads.append(resp.status)
+                    await asyncio.sleep(0.2)
+
+            await asyncio.gather(probe(), read())
+            results = [t.result() for t in exports]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert len(probes) >= 10 and len(reads) >= 5, probes  # the exports lasted seconds: probed all along
+    assert [p for p in probes if p[1] not in ("ok", "alive")] == [], probes
+    assert set(reads) == {200}
+
+    done = [r for r in results if r[0] == 200]
+    busy = [r for r in results if r[0] == 503]
+    # All arrived while the first were still bundling: the lane took WORKERS + QUEUE.
+    assert (len(done), len(busy)) == (WORKERS + QUEUE, EXPORTS - WORKERS - QUEUE), [r[0] for r in results]
+    for _, _headers, body in done:
+        with zipfile.ZipFile(io.BytesIO(body)) as zf:
+            assert json.loads(zf.read("big/manifest.json"))["counts"]["loss_parts"] == STEPS
+    for _, headers, body in busy:
+        assert headers["Content-Type"].startswith("application/json") and headers["Retry-After"] == str(RETRY_AFTER)
+        error = json.loads(body)
+        assert error["status"] == 503 and error["error"].startswith("busy: ") and "export" in error["error"]
+    assert list((tmp_path / "tmp").iterdir()) == []  # every bundle's folder removed, refused ones made none
+    assert b"Traceback" not in err, err.decode()[-2000:]
