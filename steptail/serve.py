@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 import zipfile
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import unquote_to_bytes, urlencode
 
@@ -116,6 +116,10 @@ class Lane:
         self.refused = 0
 
     async def run(self, fn, *args):
+        return await asyncio.wrap_future(self.submit(fn, *args))  # cancelled while waiting: dropped too
+
+    def submit(self, fn, *args) -> Future:
+        """The job's future, or ApiError 503 when the lane is full."""
         with self._lock:
             if self.pending >= self.limit:
                 self.refused += 1
@@ -130,7 +134,7 @@ class Lane:
             self._done(None)
             raise
         job.add_done_callback(self._done)
-        return await asyncio.wrap_future(job)  # cancelled while waiting: the job is dropped too
+        return job
 
     def _done(self, _job) -> None:
         with self._lock:
@@ -401,7 +405,12 @@ async def export(request: web.Request) -> web.StreamResponse:
     work = Path(tempfile.mkdtemp(prefix="steptail-export-"))
     try:
         try:
-            archive = await request.app[EXPORTS].run(_bundle, request.app[STORE], run, work)
+            job = request.app[EXPORTS].submit(_bundle, request.app[STORE], run, work)
+            try:
+                archive = await asyncio.wrap_future(job)
+            except asyncio.CancelledError:  # the client left; the thread may still be writing
+                job.add_done_callback(lambda _job: shutil.rmtree(work, True))
+                raise
         except ExportError as exc:  # e.g. a name another writer stored ('../x')
             raise ApiError(400, str(exc)) from None
         resp = web.StreamResponse(headers={

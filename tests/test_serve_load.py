@@ -129,3 +129,122 @@ async def test_healthz_answers_under_export_load_and_the_queue_limit_is_a_503(bi
         assert error["status"] == 503 and error["error"].startswith("busy: ") and "export" in error["error"]
     assert list((tmp_path / "tmp").iterdir()) == []  # every bundle's folder removed, refused ones made none
     assert b"Traceback" not in err, err.decode()[-2000:]
+
+
+# -- a store outage: /healthz says so within a probe or two, one line when it starts and clears ------------
+class TcpProxy:
+    """127.0.0.1:<port> -> the PostgreSQL server; cut() drops it and every connection (an
+    outage for this client only: the shared server itself is never touched)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target, self.port, self.server, self.open = (host, port), 0, None, []
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._pipe, "127.0.0.1", self.port)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def _pipe(self, reader, writer) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.target)
+        self.open += [writer, up_writer]
+
+        async def copy(src, dst):
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except ConnectionError:
+                pass
+            finally:
+                dst.close()
+
+        await asyncio.gather(copy(reader, up_writer), copy(up_reader, writer))
+
+    async def cut(self) -> None:
+        self.server.close()
+        for w in self.open:
+            w.transport.abort()
+        self.open.clear()
+        await self.server.wait_closed()
+
+
+async def _health_until(http, want: int, within: float) -> list[tuple]:
+    seen, deadline = [], time.monotonic() + within
+    while time.monotonic() < deadline:
+        t0 = time.monotonic()
+        async with http.get("/healthz", timeout=PROBE_TIMEOUT) as resp:
+            seen.append((resp.status, json.loads(await resp.read()), time.monotonic() - t0))
+        if resp.status == want:
+            return seen
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"/healthz never answered {want}: {seen[-3:]}")
+
+
+async def test_healthz_follows_a_store_outage_with_one_line_each_way(caplog):
+    import sqlalchemy as sa
+    from store_fixtures import PG_ADMIN
+
+    from steptail.serve import serve
+    from steptail.storage.scratch import scratch_database
+
+    caplog.set_level("INFO", logger="steptail.serve")
+    with scratch_database(PG_ADMIN, "steptail_test") as direct:
+        open_store(direct).dispose()  # migrated
+        url = sa.make_url(direct)
+        proxy = TcpProxy(url.host or "127.0.0.1", url.port or 5432)
+        await proxy.start()
+        # in a thread: the proxy runs on this loop
+        store = await asyncio.to_thread(open_store, url.set(port=proxy.port).render_as_string(hide_password=False))
+        urls, stop = [], asyncio.Event()
+        task = asyncio.create_task(serve(store, "127.0.0.1", 0, None, started=urls.append, stop=stop,
+                                         probe_interval=0.2))
+        try:
+            while not urls:
+                await asyncio.sleep(0.01)
+            async with aiohttp.ClientSession(urls[0]) as http:
+                assert (await _health_until(http, 200, 5))[-1][:2] == (200, {"status": "ok"})
+                await proxy.cut()
+                down = await _health_until(http, 503, 10)
+                assert down[-1][1] == {"status": "unavailable", "store": "unreachable"}
+                async with http.get("/livez", timeout=PROBE_TIMEOUT) as resp:  # alive all the same
+                    assert resp.status == 200
+                await proxy.start()  # the same port again
+                up = await _health_until(http, 200, 30)
+                assert all(took < 1.0 for *_, took in down + up)  # every answer within a probe's timeout
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 30)
+            store.dispose()
+            await proxy.cut()
+    said = [r.getMessage() for r in caplog.records if r.name == "steptail.serve"]
+    assert said.count("store unreachable") == 1 and said.count("store reachable again") == 1, said
+
+
+async def test_a_lane_counts_a_job_until_its_thread_is_done_even_when_the_client_left():
+    import threading
+
+    from steptail.serve import ApiError, Lane
+
+    lane, gate = Lane("export", 1, 1, 3), threading.Event()
+    try:
+        first = asyncio.create_task(lane.run(gate.wait))
+        second = asyncio.create_task(lane.run(lambda: "second"))
+        await asyncio.sleep(0.05)
+        with pytest.raises(ApiError) as busy:
+            await lane.run(lambda: "third")
+        assert busy.value.status == 503 and busy.value.headers == {"Retry-After": "3"}
+        first.cancel()  # its client hung up: the thread still runs, the lane stays full
+        await asyncio.sleep(0.05)
+        with pytest.raises(ApiError):
+            await lane.run(lambda: "fourth")
+        second.cancel()  # still waiting: dropped, and its place freed
+        await asyncio.sleep(0.05)
+        assert lane.pending == 1 and lane.refused == 2
+        gate.set()
+        for _ in range(100):
+            if lane.pending == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert await lane.run(lambda: "fifth") == "fifth"
+    finally:
+        gate.set()
+        lane.shutdown()
