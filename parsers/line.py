@@ -34,7 +34,6 @@ _PER_LAYER = re.compile(r"per_layer=\[([^\]]*)\]")
 # prints, and int() would forgive it around digits): the token is judged whole.
 _CKPT = re.compile(r"(Restoring checkpoint from step|Saved a checkpoint at step)[ \t]+([^ \t]+?)\.?(?:[ \t]|$)")
 _PROC = re.compile(r"process_index=([^ \t]+)[ \t]+process_count=([^ \t]+)")
-_BLANKS = re.compile(r"[ \t]+")
 _CONFIG = re.compile(r"Config param (\S+?):(?: (.*))?$")
 
 # Tags that make a line a candidate; also used to pick candidate lines out of a chunk.
@@ -110,7 +109,7 @@ def _tag_ends(text: str, end: int) -> bool:
 
 def _pairs(body: str, tag: str, text: str) -> dict[str, str] | Malformed:
     out: dict[str, str] = {}
-    for token in _BLANKS.split(body):
+    for token in body.replace("\t", " ").split(" "):  # ASCII blanks only: see _CKPT
         key, eq, value = token.partition("=")
         if not eq:
             continue  # free text after the pairs is tolerated
