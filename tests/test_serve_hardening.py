@@ -319,3 +319,16 @@ def test_an_error_line_escapes_the_path_and_message():
     from steptail.serve import escaped
 
     assert escaped("/api/runs/\x00\nINFO forged\r\u2028ü") == "'/api/runs/\\x00\\nINFO forged\\r\\u2028\\xfc'"
+
+
+def test_the_python_api_says_unknown_run_to_a_nul_on_both_stores(loaded):
+    import steptail
+
+    st = steptail.open(loaded.engine.url.render_as_string(hide_password=False))
+    try:
+        for call in (st.steps, st.findings):
+            with pytest.raises(steptail.UnknownRun, match="no run"):
+                call("rg\x00")
+        assert len(st.steps("rg")) > 0
+    finally:
+        st.close()
