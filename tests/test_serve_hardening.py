@@ -332,3 +332,9 @@ def test_the_python_api_says_unknown_run_to_a_nul_on_both_stores(loaded):
         assert len(st.steps("rg")) > 0
     finally:
         st.close()
+
+
+def test_the_longest_run_name_serve_asks_about_is_the_column(store):
+    from steptail.serve import RUN_MAX
+
+    assert store.tables["runs"].c.run.type.length == RUN_MAX
