@@ -35,15 +35,26 @@ CANONICAL = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?" + _EXPONENT
 CANONICAL_POINT = r"-?(?:0|[1-9][0-9]*)\.[0-9]+" + _EXPONENT  # per-layer factors: always a point
 
 _UNSIGNED, _INTEGER, _FLOAT = (re.compile(f"(?:{p})") for p in (UNSIGNED, INTEGER, FLOAT))
+# Below int()'s limit on digits (4300: beyond it int() raises, and a raise must not leave a
+# parser); no column holds an integer of more than 19 digits anyway.
+MAX_INT_DIGITS = 4000
 
 
 def parse_unsigned(token: str) -> int | None:
     """A step, count or index; None unless ASCII decimal digits only."""
-    return int(token) if _UNSIGNED.fullmatch(token) else None
+    return int(token) if len(token) <= MAX_INT_DIGITS and _UNSIGNED.fullmatch(token) else None
 
 
 def parse_integer(token: str) -> int | None:
-    return int(token) if _INTEGER.fullmatch(token) else None
+    return int(token) if len(token) <= MAX_INT_DIGITS and _INTEGER.fullmatch(token) else None
+
+
+def parse_number(token: str) -> int | float | None:
+    """An integer if the token is one (None if too long to convert: never read as a float),
+    else a float, else None."""
+    if _INTEGER.fullmatch(token):
+        return int(token) if len(token) <= MAX_INT_DIGITS else None
+    return parse_float(token)
 
 
 def parse_float(token: str) -> float | None:

@@ -344,3 +344,14 @@ def test_follow_reads_no_phantom_from_hostile_numbers(make_simcluster, db_url, m
     st_ = sup.status["r"]
     assert st_.done and st_.last_step == 120 and st_.failures == 0, st_.errors
     # (the live path's bad-line count: test_the_live_path_counts_each_hostile_number_as_a_bad_line)
+
+
+def test_integers_too_long_for_int_are_refused_not_raised():
+    digits = "9" * 5000  # int() raises beyond 4300 digits
+    assert N.parse_unsigned(digits) is None and N.parse_integer(digits) is None and N.parse_number(digits) is None
+    assert isinstance(parse_line(f"LOSS-PARTS step={digits} ce=1.0".encode()).record, Malformed)
+    rec = parse_line(f"LOSS-PARTS step=1 ce=1.0 z={digits}".encode()).record
+    assert isinstance(rec, LossParts) and rec.parts == {"z": digits}  # a word, not inf
+    model = RunModel("long")
+    model.feed(f"Config param steps: {digits}".encode())  # runs/ reads it with the same grammar
+    assert model.planned_steps is None
