@@ -36,7 +36,7 @@ from urllib.parse import unquote_to_bytes, urlencode
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from steptail.jsonsafe import strict
@@ -113,7 +113,8 @@ class Lane:
         self.executor = ThreadPoolExecutor(workers, thread_name_prefix=f"steptail-serve-{name}")
         self._lock = threading.Lock()
         self.pending = 0  # running or waiting
-        self.refused = 0
+        self.refused = 0  # 503s since start (steptail_serve_refused_total)
+        self._refusing = 0  # 503s since the lane last took a job: one line when it starts, one when it clears
 
     async def run(self, fn, *args):
         return await asyncio.wrap_future(self.submit(fn, *args))  # cancelled while waiting: dropped too
@@ -123,11 +124,18 @@ class Lane:
         with self._lock:
             if self.pending >= self.limit:
                 self.refused += 1
+                self._refusing += 1
+                if self._refusing == 1:
+                    log.warning("%s lane full (%d running or waiting): answering 503 until a place frees",
+                                self.name, self.pending)
                 err = ApiError(503, f"busy: {self.pending} {self.name} requests running or waiting "
                                     f"(at most {self.limit}); retry in {self.retry_after} s")
                 err.headers["Retry-After"] = str(self.retry_after)
                 raise err
             self.pending += 1
+            if self._refusing:
+                log.info("%s lane taking requests again (%d refused)", self.name, self._refusing)
+                self._refusing = 0
         try:
             job = self.executor.submit(functools.partial(fn, *args))
         except BaseException:
@@ -142,6 +150,23 @@ class Lane:
 
     def shutdown(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+class LaneCollector:
+    """The lanes' load at scrape time: what is running or waiting, and the 503s answered."""
+
+    def __init__(self, *lanes: Lane) -> None:
+        self.lanes = lanes
+
+    def collect(self):
+        pending = GaugeMetricFamily("steptail_serve_lane_pending", "Requests running or waiting in a lane",
+                                    labels=["lane"])
+        refused = CounterMetricFamily("steptail_serve_refused", "Requests answered 503: their lane was full",
+                                      labels=["lane"])
+        for lane in self.lanes:
+            pending.add_metric([lane.name], lane.pending)
+            refused.add_metric([lane.name], lane.refused)
+        yield from (pending, refused)
 
 
 class StoreProbe:
@@ -446,6 +471,7 @@ def make_app(store: Store, token: str | None = None, *, export_lane: tuple[int, 
     app[PROBE] = StoreProbe(store, probe_interval, max(PROBE_STALE, 3 * probe_interval))
     app[EXPORTS] = Lane("export", *export_lane)
     app[READS] = Lane("read", *read_lane)
+    registry.register(LaneCollector(app[EXPORTS], app[READS]))
     app.cleanup_ctx.append(app[PROBE].context)
     app.on_cleanup.append(_shutdown_lanes)
     r = app.router

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 try:
     from test_poison_lines import ingest_file, startup, step_lines, write
@@ -109,6 +110,9 @@ async def test_healthz_answers_under_export_load_and_the_queue_limit_is_a_503(bi
 
             await asyncio.gather(probe(), read())
             results = [t.result() for t in exports]
+            async with http.get("/metrics") as resp:
+                scraped = {(m.name, m.labels.get("lane")): m.value for fam in
+                           text_string_to_metric_families((await resp.read()).decode()) for m in fam.samples}
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = await asyncio.wait_for(proc.communicate(), 60)
@@ -127,6 +131,11 @@ async def test_healthz_answers_under_export_load_and_the_queue_limit_is_a_503(bi
         assert headers["Content-Type"].startswith("application/json") and headers["Retry-After"] == str(RETRY_AFTER)
         error = json.loads(body)
         assert error["status"] == 503 and error["error"].startswith("busy: ") and "export" in error["error"]
+    refused = EXPORTS - WORKERS - QUEUE
+    assert scraped[("steptail_serve_refused_total", "export")] == refused
+    assert scraped[("steptail_serve_refused_total", "read")] == 0
+    assert scraped[("steptail_serve_lane_pending", "export")] == 0
+    assert err.decode().count("export lane full") == 1  # one line for the whole burst
     assert list((tmp_path / "tmp").iterdir()) == []  # every bundle's folder removed, refused ones made none
     assert b"Traceback" not in err, err.decode()[-2000:]
 
