@@ -13,6 +13,8 @@
  * anything else (a line it does not vouch for, two tags on a line, a year past 2200, a long
  * number, a value a column cannot hold, a clock jump between two lines) returns None and the
  * block is read line by line by the reference parser.
+ * Numbers follow parsers/numbers.py: steps and weights UNSIGNED (uint_), values CANONICAL
+ * (num), ASCII only; tests/test_number_grammar.py calls number() and unsigned() to hold them.
  * tests/test_parser_native.py holds the C and Python scans to each other. Numbers are
  * converted by PyOS_string_to_double, float()'s own routine (or exactly, see to_double). */
 
@@ -624,8 +626,33 @@ done:
     return result;
 }
 
+/* The scanners above on one token, for tests/test_number_grammar.py: the C grammar held to
+ * parsers/numbers.py. number(token, point) -> whether num() reads all of it and to_double
+ * converts it (the float, else None); unsigned(token) -> uint_'s value or None. */
+static PyObject *number(PyObject *Py_UNUSED(self), PyObject *args) {
+    const char *s;
+    Py_ssize_t n;
+    int point;
+    if (!PyArg_ParseTuple(args, "y#p", &s, &n, &point)) return NULL;
+    const char *q = num(s, s + n, point);
+    double v;
+    if (q != s + n || to_double(s, q, &v) < 0) Py_RETURN_NONE;
+    return PyFloat_FromDouble(v);
+}
+
+static PyObject *unsigned_(PyObject *Py_UNUSED(self), PyObject *arg) {
+    char *s;
+    Py_ssize_t n;
+    if (PyBytes_AsStringAndSize(arg, &s, &n) < 0) return NULL;
+    int64_t v;
+    if (uint_(s, s + n, &v) != s + n) Py_RETURN_NONE;
+    return PyLong_FromLongLong(v);
+}
+
 static PyMethodDef methods[] = {
     {"steady", steady, METH_VARARGS, "steady(block, save_of) -> None | the fields of parsers.block.Steady"},
+    {"number", number, METH_VARARGS, "number(token, point) -> float | None: the scan's number grammar"},
+    {"unsigned", unsigned_, METH_O, "unsigned(token) -> int | None: the scan's step grammar"},
     {NULL, NULL, 0, NULL},
 };
 

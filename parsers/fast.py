@@ -14,20 +14,24 @@ import datetime
 import re
 
 from steptail.parsers.bounds import CE_RAW_MAX, INT32_MAX, INT64_MAX, PROGRAM_MAX
+from steptail.parsers.numbers import CANONICAL, CANONICAL_POINT, NONFINITE, UNSIGNED, as_bytes
 from steptail.parsers.records import ItemKind, LossParts, PodStep, RequiredRbf
 from steptail.parsers.timestamps import split_timestamp
 
-_NUM = rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"  # a JSON number
+# Numbers: parsers.numbers' canonical subset (a JSON number), steps and weights unsigned.
+_NUM = as_bytes(CANONICAL)
+_STEP = b"(" + as_bytes(UNSIGNED) + b")"
 _TS = re.compile(rb"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})")
 # Record bodies from their tag to the end of the line.
-_LOSS_BODY = rb"LOSS-PARTS step=([0-9]+) ce=(" + _NUM + rb"|nan|inf|-inf)( [^\r\n]*)?\r?"
+_NONFINITE = b"|".join(as_bytes(word) for word in NONFINITE)
+_LOSS_BODY = rb"LOSS-PARTS step=" + _STEP + rb" ce=(" + _NUM + b"|" + _NONFINITE + rb")( [^\r\n]*)?\r?"
 _RBF_BODY = (
-    rb"REQUIRED_RBF step=([0-9]+) max=(" + _NUM + rb") per_layer=\[([^\]\s]*)\]"
+    rb"REQUIRED_RBF step=" + _STEP + rb" max=(" + _NUM + rb") per_layer=\[([^\]\s]*)\]"
     rb" program=([A-Za-z_][A-Za-z0-9_.-]*)[ \t]*\r?"
 )
 _POD_BODY = (
-    rb"completed step: ([0-9]+), seconds: (" + _NUM + rb"), TFLOP/s/device: (" + _NUM
-    + rb"), Tokens/s/device: (" + _NUM + rb"), total_weights: ([0-9]+), loss: (" + _NUM
+    rb"completed step: " + _STEP + rb", seconds: (" + _NUM + rb"), TFLOP/s/device: (" + _NUM
+    + rb"), Tokens/s/device: (" + _NUM + rb"), total_weights: " + _STEP + rb", loss: (" + _NUM
     + rb")[ \t]*\r?"
 )
 LOSS_LINE, RBF_LINE, POD_LINE = (re.compile(b + rb"\n?\Z") for b in (_LOSS_BODY, _RBF_BODY, _POD_BODY))
@@ -54,7 +58,7 @@ def _leading_zero(text: bytes) -> bool:
 _SHAPES: dict[bytes, bool] = {}
 _LAYER_SHAPES: dict[bytes, bool] = {}
 # Comma-separated decimal floats (a point in each, as the general parser's floats render).
-_DEC = rb"-?(?:0|[1-9][0-9]*)\.[0-9]+(?:[eE][+-]?[0-9]+)?"
+_DEC = as_bytes(CANONICAL_POINT)
 _DECIMALS = re.compile(rb"(?:" + _DEC + rb",)*" + _DEC)
 _KEY_VALUE = re.compile(rb"(?: [A-Za-z_][A-Za-z0-9_]*=" + _NUM + rb")+")
 

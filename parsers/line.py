@@ -8,6 +8,7 @@ from steptail.parsers.bounds import (
     CE_RAW_MAX,
     CONFIG_NAME_MAX,
     INT32_MAX,
+    INT64_MAX,
     PROGRAM_MAX,
     has_nul,
     int32,
@@ -25,12 +26,14 @@ from steptail.parsers.records import (
     TrainerStart,
 )
 from steptail.parsers.timestamps import split_timestamp
-from steptail.parsers.values import parse_float, parse_int, parse_value
+from steptail.parsers.values import parse_float, parse_unsigned, parse_value
 
 _ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _PER_LAYER = re.compile(r"per_layer=\[([^\]]*)\]")
-_CKPT = re.compile(r"(Restoring checkpoint from step|Saved a checkpoint at step)\s+(\S+?)\.?(?:\s|$)")
-_PROC = re.compile(r"process_index=(\d+)\s+process_count=(\d+)")
+# Numbers end at an ASCII blank (parsers.numbers: a U+00A0 or U+3000 is not a separator a log
+# prints, and int() would forgive it around digits): the token is judged whole.
+_CKPT = re.compile(r"(Restoring checkpoint from step|Saved a checkpoint at step)[ \t]+([^ \t]+?)\.?(?:[ \t]|$)")
+_PROC = re.compile(r"process_index=([^ \t,;]+)[ \t,;]+process_count=([^ \t,;]+?)[.,;]?(?:[ \t]|$)")
 _CONFIG = re.compile(r"Config param (\S+?):(?: (.*))?$")
 
 # Tags that make a line a candidate; also used to pick candidate lines out of a chunk.
@@ -43,6 +46,7 @@ TAGS = (
     b"Saved a checkpoint",
     b"distributed system",
 )
+_BLANK = " \t"  # str.strip() of those only, for the same reason
 # Longest line kept; a longer one is cut and, if tagged, counted as malformed.
 MAX_LINE = 1 << 20
 
@@ -88,9 +92,9 @@ def parse_message(text: str) -> Record | Malformed | None:
         if "Config param " in text:
             return _config(text)
         if "checkpoint" in text and (m := _CKPT.search(text)):
-            step = parse_int(m.group(2))
-            if step is None or not int32(step):
-                return Malformed("checkpoint", f"step {m.group(2)!r} is not a 32-bit integer", text)
+            step = parse_unsigned(m.group(2))
+            if _bad_step(step):
+                return Malformed("checkpoint", f"step {m.group(2)!r} is not an integer in 0..{INT32_MAX}", text)
             return Checkpoint("restore" if m.group(1).startswith("Restoring") else "save", step)
         if "distributed system" in text:
             return _trainer_start(text)
@@ -105,7 +109,7 @@ def _tag_ends(text: str, end: int) -> bool:
 
 def _pairs(body: str, tag: str, text: str) -> dict[str, str] | Malformed:
     out: dict[str, str] = {}
-    for token in body.split():
+    for token in body.replace("\t", " ").split(" "):  # ASCII blanks only: see _CKPT
         key, eq, value = token.partition("=")
         if not eq:
             continue  # free text after the pairs is tolerated
@@ -120,7 +124,8 @@ def _pairs(body: str, tag: str, text: str) -> dict[str, str] | Malformed:
 
 
 def _bad_step(step: int | None) -> bool:
-    """Not a step a record can carry: steps are non-negative and the columns 32-bit."""
+    """Not a step a record can carry: steps are unsigned ASCII integers (parsers.numbers) and
+    the columns 32-bit."""
     return step is None or not 0 <= step <= INT32_MAX
 
 
@@ -131,7 +136,7 @@ def _loss_parts(text: str, body: str) -> LossParts | Malformed:
     step_s, ce_s = pairs.pop("step", None), pairs.pop("ce", None)
     if step_s is None or ce_s is None:
         return Malformed("LOSS-PARTS", "step and ce are required", text)
-    step, ce = parse_int(step_s), parse_float(ce_s)
+    step, ce = parse_unsigned(step_s), parse_float(ce_s)
     if _bad_step(step):
         return Malformed("LOSS-PARTS", f"step {step_s!r} is not an integer in 0..{INT32_MAX}", text)
     if ce is None:
@@ -147,15 +152,16 @@ def _required_rbf(text: str, body: str) -> RequiredRbf | Malformed:
         return Malformed("REQUIRED_RBF", "per_layer=[…] is required", text)
     layers: list[float] = []
     for item in m.group(1).split(","):
-        if item.strip():
-            v = parse_float(item.strip())
+        item = item.strip(_BLANK)
+        if item:
+            v = parse_float(item)
             if v is None:
-                return Malformed("REQUIRED_RBF", f"per_layer value {item.strip()!r}", text)
+                return Malformed("REQUIRED_RBF", f"per_layer value {item!r}", text)
             layers.append(v)
     pairs = _pairs(body[: m.start()] + " " + body[m.end() :], "REQUIRED_RBF", text)
     if isinstance(pairs, Malformed):
         return pairs
-    step = parse_int(pairs.get("step", ""))
+    step = parse_unsigned(pairs.get("step", ""))
     mx = parse_float(pairs.get("max", ""))
     if _bad_step(step) or mx is None:
         return Malformed("REQUIRED_RBF", f"step (integer in 0..{INT32_MAX}) and max (number) are required", text)
@@ -176,28 +182,30 @@ _POD_FIELDS = {
 
 def _pod_step(text: str, body: str) -> PodStep | Malformed:
     head, *fields = body.split(",")
-    step = parse_int(head.strip())
-    if step is None or not int32(step):
-        return Malformed("completed step", f"step {head.strip()!r} is not a 32-bit integer", text)
+    step = parse_unsigned(head.strip(_BLANK))
+    if _bad_step(step):
+        return Malformed("completed step", f"step {head.strip(_BLANK)!r} is not an integer in 0..{INT32_MAX}", text)
     known: dict[str, float | int | None] = {}
     extra: dict[str, int | float | str] = {}
     for field in fields:
         name, colon, value = field.partition(":")
-        name, value = name.strip(), value.strip()
+        name, value = name.strip(_BLANK), value.strip(_BLANK)
         if not colon or not name:
             continue
-        parsed = parse_value(value)
-        if name in _POD_FIELDS:
-            if isinstance(parsed, str):
+        if name == "total_weights":
+            weights = parse_unsigned(value)
+            if weights is None or not int64(weights):
+                return Malformed("completed step", f"total_weights {value!r} is not an integer in 0..{INT64_MAX}", text)
+            known["total_weights"] = weights
+        elif name in _POD_FIELDS:
+            number = parse_float(value)
+            if number is None:
                 return Malformed("completed step", f"{name} {value!r} is not a number", text)
-            attr = _POD_FIELDS[name]
-            known[attr] = int(parsed) if attr == "total_weights" else float(parsed)
-            if attr == "total_weights" and not int64(known[attr]):
-                return Malformed("completed step", f"total_weights {value!r} is not a 64-bit integer", text)
+            known[_POD_FIELDS[name]] = number
         elif has_nul(name, value):
             return Malformed("completed step", f"NUL character in {field.strip()!r}", text)
         else:
-            extra[name] = parsed
+            extra[name] = parse_value(value)
     return PodStep(step, extra=extra, **known)
 
 
@@ -220,8 +228,9 @@ def _trainer_start(text: str) -> TrainerStart | Malformed | None:
         m = _PROC.search(text)
         if m is None:
             return TrainerStart()
-        index, count = int(m.group(1)), int(m.group(2))
-        if not (int32(index) and int32(count)):
-            return Malformed("distributed system", "process_index or process_count beyond 32 bits", text)
+        index, count = parse_unsigned(m.group(1)), parse_unsigned(m.group(2))
+        if index is None or count is None or not (int32(index) and int32(count)):
+            return Malformed("distributed system", f"process_index and process_count must be integers in "
+                             f"0..{INT32_MAX}", text)
         return TrainerStart(index, count)
     return None

@@ -1,29 +1,15 @@
-"""`key=value` tokens: ints, floats (decimal, scientific, nan, inf, -inf) and bare words."""
+"""`key=value` tokens: ints, floats (parsers.numbers' grammar) and bare words."""
 
 from __future__ import annotations
 
-import re
-
+from steptail.parsers.numbers import parse_float, parse_integer, parse_number, parse_unsigned
 from steptail.parsers.records import PartValue
 
-_INT = re.compile(r"[+-]?\d+\Z")
-_FLOAT = re.compile(
-    r"[+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|nan|inf|infinity)\Z", re.I
-)
+__all__ = ["parse_float", "parse_integer", "parse_unsigned", "parse_value"]
 
 
 def parse_value(token: str) -> PartValue:
-    if _INT.match(token):
-        return int(token)
-    if _FLOAT.match(token):
-        return float(token)
-    return token
-
-
-def parse_float(token: str) -> float | None:
-    """A float from a decimal, scientific or non-finite token; None if it is not one."""
-    return float(token) if _FLOAT.match(token) else None
-
-
-def parse_int(token: str) -> int | None:
-    return int(token) if _INT.match(token) else None
+    """A LOSS-PARTS part or an extra per-pod field: a number by the grammar, else the word as
+    printed (`+1`, `١٥`, `1_000` stay words: kept, never read as a number)."""
+    number = parse_number(token)
+    return token if number is None else number

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from operator import itemgetter
 
 from steptail.parsers import format_ns
+from steptail.parsers.numbers import parse_integer
 from steptail.runs.findings import (
     CRITICAL,
     NO_INCARNATION,
@@ -141,10 +142,8 @@ def _truthy(value: str | None) -> bool:
 
 
 def _as_int(value: str | None) -> int | None:
-    try:
-        return int(str(value).strip())
-    except (TypeError, ValueError):
-        return None
+    """A config value as the log's number grammar reads it (int() takes `٤`, `+4`, `1_0`)."""
+    return None if value is None else parse_integer(str(value).strip())
 
 
 def _fmt_ce(ce: float | None, raw: str | None = None) -> str:

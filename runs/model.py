@@ -41,6 +41,7 @@ from steptail.parsers.fast import (
     parse_stamped,
 )
 from steptail.parsers.line import MAX_LINE, message
+from steptail.parsers.numbers import parse_unsigned
 from steptail.parsers.records import ItemKind, to_json
 from steptail.runs.rows import INCARNATION, RUN, TABLES
 
@@ -264,11 +265,8 @@ def _text(line: bytes | str) -> str:
 
 def planned_steps(value: str) -> int | None:
     """The run's length from `Config param steps: N` (None unless a positive 32-bit integer)."""
-    try:
-        steps = int(value.strip())
-    except ValueError:
-        return None
-    return steps if 0 < steps <= INT32_MAX else None
+    steps = parse_unsigned(value.strip())  # the log's number grammar: int() takes `١٥٠٠`, `+1500`
+    return steps if steps is not None and 0 < steps <= INT32_MAX else None
 
 
 def quarantine_row(table: str, row: tuple, reason: str) -> tuple:

@@ -65,6 +65,8 @@ class Steptail:
         return f"<steptail store {self.store.describe()}>"
 
     def _known(self, run: str) -> str:
+        if "\x00" in run:  # PostgreSQL cannot even compare it (a driver error, not UnknownRun)
+            raise UnknownRun(f"no run {run!r} in {self.store.describe()}")
         return reads.known_run(self.store, run)
 
     # -- frames --------------------------------------------------------------------------

@@ -1,8 +1,13 @@
 """`steptail serve`: read-only HTTP over the store (health, Prometheus metrics, JSON API).
 
-Every store read runs in a worker thread, so one slow query never blocks the event loop.
-When a token is configured, everything but /healthz needs `Authorization: Bearer <token>`.
-Every bad parameter is a 400 with a JSON body, every failure a JSON answer (no traceback).
+Health never waits behind work: /livez and /healthz answer from the event loop, /healthz with
+the last result of a store probe that runs on a thread of its own. Store reads run in two
+bounded lanes (Lane): exports in one, every other read in the other, each with a queue limit
+beyond which a request is a 503 with a JSON body and `Retry-After` (eight exports of a big run
+once held the default pool, and /healthz with it, for 15 s).
+When a token is configured, everything but /healthz and /livez needs `Authorization: Bearer <token>`.
+Every bad parameter is a 400 with a JSON body, every failure a JSON answer (no traceback); a
+request path is logged escaped (a `%0a` in it cannot forge a log line).
 
 Slow or idle clients cannot hold the server: a connection must send its request header within
 `header_timeout` (also the keep-alive), a request body is read for at most `body_timeout`,
@@ -12,7 +17,9 @@ connection pushes out the oldest one that is not being answered."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
+import functools
 import hmac
 import json
 import logging
@@ -20,14 +27,16 @@ import re
 import resource
 import shutil
 import tempfile
+import threading
 import time
 import zipfile
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from urllib.parse import urlencode
+from urllib.parse import unquote_to_bytes, urlencode
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from steptail.jsonsafe import strict
@@ -49,7 +58,17 @@ BACKLOG = 128  # asyncio accepts up to this many at once, before any is pushed o
 STORE = web.AppKey("store", Store)
 TOKEN = web.AppKey("token", object)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
+PROBE = web.AppKey("probe", object)  # StoreProbe
+EXPORTS = web.AppKey("exports", object)  # Lane
+READS = web.AppKey("reads", object)  # Lane
+OPEN_ROUTES = ("/healthz", "/livez")  # no token needed: probes
 ANSWERING = web.AppKey("answering", set)  # connections whose request is being handled
+# Lanes: (threads, requests waiting beyond them, Retry-After seconds of a 503)
+EXPORT_LANE = (2, 4, 10)  # a whole-run bundle: seconds of CPU and a temporary folder each
+READ_LANE = (4, 64, 1)  # pages, findings, the run list, metrics: bounded queries
+PROBE_INTERVAL = 1.0  # seconds between store probes of /healthz
+PROBE_STALE = 5.0  # a probe unanswered this long: the store is not answering
+RUN_MAX = 128  # runs.run is VARCHAR(128): no longer name is a run
 log = logging.getLogger("steptail.serve")
 _INTEGER = re.compile(r"-?[0-9]{1,19}\Z")  # ASCII digits only: int() also takes '²', '1_0', ' 1'
 
@@ -74,6 +93,126 @@ class ApiError(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
+        self.headers: dict[str, str] = {}
+
+
+def escaped(text: str) -> str:
+    """Text for a log line: quoted, every control and non-ASCII character escaped."""
+    return ascii(text)
+
+
+# -- lanes: bounded executors with a queue limit -------------------------------------------------
+class Lane:
+    """`workers` threads for one kind of store work and at most `queue` requests waiting for
+    them; beyond that a request is refused at once (503, `Retry-After`) instead of queueing
+    without bound. A job counts until its thread is done with it, even when its client left
+    (a thread cannot be stopped), so hanging up does not make room."""
+
+    def __init__(self, name: str, workers: int, queue: int, retry_after: int) -> None:
+        self.name, self.limit, self.retry_after = name, workers + queue, retry_after
+        self.executor = ThreadPoolExecutor(workers, thread_name_prefix=f"steptail-serve-{name}")
+        self._lock = threading.Lock()
+        self.pending = 0  # running or waiting
+        self.refused = 0  # 503s since start (steptail_serve_refused_total)
+        self._refusing = 0  # 503s since the lane last took a job: one line when it starts, one when it clears
+
+    async def run(self, fn, *args):
+        return await asyncio.wrap_future(self.submit(fn, *args))  # cancelled while waiting: dropped too
+
+    def submit(self, fn, *args) -> Future:
+        """The job's future, or ApiError 503 when the lane is full."""
+        with self._lock:
+            if self.pending >= self.limit:
+                self.refused += 1
+                self._refusing += 1
+                if self._refusing == 1:
+                    log.warning("%s lane full (%d running or waiting): answering 503 until a place frees",
+                                self.name, self.pending)
+                err = ApiError(503, f"busy: {self.pending} {self.name} requests running or waiting "
+                                    f"(at most {self.limit}); retry in {self.retry_after} s")
+                err.headers["Retry-After"] = str(self.retry_after)
+                raise err
+            self.pending += 1
+            if self._refusing:
+                log.info("%s lane taking requests again (%d refused)", self.name, self._refusing)
+                self._refusing = 0
+        try:
+            job = self.executor.submit(functools.partial(fn, *args))
+        except BaseException:
+            self._done(None)
+            raise
+        job.add_done_callback(self._done)
+        return job
+
+    def _done(self, _job) -> None:
+        with self._lock:
+            self.pending -= 1
+
+    def shutdown(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+class LaneCollector:
+    """The lanes' load at scrape time: what is running or waiting, and the 503s answered."""
+
+    def __init__(self, *lanes: Lane) -> None:
+        self.lanes = lanes
+
+    def collect(self):
+        pending = GaugeMetricFamily("steptail_serve_lane_pending", "Requests running or waiting in a lane",
+                                    labels=["lane"])
+        refused = CounterMetricFamily("steptail_serve_refused", "Requests answered 503: their lane was full",
+                                      labels=["lane"])
+        for lane in self.lanes:
+            pending.add_metric([lane.name], lane.pending)
+            refused.add_metric([lane.name], lane.refused)
+        yield from (pending, refused)
+
+
+class StoreProbe:
+    """Whether the store answers, asked every `interval` s on a thread of its own, so that
+    /healthz answers from the event loop at once, whatever the lanes are doing. A change is
+    one log line; a probe that has not come back for `stale` s counts as an unanswering store."""
+
+    def __init__(self, store: Store, interval: float = PROBE_INTERVAL, stale: float = PROBE_STALE) -> None:
+        self.store, self.interval, self.stale = store, interval, stale
+        self.ok: bool | None = None
+        self.at = 0.0  # time.monotonic() of the last answer
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="steptail-serve-probe")
+
+    def problem(self) -> str | None:
+        """None when healthy, else what /healthz says of the store."""
+        if time.monotonic() - self.at > self.stale:
+            return "not answering"
+        return None if self.ok else "unreachable"
+
+    async def probe(self) -> None:
+        ok = await asyncio.get_running_loop().run_in_executor(self._thread, self._reachable)
+        if ok != self.ok and self.ok is not None:
+            (log.info if ok else log.error)("store %s", "reachable again" if ok else "unreachable")
+        self.ok, self.at = ok, time.monotonic()
+
+    def _reachable(self) -> bool:
+        try:
+            return reachable(self.store)
+        except Exception:  # noqa: BLE001 - whatever the driver raised, the store did not answer
+            return False
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            await self.probe()
+
+    async def context(self, _app: web.Application):
+        """aiohttp cleanup context: the first probe before the server listens, then in the background."""
+        with contextlib.suppress(TimeoutError):  # a hung store: listen anyway, /healthz says so
+            await asyncio.wait_for(self.probe(), self.stale)
+        task = asyncio.create_task(self._loop())
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        self._thread.shutdown(wait=False, cancel_futures=True)
 
 
 # -- middleware: auth and JSON errors ---------------------------------------------------
@@ -89,16 +228,19 @@ async def _guard(request: web.Request, handler):
 
 async def _answer(request: web.Request, handler):
     token = request.app[TOKEN]
-    if token is not None and request.path != "/healthz":
+    if token is not None and request.path not in OPEN_ROUTES:
         given = request.headers.get("Authorization", "")
         if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
             resp = _error(401, "bearer token required")
             resp.headers["WWW-Authenticate"] = 'Bearer realm="steptail"'
             return resp
     try:
+        _check_path(request)
         return await handler(request)
     except ApiError as exc:
-        return _error(exc.status, exc.message)
+        resp = _error(exc.status, exc.message)
+        resp.headers.update(exc.headers)
+        return resp
     except web.HTTPException as exc:
         if exc.status >= 400:
             return _error(exc.status, exc.reason)
@@ -106,9 +248,35 @@ async def _answer(request: web.Request, handler):
     except (asyncio.CancelledError, ConnectionError):
         raise  # the client went away: nothing to answer
     except Exception as exc:  # noqa: BLE001 - one line in the log, JSON to the client
-        log.error("%s %s failed: %s: %s", request.method, request.path, type(exc).__name__,
-                  str(exc).strip().splitlines()[0][:200] if str(exc).strip() else "")
+        text = str(exc).strip()
+        log.error("%s %s failed: %s: %s", request.method, escaped(request.raw_path), type(exc).__name__,
+                  escaped(text.splitlines()[0][:200]) if text else "''")
         return _error(500, "internal error")
+
+
+def _refuse(request: web.Request, status: int, message: str, why: str) -> ApiError:
+    """A request refused for what its path holds: one log line (path escaped), the JSON error."""
+    log.warning("%s %s refused (%d): %s", request.method, escaped(request.raw_path), status, why)
+    return ApiError(status, message)
+
+
+def _check_path(request: web.Request) -> None:
+    """A percent-escape that is not UTF-8 (`%FF`, `%C0%AF`) is a 400: no route or run has it."""
+    try:
+        unquote_to_bytes(request.raw_path.partition("?")[0]).decode("utf-8")
+    except UnicodeDecodeError:
+        raise _refuse(request, 400, "the request path is not UTF-8", "percent-escapes not UTF-8") from None
+
+
+def _impossible_run(run: str) -> str | None:
+    """Why no run can have this name (without asking the store), else None. PostgreSQL cannot
+    even compare a NUL (once a 500), and a control character is no name the CLI or a JobSet
+    gives; runs.run holds RUN_MAX characters."""
+    if any(c < " " or "\x7f" <= c <= "\x9f" for c in run):
+        return "run name holds control characters"
+    if len(run) > RUN_MAX:
+        return f"run name of {len(run)} characters (at most {RUN_MAX})"
+    return None
 
 
 # -- metrics -----------------------------------------------------------------------------
@@ -146,26 +314,35 @@ class StoreCollector:
 
 
 # -- handlers ------------------------------------------------------------------------------
+# Health and liveness: on the event loop, no store call, no lane.
 async def healthz(request: web.Request) -> web.Response:
-    if not await asyncio.to_thread(reachable, request.app[STORE]):
-        return _json({"status": "unavailable", "store": "unreachable"}, 503)
+    problem = request.app[PROBE].problem()
+    if problem is not None:
+        return _json({"status": "unavailable", "store": problem}, 503)
     return _json({"status": "ok"})
 
 
+async def livez(_request: web.Request) -> web.Response:
+    return _json({"status": "alive"})
+
+
 async def metrics(request: web.Request) -> web.Response:
-    body = await asyncio.to_thread(generate_latest, request.app[REGISTRY])
+    body = await request.app[READS].run(generate_latest, request.app[REGISTRY])
     resp = web.Response(body=body)
     resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
     return resp
 
 
 async def runs(request: web.Request) -> web.Response:
-    return _json({"runs": await asyncio.to_thread(list_runs, request.app[STORE])})
+    return _json({"runs": await request.app[READS].run(list_runs, request.app[STORE])})
 
 
 async def _known_run(request: web.Request) -> str:
     run = request.match_info["run"]
-    if not await asyncio.to_thread(run_exists, request.app[STORE], run):
+    why = _impossible_run(run)
+    if why is not None:
+        raise _refuse(request, 404, f"no run {run!r}", why)
+    if not await request.app[READS].run(run_exists, request.app[STORE], run):
         raise ApiError(404, f"no run {run!r}")
     return run
 
@@ -198,7 +375,7 @@ async def steps(request: web.Request) -> web.Response:
     run = await _known_run(request)
     store = request.app[STORE]
     # One row more than asked tells whether another page follows.
-    rows = await asyncio.to_thread(
+    rows = await request.app[READS].run(
         lambda: list(iter_steps(store, run, lo, hi, offset, limit + 1, after=after)))
     more = len(rows) > limit
     rows = rows[:limit]
@@ -229,7 +406,7 @@ def _findings(store: Store, run: str) -> list[dict]:
 
 async def findings(request: web.Request) -> web.Response:
     run = await _known_run(request)
-    return _json({"run": run, "findings": await asyncio.to_thread(_findings, request.app[STORE], run)})
+    return _json({"run": run, "findings": await request.app[READS].run(_findings, request.app[STORE], run)})
 
 
 def _bundle(store: Store, run: str, work: Path) -> Path:
@@ -253,7 +430,12 @@ async def export(request: web.Request) -> web.StreamResponse:
     work = Path(tempfile.mkdtemp(prefix="steptail-export-"))
     try:
         try:
-            archive = await asyncio.to_thread(_bundle, request.app[STORE], run, work)
+            job = request.app[EXPORTS].submit(_bundle, request.app[STORE], run, work)
+            try:
+                archive = await asyncio.wrap_future(job)
+            except asyncio.CancelledError:  # the client left; the thread may still be writing
+                job.add_done_callback(lambda _job: shutil.rmtree(work, True))
+                raise
         except ExportError as exc:  # e.g. a name another writer stored ('../x')
             raise ApiError(400, str(exc)) from None
         resp = web.StreamResponse(headers={
@@ -276,7 +458,9 @@ async def export(request: web.Request) -> web.StreamResponse:
         await asyncio.to_thread(shutil.rmtree, work, True)
 
 
-def make_app(store: Store, token: str | None = None) -> web.Application:
+def make_app(store: Store, token: str | None = None, *, export_lane: tuple[int, int, int] = EXPORT_LANE,
+             read_lane: tuple[int, int, int] = READ_LANE, probe_interval: float = PROBE_INTERVAL) -> web.Application:
+    """The application; lanes are (threads, waiting requests, Retry-After seconds)."""
     app = web.Application(middlewares=[_guard])
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StoreCollector(store))
@@ -284,14 +468,26 @@ def make_app(store: Store, token: str | None = None) -> web.Application:
     app[TOKEN] = token or None
     app[REGISTRY] = registry
     app[ANSWERING] = set()
+    app[PROBE] = StoreProbe(store, probe_interval, max(PROBE_STALE, 3 * probe_interval))
+    app[EXPORTS] = Lane("export", *export_lane)
+    app[READS] = Lane("read", *read_lane)
+    registry.register(LaneCollector(app[EXPORTS], app[READS]))
+    app.cleanup_ctx.append(app[PROBE].context)
+    app.on_cleanup.append(_shutdown_lanes)
     r = app.router
     r.add_get("/healthz", healthz)
+    r.add_get("/livez", livez)
     r.add_get("/metrics", metrics)
     r.add_get("/api/runs", runs)
     r.add_get("/api/runs/{run}/steps", steps)
     r.add_get("/api/runs/{run}/findings", findings)
     r.add_get("/api/runs/{run}/export", export)
     return app
+
+
+async def _shutdown_lanes(app: web.Application) -> None:
+    app[EXPORTS].shutdown()
+    app[READS].shutdown()
 
 
 class GuardedSite(web.BaseSite):
@@ -354,9 +550,11 @@ def connection_limit(wanted: int = MAX_CONNECTIONS) -> int:
 
 async def serve(store: Store, host: str, port: int, token: str | None,
                 started=None, stop: asyncio.Event | None = None, *, header_timeout: float = HEADER_TIMEOUT,
-                body_timeout: float = BODY_TIMEOUT, max_connections: int | None = None) -> None:
+                body_timeout: float = BODY_TIMEOUT, max_connections: int | None = None,
+                export_lane: tuple[int, int, int] = EXPORT_LANE, read_lane: tuple[int, int, int] = READ_LANE,
+                probe_interval: float = PROBE_INTERVAL) -> None:
     """Run until `stop` is set (or the task is cancelled); `started(url)` once listening."""
-    app = make_app(store, token)
+    app = make_app(store, token, export_lane=export_lane, read_lane=read_lane, probe_interval=probe_interval)
     # keepalive_timeout runs from the connection's start and after each answer, and is not
     # reset by incoming bytes: it is the header timeout. lingering_time bounds reading a body.
     runner = web.AppRunner(app, access_log=None, keepalive_timeout=header_timeout,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from steptail.parsers import parse_line
+from steptail.parsers import Malformed, parse_line
 from steptail.parsers.fast import as_record, parse_fast
 
 SAMPLES = ["clean-300", "resume-gap", "resume-mismatch", "cp4-lb-nan", "resume-from-zero"]
@@ -68,6 +68,48 @@ NUM = st.one_of(
 def test_loss_parts_agree(ts, prefix, step, ce, parts, end):
     tail = "".join(f" {k}={v}" for k, v in parts)
     agree(f"{ts}{prefix}LOSS-PARTS step={step} ce={ce}{tail}{end}".encode())
+
+
+# Numbers int()/float() read and no log prints (parsers.numbers): neither path takes them.
+UNICODE_DIGITS = [0x0660, 0x06F0, 0x0966, 0xFF10, 0x1D7CE]
+
+
+@st.composite
+def python_only(draw) -> str:
+    digits = str(draw(st.integers(0, 10**6)))
+    how = draw(st.sampled_from(["script", "plus", "underscore", "superscript", "space"]))
+    if how == "script":
+        zero = draw(st.sampled_from(UNICODE_DIGITS))
+        return "".join(chr(zero + int(c)) for c in digits)
+    if how == "plus":
+        return "+" + digits
+    if how == "underscore":
+        return digits[:1] + "_" + digits[1:] + "0"
+    if how == "superscript":
+        return digits + "²"
+    return draw(st.sampled_from(["\u00a0", "\u3000", "\u2003"])) + digits
+
+
+@given(python_only(), st.sampled_from(["step", "ce", "part", "max", "layer", "pod step", "seconds", "weights"]),
+       st.sampled_from(["", "2026-11-30T04:00:11.72698Z "]))
+def test_numbers_only_python_reads_are_refused_by_both(token, field, ts):
+    line = {
+        "step": f"LOSS-PARTS step={token} ce=1.5",
+        "ce": f"LOSS-PARTS step=1 ce={token}",
+        "part": f"LOSS-PARTS step=1 ce=1.5 z={token}",
+        "max": f"REQUIRED_RBF step=1 max={token} per_layer=[1.0] program=p",
+        "layer": f"REQUIRED_RBF step=1 max=1.0 per_layer=[1.0,{token}] program=p",
+        "pod step": f"completed step: {token}, seconds: 1.0, total_weights: 1, loss: 1.0",
+        "seconds": f"completed step: 1, seconds: {token}, total_weights: 1, loss: 1.0",
+        "weights": f"completed step: 1, seconds: 1.0, total_weights: {token}, loss: 1.0",
+    }[field]
+    raw = (ts + line + "\n").encode()
+    assert not agree(raw)
+    rec = parse_line(raw).record
+    if field == "part":  # a part is a number by the grammar or the word it is
+        assert rec.parts["z"] == token
+    else:
+        assert isinstance(rec, Malformed), (line, rec)
 
 
 @given(

@@ -64,7 +64,9 @@ GOOD_NUM = st.one_of(
     st.floats(allow_nan=False, allow_infinity=False).map(repr).filter(lambda s: "inf" not in s),
     st.sampled_from(["0.012400", "1.234530e-04", "-0.5", "3E+2", "0", "-0", "1e400", "2.5e-320"]),
 )
-BAD_NUM = st.sampled_from(["05", "1.", "1e", "1_0", "+1", ".5", "0x1"])
+BAD_NUM = st.sampled_from(["05", "1.", "1e", "1_0", "+1", ".5", "0x1",
+                           # what int()/float() read and no log prints (parsers.numbers)
+                           "١٥", "١.0", "１５", "¹", "1²", "+0", "+inf", "NaN", "Infinity", "1\u00a0", "\u30001"])
 GOOD_KEY = st.sampled_from(["z_loss", "moe_lb", "total", "weights", "Total", "_"])
 BAD_KEY = st.sampled_from(["a1", "step", "ce", "x-y"])
 

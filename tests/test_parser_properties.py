@@ -7,7 +7,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from steptail.parsers import LossParts, RequiredRbf, format_ns, parse_line, parse_rfc3339
+from steptail.parsers import LossParts, Malformed, RequiredRbf, format_ns, parse_line, parse_rfc3339
 
 KEYS = st.from_regex(r"[a-z_][a-z0-9_]{0,12}", fullmatch=True).filter(lambda k: k not in ("step", "ce"))
 WORDS = st.from_regex(r"[a-z_][a-z_/]{0,10}", fullmatch=True).filter(
@@ -71,6 +71,34 @@ def test_required_rbf_round_trip(step, mx, layers, program):
     if program is not None:
         line += f" program={program}"
     assert parse_line(line.encode()).record == RequiredRbf.make(step, mx, layers, program)
+
+
+# Digits of other scripts, full-width, superscripts, signs, underscores, non-ASCII blanks: int()
+# and float() read most; the parser reads none (parsers.numbers), whatever field holds them.
+NOT_ASCII_DIGITS = st.sampled_from([chr(z + d) for z in (0x0660, 0x06F0, 0x0966, 0x09E6, 0xFF10, 0x1D7CE)
+                                    for d in (0, 1, 5, 9)] + list("⁰¹²⁵⁹"))
+FORGIVEN = st.one_of(
+    st.tuples(st.integers(0, 10**6).map(str), NOT_ASCII_DIGITS, st.integers(0, 6)).map(
+        lambda t: t[0][: t[2]] + t[1] + t[0][t[2]:]),
+    st.integers(0, 10**6).map(lambda n: f"+{n}"),
+    st.integers(10, 10**6).map(lambda n: f"{str(n)[0]}_{str(n)[1:]}"),
+    st.tuples(st.integers(0, 10**6).map(str), st.sampled_from(["\u00a0", "\u3000", "\u2003", "\x1c", "\x85"])).map(
+        lambda t: t[0] + t[1] + "0"),
+)
+
+
+@given(FORGIVEN, st.sampled_from(["step", "ce"]), st.booleans())
+def test_numbers_python_forgives_are_bad_lines(token, key, stamped):
+    line = f"LOSS-PARTS step={token} ce=2.5" if key == "step" else f"LOSS-PARTS step=7 ce={token}"
+    raw = (format_ns(10**18) + " " if stamped else "") + line
+    rec = parse_line(raw.encode()).record
+    assert isinstance(rec, Malformed), (raw, rec)
+
+
+@given(FORGIVEN)
+def test_a_forgiven_number_in_a_part_stays_a_word(token):
+    rec = parse_line(f"LOSS-PARTS step=7 ce=2.5 lr={token}".encode()).record
+    assert isinstance(rec, LossParts) and rec.parts == {"lr": token}
 
 
 @given(st.integers(0, 4_000_000_000 * 10**9))

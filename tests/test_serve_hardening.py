@@ -19,6 +19,7 @@ import aiohttp
 import psutil
 import pytest
 import sqlalchemy as sa
+import yarl
 from aiohttp import web
 
 from steptail.collector.files import open_source
@@ -277,3 +278,63 @@ async def test_follow_sends_to_webhooks_from_file_and_env_and_kubectl_sees_no_se
     for src in ("file", "env"):
         assert "nonfinite_ce" in {p["kind"] for p in got[src]}, src
     assert b"secret" not in err
+
+
+# -- hostile request paths: JSON errors, one escaped log line each (issue 20, item 5) -----------------
+HOSTILE_PATHS = [
+    ("/api/runs/%00/steps", 404),  # once a 500 on PostgreSQL (it cannot compare a NUL)
+    ("/api/runs/rg%00/findings", 404),
+    ("/api/runs/x%0d%0a2026-12-01%2000:00:00%20ERROR%20steptail:%20forged/steps", 404),
+    ("/api/runs/%1b%5b31mred/export", 404),
+    ("/api/runs/%C2%85next/steps", 404),  # U+0085, a line break to some log readers
+    ("/api/runs/" + "x" * 300 + "/steps", 404),
+    ("/api/runs/%FF%FE/steps", 400),
+    ("/api/runs/%C0%AF/findings", 400),  # an overlong '/'
+    ("/api/runs/rg%ED%A0%80/export", 400),  # a UTF-16 surrogate
+    ("/%FF%00", 400),
+]
+
+
+@pytest.mark.parametrize("path, status", HOSTILE_PATHS)
+async def test_hostile_paths_are_json_errors_logged_once_escaped(loaded, caplog, path, status):
+    caplog.set_level("INFO", logger="steptail.serve")
+    async with running(loaded) as http:
+        async with http.get(yarl.URL(path, encoded=True)) as resp:
+            body = await resp.read()
+            assert resp.status == status, body
+            assert resp.headers["Content-Type"].startswith("application/json")
+        error = json.loads(body)
+        assert error["status"] == status and error["error"]
+        async with http.get("/api/runs/rg/steps?limit=1") as resp:  # still serving, the run still there
+            assert resp.status == 200
+    lines = [r for r in caplog.records if r.name == "steptail.serve" and "refused" in r.getMessage()]
+    assert len(lines) == 1, [r.getMessage() for r in caplog.records]
+    text = lines[0].getMessage()
+    assert text.isascii() and text.isprintable(), text  # no NUL, CR, LF, ESC: nothing forged
+    assert path[:40] in text and f"({status})" in text
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
+
+
+def test_an_error_line_escapes_the_path_and_message():
+    from steptail.serve import escaped
+
+    assert escaped("/api/runs/\x00\nINFO forged\r\u2028ü") == "'/api/runs/\\x00\\nINFO forged\\r\\u2028\\xfc'"
+
+
+def test_the_python_api_says_unknown_run_to_a_nul_on_both_stores(loaded):
+    import steptail
+
+    st = steptail.open(loaded.engine.url.render_as_string(hide_password=False))
+    try:
+        for call in (st.steps, st.findings):
+            with pytest.raises(steptail.UnknownRun, match="no run"):
+                call("rg\x00")
+        assert len(st.steps("rg")) > 0
+    finally:
+        st.close()
+
+
+def test_the_longest_run_name_serve_asks_about_is_the_column(store):
+    from steptail.serve import RUN_MAX
+
+    assert store.tables["runs"].c.run.type.length == RUN_MAX
