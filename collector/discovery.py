@@ -221,6 +221,9 @@ class _Watcher(threading.Thread):
                         if self.stopping.is_set():
                             w.stop()
                             break
+                        if not isinstance(ev, dict) or not isinstance(ev.get("object"), V1Pod | dict):
+                            # the client yields None for a line that is not JSON
+                            raise ValueError(f"a watch event that is not a pod: {str(ev)[:100]}")
                         if ev["type"] == "ERROR":
                             raise RuntimeError(f"watch error: {ev.get('raw_object')}")
                         rv = _rv_obj(ev["object"]) or rv

@@ -41,7 +41,8 @@ class RunSink:
     _sqlite_lock = threading.Lock()
 
     def __init__(self, store: Store, run: str, parquet_root: str | None, detectors,
-                 parquet_every: float = 30.0, jobset: str | None = None, namespace: str | None = None):
+                 parquet_every: float = 30.0, jobset: str | None = None, namespace: str | None = None,
+                 source: str | None = None, append: bool = False):
         self.store, self.run = store, run
         self.sql = SqlSink(store)
         self.detectors = detectors
@@ -79,8 +80,10 @@ class RunSink:
         # follow --raw: the lines read, written to a segment before the rows they made commit
         self.raw: RawLog | None = None  # set by the follower
         self.raw_pending: list[RawChunk] = []  # taken with the batches; written by _commit
-        with store.engine.begin() as conn:
-            self.sql.ensure_run(conn, run, jobset, namespace)
+        # the run's row (and its source's claim) commits with its first record, never before:
+        # a namespace of 20,000 pods that print nothing makes no run
+        self._run_row = (jobset, namespace, source, append)
+        self._run_written = False
         if parquet_root:
             self._catch_up()
 
@@ -208,6 +211,10 @@ class RunSink:
             if self.fence is not None:
                 self.fence(conn)
             findings = self._unsaved  # grows in place: kept if this commit fails too
+            creating = not self._run_written and any(len(b) or b.incarnations or b.quarantine for b, _ in todo)
+            if creating:
+                jobset, namespace, source, append = self._run_row
+                self.sql.ensure_run(conn, self.run, jobset, namespace, source=source, append=append)
             for f in files:
                 record_file(conn, f)
             for batch, gaps in todo:
@@ -224,6 +231,7 @@ class RunSink:
             findings = list({f.key: f for f in findings}.values())  # a finding grown twice: its latest state
             self.detectors.save(conn, findings)
         self._unsaved = []
+        self._run_written = self._run_written or creating
         return findings
 
     async def close_raw(self) -> None:

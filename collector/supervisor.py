@@ -17,20 +17,20 @@ from pathlib import Path
 from steptail.collector import events, kubectl
 from steptail.collector.alerts import Alerter
 from steptail.collector.detect import Detectors
-from steptail.collector.discovery import Discovery
+from steptail.collector.discovery import PAGE_SIZE, REFUSED_LOGGED, Discovery, Refusal
 from steptail.collector.follower import FollowConfig, RunFollower, RunStatus
 from steptail.collector.health import Health
 from steptail.collector.kubectl import KubeTarget
 from steptail.collector.metrics import Metrics
 from steptail.collector.ownership import INTERVAL, Ownership
 from steptail.collector.sink import RunSink
-from steptail.runs.findings import Settings
+from steptail.runs.findings import NO_STEP, WARNING, Finding, Settings
 from steptail.runs.model import RunModel
 from steptail.runs.reference import ReferenceError, reference_for
 from steptail.storage.db import Store
 from steptail.storage.replicas import fence, take_over
-from steptail.storage.sources import SourceConflict, kubernetes_source
-from steptail.storage.sql import SqlSink, load_model
+from steptail.storage.sources import SourceConflict, check_source, kubernetes_source
+from steptail.storage.sql import load_model
 from steptail.storage.streams import record_reconnects
 
 log = logging.getLogger("steptail.follow")
@@ -62,13 +62,21 @@ class Plan:
     # called with each step, rbf row, stream gap and finding once committed, and each follower
     # state change (collector.events); None costs nothing
     on_event: events.Hook | None = None
+    # bounds on what a namespace can make us do: runs known (--all; beyond, one line and
+    # steptail_errors_total{source="discovery",reason="max_runs"}) and pods per list request
+    max_runs: int = 100
+    page_size: int = PAGE_SIZE
 
 
 class Supervisor:
     def __init__(self, store: Store, plan: Plan) -> None:
         self.store, self.plan = store, plan
-        self.discovery = Discovery(plan.target, plan.selector if plan.follow_all else None, plan.metrics)
+        self.discovery = Discovery(plan.target, plan.selector if plan.follow_all else None, plan.metrics,
+                                   plan.page_size)
         self.discovery.on_failure = self._discovery_failed
+        self.discovery.on_refused = self._refused
+        self.over_max_runs = 0  # JobSets found beyond plan.max_runs: not followed
+        self._found: set[str] = set()  # JobSets --all follows (at most plan.max_runs)
         self.fatal: str | None = None  # why following gave up (a configuration error): exit 2
         self.status: dict[str, RunStatus] = {}
         self.health: dict[str, Health] = {}  # run -> its follower's health
@@ -172,8 +180,29 @@ class Supervisor:
 
     # -- runs ----------------------------------------------------------------------------------
     def _discovered(self, jobset: str) -> None:
-        if jobset not in self.candidates and not self.stopping.is_set():
-            asyncio.get_running_loop().create_task(self.want(jobset, jobset))
+        if jobset in self._found or self.stopping.is_set():
+            return
+        if len(self._found) >= self.plan.max_runs:  # a namespace flood: a log line, not the collector
+            self.over_max_runs += 1
+            if self.plan.metrics is not None:
+                self.plan.metrics.error("", "discovery", "max_runs")
+            if self.over_max_runs == 1:
+                log.error("pod discovery: more JobSets than --max-runs=%d; %s and any further ones are not "
+                          "followed (counted in steptail_errors_total{source=\"discovery\",reason=\"max_runs\"})",
+                          self.plan.max_runs, jobset)
+            return
+        self._found.add(jobset)  # now: discovery tells of a whole list's JobSets before any want() runs
+        asyncio.get_running_loop().create_task(self.want(jobset, jobset))
+
+    def _refused(self, refusal: Refusal) -> None:
+        """A pod discovery refused (an unsafe name): never a run; a collector-level finding
+        (run "") for the alerts, webhooks and metrics, for the first REFUSED_LOGGED."""
+        n = self.discovery.refused_count
+        if self.plan.alerts is None or n > REFUSED_LOGGED:
+            return
+        f = Finding("unsafe_name", "", n, NO_STEP, NO_STEP, f"{refusal.key} refused: {refusal.reason}"[:500],
+                    WARNING, time.time_ns())
+        asyncio.get_running_loop().create_task(self.plan.alerts.publish([f]))
 
     async def want(self, jobset: str, run: str) -> None:
         """A run to follow: here at once (one store, one follower), or when this replica
@@ -327,7 +356,7 @@ class Supervisor:
             Detectors, run, store, plan.alerts, plan.metrics, plan.settings, reference)
         # the sink: SQL, then the detectors, then Parquet (catching up what a killed collector left)
         sink = await asyncio.to_thread(RunSink, store, run, plan.parquet, detectors, plan.config.parquet_every,
-                                       jobset, ns)
+                                       jobset, ns, kubernetes_source(ns, jobset), plan.append)
         if self.ownership is not None:  # every commit checks this replica still owns the run
             sink.fence = lambda conn: fence(conn, run, epoch)
             sink.on_lost = lambda exc: self._lose_soon(run, str(exc))
@@ -390,8 +419,8 @@ def _claim_and_load(store: Store, run: str, jobset: str, namespace: str, append:
     with store.engine.begin() as conn:
         if replica is not None:
             before, epoch = take_over(conn, run, replica)
-        SqlSink(store).ensure_run(conn, run, jobset, namespace, append=append,
-                                  source=kubernetes_source(namespace, jobset))
+        # read-only: the run's row is written with its first record (collector.sink)
+        check_source(conn, run, kubernetes_source(namespace, jobset), append=append)
         model = load_model(conn, run)
         if replica is not None:
             open_streams = sorted((c.hwm_ns or 0, k) for k, c in model.cursors.items() if not c.done)

@@ -294,7 +294,7 @@ class KubeApi:
         ns, name = request.match_info["ns"], request.match_info["name"]
         with self.state.lock:
             p = self.state.pods.get((ns, name))
-            obj = render.pod_json(p) if p else None
+            obj = render.pod_json(p) if p else self.hostile.pod(ns, name)
         if obj is None:
             return _not_found("pods", name)
         if _wants_table(request):

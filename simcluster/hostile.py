@@ -32,6 +32,7 @@ class Hostile:
     flood: int = 0  # extra Pending process-0 pods, one JobSet each
     garble: dict[str, int] = field(default_factory=dict)  # "list" | "get" | "watch" -> answers left
     pages: int = 0  # list answers cut by `limit` (to tell paging happened)
+    _flooded: tuple = (None, 0, [])  # (namespace, flood, pods) last served
 
     def served(self, o: dict) -> dict:
         """A pod as list, watch and get serve it."""
@@ -57,7 +58,16 @@ class Hostile:
         if not self.flood:
             return items
         ns = namespace or "default"
-        return items + [p for i in range(self.flood) if match(p := flood_pod(i, ns))]
+        if self._flooded[:2] != (ns, self.flood):  # built once: a list of 20,000 is asked for page by page
+            self._flooded = (ns, self.flood, [flood_pod(i, ns) for i in range(self.flood)])
+        return items + [p for p in self._flooded[2] if match(p)]
+
+    def pod(self, namespace: str, name: str) -> dict | None:
+        """A flood pod by name, for a get (None: not one of the flood)."""
+        i = name.removeprefix("flood-").removesuffix("-slice-0-0-aaaaa")
+        if name.startswith("flood-") and i.isdecimal() and int(i) < self.flood:
+            return flood_pod(int(i), namespace)
+        return None
 
     def page(self, items: list[dict], query) -> tuple[list[dict], str | None]:
         """`limit`/`continue` of a list: (this page, the token of the next or None)."""
