@@ -30,6 +30,7 @@ class Hostile:
     relabel: dict[str, str] = field(default_factory=dict)  # real jobset -> label value served
     rename: dict[str, dict] = field(default_factory=dict)  # real jobset -> {"pod": …, "container": …}
     flood: int = 0  # extra Pending process-0 pods, one JobSet each
+    flood_name: str = "flood-{i}"  # their JobSet label (e.g. "../flood {i}": every one unsafe)
     garble: dict[str, int] = field(default_factory=dict)  # "list" | "get" | "watch" -> answers left
     pages: int = 0  # list answers cut by `limit` (to tell paging happened)
     _flooded: tuple = (None, 0, [])  # (namespace, flood, pods) last served
@@ -58,8 +59,8 @@ class Hostile:
         if not self.flood:
             return items
         ns = namespace or "default"
-        if self._flooded[:2] != (ns, self.flood):  # built once: a list of 20,000 is asked for page by page
-            self._flooded = (ns, self.flood, [flood_pod(i, ns) for i in range(self.flood)])
+        if self._flooded[:2] != (ns, self.flood):  # (flood_name is set before the first list)  # built once: a list of 20,000 is asked for page by page
+            self._flooded = (ns, self.flood, [flood_pod(i, ns, self.flood_name) for i in range(self.flood)])
         return items + [p for p in self._flooded[2] if match(p)]
 
     def pod(self, namespace: str, name: str) -> dict | None:
@@ -100,14 +101,15 @@ class Hostile:
         return web.Response(body=GARBAGE + b"\n", content_type="application/json")
 
 
-def flood_pod(i: int, namespace: str) -> dict:
-    """One Pending process-0 pod of JobSet `flood-<i>`: it never starts, so it never logs."""
+def flood_pod(i: int, namespace: str, label: str = "flood-{i}") -> dict:
+    """One Pending process-0 pod of JobSet `flood-<i>` (labelled `label`): it never starts, so
+    it never logs."""
     name = f"flood-{i}"
     return {
         "kind": "Pod", "apiVersion": "v1",
         "metadata": {"name": f"{name}-slice-0-0-aaaaa", "namespace": namespace, "uid": f"flood-uid-{i:06d}",
                      "resourceVersion": "1", "creationTimestamp": "2026-01-01T00:00:00Z",
-                     "labels": {JOBSET: name, **PROCESS0}},
+                     "labels": {JOBSET: label.format(i=i), **PROCESS0}},
         "spec": {"containers": [{"name": "jax-tpu", "image": "flood"}]},
         "status": {"phase": "Pending",
                    "containerStatuses": [{"name": "jax-tpu", "ready": False, "restartCount": 0, "image": "flood",

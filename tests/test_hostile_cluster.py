@@ -172,3 +172,21 @@ def test_garbage_answers_to_list_get_and_watch(make_simcluster, db_url, tmp_path
     assert "Traceback" not in proc.stderr
     assert runs_stored(db_url) == {"olmo3-sft"}
     assert_only_in_run_dirs(tmp_path, {"olmo3-sft"})
+
+
+def test_a_flood_of_unsafe_names_is_logged_twenty_times_then_counted(make_simcluster, tmp_path):
+    sim = make_simcluster({**FAST, "jobsets": [{"name": "olmo3-sft", **TRAINER}]})
+    sim.api.hostile.flood, sim.api.hostile.flood_name = 2_000, "../flood {i}"
+    db = f"sqlite:///{tmp_path / 'steptail.db'}"  # the store does not matter: nothing of them is stored
+    proc = follow(sim, db, "--all", "--until-done", "--raw", str(tmp_path / "raw"))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert [(r["run"], r["state"]) for r in report["runs"]] == [("olmo3-sft", "done")]
+    d = report["discovery"]
+    assert d["refused_count"] == 2_000 and len(d["refused"]) == 1_000  # the first 1,000 kept for the summary
+    refused = [ln for ln in proc.stderr.splitlines() if "pod discovery: refused" in ln]
+    assert len(refused) == 20
+    assert sum("further ones are counted" in ln for ln in proc.stderr.splitlines()) == 1
+    assert sum('"kind": "unsafe_name"' in ln for ln in proc.stderr.splitlines()) == 20
+    assert runs_stored(db) == {"olmo3-sft"}
+    assert_only_in_run_dirs(tmp_path, {"olmo3-sft"})
