@@ -156,7 +156,7 @@ async def archive(target: KubeTarget, jobset: str, out: Path, *, parallel: int =
     # a pod whose names would name files outside the folder (a hostile API) is not archived
     refused = [(p, why) for p in listed if (why := unsafe(p)) is not None]
     pods = [p for p in listed if unsafe(p) is None]
-    if not pods and not manifest.pods:
+    if not listed and not manifest.pods:
         raise ArchiveError(f"no pods of JobSet {jobset} in namespace {target.namespace}: nothing archived")
     try:
         folder.mkdir(parents=True, exist_ok=True)

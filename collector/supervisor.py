@@ -77,6 +77,7 @@ class Supervisor:
         self.discovery.on_refused = self._refused
         self.over_max_runs = 0  # JobSets found beyond plan.max_runs: not followed
         self._found: set[str] = set()  # JobSets --all follows (at most plan.max_runs)
+        self._publishing: set[asyncio.Task] = set()  # collector-level findings on their way
         self.fatal: str | None = None  # why following gave up (a configuration error): exit 2
         self.status: dict[str, RunStatus] = {}
         self.health: dict[str, Health] = {}  # run -> its follower's health
@@ -202,7 +203,9 @@ class Supervisor:
             return
         f = Finding("unsafe_name", "", n, NO_STEP, NO_STEP, f"{refusal.key} refused: {refusal.reason}"[:500],
                     WARNING, time.time_ns())
-        asyncio.get_running_loop().create_task(self.plan.alerts.publish([f]))
+        task = asyncio.get_running_loop().create_task(self.plan.alerts.publish([f]))
+        self._publishing.add(task)  # held until done: the loop keeps only weak references
+        task.add_done_callback(self._publishing.discard)
 
     async def want(self, jobset: str, run: str) -> None:
         """A run to follow: here at once (one store, one follower), or when this replica

@@ -60,7 +60,7 @@ def assert_only_in_run_dirs(tmp: Path, runs: set[str]) -> None:
         elif top == "pq":
             assert rel.parts[2].removeprefix("run=") in runs and len(rel.parts) == 4, rel
         else:
-            assert top.startswith(("sim", "steptail.db")), f"file outside its directory: {rel}"
+            assert top.startswith(("sim", "steptail.db", "arch")), f"file outside its directory: {rel}"
 
 
 def test_paths_helper_refuses_every_way_out(tmp_path):
@@ -190,3 +190,29 @@ def test_a_flood_of_unsafe_names_is_logged_twenty_times_then_counted(make_simclu
     assert sum('"kind": "unsafe_name"' in ln for ln in proc.stderr.splitlines()) == 20
     assert runs_stored(db) == {"olmo3-sft"}
     assert_only_in_run_dirs(tmp_path, {"olmo3-sft"})
+
+
+def test_archive_refuses_pods_whose_names_would_leave_the_folder(make_simcluster, tmp_path):
+    sim = make_simcluster({**FAST, "jobsets": [{"name": "olmo3-sft", **TRAINER}, {"name": "js-evil", **TRAINER}]})
+    sim.wait_done("olmo3-sft")
+    sim.api.hostile.rename = {"js-evil": {"container": "../../../escape"}}
+    env = {k: v for k, v in os.environ.items() if k not in ("STEPTAIL_DB", "CLOUDSDK_CORE_ACCOUNT")}
+    env["CLOUDSDK_CORE_ACCOUNT"] = sim.account
+    out = tmp_path / "arch"
+
+    def archive(jobset: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*CLI, "archive", "--jobset", jobset, "-n", "default", "--out", str(out), "--no-ingest",
+                               "--kubeconfig", str(sim.kubeconfig_path), "-o", "json"],
+                              capture_output=True, text=True, env=env, timeout=120)
+
+    evil = archive("js-evil")
+    assert evil.returncode == 1, evil.stderr  # a log not archived: exit 1, one line naming the pod
+    doc = json.loads((out / "js-evil" / "manifest.json").read_text())
+    assert [e["kind"] for e in doc["errors"]] == ["unsafe_name"]
+    assert "container name '../../../escape' is not a safe identifier" in doc["errors"][0]["reason"]
+    assert doc["files"] == [] and "Traceback" not in evil.stderr
+    ok = archive("olmo3-sft")  # the honest JobSet beside it is archived as ever
+    assert ok.returncode == 0, ok.stderr
+    assert [p.relative_to(out).parts[0] for p in out.rglob("*") if p.is_file()].count("js-evil") == 1
+    assert_only_in_run_dirs(tmp_path, set())  # nothing under raw/ or pq/ and nothing outside arch/
+    assert not (tmp_path / "escape").exists() and not (tmp_path.parent / "escape").exists()
