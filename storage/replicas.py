@@ -7,7 +7,7 @@
   that same connection (`Leases.try_own_many`: never waits).
 - Writes are fenced: a new owner bumps the run's epoch (`run_owners`) and loads the run's
   state under the run's fence lock, exclusive (`take_over`); every commit first takes that
-  lock shared and checks its epoch is still the run's (`fence`), in one statement. So a
+  lock shared and then checks its epoch is still the run's (`fence`). So a
   commit in flight when ownership moves completes before the new owner reads the cursor, and
   a replica whose run was taken over (its connection, hence its lock, lost) cannot commit
   again: no step twice, none lost.
@@ -178,16 +178,20 @@ class Leases:
 
 
 # The fence lock shared (until commit: a take-over waits for this transaction), then the
-# run's epoch; the CTE is scanned first, so the epoch is read once the lock is held.
-_FENCE = sa.text(
-    "WITH fenced AS MATERIALIZED (SELECT pg_advisory_xact_lock_shared(:k)) "
-    "SELECT o.epoch FROM fenced, run_owners o WHERE o.run = :r")
+# run's epoch, in two statements: under READ COMMITTED a statement reads the snapshot taken
+# when it began, so an epoch read in the statement that waited for the lock would be the one
+# from before a take-over that committed meanwhile — and a replica whose run was just taken
+# would commit after the new owner loaded the run (tests/test_handover_fork.py).
+_FENCE_LOCK = sa.text("SELECT pg_advisory_xact_lock_shared(:k)")
+_EPOCH = sa.text("SELECT epoch FROM run_owners WHERE run = :r")
 
 
 def fence(conn: sa.Connection, run: str, epoch: int) -> None:
     """First in a write transaction of `run`: go on only while `epoch` (this replica's, from
-    `take_over`) is still the run's; NotOwner otherwise (another replica took the run over)."""
-    now = conn.execute(_FENCE, {"k": fence_key(run), "r": run}).scalar()
+    `take_over`) is still the run's; NotOwner otherwise (another replica took the run over).
+    The epoch is read once the lock is held, so it is the newest committed one."""
+    conn.execute(_FENCE_LOCK, {"k": fence_key(run)})
+    now = conn.execute(_EPOCH, {"r": run}).scalar()
     if now != epoch:
         raise NotOwner(f"{run}: taken over by another replica (epoch {now}, ours {epoch}): nothing committed")
 
