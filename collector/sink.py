@@ -32,6 +32,11 @@ _TABLES = tuple(COLUMNS)
 # A store that refuses writes is retried after 0.2 s, then twice as long each time up to 5 s
 # (not at every ~50 ms flush); the rows wait in memory meanwhile.
 RETRY_FIRST, RETRY_MAX = 0.2, 5.0
+# Rows of one run that may wait in memory for the store (an outage, a failover): about 20 MB,
+# a quarter of an hour at 40 lines/s. Past it the follower stops reading (`full`) until a
+# commit succeeds: the lines wait in the pod's log, and are lost only if the pod is deleted
+# meanwhile (then a stream gap says so). README "Store outages".
+BUFFER_ROWS = 20_000
 
 
 class RunSink:
@@ -61,6 +66,8 @@ class RunSink:
         self.last_commit_ns: int | None = None
         self.error: str | None = None
         self.health = Health("store", run)  # the follower's, with metrics, replaces it
+        self.buffer_rows = BUFFER_ROWS
+        self.buffer_health = Health("buffer", run)  # past the bound: reading paused (the follower's replaces it)
         self.retry_at = 0.0  # monotonic: while the store refuses writes, no commit before this
         self._retry_delay = 0.0
         self._unsaved: list = []  # findings of a commit that failed: the engine will not raise them again
@@ -95,6 +102,26 @@ class RunSink:
             return
         if n:
             log.info("%s: %d rows committed before a restart written to Parquet", self.run, n)
+
+    def waiting(self, model: RunModel) -> int:
+        """Rows read and not committed yet (the model's batch and the failed commits)."""
+        return len(model.batch) + sum(len(b) for b, _ in self.pending)
+
+    def full(self, model: RunModel) -> bool:
+        """Whether reading must pause: the store refuses commits and `buffer_rows` rows wait
+        for it (a backlog read while the store works is no reason). Said once when it starts
+        (a log line, a metric, the summary, a stream_failure finding) and once when a commit
+        makes room again."""
+        waiting = self.waiting(model)
+        if self.health.failing is None or waiting < self.buffer_rows:
+            if self.buffer_health.failing is not None:
+                self.buffer_health.ok()
+            return False
+        reason = (f"{waiting} rows wait for the store (bound {self.buffer_rows}): reading paused until a "
+                  "commit succeeds; lines written meanwhile wait in the pod's log")
+        if self.buffer_health.fail("full", reason):
+            self.detectors.failure("buffer_full", reason)
+        return True
 
     def add_gap(self, gap: StreamGap) -> None:
         self.gaps.append(gap)
@@ -137,7 +164,9 @@ class RunSink:
                     return 0
                 self._retry_delay = 0.0
                 self.error = None
-                self.health.ok()
+                if self.health.ok():  # an outage ends: what was read meanwhile is in
+                    log.info("%s: %d rows read while the store was away committed", self.run,
+                             sum(len(b) for b, _ in todo))
                 del self.pending[: len(todo)]
                 self.raw_pending = [c for c in self.raw_pending if not c.written]
                 self.last_commit_ns = time.time_ns()
@@ -174,6 +203,14 @@ class RunSink:
                 else:
                     self.parquet_health.ok()
             return written
+
+    async def stop(self, reason: str) -> None:
+        """Commit nothing more: a commit in flight ends first; the rows still waiting are
+        dropped (the run's next owner re-reads them from the pod)."""
+        async with self._lock:
+            if self.lost is None:
+                self.lost = NotOwner(reason)
+            self.pending, self.raw_pending = [], []
 
     def _commit(self, todo: list[tuple[Batch, list[StreamGap]]]) -> list:
         files = self._write_raw()  # first: no row is committed whose line is not in a segment

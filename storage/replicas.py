@@ -31,6 +31,8 @@ from steptail.storage.db import Store
 # A replica's heartbeat older than this is a replica gone without closing its connection
 # cleanly (its row is removed); liveness itself is the replica lock, which falls at once.
 STALE_NS = 60 * 1_000_000_000
+# How long a reconnecting replica waits for its own session from before an outage to end.
+STALE_LOCK_WAIT = "10s"
 
 
 class NotOwner(Exception):
@@ -108,7 +110,7 @@ class Leases:
         conn = self.store.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         try:
             self.backend_pid = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
-            conn.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": replica_key(self.replica)})
+            self._take_replica_lock(conn)
             now = time.time_ns()
             conn.execute(sa.text(
                 "INSERT INTO replicas (replica, host, pid, backend_pid, started_ns, heartbeat_ns, runs) "
@@ -119,6 +121,23 @@ class Leases:
             conn.close()
             raise
         self.conn = conn
+
+    def _take_replica_lock(self, conn: sa.Connection) -> None:
+        """The replica lock. Held by another session, that is this replica's own from before
+        an outage (the key is this process's alone), which the server has not ended yet (a
+        partition: its connection hangs rather than closes): it is ended, and its run locks
+        fall with it, so the runs followed here meanwhile can be taken back at once."""
+        key = replica_key(self.replica)
+        if conn.execute(sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar():
+            return
+        stale = [pid for k, pid in conn.execute(sa.text(_HELD)) if _signed(int(k)) == key]
+        for pid in stale:
+            conn.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+        conn.execute(sa.text(f"SET lock_timeout = '{STALE_LOCK_WAIT}'"))
+        try:
+            conn.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": key})
+        finally:
+            conn.execute(sa.text("SET lock_timeout = 0"))
 
     def close(self) -> None:
         """Close the connection: every lock of this replica falls."""
