@@ -10,6 +10,9 @@ the live replicas and which runs are held. Then (`plan_moves`, pure):
 - a run it believed it held but whose lock it no longer has is lost (its connection dropped):
   the Supervisor stops it at once, without a commit (the fence would refuse one).
 
+The connection failing (a store outage) loses no run: they read on and buffer (RunSink), and
+`reconnect` takes their locks back; only a run another replica holds by then is lost.
+
 A replica killed outright closes its connection; PostgreSQL drops its locks, and the others
 take its runs at their next look (well within 10 s). A replica cut off without a close (a
 lost node) is found by the server's TCP keepalives (`KEEPALIVES`), a hung one is ended after

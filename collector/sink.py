@@ -40,7 +40,10 @@ BUFFER_ROWS = 20_000
 
 
 class RunSink:
-    """Commits one run's rows; a failed commit is kept and retried, in order, next time."""
+    """Commits one run's rows; a failed commit is kept and retried, in order, next time.
+    While the store is away the rows wait here, up to `buffer_rows` (then `full` pauses the
+    follower); with replicas every commit is fenced (`fence`), so rows that waited through an
+    outage are committed only if no other replica took the run meanwhile."""
 
     # SQLite has one writer: serialise the threads rather than meet "database is locked".
     _sqlite_lock = threading.Lock()
