@@ -47,6 +47,7 @@ COOLDOWN = 10.0  # a run given back is not taken again by the same replica for t
 KEEPALIVES = {"tcp_keepalives_idle": 4, "tcp_keepalives_interval": 2, "tcp_keepalives_count": 2}
 IDLE_TIMEOUT = "30s"
 OUTAGE_RETRY_MAX = 5.0  # seconds between tries to reconnect during a store outage, at most
+LOOK_TIMEOUT = 10.0  # a look (or a reconnect) without an answer this long: the connection fails
 
 
 def replica_id() -> str:

@@ -71,6 +71,7 @@ class RunSink:
         self.health = Health("store", run)  # the follower's, with metrics, replaces it
         self.buffer_rows = BUFFER_ROWS
         self.buffer_health = Health("buffer", run)  # past the bound: reading paused (the follower's replaces it)
+        self._committing_since: float | None = None  # a commit that hangs (a stalled connection) counts as failing
         self.retry_at = 0.0  # monotonic: while the store refuses writes, no commit before this
         self._retry_delay = 0.0
         self._unsaved: list = []  # findings of a commit that failed: the engine will not raise them again
@@ -116,7 +117,8 @@ class RunSink:
         (a log line, a metric, the summary, a stream_failure finding) and once when a commit
         makes room again."""
         waiting = self.waiting(model)
-        if self.health.failing is None or waiting < self.buffer_rows:
+        stuck = self._committing_since is not None and time.monotonic() - self._committing_since > RETRY_MAX
+        if (self.health.failing is None and not stuck) or waiting < self.buffer_rows:
             if self.buffer_health.failing is not None:
                 self.buffer_health.ok()
             return False
@@ -151,6 +153,7 @@ class RunSink:
             if (self.pending or ticking) and (parquet or time.monotonic() >= self.retry_at):
                 self.last_tick = time.monotonic()
                 todo = list(self.pending)
+                self._committing_since = time.monotonic()
                 try:
                     findings = await asyncio.to_thread(self._commit, todo)
                 except NotOwner as exc:  # another replica follows the run now: it re-reads these
@@ -165,6 +168,8 @@ class RunSink:
                     self._retry_delay = min(RETRY_MAX, max(RETRY_FIRST, self._retry_delay * 2))
                     self.retry_at = time.monotonic() + self._retry_delay
                     return 0
+                finally:
+                    self._committing_since = None
                 self._retry_delay = 0.0
                 self.error = None
                 if self.health.ok():  # an outage ends: what was read meanwhile is in

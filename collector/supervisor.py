@@ -22,7 +22,7 @@ from steptail.collector.follower import FollowConfig, RunFollower, RunStatus
 from steptail.collector.health import Health
 from steptail.collector.kubectl import KubeTarget
 from steptail.collector.metrics import Metrics
-from steptail.collector.ownership import INTERVAL, OUTAGE_RETRY_MAX, Ownership
+from steptail.collector.ownership import INTERVAL, LOOK_TIMEOUT, OUTAGE_RETRY_MAX, Ownership
 from steptail.collector.sink import RunSink
 from steptail.runs.findings import Settings
 from steptail.runs.model import RunModel
@@ -211,13 +211,17 @@ class Supervisor:
         backoff = INTERVAL
         while not self.stopping.is_set():
             try:
-                moves = await own.look(r for r in self.candidates if not self.status[r].done)
+                async with asyncio.timeout(LOOK_TIMEOUT):  # a connection that hangs is failing too
+                    moves = await own.look(r for r in self.candidates if not self.status[r].done)
             except Exception as exc:  # noqa: BLE001 - the store: retried; the runs go on reading
+                if isinstance(exc, TimeoutError):
+                    exc = TimeoutError(f"no answer in {LOOK_TIMEOUT:.0f} s")
                 health.fail("store", f"ownership connection: {str(exc).splitlines()[0][:200]}")
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, OUTAGE_RETRY_MAX)
                 try:
-                    taken = await own.reconnect()
+                    async with asyncio.timeout(LOOK_TIMEOUT):
+                        taken = await own.reconnect()
                 except Exception as again:  # noqa: BLE001 - next round
                     log.debug("ownership reconnect: %s", again)
                     continue

@@ -147,3 +147,55 @@ async def test_past_the_buffer_bound_reading_pauses_and_resumes_from_the_pod(mak
         "steptail_errors_total", {"run": RUN, "source": "buffer", "reason": "full"}) >= 1
     assert sup.status[RUN].errors.get("full", 0) >= 1
     assert len(flagged) == 1, findings(db, RUN)
+
+
+async def test_rows_buffered_through_an_outage_are_not_committed_when_another_replica_took_the_run():
+    """Replica A's store goes away with rows of steps 6-10 read; meanwhile replica B takes
+    the run over (epoch 2) and commits steps 6-8 itself. When the store is back, A's fence
+    refuses its buffered rows: nothing of A's lands, A is told (on_lost), its buffer is
+    dropped — B goes on from its own commit (it re-reads from the pod what it has not)."""
+    from steptail.collector.detect import Detectors
+    from steptail.collector.sink import RunSink
+    from steptail.collector.supervisor import _claim_and_load
+    from steptail.storage.replicas import NotOwner, fence
+
+    try:
+        from test_handover_fork import STREAM, log_lines
+    except ImportError:  # tests/ imported as a package
+        from tests.test_handover_fork import STREAM, log_lines
+
+    lines = log_lines()
+    upto = {s: next(i for i, ln in enumerate(lines) if f"LOSS-PARTS step={s} ".encode() in ln) + 1
+            for s in (5, 8, 10)}
+    with scratch_database(PG_ADMIN, "steptail_outage") as db, DbProxy() as proxy:
+        via_proxy, direct = open_store(proxy.url(db)), open_store(db)
+        try:
+            def owner(store, replica):
+                model, epoch = _claim_and_load(store, RUN, "olmo3-sft", "default", False, replica)
+                sink = RunSink(store, RUN, None, Detectors(RUN, store))
+                sink.fence = lambda conn: fence(conn, RUN, epoch)
+                return model, sink
+
+            model_a, sink_a = await asyncio.to_thread(owner, via_proxy, "A")
+            lost: list = []
+            sink_a.on_lost = lost.append
+            for ln in lines[: upto[5]]:
+                model_a.feed(ln, stream=STREAM)
+            assert await sink_a.flush(model_a) > 0
+            await asyncio.to_thread(proxy.cut, "refuse")
+            for ln in lines[upto[5]: upto[10]]:
+                model_a.feed(ln, stream=STREAM)
+            assert await sink_a.flush(model_a, parquet=True) == 0 and sink_a.pending  # waits in memory
+
+            model_b, sink_b = await asyncio.to_thread(owner, direct, "B")  # the run taken meanwhile
+            for ln in lines[upto[5] - 2: upto[8]]:
+                model_b.feed(ln, stream=STREAM)
+            assert await sink_b.flush(model_b) > 0
+
+            await asyncio.to_thread(proxy.restore)
+            assert await sink_a.flush(model_a, parquet=True) == 0
+            assert len(lost) == 1 and isinstance(lost[0], NotOwner) and not sink_a.pending
+        finally:
+            via_proxy.dispose()
+            direct.dispose()
+        assert sorted(recorded(db, RUN)) == [(1, s) for s in range(1, 9)]  # B's: nothing of A's after step 5
