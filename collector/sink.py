@@ -116,9 +116,9 @@ class RunSink:
         for it (a backlog read while the store works is no reason). Said once when it starts
         (a log line, a metric, the summary, a stream_failure finding) and once when a commit
         makes room again."""
-        waiting = self.waiting(model)
-        stuck = self._committing_since is not None and time.monotonic() - self._committing_since > RETRY_MAX
-        if (self.health.failing is None and not stuck) or waiting < self.buffer_rows:
+        since = self._committing_since  # asked for every line read: the common case first
+        stuck = since is not None and time.monotonic() - since > RETRY_MAX
+        if (self.health.failing is None and not stuck) or (waiting := self.waiting(model)) < self.buffer_rows:
             if self.buffer_health.failing is not None:
                 self.buffer_health.ok()
             return False
