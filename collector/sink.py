@@ -32,10 +32,18 @@ _TABLES = tuple(COLUMNS)
 # A store that refuses writes is retried after 0.2 s, then twice as long each time up to 5 s
 # (not at every ~50 ms flush); the rows wait in memory meanwhile.
 RETRY_FIRST, RETRY_MAX = 0.2, 5.0
+# Rows of one run that may wait in memory for the store (an outage, a failover): about 20 MB,
+# a quarter of an hour at 40 lines/s. Past it the follower stops reading (`full`) until a
+# commit succeeds: the lines wait in the pod's log, and are lost only if the pod is deleted
+# meanwhile (then a stream gap says so). README "Store outages".
+BUFFER_ROWS = 20_000
 
 
 class RunSink:
-    """Commits one run's rows; a failed commit is kept and retried, in order, next time."""
+    """Commits one run's rows; a failed commit is kept and retried, in order, next time.
+    While the store is away the rows wait here, up to `buffer_rows` (then `full` pauses the
+    follower); with replicas every commit is fenced (`fence`), so rows that waited through an
+    outage are committed only if no other replica took the run meanwhile."""
 
     # SQLite has one writer: serialise the threads rather than meet "database is locked".
     _sqlite_lock = threading.Lock()
@@ -62,6 +70,9 @@ class RunSink:
         self.last_commit_ns: int | None = None
         self.error: str | None = None
         self.health = Health("store", run)  # the follower's, with metrics, replaces it
+        self.buffer_rows = BUFFER_ROWS
+        self.buffer_health = Health("buffer", run)  # past the bound: reading paused (the follower's replaces it)
+        self._committing_since: float | None = None  # a commit that hangs (a stalled connection) counts as failing
         self.retry_at = 0.0  # monotonic: while the store refuses writes, no commit before this
         self._retry_delay = 0.0
         self._unsaved: list = []  # findings of a commit that failed: the engine will not raise them again
@@ -99,6 +110,27 @@ class RunSink:
         if n:
             log.info("%s: %d rows committed before a restart written to Parquet", self.run, n)
 
+    def waiting(self, model: RunModel) -> int:
+        """Rows read and not committed yet (the model's batch and the failed commits)."""
+        return len(model.batch) + sum(len(b) for b, _ in self.pending)
+
+    def full(self, model: RunModel) -> bool:
+        """Whether reading must pause: the store refuses commits and `buffer_rows` rows wait
+        for it (a backlog read while the store works is no reason). Said once when it starts
+        (a log line, a metric, the summary, a stream_failure finding) and once when a commit
+        makes room again."""
+        since = self._committing_since  # asked for every line read: the common case first
+        stuck = since is not None and time.monotonic() - since > RETRY_MAX
+        if (self.health.failing is None and not stuck) or (waiting := self.waiting(model)) < self.buffer_rows:
+            if self.buffer_health.failing is not None:
+                self.buffer_health.ok()
+            return False
+        reason = (f"{waiting} rows wait for the store (bound {self.buffer_rows}): reading paused until a "
+                  "commit succeeds; lines written meanwhile wait in the pod's log")
+        if self.buffer_health.fail("full", reason):
+            self.detectors.failure("buffer_full", reason)
+        return True
+
     def add_gap(self, gap: StreamGap) -> None:
         self.gaps.append(gap)
 
@@ -124,6 +156,7 @@ class RunSink:
             if (self.pending or ticking) and (parquet or time.monotonic() >= self.retry_at):
                 self.last_tick = time.monotonic()
                 todo = list(self.pending)
+                self._committing_since = time.monotonic()
                 try:
                     findings = await asyncio.to_thread(self._commit, todo)
                 except NotOwner as exc:  # another replica follows the run now: it re-reads these
@@ -138,9 +171,13 @@ class RunSink:
                     self._retry_delay = min(RETRY_MAX, max(RETRY_FIRST, self._retry_delay * 2))
                     self.retry_at = time.monotonic() + self._retry_delay
                     return 0
+                finally:
+                    self._committing_since = None
                 self._retry_delay = 0.0
                 self.error = None
-                self.health.ok()
+                if self.health.ok():  # an outage ends: what was read meanwhile is in
+                    log.info("%s: %d rows read while the store was away committed", self.run,
+                             sum(len(b) for b, _ in todo))
                 del self.pending[: len(todo)]
                 self.raw_pending = [c for c in self.raw_pending if not c.written]
                 self.last_commit_ns = time.time_ns()
@@ -177,6 +214,14 @@ class RunSink:
                 else:
                     self.parquet_health.ok()
             return written
+
+    async def stop(self, reason: str) -> None:
+        """Commit nothing more: a commit in flight ends first; the rows still waiting are
+        dropped (the run's next owner re-reads them from the pod)."""
+        async with self._lock:
+            if self.lost is None:
+                self.lost = NotOwner(reason)
+            self.pending, self.raw_pending = [], []
 
     def _commit(self, todo: list[tuple[Batch, list[StreamGap]]]) -> list:
         files = self._write_raw()  # first: no row is committed whose line is not in a segment

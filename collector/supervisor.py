@@ -22,7 +22,7 @@ from steptail.collector.follower import FollowConfig, RunFollower, RunStatus
 from steptail.collector.health import Health
 from steptail.collector.kubectl import KubeTarget
 from steptail.collector.metrics import Metrics
-from steptail.collector.ownership import INTERVAL, Ownership
+from steptail.collector.ownership import INTERVAL, LOOK_TIMEOUT, OUTAGE_RETRY_MAX, Ownership
 from steptail.collector.sink import RunSink
 from steptail.runs.findings import NO_STEP, WARNING, Finding, Settings
 from steptail.runs.model import RunModel
@@ -231,23 +231,34 @@ class Supervisor:
     # -- replicas (PostgreSQL) -----------------------------------------------------------------
     async def _balance(self) -> None:
         """Every INTERVAL (or at once when a run is found): heartbeat, then take, give back and
-        drop runs as collector.ownership decides. The connection failing loses every run (its
-        locks fell with it): they stop at once and are taken again once it is back."""
+        drop runs as collector.ownership decides.
+
+        The connection failing (a store outage) stops no run: each goes on reading, its rows
+        wait in memory (RunSink, bounded) and commit once the store is back — only while the
+        run's epoch is still ours (the fence), i.e. no other replica took it meanwhile. Once
+        the connection is back, the locks of the runs followed here are taken again; a run
+        another replica holds by then is stopped, its waiting rows dropped (that replica
+        re-reads them from the pod, if the pod still holds them)."""
         own, health = self.ownership, self.ownership_health
         backoff = INTERVAL
         while not self.stopping.is_set():
             try:
-                moves = await own.look(r for r in self.candidates if not self.status[r].done)
-            except Exception as exc:  # noqa: BLE001 - the store: retried; followers stop meanwhile
+                async with asyncio.timeout(LOOK_TIMEOUT):  # a connection that hangs is failing too
+                    moves = await own.look(r for r in self.candidates if not self.status[r].done)
+            except Exception as exc:  # noqa: BLE001 - the store: retried; the runs go on reading
+                if isinstance(exc, TimeoutError):
+                    exc = TimeoutError(f"no answer in {LOOK_TIMEOUT:.0f} s")
                 health.fail("store", f"ownership connection: {str(exc).splitlines()[0][:200]}")
-                for run in sorted(own.owned):
-                    await self._lose(run, "the ownership connection failed")
                 await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
+                backoff = min(backoff * 2, OUTAGE_RETRY_MAX)
                 try:
-                    await own.connect()
+                    async with asyncio.timeout(LOOK_TIMEOUT):
+                        taken = await own.reconnect()
                 except Exception as again:  # noqa: BLE001 - next round
                     log.debug("ownership reconnect: %s", again)
+                    continue
+                for run in taken:
+                    await self._lose(run, "another replica took it while the ownership connection was down")
                 continue
             health.ok()
             backoff = INTERVAL
@@ -288,20 +299,23 @@ class Supervisor:
         asyncio.get_running_loop().create_task(self._lose(run, reason))
 
     async def _lose(self, run: str, reason: str) -> None:
-        """This replica no longer owns `run`: stop it now, commit nothing (the new owner
-        re-reads from the committed cursor)."""
+        """This replica no longer owns `run`: stop it now, commit nothing more (the new owner
+        re-reads from the committed cursor). A commit in flight ends before the run's lock is
+        let go (held still when the fence refused a commit after an outage): the run is then
+        taken again from its last commit, here or elsewhere."""
         task = self.tasks.pop(run, None)
-        self.followers.pop(run, None)
+        follower = self.followers.pop(run, None)
         self.detectors.pop(run, None)
-        self.ownership.forget(run)
         if self.plan.metrics is not None:  # no stale series of a run followed elsewhere now
             self.plan.metrics.run_stopped(run)
-        if task is None:
-            return
-        rlog.warning("%s: no longer owned by this replica (%s): stopped, nothing more committed here",
-                    run, reason)
-        await cancel_all([task])
-        self._set_state(run, "lost ownership")
+        if task is not None:
+            rlog.warning("%s: no longer owned by this replica (%s): stopped, nothing more committed here",
+                        run, reason)
+            await cancel_all([task])
+            self._set_state(run, "lost ownership")
+        if follower is not None:
+            await follower.sink.stop(reason)
+        await self.ownership.drop(run)
 
     async def _give(self, run: str) -> None:
         """Hand a run over (above the fair share): stop its follower, commit what it read,
