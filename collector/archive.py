@@ -20,8 +20,10 @@ from pathlib import Path
 from steptail.collector import kubectl
 from steptail.collector.archive_files import GzipLog, LogStats, remove_stale
 from steptail.collector.archive_manifest import NAME, FileEntry, Manifest, load
-from steptail.collector.archive_pods import LogTask, list_pods, log_tasks
+from steptail.collector.archive_pods import LogTask, list_pods, log_tasks, unsafe
 from steptail.collector.kubectl import KubeTarget
+from steptail.runs.names import shown
+from steptail.storage.paths import UnsafePath, inside, relative_inside
 
 CHUNK = 1 << 20
 IDLE_TIMEOUT = 120.0  # a kubectl that sends nothing for this long is given up on
@@ -112,10 +114,10 @@ def _keep_other_instance(folder: Path, manifest: Manifest, task: LogTask) -> Non
     """The file at the task's path is the whole log of an earlier instance (the container
     restarted twice since): keep it under `<container>.restart-<N>.log.gz`."""
     old = manifest.files.get(task.path)
-    if old is None or old.same_instance(task) or not old.final or not (folder / old.path).exists():
+    if old is None or old.same_instance(task) or not old.final or not relative_inside(folder, old.path).exists():
         return
     kept = f"{task.pod.name}/{task.container}.restart-{old.restart_count}.log.gz"
-    os.replace(folder / old.path, folder / kept)
+    os.replace(relative_inside(folder, old.path), relative_inside(folder, kept))
     manifest.files[kept] = replace(old, path=kept)
     del manifest.files[task.path]
 
@@ -144,10 +146,17 @@ async def archive(target: KubeTarget, jobset: str, out: Path, *, parallel: int =
     archive_manifest.ManifestError (nothing read) or OSError (a full disk: the files
     completed so far are in the manifest, no temporary file is left)."""
     progress = progress or Progress()
-    folder = out / jobset
+    try:
+        inside(out, jobset)
+        folder = out / jobset  # as given (relative stays relative): the paths recorded keep their form
+    except UnsafePath as exc:
+        raise ArchiveError(f"cannot archive JobSet {shown(jobset)}: {exc}") from None
     manifest = load(folder, jobset, target.namespace)
-    pods = await asyncio.to_thread(list_pods, target, jobset)
-    if not pods and not manifest.pods:
+    listed = await asyncio.to_thread(list_pods, target, jobset)
+    # a pod whose names would name files outside the folder (a hostile API) is not archived
+    refused = [(p, why) for p in listed if (why := unsafe(p)) is not None]
+    pods = [p for p in listed if unsafe(p) is None]
+    if not listed and not manifest.pods:
         raise ArchiveError(f"no pods of JobSet {jobset} in namespace {target.namespace}: nothing archived")
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -158,6 +167,8 @@ async def archive(target: KubeTarget, jobset: str, out: Path, *, parallel: int =
     manifest.listed = {p.name for p in pods}
     # a log that could not be read of a pod gone since is lost for good: still an error
     result.errors = [e for e in manifest.errors if e["pod"] not in manifest.listed]
+    result.errors += [{"pod": shown(p.name), "container": "", "previous": False, "kind": "unsafe_name",
+                       "reason": why} for p, why in refused]
     manifest.pods.update({p.name: p for p in pods})
     tasks = [t for p in pods for t in log_tasks(p)]
     loop = asyncio.get_running_loop()
@@ -175,7 +186,7 @@ async def archive(target: KubeTarget, jobset: str, out: Path, *, parallel: int =
 
         async def one(task: LogTask) -> None:
             async with gate:
-                log, failure = await _read(target, task, folder / task.path, pool, counted)
+                log, failure = await _read(target, task, relative_inside(folder, task.path), pool, counted)
             result.read += 1
             if log is not None:
                 await loop.run_in_executor(pool, _commit, folder, manifest, task, log, result, lock)

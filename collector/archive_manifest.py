@@ -13,6 +13,7 @@ from steptail import __version__
 from steptail.collector.archive_files import LogStats, sha256_file, write_json
 from steptail.collector.archive_pods import LogTask, PodRecord
 from steptail.parsers.timestamps import format_ns, parse_rfc3339
+from steptail.storage.paths import relative_inside
 
 NAME = "manifest.json"
 FORMAT = 1
@@ -63,13 +64,13 @@ class Manifest:
         e = self.files.get(task.path)
         if e is None or not e.final or not e.same_instance(task):
             return None
-        return e if sha256_file(folder / e.path) == e.sha256 else None
+        return e if sha256_file(_at(folder, e.path)) == e.sha256 else None
 
     def unchanged(self, folder: Path, task: LogTask, stats: LogStats) -> bool:
         """A re-read that holds what the file holds already (the file verifies)."""
         e = self.files.get(task.path)
         return (e is not None and e.same_instance(task) and e.content_sha256 == stats.content_sha256
-                and sha256_file(folder / e.path) == e.sha256)
+                and sha256_file(_at(folder, e.path)) == e.sha256)
 
     def to_dict(self) -> dict:
         pods = sorted(self.pods.values(), key=lambda p: (p.restart_attempt or 0, p.name))
@@ -93,6 +94,11 @@ class Manifest:
         return write_json(folder / NAME, self.to_dict())
 
 
+def _at(folder: Path, path: str) -> Path:
+    """A manifest entry's file (the manifest is input: an entry naming `../x` is refused)."""
+    return relative_inside(folder, path)
+
+
 def load(folder: Path, jobset: str, namespace: str) -> Manifest:
     """The folder's manifest, or a new one. ManifestError for one that is unreadable or of
     another JobSet (never overwritten by accident)."""
@@ -112,6 +118,7 @@ def load(folder: Path, jobset: str, namespace: str) -> Manifest:
                 m.listed.add(p["name"])
             m.pods[p["name"]] = PodRecord.from_manifest(p)
         for f in doc.get("files") or []:
+            _at(folder, f["path"])  # UnsafePath (a ValueError): the manifest is refused whole
             m.files[f["path"]] = FileEntry(**{k: v for k, v in f.items() if k in names})
         m.errors = list(doc.get("errors") or [])
         return m

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from steptail.collector.discovery import ATTEMPT, JOBSET, reason_of
 from steptail.collector.kubeclient import api_client
 from steptail.collector.kubectl import KubeTarget
+from steptail.runs.names import RunNameError, check_cluster_name
 
 JOB_INDEX = "jobset.sigs.k8s.io/job-index"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
@@ -125,6 +126,19 @@ def list_pods(target: KubeTarget, jobset: str) -> list[PodRecord]:
         raise ListError(kind, f"cannot list the pods of JobSet {jobset} in namespace {target.namespace}: "
                               f"{reason}") from None
     return sorted((pod_record(o) for o in items), key=lambda p: (p.restart_attempt or 0, p.name))
+
+
+def unsafe(pod: PodRecord) -> str | None:
+    """Why a listed pod cannot be archived: a name (pod, uid, container) that would name files
+    is not a safe identifier (runs.names). None when it is fine."""
+    try:
+        check_cluster_name("pod", pod.name)
+        check_cluster_name("uid", pod.uid)
+        for c in pod.containers:
+            check_cluster_name("container", c.name)
+    except RunNameError as exc:
+        return str(exc)
+    return None
 
 
 def log_tasks(pod: PodRecord) -> list[LogTask]:

@@ -3,12 +3,19 @@ with the `kubernetes` client, on daemon threads, handing snapshots to the event 
 
 The client is blocking; each watch runs on its own thread with a short server-side timeout
 so it notices `stop()` within seconds. Every change wakes the followers (`changed`). Failing
-and recovering is tracked in `health` (one log line per change, counted by kind)."""
+and recovering is tracked in `health` (one log line per change, counted by kind).
+
+What the API sends is input: lists are read `page_size` pods at a time (`limit`/`continue`),
+each pod is read on the watch's thread, and a pod whose names are unsafe (runs.names: its
+JobSet label, which becomes a run name, its name, uid or container) or whose object cannot
+be read is refused — kept out of `pods`, one log line per name (at most REFUSED_LOGGED, then
+counted only), `on_refused` told once."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import threading
 import time
@@ -27,11 +34,17 @@ from steptail.collector.health import Health
 from steptail.collector.kubeclient import KubeconfigError, api_client, exec_failure
 from steptail.collector.kubectl import KubeTarget, classify
 from steptail.parsers.timestamps import parse_rfc3339
+from steptail.runs.names import RunNameError, check_cluster_name, check_run_name, shown
 
 JOBSET = "jobset.sigs.k8s.io/jobset-name"
 ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
 PROCESS0 = "jobset.sigs.k8s.io/job-index=0,batch.kubernetes.io/job-completion-index=0"
 WATCH_SECONDS = 5
+PAGE_SIZE = 500  # pods per list request: a namespace of 20,000 pods is read 500 models at a time
+REFUSED_LOGGED = 20  # refused names logged one line each; beyond, counted (metric, summary) only
+REFUSED_KEPT = 1000  # refused names remembered (for the summary); beyond, counted only
+ATTEMPT_VALUE = re.compile(r"[0-9]{1,9}\Z")  # ASCII digits: int() would take '١٥' or '+1'
+log = logging.getLogger("steptail.follow")
 
 
 @dataclass(frozen=True)
@@ -87,10 +100,8 @@ def pod_info(pod) -> PodInfo:
             reason = cs.state.waiting.reason or "Waiting"
         if cs.last_state and cs.last_state.terminated:
             prev_finished = _ns(cs.last_state.terminated.finished_at)
-    try:
-        attempt = int(labels.get(ATTEMPT, "0"))
-    except ValueError:
-        attempt = 0
+    value = labels.get(ATTEMPT, "0")
+    attempt = int(value) if isinstance(value, str) and ATTEMPT_VALUE.match(value) else 0
     return PodInfo(
         name=meta.name, uid=meta.uid, jobset=labels.get(JOBSET, ""), attempt=attempt,
         created=str(meta.creation_timestamp), phase=(status.phase if status else "") or "",
@@ -98,6 +109,35 @@ def pod_info(pod) -> PodInfo:
         state=state, reason=reason, finished_ns=finished, started_ns=started,
         previous_finished_ns=prev_finished,
     )
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A pod discovery does not follow: `key` names what was refused (e.g. 'JobSet …')."""
+
+    key: str
+    reason: str  # one line, safe to show
+    uid: str = ""  # the pod's, when it could be read
+
+
+def read_pod(pod) -> PodInfo | Refusal:
+    """The pod as followers see it, or why it is refused (an unsafe name, an unreadable object)."""
+    try:
+        info = pod_info(pod)
+    except Exception as exc:  # noqa: BLE001 - any shape the models let through: one refusal
+        return Refusal("pod object", f"unreadable pod object: {type(exc).__name__}: {str(exc)[:150]}")
+    try:
+        if info.jobset:  # the run name of an --all follower: the CLI's own check
+            check_run_name(info.jobset)
+    except RunNameError as exc:
+        return Refusal(f"JobSet {shown(info.jobset)}", f"JobSet label of pod {shown(info.name)}: {exc}", str(info.uid))
+    try:
+        for kind, value in (("pod", info.name), ("uid", info.uid), ("container", info.container)):
+            check_cluster_name(kind, value)
+    except RunNameError as exc:
+        return Refusal(f"{kind} {shown(value)}", f"pod {shown(info.name)} (JobSet {shown(info.jobset)}): {exc}",
+                       str(info.uid))
+    return info
 
 
 def api_message(exc: Exception) -> str:
@@ -132,7 +172,8 @@ def reason_of(exc: Exception) -> tuple[str, str]:
         return "forbidden", f"{api_message(exc) or 'Forbidden'} (403)"
     if isinstance(exc, ApiException) and isinstance(status, int) and status >= 500:
         return "server_error", f"{api_message(exc)} ({status})"
-    if isinstance(exc, ValueError) or (isinstance(exc, ApiException) and status == 0):
+    if isinstance(exc, ValueError | TypeError) or (isinstance(exc, ApiException) and status == 0):
+        # TypeError: a body that is not JSON, which the client hands its models as a string
         # pydantic's ValidationError is a ValueError: an object the client's models refuse
         return "deserialize", f"cannot read the API's pod objects: {_lines(exc.reason if status == 0 else exc)}"
     if isinstance(exc, MaxRetryError) and exc.reason is not None:
@@ -150,9 +191,10 @@ class _Watcher(threading.Thread):
     `connect()` builds the client (running the credential plugin) and returns the list
     function; it is called again after a 401, so credentials that failed come back."""
 
-    def __init__(self, name: str, loop: asyncio.AbstractEventLoop, connect, on_list, on_event, on_error):
+    def __init__(self, name: str, loop: asyncio.AbstractEventLoop, connect, on_list, on_event, on_error,
+                 page_size: int = PAGE_SIZE, read=read_pod):
         super().__init__(name=name, daemon=True)
-        self.loop, self.connect = loop, connect
+        self.loop, self.connect, self.page_size, self.read = loop, connect, page_size, read
         self.on_list, self.on_event, self.on_error = on_list, on_event, on_error
         self.stopping = threading.Event()
 
@@ -169,9 +211,8 @@ class _Watcher(threading.Thread):
             try:
                 if list_fn is None:
                     list_fn = self.connect()
-                listing = list_fn(_request_timeout=15)
-                rv = _rv(listing)
-                self._post(self.on_list, _items(listing))
+                items, rv = self._list(list_fn)
+                self._post(self.on_list, items)
                 backoff = 0.2
                 while not self.stopping.is_set():
                     w = watch.Watch(return_type="V1Pod")
@@ -180,10 +221,13 @@ class _Watcher(threading.Thread):
                         if self.stopping.is_set():
                             w.stop()
                             break
+                        if not isinstance(ev, dict) or not isinstance(ev.get("object"), V1Pod | dict):
+                            # the client yields None for a line that is not JSON
+                            raise ValueError(f"a watch event that is not a pod: {str(ev)[:100]}")
                         if ev["type"] == "ERROR":
                             raise RuntimeError(f"watch error: {ev.get('raw_object')}")
                         rv = _rv_obj(ev["object"]) or rv
-                        self._post(self.on_event, ev["type"], ev["object"])
+                        self._post(self.on_event, ev["type"], self.read(ev["object"]))
             except Exception as exc:  # noqa: BLE001 - any failure: report, back off, re-list
                 if self.stopping.is_set():
                     break
@@ -195,6 +239,20 @@ class _Watcher(threading.Thread):
                 self._post(self.on_error, *reason_of(exc))
                 self.stopping.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
+
+
+    def _list(self, list_fn) -> tuple[list, str | None]:
+        """Every item, read page by page (`limit`/`continue`): the client's models of one page
+        at a time, never the whole namespace's."""
+        items, token = [], None
+        while True:
+            kw = {"limit": self.page_size, "_continue": token} if token else {"limit": self.page_size}
+            listing = list_fn(_request_timeout=15, **kw)
+            items += [self.read(o) for o in _items(listing)]
+            meta = listing["metadata"] if isinstance(listing, dict) else listing.metadata
+            token = meta.get("continue") if isinstance(meta, dict) else meta._continue
+            if not token or self.stopping.is_set():
+                return items, _rv(listing)
 
 
 def _rv(listing) -> str | None:
@@ -218,8 +276,9 @@ class Discovery:
     Only pods are read (the RBAC role grants get/list/watch on pods and get on pods/log):
     JobSets are known by their pods' jobset-name label."""
 
-    def __init__(self, target: KubeTarget, selector: str | None = None, metrics=None) -> None:
-        self.target = target
+    def __init__(self, target: KubeTarget, selector: str | None = None, metrics=None,
+                 page_size: int = PAGE_SIZE) -> None:
+        self.target, self.page_size, self.metrics = target, page_size, metrics
         self.selector = PROCESS0 + (f",{selector}" if selector else "")
         self.pods: dict[str, PodInfo] = {}  # uid -> pod
         self.changed = asyncio.Event()
@@ -229,7 +288,11 @@ class Discovery:
         self.server: str | None = None  # the API server's URL, once a client was built
         self.on_jobset = None  # called with each JobSet name seen for the first time
         self.on_failure = None  # called with (kind, reason) when listing/watching starts failing
+        self.on_refused = None  # called with each Refusal the first time its key is seen
+        self.refused: dict[str, str] = {}  # key -> reason, the first REFUSED_KEPT
+        self.refused_count = 0  # distinct refused keys, all of them
         self._seen: set[str] = set()
+        self._refused_seen: set[str] = set()  # beyond REFUSED_KEPT: keys only, to count each once
         self._threads: list[_Watcher] = []
         self._client = None
 
@@ -249,7 +312,7 @@ class Discovery:
             return lambda **kw: core.list_namespaced_pod(ns, label_selector=selector, **kw)
 
         self._threads.append(_Watcher("discover-pods", loop, connect, self._pod_list, self._pod_event,
-                                      self._error))
+                                      self._error, self.page_size))
         for t in self._threads:
             t.start()
 
@@ -258,30 +321,61 @@ class Discovery:
             t.stopping.set()
 
     # -- called on the loop ------------------------------------------------------------------
-    def _wake(self) -> None:
+    def _wake(self, changed=()) -> None:
+        """Wake the followers; tell on_jobset of the JobSets of `changed` pods seen first
+        (only those: a watch event in a namespace of 20,000 pods looks at one)."""
         self.changed.set()
         self.changed = asyncio.Event()
-        for p in self.pods.values():
+        for p in changed:
             if p.jobset and p.jobset not in self._seen:
                 self._seen.add(p.jobset)
                 if self.on_jobset:
                     self.on_jobset(p.jobset)
 
+    def _refuse(self, r: Refusal) -> None:
+        if r.key in self.refused or (self.refused_count >= REFUSED_KEPT and r.key in self._refused_seen):
+            return
+        self.refused_count += 1
+        if self.metrics is not None:
+            self.metrics.error("", "discovery", "refused_name")
+        if len(self.refused) < REFUSED_KEPT:
+            self.refused[r.key] = r.reason
+        else:
+            self._refused_seen.add(r.key)
+        if self.refused_count <= REFUSED_LOGGED:
+            log.error("pod discovery: refused %s, not followed: %s", r.key, r.reason)
+            if self.refused_count == REFUSED_LOGGED:
+                log.error("pod discovery: %d names refused; further ones are counted "
+                          "(steptail_errors_total{source=\"discovery\",reason=\"refused_name\"}), not logged",
+                          REFUSED_LOGGED)
+        if self.on_refused is not None:
+            self.on_refused(r)
+
     def _pod_list(self, items) -> None:
-        self.pods = {p.uid: p for p in map(pod_info, items)}
+        pods = {}
+        for p in items:
+            if isinstance(p, Refusal):
+                self._refuse(p)
+            else:
+                pods[p.uid] = p
+        self.pods = pods
         self.listed, self.error = True, None
         self.health.ok()
-        self._wake()
+        self._wake(pods.values())
 
-    def _pod_event(self, typ: str, obj) -> None:
-        info = pod_info(obj)
+    def _pod_event(self, typ: str, info) -> None:
+        if isinstance(info, Refusal):  # a pod we followed may have become unsafe: no longer followed
+            self._refuse(info)
+            if self.pods.pop(info.uid, None) is not None:
+                self._wake()
+            return
         if typ == "DELETED":
             self.pods.pop(info.uid, None)
         else:
             self.pods[info.uid] = info
         self.error = None
         self.health.ok()
-        self._wake()
+        self._wake([info])
 
     def _error(self, kind: str, reason: str) -> None:
         self.error = (kind, reason, time.time())
@@ -316,14 +410,18 @@ class Discovery:
         """A fresh read of one pod (None when it is gone); raises on API failure."""
         def get():
             try:
-                return pod_info(self._core().read_namespaced_pod(name, self.target.namespace, _request_timeout=10))
+                return read_pod(self._core().read_namespaced_pod(name, self.target.namespace, _request_timeout=10))
             except ApiException as exc:
                 if exc.status == 404:
                     return None
                 self._forget_client_on_401(exc)
                 raise
 
-        return await asyncio.to_thread(get)
+        info = await asyncio.to_thread(get)
+        if isinstance(info, Refusal):  # became unsafe: as good as gone for its follower
+            self._refuse(info)
+            return None
+        return info
 
     async def last_log_line(self, name: str, container: str) -> bytes:
         """The newest line of a pod's current log, with its kubelet timestamp (b"" when the

@@ -135,6 +135,7 @@ class RunFollower:
         # kubectl and API reads of this run: failing until a read delivers again
         self.health = health or Health("follower", run, detectors.metrics, status)
         sink.health = Health("store", run, detectors.metrics, status)
+        sink.buffer_health = Health("buffer", run, detectors.metrics, status)
         self.env = target.env()
         # streams read to their end (saved with the cursors: known again after a restart)
         self.finished: set[str] = {k for k, c in model.cursors.items() if c.done}
@@ -223,6 +224,9 @@ class RunFollower:
             self.health.ok()
         if outcome == "moved":
             return  # the next pass reads the old container's rest with --previous, then the new one
+        if outcome == "paused":
+            await self._wait_for_room()
+            return  # the next pass re-opens the stream from the cursor
         if outcome == "silent":
             self._reconnected(key, "silence")
             self._backoff = 0.0
@@ -299,6 +303,9 @@ class RunFollower:
                     outcome = "moved"  # opened just as the container restarted: those lines are not ours
                     break
                 self._feed(line, ts_ns, key, check)
+                if self.sink.full(self.model):  # the store is away and the buffer at its bound
+                    outcome = "paused"
+                    break
         finally:
             if probe is not None:
                 probe.cancel()
@@ -312,9 +319,16 @@ class RunFollower:
                 err = ""
         if not err_task.done():
             err_task.cancel()
-        if outcome in ("silent", "moved"):
+        if outcome in ("silent", "moved", "paused"):
             return outcome, None, ""
         return ("eof" if proc.returncode == 0 else "exit"), proc.returncode, err
+
+    async def _wait_for_room(self) -> None:
+        """Read nothing more until a commit makes room in the sink (RunSink.full): the lines
+        wait in the pod's log."""
+        self._set_state("paused: store away, buffer full")
+        while self.sink.lost is None and self.sink.full(self.model):
+            await asyncio.sleep(0.5)
 
     def _reconnected(self, stream: str, reason: str) -> None:
         self.status.reconnects += 1

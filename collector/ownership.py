@@ -10,6 +10,9 @@ the live replicas and which runs are held. Then (`plan_moves`, pure):
 - a run it believed it held but whose lock it no longer has is lost (its connection dropped):
   the Supervisor stops it at once, without a commit (the fence would refuse one).
 
+The connection failing (a store outage) loses no run: they read on and buffer (RunSink), and
+`reconnect` takes their locks back; only a run another replica holds by then is lost.
+
 A replica killed outright closes its connection; PostgreSQL drops its locks, and the others
 take its runs at their next look (well within 10 s). A replica cut off without a close (a
 lost node) is found by the server's TCP keepalives (`KEEPALIVES`), a hung one is ended after
@@ -32,7 +35,7 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 
 from steptail.storage.db import Store
-from steptail.storage.replicas import Leases, Survey, run_key
+from steptail.storage.replicas import Leases, NotOwner, Survey, run_key
 
 log = logging.getLogger("steptail.replicas")
 
@@ -43,6 +46,8 @@ COOLDOWN = 10.0  # a run given back is not taken again by the same replica for t
 # (about 4 + 2 x 2 s); one whose process hangs is ended after IDLE_TIMEOUT without a heartbeat.
 KEEPALIVES = {"tcp_keepalives_idle": 4, "tcp_keepalives_interval": 2, "tcp_keepalives_count": 2}
 IDLE_TIMEOUT = "30s"
+OUTAGE_RETRY_MAX = 5.0  # seconds between tries to reconnect during a store outage, at most
+LOOK_TIMEOUT = 10.0  # a look (or a reconnect) without an answer this long: the connection fails
 
 
 def replica_id() -> str:
@@ -154,6 +159,30 @@ class Ownership:
                 del self.cooling[run]
         return moves
 
+    async def reconnect(self) -> list[str]:
+        """After the connection failed (its locks fell with it): connect again and take back
+        the locks of the runs followed here meanwhile. Returns the runs another replica holds
+        now (lost here); the others stay owned. Whether a run's epoch is still ours is the
+        fence's to say, at its next commit."""
+        await self.connect()
+        mine = sorted(self.owned)
+        got = set(await self._call(self.leases.try_own_many, mine))
+        taken = [r for r in mine if r not in got]
+        self.owned = got
+        if taken:
+            log.warning("%d runs followed here were taken by another replica during the outage: %s",
+                        len(taken), ", ".join(taken[:10]))
+        return taken
+
+    async def drop(self, run: str) -> None:
+        """A run lost (another replica took it, or its commit was refused): no longer ours,
+        its lock let go if this connection still holds it."""
+        self.owned.discard(run)
+        try:
+            await self._call(self.leases.release, run)
+        except (sa.exc.SQLAlchemyError, NotOwner) as exc:  # the connection is gone: so is the lock
+            log.debug("release of %s: %s", run, exc)
+
     async def release(self, run: str) -> None:
         """Give a run back (after its final commit)."""
         self.owned.discard(run)
@@ -162,10 +191,6 @@ class Ownership:
             await self._call(self.leases.release, run)
         except sa.exc.SQLAlchemyError as exc:  # the connection is gone: so is the lock
             log.debug("release of %s: %s", run, exc)
-
-    def forget(self, run: str) -> None:
-        """A run lost (its lock fell with the connection)."""
-        self.owned.discard(run)
 
     async def close(self) -> None:
         try:

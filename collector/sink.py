@@ -32,16 +32,25 @@ _TABLES = tuple(COLUMNS)
 # A store that refuses writes is retried after 0.2 s, then twice as long each time up to 5 s
 # (not at every ~50 ms flush); the rows wait in memory meanwhile.
 RETRY_FIRST, RETRY_MAX = 0.2, 5.0
+# Rows of one run that may wait in memory for the store (an outage, a failover): about 20 MB,
+# a quarter of an hour at 40 lines/s. Past it the follower stops reading (`full`) until a
+# commit succeeds: the lines wait in the pod's log, and are lost only if the pod is deleted
+# meanwhile (then a stream gap says so). README "Store outages".
+BUFFER_ROWS = 20_000
 
 
 class RunSink:
-    """Commits one run's rows; a failed commit is kept and retried, in order, next time."""
+    """Commits one run's rows; a failed commit is kept and retried, in order, next time.
+    While the store is away the rows wait here, up to `buffer_rows` (then `full` pauses the
+    follower); with replicas every commit is fenced (`fence`), so rows that waited through an
+    outage are committed only if no other replica took the run meanwhile."""
 
     # SQLite has one writer: serialise the threads rather than meet "database is locked".
     _sqlite_lock = threading.Lock()
 
     def __init__(self, store: Store, run: str, parquet_root: str | None, detectors,
-                 parquet_every: float = 30.0, jobset: str | None = None, namespace: str | None = None):
+                 parquet_every: float = 30.0, jobset: str | None = None, namespace: str | None = None,
+                 source: str | None = None, append: bool = False):
         self.store, self.run = store, run
         self.sql = SqlSink(store)
         self.detectors = detectors
@@ -61,6 +70,9 @@ class RunSink:
         self.last_commit_ns: int | None = None
         self.error: str | None = None
         self.health = Health("store", run)  # the follower's, with metrics, replaces it
+        self.buffer_rows = BUFFER_ROWS
+        self.buffer_health = Health("buffer", run)  # past the bound: reading paused (the follower's replaces it)
+        self._committing_since: float | None = None  # a commit that hangs (a stalled connection) counts as failing
         self.retry_at = 0.0  # monotonic: while the store refuses writes, no commit before this
         self._retry_delay = 0.0
         self._unsaved: list = []  # findings of a commit that failed: the engine will not raise them again
@@ -79,8 +91,10 @@ class RunSink:
         # follow --raw: the lines read, written to a segment before the rows they made commit
         self.raw: RawLog | None = None  # set by the follower
         self.raw_pending: list[RawChunk] = []  # taken with the batches; written by _commit
-        with store.engine.begin() as conn:
-            self.sql.ensure_run(conn, run, jobset, namespace)
+        # the run's row (and its source's claim) commits with its first record, never before:
+        # a namespace of 20,000 pods that print nothing makes no run
+        self._run_row = (jobset, namespace, source, append)
+        self._run_written = False
         if parquet_root:
             self._catch_up()
 
@@ -95,6 +109,27 @@ class RunSink:
             return
         if n:
             log.info("%s: %d rows committed before a restart written to Parquet", self.run, n)
+
+    def waiting(self, model: RunModel) -> int:
+        """Rows read and not committed yet (the model's batch and the failed commits)."""
+        return len(model.batch) + sum(len(b) for b, _ in self.pending)
+
+    def full(self, model: RunModel) -> bool:
+        """Whether reading must pause: the store refuses commits and `buffer_rows` rows wait
+        for it (a backlog read while the store works is no reason). Said once when it starts
+        (a log line, a metric, the summary, a stream_failure finding) and once when a commit
+        makes room again."""
+        since = self._committing_since  # asked for every line read: the common case first
+        stuck = since is not None and time.monotonic() - since > RETRY_MAX
+        if (self.health.failing is None and not stuck) or (waiting := self.waiting(model)) < self.buffer_rows:
+            if self.buffer_health.failing is not None:
+                self.buffer_health.ok()
+            return False
+        reason = (f"{waiting} rows wait for the store (bound {self.buffer_rows}): reading paused until a "
+                  "commit succeeds; lines written meanwhile wait in the pod's log")
+        if self.buffer_health.fail("full", reason):
+            self.detectors.failure("buffer_full", reason)
+        return True
 
     def add_gap(self, gap: StreamGap) -> None:
         self.gaps.append(gap)
@@ -121,6 +156,7 @@ class RunSink:
             if (self.pending or ticking) and (parquet or time.monotonic() >= self.retry_at):
                 self.last_tick = time.monotonic()
                 todo = list(self.pending)
+                self._committing_since = time.monotonic()
                 try:
                     findings = await asyncio.to_thread(self._commit, todo)
                 except NotOwner as exc:  # another replica follows the run now: it re-reads these
@@ -135,9 +171,13 @@ class RunSink:
                     self._retry_delay = min(RETRY_MAX, max(RETRY_FIRST, self._retry_delay * 2))
                     self.retry_at = time.monotonic() + self._retry_delay
                     return 0
+                finally:
+                    self._committing_since = None
                 self._retry_delay = 0.0
                 self.error = None
-                self.health.ok()
+                if self.health.ok():  # an outage ends: what was read meanwhile is in
+                    log.info("%s: %d rows read while the store was away committed", self.run,
+                             sum(len(b) for b, _ in todo))
                 del self.pending[: len(todo)]
                 self.raw_pending = [c for c in self.raw_pending if not c.written]
                 self.last_commit_ns = time.time_ns()
@@ -175,6 +215,14 @@ class RunSink:
                     self.parquet_health.ok()
             return written
 
+    async def stop(self, reason: str) -> None:
+        """Commit nothing more: a commit in flight ends first; the rows still waiting are
+        dropped (the run's next owner re-reads them from the pod)."""
+        async with self._lock:
+            if self.lost is None:
+                self.lost = NotOwner(reason)
+            self.pending, self.raw_pending = [], []
+
     def _commit(self, todo: list[tuple[Batch, list[StreamGap]]]) -> list:
         files = self._write_raw()  # first: no row is committed whose line is not in a segment
         try:
@@ -208,6 +256,10 @@ class RunSink:
             if self.fence is not None:
                 self.fence(conn)
             findings = self._unsaved  # grows in place: kept if this commit fails too
+            creating = not self._run_written and any(len(b) or b.incarnations or b.quarantine for b, _ in todo)
+            if creating:
+                jobset, namespace, source, append = self._run_row
+                self.sql.ensure_run(conn, self.run, jobset, namespace, source=source, append=append)
             for f in files:
                 record_file(conn, f)
             for batch, gaps in todo:
@@ -224,6 +276,7 @@ class RunSink:
             findings = list({f.key: f for f in findings}.values())  # a finding grown twice: its latest state
             self.detectors.save(conn, findings)
         self._unsaved = []
+        self._run_written = self._run_written or creating
         return findings
 
     async def close_raw(self) -> None:

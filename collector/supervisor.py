@@ -17,20 +17,20 @@ from pathlib import Path
 from steptail.collector import events, kubectl
 from steptail.collector.alerts import Alerter
 from steptail.collector.detect import Detectors
-from steptail.collector.discovery import Discovery
+from steptail.collector.discovery import PAGE_SIZE, REFUSED_LOGGED, Discovery, Refusal
 from steptail.collector.follower import FollowConfig, RunFollower, RunStatus
 from steptail.collector.health import Health
 from steptail.collector.kubectl import KubeTarget
 from steptail.collector.metrics import Metrics
-from steptail.collector.ownership import INTERVAL, Ownership
+from steptail.collector.ownership import INTERVAL, LOOK_TIMEOUT, OUTAGE_RETRY_MAX, Ownership
 from steptail.collector.sink import RunSink
-from steptail.runs.findings import Settings
+from steptail.runs.findings import NO_STEP, WARNING, Finding, Settings
 from steptail.runs.model import RunModel
 from steptail.runs.reference import ReferenceError, reference_for
 from steptail.storage.db import Store
 from steptail.storage.replicas import fence, take_over
-from steptail.storage.sources import SourceConflict, kubernetes_source
-from steptail.storage.sql import SqlSink, load_model
+from steptail.storage.sources import SourceConflict, check_source, kubernetes_source
+from steptail.storage.sql import load_model
 from steptail.storage.streams import record_reconnects
 
 log = logging.getLogger("steptail.follow")
@@ -62,13 +62,22 @@ class Plan:
     # called with each step, rbf row, stream gap and finding once committed, and each follower
     # state change (collector.events); None costs nothing
     on_event: events.Hook | None = None
+    # bounds on what a namespace can make us do: runs known (--all; beyond, one line and
+    # steptail_errors_total{source="discovery",reason="max_runs"}) and pods per list request
+    max_runs: int = 100
+    page_size: int = PAGE_SIZE
 
 
 class Supervisor:
     def __init__(self, store: Store, plan: Plan) -> None:
         self.store, self.plan = store, plan
-        self.discovery = Discovery(plan.target, plan.selector if plan.follow_all else None, plan.metrics)
+        self.discovery = Discovery(plan.target, plan.selector if plan.follow_all else None, plan.metrics,
+                                   plan.page_size)
         self.discovery.on_failure = self._discovery_failed
+        self.discovery.on_refused = self._refused
+        self.over_max_runs = 0  # JobSets found beyond plan.max_runs: not followed
+        self._found: set[str] = set()  # JobSets --all follows (at most plan.max_runs)
+        self._publishing: set[asyncio.Task] = set()  # collector-level findings on their way
         self.fatal: str | None = None  # why following gave up (a configuration error): exit 2
         self.status: dict[str, RunStatus] = {}
         self.health: dict[str, Health] = {}  # run -> its follower's health
@@ -172,8 +181,31 @@ class Supervisor:
 
     # -- runs ----------------------------------------------------------------------------------
     def _discovered(self, jobset: str) -> None:
-        if jobset not in self.candidates and not self.stopping.is_set():
-            asyncio.get_running_loop().create_task(self.want(jobset, jobset))
+        if jobset in self._found or self.stopping.is_set():
+            return
+        if len(self._found) >= self.plan.max_runs:  # a namespace flood: a log line, not the collector
+            self.over_max_runs += 1
+            if self.plan.metrics is not None:
+                self.plan.metrics.error("", "discovery", "max_runs")
+            if self.over_max_runs == 1:
+                log.error("pod discovery: more JobSets than --max-runs=%d; %s and any further ones are not "
+                          "followed (counted in steptail_errors_total{source=\"discovery\",reason=\"max_runs\"})",
+                          self.plan.max_runs, jobset)
+            return
+        self._found.add(jobset)  # now: discovery tells of a whole list's JobSets before any want() runs
+        asyncio.get_running_loop().create_task(self.want(jobset, jobset))
+
+    def _refused(self, refusal: Refusal) -> None:
+        """A pod discovery refused (an unsafe name): never a run; a collector-level finding
+        (run "") for the alerts, webhooks and metrics, for the first REFUSED_LOGGED."""
+        n = self.discovery.refused_count
+        if self.plan.alerts is None or n > REFUSED_LOGGED:
+            return
+        f = Finding("unsafe_name", "", n, NO_STEP, NO_STEP, f"{refusal.key} refused: {refusal.reason}"[:500],
+                    WARNING, time.time_ns())
+        task = asyncio.get_running_loop().create_task(self.plan.alerts.publish([f]))
+        self._publishing.add(task)  # held until done: the loop keeps only weak references
+        task.add_done_callback(self._publishing.discard)
 
     async def want(self, jobset: str, run: str) -> None:
         """A run to follow: here at once (one store, one follower), or when this replica
@@ -199,23 +231,34 @@ class Supervisor:
     # -- replicas (PostgreSQL) -----------------------------------------------------------------
     async def _balance(self) -> None:
         """Every INTERVAL (or at once when a run is found): heartbeat, then take, give back and
-        drop runs as collector.ownership decides. The connection failing loses every run (its
-        locks fell with it): they stop at once and are taken again once it is back."""
+        drop runs as collector.ownership decides.
+
+        The connection failing (a store outage) stops no run: each goes on reading, its rows
+        wait in memory (RunSink, bounded) and commit once the store is back — only while the
+        run's epoch is still ours (the fence), i.e. no other replica took it meanwhile. Once
+        the connection is back, the locks of the runs followed here are taken again; a run
+        another replica holds by then is stopped, its waiting rows dropped (that replica
+        re-reads them from the pod, if the pod still holds them)."""
         own, health = self.ownership, self.ownership_health
         backoff = INTERVAL
         while not self.stopping.is_set():
             try:
-                moves = await own.look(r for r in self.candidates if not self.status[r].done)
-            except Exception as exc:  # noqa: BLE001 - the store: retried; followers stop meanwhile
+                async with asyncio.timeout(LOOK_TIMEOUT):  # a connection that hangs is failing too
+                    moves = await own.look(r for r in self.candidates if not self.status[r].done)
+            except Exception as exc:  # noqa: BLE001 - the store: retried; the runs go on reading
+                if isinstance(exc, TimeoutError):
+                    exc = TimeoutError(f"no answer in {LOOK_TIMEOUT:.0f} s")
                 health.fail("store", f"ownership connection: {str(exc).splitlines()[0][:200]}")
-                for run in sorted(own.owned):
-                    await self._lose(run, "the ownership connection failed")
                 await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
+                backoff = min(backoff * 2, OUTAGE_RETRY_MAX)
                 try:
-                    await own.connect()
+                    async with asyncio.timeout(LOOK_TIMEOUT):
+                        taken = await own.reconnect()
                 except Exception as again:  # noqa: BLE001 - next round
                     log.debug("ownership reconnect: %s", again)
+                    continue
+                for run in taken:
+                    await self._lose(run, "another replica took it while the ownership connection was down")
                 continue
             health.ok()
             backoff = INTERVAL
@@ -256,20 +299,23 @@ class Supervisor:
         asyncio.get_running_loop().create_task(self._lose(run, reason))
 
     async def _lose(self, run: str, reason: str) -> None:
-        """This replica no longer owns `run`: stop it now, commit nothing (the new owner
-        re-reads from the committed cursor)."""
+        """This replica no longer owns `run`: stop it now, commit nothing more (the new owner
+        re-reads from the committed cursor). A commit in flight ends before the run's lock is
+        let go (held still when the fence refused a commit after an outage): the run is then
+        taken again from its last commit, here or elsewhere."""
         task = self.tasks.pop(run, None)
-        self.followers.pop(run, None)
+        follower = self.followers.pop(run, None)
         self.detectors.pop(run, None)
-        self.ownership.forget(run)
         if self.plan.metrics is not None:  # no stale series of a run followed elsewhere now
             self.plan.metrics.run_stopped(run)
-        if task is None:
-            return
-        rlog.warning("%s: no longer owned by this replica (%s): stopped, nothing more committed here",
-                    run, reason)
-        await cancel_all([task])
-        self._set_state(run, "lost ownership")
+        if task is not None:
+            rlog.warning("%s: no longer owned by this replica (%s): stopped, nothing more committed here",
+                        run, reason)
+            await cancel_all([task])
+            self._set_state(run, "lost ownership")
+        if follower is not None:
+            await follower.sink.stop(reason)
+        await self.ownership.drop(run)
 
     async def _give(self, run: str) -> None:
         """Hand a run over (above the fair share): stop its follower, commit what it read,
@@ -327,7 +373,7 @@ class Supervisor:
             Detectors, run, store, plan.alerts, plan.metrics, plan.settings, reference)
         # the sink: SQL, then the detectors, then Parquet (catching up what a killed collector left)
         sink = await asyncio.to_thread(RunSink, store, run, plan.parquet, detectors, plan.config.parquet_every,
-                                       jobset, ns)
+                                       jobset, ns, kubernetes_source(ns, jobset), plan.append)
         if self.ownership is not None:  # every commit checks this replica still owns the run
             sink.fence = lambda conn: fence(conn, run, epoch)
             sink.on_lost = lambda exc: self._lose_soon(run, str(exc))
@@ -390,8 +436,8 @@ def _claim_and_load(store: Store, run: str, jobset: str, namespace: str, append:
     with store.engine.begin() as conn:
         if replica is not None:
             before, epoch = take_over(conn, run, replica)
-        SqlSink(store).ensure_run(conn, run, jobset, namespace, append=append,
-                                  source=kubernetes_source(namespace, jobset))
+        # read-only: the run's row is written with its first record (collector.sink)
+        check_source(conn, run, kubernetes_source(namespace, jobset), append=append)
         model = load_model(conn, run)
         if replica is not None:
             open_streams = sorted((c.hwm_ns or 0, k) for k, c in model.cursors.items() if not c.done)

@@ -16,6 +16,7 @@ from pathlib import Path
 from aiohttp import web
 
 from steptail.simcluster import discovery, kube, logs, render
+from steptail.simcluster.hostile import Hostile
 from steptail.simcluster.objects import CONTAINER
 from steptail.simcluster.state import ClusterState
 
@@ -68,6 +69,7 @@ class KubeApi:
         self.requests: list[tuple[str, str, int]] = []  # (method, path?query, status)
         self.log_reads: list[LogRead] = []  # every pods/log request, who made it, from when to when
         self._runner: web.AppRunner | None = None
+        self.hostile = Hostile()  # tests: what a hostile API server serves (hostile.py)
 
     async def listen(self, host: str, port: int, cert: Path, key: Path) -> int:
         """Serve HTTPS on host:port (0: ephemeral); returns the bound port."""
@@ -125,6 +127,8 @@ class KubeApi:
             resp = status(401, "Unauthorized")
         elif fail is not None:
             resp = status(fail, _FAILURE_MESSAGES.get(fail, f"simulated failure {fail}"))
+        elif (garbage := self.hostile.garbage(request)) is not None:
+            resp = garbage
         else:
             try:
                 resp = await handler(request)
@@ -209,6 +213,7 @@ class KubeApi:
 
     def _served(self, o: dict) -> dict:
         """A pod as list/watch serve it: during corrupt_pods, with a timestamp no client parses."""
+        o = self.hostile.served(o)
         if not self.state.faults.corrupting() or o.get("kind") != "Pod":
             return o
         return {**o, "metadata": {**o["metadata"], "creationTimestamp": "not-a-timestamp"}}
@@ -233,12 +238,14 @@ class KubeApi:
         with self.state.lock:
             items = [o for o in self.state.snapshot(kind, ns) if match(o)]
             rv = self.state.rv
+            items, more = self.hostile.page(self.hostile.listed(items, match, ns) if kind == "pods" else items, q)
         if _wants_table(request):
             return web.json_response(render.table(kind, items, rv))
         list_kind = "PodList" if kind == "pods" else "JobSetList"
         api = "v1" if kind == "pods" else "jobset.x-k8s.io/v1alpha2"
         return web.json_response({"kind": list_kind, "apiVersion": api,
-                                  "metadata": {"resourceVersion": str(rv)}, "items": [self._served(o) for o in items]})
+                                  "metadata": {"resourceVersion": str(rv), **({"continue": more} if more else {})},
+                                  "items": [self._served(o) for o in items]})
 
     async def _watch(self, request: web.Request, kind: str, match) -> web.StreamResponse:
         """Events after `resourceVersion` (none or 0: ADDED for every current object first),
@@ -329,12 +336,12 @@ class KubeApi:
         ns, name = request.match_info["ns"], request.match_info["name"]
         with self.state.lock:
             p = self.state.pods.get((ns, name))
-            obj = render.pod_json(p) if p else None
+            obj = render.pod_json(p) if p else self.hostile.pod(ns, name)
         if obj is None:
             return _not_found("pods", name)
         if _wants_table(request):
             return web.json_response(render.pod_table([obj], self.state.rv))
-        return web.json_response(obj)
+        return web.json_response(self.hostile.served(obj))
 
     async def h_jobset(self, request: web.Request) -> web.Response:
         ns, name = request.match_info["ns"], request.match_info["name"]

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from steptail.runs.model import Batch
 from steptail.storage.compact import recover, write_snapshots
-from steptail.storage.parquet import SCHEMAS, ParquetSink, visible_files
+from steptail.storage.parquet import SCHEMAS, ParquetSink, run_folder, visible_files
 from steptail.storage.sql import COLUMNS
 
 # Per-step tables are written in (incarnation, step) order, so what a killed collector did
@@ -34,14 +34,14 @@ def catch_up(store, run: str, root: str | Path, chunk: int = 50_000) -> int:
     0 when Parquet is complete, so calling it again writes nothing. Rows are read and
     written `chunk` at a time: memory stays flat however much is missing. The run's findings,
     stream gaps and reconnects are written afresh too."""
-    folder, sink, written = Path(root), ParquetSink(root, run), 0
+    sink, written = ParquetSink(root, run), 0
     for table in SCHEMAS:  # a compaction cut short hides parts: their keys must count
-        recover(folder / table / f"run={run}")
+        recover(run_folder(root, table, run))
     try:
         with store.engine.connect() as conn:
             for table in SCHEMAS:
                 cols = COLUMNS[table]
-                have = _parquet_keys(folder / table / f"run={run}", table)
+                have = _parquet_keys(run_folder(root, table, run), table)
                 sql = f"SELECT {', '.join(cols)} FROM {table} WHERE run = :run"
                 params: dict = {"run": run}
                 if table in _STEP_TABLES and have:

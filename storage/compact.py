@@ -38,6 +38,7 @@ from steptail.storage.parquet import (
     SCHEMAS,
     SNAPSHOT_SCHEMAS,
     ParquetError,
+    run_folder,
     upgrade,
     visible_files,
 )
@@ -191,7 +192,7 @@ def run_folders(root: str | Path, run: str | None = None) -> list[tuple[str, Pat
     for table in SCHEMAS:
         base = Path(root) / table
         if run is not None:
-            folder = base / f"run={run}"
+            folder = run_folder(root, table, run)
             if folder.is_dir():
                 found.append((table, folder))
         elif base.is_dir():
@@ -225,7 +226,7 @@ def write_snapshots(store, run: str, root: str | Path) -> None:
     one file replacing the previous ones. SQL is read under the folder's lock, so a later
     snapshot never loses to an earlier one."""
     for table, sql in _SNAPSHOT_SQL.items():
-        folder = Path(root) / table / f"run={run}"
+        folder = run_folder(root, table, run)
         schema = SNAPSHOT_SCHEMAS[table]
         with _parquet_errors(folder):
             folder.mkdir(parents=True, exist_ok=True)

@@ -138,7 +138,12 @@ def _engine(url: sa.URL) -> Engine:
             cur.close()
 
         return engine
-    return sa.create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": 10})
+    # TCP keepalives and a user timeout on the client's side too: a server gone without a
+    # close (a failover moving its address, a partition) fails the connection within about
+    # 15 s, and the commit is retried on a new one, instead of hanging for the kernel's hours.
+    return sa.create_engine(url, pool_pre_ping=True, connect_args={
+        "connect_timeout": 10, "keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2,
+        "keepalives_count": 3, "tcp_user_timeout": 15000})
 
 
 def _current_revision(conn: sa.Connection) -> str | None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from steptail.parsers import format_ns
+from steptail.storage.paths import UnsafePath, inside, relative_inside
 from steptail.storage.raw import META
 from steptail.storage.run_files import ARCHIVE_MANIFEST, RAW_SEGMENT, run_files
 
@@ -46,7 +47,7 @@ def add_raw(conn: sa.Connection, run: str, folder: Path) -> dict | None:
         if not src.is_file():
             raise BundleFileError(f"raw segment {src} recorded for run {run} is missing")
         rel = f"{RAW_DIR}/{src.parent.name}/{src.name}"
-        sha = _copy(src, folder / rel)
+        sha = _copy(src, _within(folder, RAW_DIR, src.parent.name, src.name))
         if f.sha256 is not None and sha != f.sha256:
             raise BundleFileError(f"raw segment {src} does not match its recorded sha256")
         meta = src.parent / META
@@ -73,8 +74,8 @@ def add_archives(conn: sa.Connection, run: str, folder: Path) -> list[dict]:
             raise BundleFileError(f"archive manifest {src} does not match its recorded sha256")
         doc = json.loads(data)
         base = f"{ARCHIVE_DIR}/{src.parent.name}"
-        (folder / base).mkdir(parents=True, exist_ok=True)
-        (folder / base / src.name).write_bytes(data)
+        _within(folder, ARCHIVE_DIR, src.parent.name).mkdir(parents=True, exist_ok=True)
+        _within(folder, ARCHIVE_DIR, src.parent.name, src.name).write_bytes(data)
         main = {p["name"]: (p.get("containers") or [{}])[0].get("name") for p in doc.get("pods") or []
                 if p.get("job_index") == 0 and p.get("completion_index") == 0}
         files = []
@@ -82,18 +83,28 @@ def add_archives(conn: sa.Connection, run: str, folder: Path) -> list[dict]:
             if main.get(e.get("pod")) != e.get("container"):
                 continue
             rel = Path(e["path"])
-            if rel.is_absolute() or ".." in rel.parts:  # names files in the bundle: one folder down only
-                raise BundleFileError(f"archive manifest {src} names an unsafe path {e['path']!r}")
-            fsrc = src.parent / rel
+            try:  # names files in the bundle and beside the manifest: never outside either
+                fsrc = relative_inside(src.parent, rel)
+                dst = relative_inside(_within(folder, ARCHIVE_DIR, src.parent.name), rel)
+            except UnsafePath:
+                raise BundleFileError(f"archive manifest {src} names an unsafe path {e['path']!r}") from None
             if not fsrc.is_file():
                 raise BundleFileError(f"archived log {fsrc} listed in {src} is missing")
-            sha = _copy(fsrc, folder / base / rel)
+            sha = _copy(fsrc, dst)
             if sha != e.get("sha256"):
                 raise BundleFileError(f"archived log {fsrc} does not match the sha256 in {src}")
             files.append(f"{base}/{rel.as_posix()}")
         out.append({"manifest": f"{base}/{src.name}", "jobset": doc.get("jobset"),
                     "namespace": doc.get("namespace"), "sha256": f.sha256, "process0_files": files})
     return out
+
+
+def _within(folder: Path, *parts: str) -> Path:
+    """folder/parts…, or BundleFileError: a recorded file's name that would leave the bundle."""
+    try:
+        return inside(folder, *parts)
+    except UnsafePath as exc:
+        raise BundleFileError(f"refused: {exc}") from None
 
 
 def ingested(conn: sa.Connection, run: str) -> list[dict]:

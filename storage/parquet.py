@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from steptail.runs.model import Batch
 from steptail.runs.rows import COLUMNS
+from steptail.storage.paths import inside
 
 _TS = pa.timestamp("ns", tz="UTC")
 PARTS_TYPE = pa.map_(pa.string(), pa.float64())
@@ -209,6 +210,11 @@ class ParquetError(OSError):
     directory and the reason."""
 
 
+def run_folder(root: str | Path, table: str, run: str) -> Path:
+    """ROOT/<table>/run=<run>: refused (storage.paths.UnsafePath) if the name would leave it."""
+    return inside(root, table, f"run={run}")
+
+
 class ParquetSink:
     """Files are written under temporary names; `commit` publishes them, `abort` removes them
     and the directories this sink created, leaving the tree as it was."""
@@ -233,7 +239,7 @@ class ParquetSink:
 
     def _writer(self, table: str) -> pq.ParquetWriter:
         if table not in self._writers:
-            folder = self.root / table / f"run={self.run}"
+            folder = run_folder(self.root, table, self.run)
             for missing in (folder, *folder.parents):
                 if missing.exists():
                     break
@@ -302,7 +308,7 @@ def read_table(root: str | Path, table: str, run: str | None = None) -> pa.Table
     """Read one table back (all runs, or one), with `run` restored from the path. Files of an
     earlier schema are converted (`upgrade`), so a dataset of mixed files reads as one."""
     base = Path(root) / table
-    folders = [base / f"run={run}"] if run is not None else sorted(base.glob("run=*"))
+    folders = [run_folder(root, table, run)] if run is not None else sorted(base.glob("run=*"))
     pieces = []
     for folder in folders:
         name = folder.name.removeprefix("run=")

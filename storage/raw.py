@@ -24,6 +24,7 @@ from pathlib import Path
 from urllib.parse import quote, unquote
 
 from steptail.storage.durable import fsync_path
+from steptail.storage.paths import inside
 from steptail.storage.run_files import RAW_SEGMENT, RunFile
 
 CAP = 64 << 20  # uncompressed bytes per segment
@@ -88,7 +89,7 @@ class RawLog:
     sink's commit thread (one at a time: the sink serialises its commits)."""
 
     def __init__(self, root: str | os.PathLike, run: str, cap: int = CAP, level: int = LEVEL) -> None:
-        self.root = Path(root).absolute() / run
+        self.root = inside(root, run)  # a run name that is not one component is refused
         self.run, self.cap, self.level = run, cap, level
         self._pending: dict[str, _Pending] = {}
         self._open: dict[str, _Segment] = {}
@@ -158,7 +159,7 @@ class RawLog:
         self.touched[str(seg.path)] = seg.record()
 
     def _new_segment(self, stream: str, pod: str | None) -> _Segment:
-        folder = self.root / stream_dir_name(stream)
+        folder = inside(self.root, stream_dir_name(stream))
         if stream not in self._meta_done:
             fresh = not folder.is_dir()
             folder.mkdir(parents=True, exist_ok=True)
@@ -239,7 +240,7 @@ class RawStream:
 
 def scan(root: str | os.PathLike, run: str) -> list[RawStream]:
     """The streams kept for `run` under `root` (DIR of `follow --raw DIR`), by directory."""
-    base = Path(root) / run
+    base = inside(root, run)
     if not base.is_dir():
         return []
     streams = []

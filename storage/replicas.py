@@ -7,7 +7,7 @@
   that same connection (`Leases.try_own_many`: never waits).
 - Writes are fenced: a new owner bumps the run's epoch (`run_owners`) and loads the run's
   state under the run's fence lock, exclusive (`take_over`); every commit first takes that
-  lock shared and checks its epoch is still the run's (`fence`), in one statement. So a
+  lock shared and then checks its epoch is still the run's (`fence`). So a
   commit in flight when ownership moves completes before the new owner reads the cursor, and
   a replica whose run was taken over (its connection, hence its lock, lost) cannot commit
   again: no step twice, none lost.
@@ -31,6 +31,8 @@ from steptail.storage.db import Store
 # A replica's heartbeat older than this is a replica gone without closing its connection
 # cleanly (its row is removed); liveness itself is the replica lock, which falls at once.
 STALE_NS = 60 * 1_000_000_000
+# How long a reconnecting replica waits for its own session from before an outage to end.
+STALE_LOCK_WAIT = "10s"
 
 
 class NotOwner(Exception):
@@ -108,7 +110,7 @@ class Leases:
         conn = self.store.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         try:
             self.backend_pid = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
-            conn.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": replica_key(self.replica)})
+            self._take_replica_lock(conn)
             now = time.time_ns()
             conn.execute(sa.text(
                 "INSERT INTO replicas (replica, host, pid, backend_pid, started_ns, heartbeat_ns, runs) "
@@ -119,6 +121,23 @@ class Leases:
             conn.close()
             raise
         self.conn = conn
+
+    def _take_replica_lock(self, conn: sa.Connection) -> None:
+        """The replica lock. Held by another session, that is this replica's own from before
+        an outage (the key is this process's alone), which the server has not ended yet (a
+        partition: its connection hangs rather than closes): it is ended, and its run locks
+        fall with it, so the runs followed here meanwhile can be taken back at once."""
+        key = replica_key(self.replica)
+        if conn.execute(sa.text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar():
+            return
+        stale = [pid for k, pid in conn.execute(sa.text(_HELD)) if _signed(int(k)) == key]
+        for pid in stale:
+            conn.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+        conn.execute(sa.text(f"SET lock_timeout = '{STALE_LOCK_WAIT}'"))
+        try:
+            conn.execute(sa.text("SELECT pg_advisory_lock(:k)"), {"k": key})
+        finally:
+            conn.execute(sa.text("SET lock_timeout = 0"))
 
     def close(self) -> None:
         """Close the connection: every lock of this replica falls."""
@@ -178,16 +197,20 @@ class Leases:
 
 
 # The fence lock shared (until commit: a take-over waits for this transaction), then the
-# run's epoch; the CTE is scanned first, so the epoch is read once the lock is held.
-_FENCE = sa.text(
-    "WITH fenced AS MATERIALIZED (SELECT pg_advisory_xact_lock_shared(:k)) "
-    "SELECT o.epoch FROM fenced, run_owners o WHERE o.run = :r")
+# run's epoch, in two statements: under READ COMMITTED a statement reads the snapshot taken
+# when it began, so an epoch read in the statement that waited for the lock would be the one
+# from before a take-over that committed meanwhile — and a replica whose run was just taken
+# would commit after the new owner loaded the run (tests/test_handover_fork.py).
+_FENCE_LOCK = sa.text("SELECT pg_advisory_xact_lock_shared(:k)")
+_EPOCH = sa.text("SELECT epoch FROM run_owners WHERE run = :r")
 
 
 def fence(conn: sa.Connection, run: str, epoch: int) -> None:
     """First in a write transaction of `run`: go on only while `epoch` (this replica's, from
-    `take_over`) is still the run's; NotOwner otherwise (another replica took the run over)."""
-    now = conn.execute(_FENCE, {"k": fence_key(run), "r": run}).scalar()
+    `take_over`) is still the run's; NotOwner otherwise (another replica took the run over).
+    The epoch is read once the lock is held, so it is the newest committed one."""
+    conn.execute(_FENCE_LOCK, {"k": fence_key(run)})
+    now = conn.execute(_EPOCH, {"r": run}).scalar()
     if now != epoch:
         raise NotOwner(f"{run}: taken over by another replica (epoch {now}, ours {epoch}): nothing committed")
 

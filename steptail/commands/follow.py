@@ -49,13 +49,18 @@ from steptail.output import Output, output_option
 @click.option("--give-up", type=float, default=30.0, show_default=True,
               help="Seconds the pod list may be refused (401/403) or the API unreachable from start-up "
                    "before follow exits 2 (a configuration error). Later failures are retried, never fatal.")
+@click.option("--max-runs", type=click.IntRange(min=1), default=100, show_default=True,
+              help="With --all: most runs this collector follows; JobSets found beyond are not followed "
+                   "(one log line, counted in steptail_errors_total{reason=\"max_runs\"}).")
+@click.option("--list-page-size", type=click.IntRange(min=1, max=10_000), default=500, show_default=True,
+              help="Pods read per list request (the API's limit/continue): memory stays flat in namespace size.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="stderr as text, or one JSON object per line with `severity` (for Cloud Logging).")
 @detector_options
 @output_option()
 def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parquet, raw, until_done, follow_all,
             selector, silence, parquet_every, webhooks, webhook_file, metrics_port, metrics_host, duration, no_view, append,
-            give_up, log_format, reference_ce, gate_tolerance, resume_tolerance, stall_k, output: Output) -> None:
+            give_up, max_runs, list_page_size, log_format, reference_ce, gate_tolerance, resume_tolerance, stall_k, output: Output) -> None:
     """Follow JAX process 0 of JobSets with `kubectl logs -f`, surviving rotation hangs, EOFs,
     JobSet and container restarts and auth lapses; rows committed within ~0.1 s, stream gaps
     and findings recorded. SIGTERM/SIGINT: flush, commit, stop every kubectl.
@@ -71,7 +76,7 @@ def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parq
     from steptail.collector.live import follow
     from steptail.collector.supervisor import Plan
     from steptail.collector.view import by_kind, summary
-    from steptail.runs.names import RunNameError, check_run_name
+    from steptail.runs.names import RunNameError, check_cluster_name, check_run_name
     from steptail.storage.replicas import SqliteFollowLock, StoreBusy
     from steptail.storage.sources import SourceConflict, check_runs, kubernetes_source
 
@@ -93,6 +98,7 @@ def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parq
         for name in (run_name, *jobsets):
             if name:
                 check_run_name(name)
+        check_cluster_name("namespace", namespace)
         acct = resolve_account(account)
     except (RunNameError, AccountMissing) as exc:
         fail(str(exc))
@@ -145,6 +151,8 @@ def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parq
         reference_ce=reference,
         append=append,
         give_up=give_up,
+        max_runs=max_runs,
+        page_size=list_page_size,
         on_event=stream if output.format == "ndjson" else None,
     )
     console = output.console
@@ -162,6 +170,9 @@ def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parq
     if sup.fatal:
         fail(sup.fatal)
     report = summary(sup.status, sup.discovery.health, sup.ownership_health)
+    # what the cluster sent that was not followed: unsafe names (never a run), JobSets over --max-runs
+    report["discovery"] |= {"refused": [{"name": k, "reason": v} for k, v in sup.discovery.refused.items()],
+                            "refused_count": sup.discovery.refused_count, "over_max_runs": sup.over_max_runs}
     if output.format == "ndjson":
         output.event({"event": "summary", **report})
         return
@@ -173,6 +184,11 @@ def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parq
                      f"{r['reconnects']} reconnects, {r['gaps']} stream gaps, {r['failures']} failures"
                      + (f" ({by_kind(r['errors'])})" if r["errors"] else "")
                      + (f" (last: {r['last_error']})" if r["last_error"] else ""), highlight=False, soft_wrap=True)
+    d = report["discovery"]
+    if d["refused_count"] or d["over_max_runs"]:
+        output.print(f"[bold]pod discovery[/]: {d['refused_count']} names refused (unsafe), "
+                     f"{d['over_max_runs']} JobSets over --max-runs={max_runs}: not followed",
+                     highlight=False, soft_wrap=True)
     for key, name in (("discovery", "pod discovery"), ("ownership", "ownership connection")):
         d = report.get(key)
         if d and d["failures"]:
