@@ -140,7 +140,10 @@ class RunFollower:
         self.finished: set[str] = {k for k, c in model.cursors.items() if c.done}
         self._looked_for_vanished = False
         self.known: dict[str, PodInfo] = {}  # every process-0 pod seen, by uid
-        self._backoff = 0.0
+        # pods a fresh read found deleted: the watch's view may list them for seconds more (while
+        # it fails, e.g. after 503s); they are not read again nor their gap recorded on every pass
+        self.gone: set[str] = set()
+        self._hurried: set[str] = set()  # deleting pods a back-off was cut short for (once each)
         self._stream_started = 0.0
         self._pending_check: dict[str, _Overlap] = {}  # stream -> unresolved re-read check
         self.pace = Pace()  # the writer's pace, for the hang watchdog
@@ -165,7 +168,7 @@ class RunFollower:
         if not self._looked_for_vanished and self.discovery.listed:
             self._looked_for_vanished = True
             self._vanished_while_away()
-        pods = self.discovery.process0(self.jobset)
+        pods = [p for p in self.discovery.process0(self.jobset) if p.uid not in self.gone]
         for p in pods:
             self.known[p.uid] = p
         live = {p.uid for p in pods}
@@ -200,7 +203,7 @@ class RunFollower:
         except Exception as exc:  # noqa: BLE001 - e.g. auth lapse: report, back off, retry
             await self._report(*reason_of(exc))
             return
-        if fresh is None:
+        if fresh is None or fresh.uid != pod.uid:
             await self._drain(pod, gone=True)
             return
         pod = self.known[pod.uid] = fresh
@@ -224,11 +227,10 @@ class RunFollower:
         if outcome == "moved":
             return  # the next pass reads the old container's rest with --previous, then the new one
         if outcome == "silent":
+            self.health.ok()  # the stream opened: whatever failed before works again
             self._reconnected(key, "silence")
-            self._backoff = 0.0
             return
         if code == 0:
-            self._backoff = 0.0
             if time.monotonic() - self._stream_started < 1.0:
                 await asyncio.sleep(0.5)  # a server that ends every stream at once: no busy loop
             fresh = await self._fresh(pod)
@@ -345,6 +347,10 @@ class RunFollower:
     async def _drain(self, pod: PodInfo, gone: bool = False) -> None:
         """Read what an old (replaced, deleting) pod holds after the last line read."""
         key = stream_key(pod, pod.restart_count)
+        if gone:
+            self.gone.add(pod.uid)
+        if key in self.finished:
+            return  # read to its end, or its gap recorded, already
         if pod.state == "waiting" and key not in self.model.cursors:
             self._read_to_end(key)  # it never ran: nothing to read
             return
@@ -474,6 +480,7 @@ class RunFollower:
         if kind == kubectl.NOT_FOUND:
             fresh = await self._fresh(pod)
             if fresh is None:  # the pod is gone: what it held after our last line is lost
+                self.gone.add(pod.uid)
                 self._gap(key, self._since(key), _upper(pod.finished_ns),
                           f"pod {pod.name} deleted before its log was read to the end ({reason})")
                 self._read_to_end(key)
@@ -486,8 +493,22 @@ class RunFollower:
         self.status.last_error = f"{kind}: {reason}"
         self._set_state(f"failing ({kind})")
         self.detectors.failure(kind, reason)
-        self._backoff = min(self.cfg.backoff_max, max(0.25, self._backoff * 2))
-        await asyncio.sleep(self._backoff)
+        await self._back_off(self.health.backoff(self.cfg.backoff_max))
+
+    async def _back_off(self, delay: float) -> None:
+        """Wait before a retry, but not while a process-0 pod of this JobSet is being deleted
+        with its log not read to the end: its grace period is all the time left to read it, so
+        the wait ends when discovery shows one (once per pod: a drain that keeps failing backs
+        off like any other failure)."""
+        deadline = time.monotonic() + delay
+        while (left := deadline - time.monotonic()) > 0:
+            for p in self.discovery.process0(self.jobset):
+                if p.deleting and p.uid not in self._hurried and stream_key(p, p.restart_count) not in self.finished:
+                    self._hurried.add(p.uid)
+                    log.info("%s: pod %s is being deleted: reading it now, not after the back-off",
+                             self.run, p.name)
+                    return
+            await self.discovery.wait_change(left)
 
     async def _same_container(self, pod: PodInfo) -> bool:
         """Whether the container we meant to read is still the pod's current one. kubectl logs
@@ -515,7 +536,7 @@ class RunFollower:
         if pod is not None:
             self.status.pod = pod.name
         if state == "following":
-            self.status.last_error = None if self._backoff == 0 else self.status.last_error
+            self.status.last_error = None if self.health.failing is None else self.status.last_error
 
     # ------------------------------------------------------------------------ committing
     async def _flush_loop(self) -> None:
