@@ -77,6 +77,7 @@ def stream_key(pod: PodInfo, restart_count: int) -> str:
     return f"{pod.uid}/{pod.container}/{restart_count}"
 
 
+PAUSE_S = 1.0  # a sleep this much longer than asked: the process was not running (SIGSTOP, starved)
 POD_STREAM = re.compile(r"[0-9a-f-]{8,}/[^/]+/\d+")  # a stream_key (not an ingested file's stream)
 
 
@@ -148,6 +149,10 @@ class RunFollower:
         self._pending_check: dict[str, _Overlap] = {}  # stream -> unresolved re-read check
         self.pace = Pace()  # the writer's pace, for the hang watchdog
         self.probes = 0  # non-follow reads of a quiet pod's newest line
+        # monotonic time until which the stream is known to have held back nothing: its latest
+        # line, or a probe that found nothing unread (the stall clock counts quiet up to it only)
+        self._heard: float | None = None
+        self.pauses = 0  # times the collector was found not running (a jump of the loop's clock)
         self.on_event: events.Hook | None = None
         self.raw = sink.raw = RawLog(cfg.raw, run) if cfg.raw else None
 
@@ -277,7 +282,7 @@ class RunFollower:
                         continue
                     if probe is None and quiet >= watchdog.next_check:
                         probe = asyncio.create_task(self._pod_has_unread(pod, key))
-                        probe_line = last_line
+                        probe_line, probe_at = last_line, time.monotonic()
                     if probe is None or not probe.done():
                         continue
                     unread, probe = probe.result(), None
@@ -287,13 +292,14 @@ class RunFollower:
                         outcome = "silent"  # hung (or unknowable for too long): re-open
                         break
                     watchdog.quiet_confirmed(quiet)
+                    self._heard = max(self._heard or probe_at, probe_at)  # the quiet is the trainer's
                     continue
                 except ValueError:  # over the reader's limit: the rest of it arrives as a fragment
                     self.model.bad_line("line longer than 2 MiB")
                     continue
                 if not line:
                     break
-                last_line = time.monotonic()
+                last_line = self._heard = time.monotonic()
                 self.sink.running = True
                 watchdog.reset()
                 ts_ns = line_ts(line)
@@ -541,7 +547,17 @@ class RunFollower:
     # ------------------------------------------------------------------------ committing
     async def _flush_loop(self) -> None:
         while True:
+            before = time.monotonic()
             await asyncio.sleep(self.cfg.flush_interval)
+            now = time.monotonic()
+            late = now - before - self.cfg.flush_interval
+            if late >= PAUSE_S:  # the loop's clock jumped: this process was stopped or starved
+                self.pauses += 1
+                self.detectors.paused()
+                log.warning("%s: the collector was not running for %.1f s (stopped or starved): that time "
+                         "is not judged as the trainer's", self.run, late)
+            if self._heard is not None:
+                self.detectors.heard_ns = time.time_ns() - int((now - self._heard) * 1e9)
             # shielded: a commit in flight at shutdown completes before the final flush
             await asyncio.shield(self._flush())
 
