@@ -44,6 +44,8 @@ class FollowConfig:
     until_done: bool = False  # stop when process 0 of the newest attempt completed
     parquet_every: float = 30.0
     raw: str | None = None  # follow --raw DIR: every line read kept in segments (storage.raw)
+    # a stream delivering only unreadable lines (binary garbage) this long is a failure
+    unreadable_after: float = 10.0
 
 
 @dataclass
@@ -78,6 +80,23 @@ def stream_key(pod: PodInfo, restart_count: int) -> str:
 
 
 PAUSE_S = 1.0  # a sleep this much longer than asked: the process was not running (SIGSTOP, starved)
+# Bytes no text line holds (tab, CR and ESC of colours and progress bars are fine).
+_CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f]")
+
+
+def readable(line: bytes) -> bool:
+    """Whether a line is text steptail could read: UTF-8 without control bytes."""
+    if _CONTROL.search(line) is not None:
+        return False
+    if line.isascii():
+        return True
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 POD_STREAM = re.compile(r"[0-9a-f-]{8,}/[^/]+/\d+")  # a stream_key (not an ingested file's stream)
 
 
@@ -136,6 +155,9 @@ class RunFollower:
         # kubectl and API reads of this run: failing until a read delivers again
         self.health = health or Health("follower", run, detectors.metrics, status)
         sink.health = Health("store", run, detectors.metrics, status)
+        # what process 0 prints: failing while a stream delivers only lines no parser can read
+        self.content = Health("stream content", run, detectors.metrics, status)
+        self._unreadable: list | None = None  # [monotonic start, lines, bytes] of such a spell
         self.env = target.env()
         # streams read to their end (saved with the cursors: known again after a restart)
         self.finished: set[str] = {k for k, c in model.cursors.items() if c.done}
@@ -456,6 +478,11 @@ class RunFollower:
         the overlap check and the model."""
         if self.health.failing is not None:  # a read delivers: whatever failed works again
             self.health.ok()
+        if not readable(line):
+            self._unreadable_line(line)
+        elif self._unreadable is not None:
+            self._unreadable = None
+            self.content.ok()  # logs the end of a spell that was reported
         self.pace.see(ts_ns)
         gap = check.see(ts_ns, line)
         if gap is not None:
@@ -467,6 +494,22 @@ class RunFollower:
         if self.raw is not None:  # as read: the sink writes it before the rows it makes commit
             self.raw.add(key, line, ts_ns, self.model.pod)
         self.model.feed_stamped(line, ts_ns, stream=key)
+
+    def _unreadable_line(self, line: bytes) -> None:
+        """Binary garbage (or text in an encoding steptail cannot read): counted; once a
+        stream delivered nothing else for `unreadable_after` seconds, a failure — one warning
+        line, the errors metric and the up gauge, a finding — until a readable line comes."""
+        now = time.monotonic()
+        spell = self._unreadable
+        if spell is None:
+            spell = self._unreadable = [now, 0, 0]
+        spell[1] += 1
+        spell[2] += len(line)
+        if self.content.failing is None and now - spell[0] >= self.cfg.unreadable_after:
+            reason = (f"process 0 prints nothing steptail can read: {spell[1]} lines ({spell[2]} bytes) in "
+                      f"{now - spell[0]:.0f} s without one readable line (binary output or an unknown encoding)")
+            self.content.fail("unreadable", reason)
+            self.detectors.failure("unreadable", reason)
 
     def _gap(self, key: str, start_ns: int | None, end_ns: int | None, reason: str) -> None:
         now = time.time_ns()

@@ -40,7 +40,8 @@ RECONNECT_REASONS = ("eof", "silence")  # collector.follower
 COMPLETED_STATE = "container Completed; waiting"
 # The failures counted from 0 for each run (the alert rules match auth and forbidden):
 # kubectl's kinds (collector.kubectl.classify; a 403 is "auth" there) and the store's.
-RUN_ERRORS = (("follower", "auth"), ("follower", "network"), ("follower", "server_error"), ("store", "store"))
+RUN_ERRORS = (("follower", "auth"), ("follower", "network"), ("follower", "server_error"), ("store", "store"),
+              ("stream content", "unreadable"))
 DISCOVERY_ERRORS = ("auth", "forbidden", "network", "server_error", "deserialize")
 
 
