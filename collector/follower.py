@@ -25,6 +25,7 @@ from steptail.collector.kubectl import KubeTarget
 from steptail.collector.sink import RunSink
 from steptail.collector.watchdog import Pace, Watchdog
 from steptail.parsers.fast import line_ts
+from steptail.parsers.timestamps import format_ns
 from steptail.runs.model import RunModel
 from steptail.runs.rows import LOSS_PARTS
 from steptail.runs.stream_gap import StreamGap
@@ -46,6 +47,9 @@ class FollowConfig:
     raw: str | None = None  # follow --raw DIR: every line read kept in segments (storage.raw)
     # a stream delivering only unreadable lines (binary garbage) this long is a failure
     unreadable_after: float = 10.0
+    # kubectl's resident size past which it is killed (it holds a line with no end; see
+    # collector.kubectl.MAX_RSS); None: unbounded
+    kubectl_max_rss: int | None = kubectl.MAX_RSS
 
 
 @dataclass
@@ -166,6 +170,7 @@ class RunFollower:
         # pods a fresh read found deleted: the watch's view may list them for seconds more (while
         # it fails, e.g. after 503s); they are not read again nor their gap recorded on every pass
         self.gone: set[str] = set()
+        self._skip: dict[str, int] = {}  # stream -> read from here: a line with no end before it
         self._hurried: set[str] = set()  # deleting pods a back-off was cut short for (once each)
         self._stream_started = 0.0
         self._pending_check: dict[str, _Overlap] = {}  # stream -> unresolved re-read check
@@ -251,6 +256,9 @@ class RunFollower:
         outcome, code, err = await self._stream(pod, key)
         if code == 0:
             self.health.ok()
+        if outcome == "oversized":
+            await self._oversized(pod, key, err)
+            return
         if outcome == "moved":
             return  # the next pass reads the old container's rest with --previous, then the new one
         if outcome == "silent":
@@ -276,15 +284,15 @@ class RunFollower:
 
     async def _stream(self, pod: PodInfo, key: str) -> tuple[str, int | None, str]:
         """One `kubectl logs -f`; returns (eof|silent|exit, exit code, stderr)."""
-        since = self._since(key)
+        since, skipping = self._read_since(key)
         argv = self.target.logs_argv(pod.name, pod.container, follow=True, since_ns=since)
         self.model.pod = pod.name
         self._set_state("following", pod)
         self._stream_started = time.monotonic()
         proc = await kubectl.spawn(argv, self.env)
         err_task = asyncio.create_task(proc.stderr.read())
-        check = self._check_for(key, since, pod)
-        outcome = "eof"
+        check = self._check_for(key, since, pod, skipping)
+        outcome, overlong, sized_at, why = "eof", False, 0.0, ""
         last_line = time.monotonic()
         watchdog = Watchdog(self.pace, self.cfg.silence)
         probe: asyncio.Task | None = None
@@ -297,6 +305,11 @@ class RunFollower:
                         line = await proc.stdout.readline()
                 except TimeoutError:
                     quiet = time.monotonic() - last_line
+                    if quiet - sized_at >= 0.5:  # kubectl is quiet: is it holding a line with no end?
+                        sized_at = quiet
+                        if (rss := kubectl.too_big(proc, self.cfg.kubectl_max_rss)) is not None:
+                            outcome, why = "oversized", self._too_big(rss)
+                            break
                     if not self._container_runs(pod):
                         if quiet >= 1.0:  # the container ended: do not wait for a slow EOF
                             outcome = "silent"
@@ -317,14 +330,21 @@ class RunFollower:
                     self._heard = max(self._heard or probe_at, probe_at)  # the quiet is the trainer's
                     continue
                 except ValueError:  # over the reader's limit: the rest of it arrives as a fragment
-                    self.model.bad_line("line longer than 2 MiB")
+                    if not overlong:
+                        self.model.bad_line("line longer than 2 MiB")
+                    overlong = True
                     continue
                 if not line:
                     break
                 last_line = self._heard = time.monotonic()
                 self.sink.running = True
                 watchdog.reset()
+                sized_at = 0.0
                 ts_ns = line_ts(line)
+                if overlong:
+                    overlong = False
+                    if ts_ns is None:
+                        continue  # the over-long line's end, not a line of its own
                 if check.would_gap(ts_ns) and not await self._same_container(pod):
                     outcome = "moved"  # opened just as the container restarted: those lines are not ours
                     break
@@ -342,8 +362,8 @@ class RunFollower:
                 err = ""
         if not err_task.done():
             err_task.cancel()
-        if outcome in ("silent", "moved"):
-            return outcome, None, ""
+        if outcome in ("silent", "moved", "oversized"):
+            return outcome, None, why
         return ("eof" if proc.returncode == 0 else "exit"), proc.returncode, err
 
     def _reconnected(self, stream: str, reason: str) -> None:
@@ -384,13 +404,15 @@ class RunFollower:
             return
         if not await self._catch_up_previous(pod) and not gone:
             return
-        since = self._since(key)
+        since, skipping = self._read_since(key)
         self._set_state("draining old pod", pod)
-        check = self._check_for(key, since, pod)
+        check = self._check_for(key, since, pod, skipping)
         self.model.pod = pod.name
         argv = self.target.logs_argv(pod.name, pod.container, since_ns=since)
-        code, err = await kubectl.run_once(argv, self.env, lambda ln: self._feed(ln, line_ts(ln), key, check),
-                                           self.cfg.drain_timeout)
+        code, err = await self._read_once(argv, key, check)
+        if code == kubectl.OVERSIZED:
+            await self._oversized(pod, key, err)
+            return
         if code == 0:
             self.health.ok()
             self._read_to_end(key)
@@ -416,18 +438,20 @@ class RunFollower:
             return True
         rc = max(older)
         key = f"{prefix}{rc}"
-        since = self._since(key)
+        since, skipping = self._read_since(key)
         if rc != pod.restart_count - 1:
             # the container we read restarted more than once since: --previous is a later one
             self._gap(key, since, _upper(pod.previous_finished_ns),
                       f"container restarted {pod.restart_count - rc} times between reads")
             self._read_to_end(key)
             return True
-        check = self._check_for(key, since)
+        check = self._check_for(key, since, None, skipping)
         argv = self.target.logs_argv(pod.name, pod.container, previous=True, since_ns=since)
         self._set_state("reading previous container", pod)
-        code, err = await kubectl.run_once(argv, self.env, lambda ln: self._feed(ln, line_ts(ln), key, check),
-                                           self.cfg.drain_timeout)
+        code, err = await self._read_once(argv, key, check)
+        if code == kubectl.OVERSIZED:
+            await self._oversized(pod, key, err, previous=True)
+            return False
         if code == 0:
             self.health.ok()
             self._read_to_end(key)
@@ -439,6 +463,45 @@ class RunFollower:
             return True
         await self._report(kind, f"reading --previous of {pod.name}: {reason}")
         return False
+
+    async def _read_once(self, argv: list[str], key: str, check: _Overlap) -> tuple[int | None, str]:
+        """A non-follow read of one stream into the model (kubectl.run_once)."""
+        def overlong() -> None:
+            self.model.bad_line("line longer than 2 MiB")
+
+        return await kubectl.run_once(argv, self.env, lambda ln: self._feed(ln, line_ts(ln), key, check),
+                                      self.cfg.drain_timeout, max_rss=self.cfg.kubectl_max_rss,
+                                      on_overlong=overlong)
+
+    def _too_big(self, rss: int) -> str:
+        return f"kubectl grew to {rss >> 20} MiB holding one line (limit {self.cfg.kubectl_max_rss >> 20} MiB)"
+
+    async def _oversized(self, pod: PodInfo, key: str, why: str, previous: bool = False) -> None:
+        """kubectl was killed holding a line with no end: the next read starts after it. Its
+        start is learnt from a read of the first 64 KiB (limitBytes); the API's sinceTime has
+        whole seconds, so the rest of that second is skipped too — a stream gap, a bad line,
+        a failure (logged, counted, a finding) that clears with the next line read."""
+        since, _ = self._read_since(key)
+        start: list[int | None] = [None]
+
+        def see(line: bytes) -> None:
+            if not line.endswith(b"\n"):  # cut off by limitBytes: the line with no end
+                start[0] = line_ts(line)
+
+        argv = self.target.logs_argv(pod.name, pod.container, since_ns=since, previous=previous,
+                                     limit_bytes=1 << 16)
+        try:
+            await kubectl.run_once(argv, self.env, see, self.cfg.drain_timeout)
+        except Exception as exc:  # noqa: BLE001 - unknown start: skip from the cursor
+            log.debug("%s: start of the line with no end unknown: %s", self.run, exc)
+        base = start[0] or since or time.time_ns()
+        skip_to = (base // 1_000_000_000 + 1) * 1_000_000_000
+        reason = (f"a line with no end from {format_ns(base)}: {why}; kubectl killed, the log read again "
+                  f"from {format_ns(skip_to)}")
+        self.model.bad_line(reason)
+        self._gap(key, base, skip_to, reason)
+        self._skip[key] = skip_to
+        await self._report("line_too_long", reason)
 
     def _read_to_end(self, key: str) -> None:
         self.finished.add(key)
@@ -466,7 +529,19 @@ class RunFollower:
         cursor = self.model.cursors.get(key)
         return cursor.hwm_ns if cursor is not None else None
 
-    def _check_for(self, key: str, since: int | None, pod: PodInfo | None = None) -> _Overlap:
+    def _read_since(self, key: str) -> tuple[int | None, bool]:
+        """Where a read of the stream starts: the cursor, or past a line with no end (True)."""
+        since, skip = self._since(key), self._skip.get(key)
+        if skip is not None and (since is None or skip > since):
+            return skip, True
+        return since, False
+
+    def _check_for(self, key: str, since: int | None, pod: PodInfo | None = None,
+                   skipping: bool = False) -> _Overlap:
+        if skipping:  # the window skipped is a recorded gap already: nothing to check
+            check = _Overlap(None)
+            check.resolved = True
+            return check
         check = self._pending_check.get(key)
         if check is None or check.hwm_ns != since:
             started = pod.started_ns if pod is not None and key == stream_key(pod, pod.restart_count) else None
