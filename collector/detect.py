@@ -99,6 +99,8 @@ class Detectors:
         is not the trainer's; the next tick restarts the stall clock."""
         with self._lock:
             self._paused = True
+        if self.metrics is not None:
+            self._guard(self.metrics.paused)
 
     def tick(self, now_ns: int, running: bool = True) -> list:
         with self._lock:

@@ -80,6 +80,9 @@ class Metrics:
             "steptail_errors", "Failed attempts, by source (discovery, follower, store) and reason (auth, "
             "forbidden, network, deserialize, server_error, store, …); run is empty for discovery.",
             ["run", "source", "reason"], registry=r)
+        self.pauses = Counter(
+            "steptail_collector_pauses", "Times this collector was not running for over a second (stopped, "
+            "starved: its event loop's clock jumped); stalls are not judged over that time.", registry=r)
         self.follower_up = Gauge(
             "steptail_follower_up", "1 while the run's follower and store writes work, 0 while one fails.",
             ["run"], registry=r)
@@ -141,6 +144,9 @@ class Metrics:
     def bad_lines(self, run: str, n: int = 1) -> None:
         if n > 0:
             self.bad_lines_total.labels(run).inc(n)
+
+    def paused(self) -> None:
+        self.pauses.inc()
 
     def error(self, run: str, source: str, reason: str) -> None:
         self.errors.labels(run, source, reason).inc()
