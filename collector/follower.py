@@ -83,6 +83,7 @@ def stream_key(pod: PodInfo, restart_count: int) -> str:
     return f"{pod.uid}/{pod.container}/{restart_count}"
 
 
+DELETING_RETRY_S = 0.5  # longest back-off while a pod being deleted holds unread lines
 PAUSE_S = 1.0  # a sleep this much longer than asked: the process was not running (SIGSTOP, starved)
 # Bytes no text line holds (tab, CR and ESC of colours and progress bars are fine).
 _CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f]")
@@ -620,19 +621,23 @@ class RunFollower:
         await self._back_off(self.health.backoff(self.cfg.backoff_max))
 
     async def _back_off(self, delay: float) -> None:
-        """Wait before a retry, but not while a process-0 pod of this JobSet is being deleted
-        with its log not read to the end: its grace period is all the time left to read it, so
-        the wait ends when discovery shows one (once per pod: a drain that keeps failing backs
-        off like any other failure)."""
-        deadline = time.monotonic() + delay
+        """Wait before a retry, but not long while a process-0 pod of this JobSet is being
+        deleted with its log not read to the end: its grace period is all the time left to read
+        it. The wait ends when discovery first shows such a pod, and while one remains no wait
+        is longer than DELETING_RETRY_S."""
+        start = time.monotonic()
+        deadline = start + delay
         while (left := deadline - time.monotonic()) > 0:
             for p in self.discovery.process0(self.jobset):
-                if p.deleting and p.uid not in self._hurried and stream_key(p, p.restart_count) not in self.finished:
-                    self._hurried.add(p.uid)
-                    log.info("%s: pod %s is being deleted: reading it now, not after the back-off",
-                             self.run, p.name)
-                    return
-            await self.discovery.wait_change(left)
+                if p.deleting and stream_key(p, p.restart_count) not in self.finished:
+                    if p.uid not in self._hurried:
+                        self._hurried.add(p.uid)
+                        log.info("%s: pod %s is being deleted: reading it now, not after the back-off",
+                                 self.run, p.name)
+                        return
+                    deadline = min(deadline, start + DELETING_RETRY_S)
+            if (left := deadline - time.monotonic()) > 0:
+                await self.discovery.wait_change(left)
 
     async def _same_container(self, pod: PodInfo) -> bool:
         """Whether the container we meant to read is still the pod's current one. kubectl logs
