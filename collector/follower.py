@@ -479,9 +479,10 @@ class RunFollower:
 
     async def _oversized(self, pod: PodInfo, key: str, why: str, previous: bool = False) -> None:
         """kubectl was killed holding a line with no end: the next read starts after it. Its
-        start is learnt from a read of the first 64 KiB (limitBytes); the API's sinceTime has
-        whole seconds, so the rest of that second is skipped too — a stream gap, a bad line,
-        a failure (logged, counted, a finding) that clears with the next line read."""
+        start is learnt from a read of the first MiB from the cursor (limitBytes; a re-read
+        starts up to a second early). The API's sinceTime has whole seconds, so the rest of
+        that second is skipped too: a stream gap, a bad line, a failure (logged, counted, a
+        finding) that clears with the next line read."""
         since, _ = self._read_since(key)
         start: list[int | None] = [None]
 
@@ -490,7 +491,7 @@ class RunFollower:
                 start[0] = line_ts(line)
 
         argv = self.target.logs_argv(pod.name, pod.container, since_ns=since, previous=previous,
-                                     limit_bytes=1 << 16)
+                                     limit_bytes=1 << 20)
         try:
             await kubectl.run_once(argv, self.env, see, self.cfg.drain_timeout)
         except Exception as exc:  # noqa: BLE001 - unknown start: skip from the cursor
