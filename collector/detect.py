@@ -72,6 +72,11 @@ class Detectors:
         self.flagged: list = []  # every finding raised by this collector
         self._seen_failures = 0  # failures handed to the engine so far
         self.finishing = False  # the run ended: end-of-data checks at the next commit
+        # Set by the follower (the stall clock, FindingEngine.tick): wall time until which the
+        # stream is known to have held back nothing, and whether the collector was just not
+        # running (a pause: judged again only from now on).
+        self.heard_ns: int | None = None
+        self._paused = False
         self.on_event: events.Hook | None = None
         self._lock = threading.Lock()
 
@@ -89,9 +94,18 @@ class Detectors:
         with self._lock:
             self.failures.append(Failure(kind, reason, time.time_ns()))
 
+    def paused(self) -> None:
+        """The collector was not running for a while (SIGSTOP, a starved event loop): that time
+        is not the trainer's; the next tick restarts the stall clock."""
+        with self._lock:
+            self._paused = True
+        if self.metrics is not None:
+            self._guard(self.metrics.paused)
+
     def tick(self, now_ns: int, running: bool = True) -> list:
         with self._lock:
             todo, self._seen_failures = self.failures[self._seen_failures:], len(self.failures)
+            paused, self._paused = self._paused, False
         out = []
         if self.engine is not None:
             for f in todo:
@@ -99,12 +113,12 @@ class Detectors:
             if self.finishing:
                 self.finishing = False
                 out += self._guard(self.engine.finish) or []
-            out += self._guard(self.engine.tick, now_ns, running) or []
+            out += self._guard(self.engine.tick, now_ns, running and not paused, self.heard_ns) or []
         return out
 
     @property
     def has_queued(self) -> bool:
-        return len(self.failures) > self._seen_failures or self.finishing
+        return len(self.failures) > self._seen_failures or self.finishing or self._paused
 
     def step(self, step: int, ts_ns: int | None) -> None:
         if self.metrics is not None:

@@ -25,6 +25,7 @@ from steptail.collector.kubectl import KubeTarget
 from steptail.collector.sink import RunSink
 from steptail.collector.watchdog import Pace, Watchdog
 from steptail.parsers.fast import line_ts
+from steptail.parsers.timestamps import format_ns
 from steptail.runs.model import RunModel
 from steptail.runs.rows import LOSS_PARTS
 from steptail.runs.stream_gap import StreamGap
@@ -44,6 +45,11 @@ class FollowConfig:
     until_done: bool = False  # stop when process 0 of the newest attempt completed
     parquet_every: float = 30.0
     raw: str | None = None  # follow --raw DIR: every line read kept in segments (storage.raw)
+    # a stream delivering only unreadable lines (binary garbage) this long is a failure
+    unreadable_after: float = 10.0
+    # kubectl's resident size past which it is killed (it holds a line with no end; see
+    # collector.kubectl.MAX_RSS); None: unbounded
+    kubectl_max_rss: int | None = kubectl.MAX_RSS
 
 
 @dataclass
@@ -75,6 +81,25 @@ def _upper(ns: int | None) -> int | None:
 
 def stream_key(pod: PodInfo, restart_count: int) -> str:
     return f"{pod.uid}/{pod.container}/{restart_count}"
+
+
+DELETING_RETRY_S = 0.5  # longest back-off while a pod being deleted holds unread lines
+PAUSE_S = 1.0  # a sleep this much longer than asked: the process was not running (SIGSTOP, starved)
+# Bytes no text line holds (tab, CR and ESC of colours and progress bars are fine).
+_CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f]")
+
+
+def readable(line: bytes) -> bool:
+    """Whether a line is text steptail could read: UTF-8 without control bytes."""
+    if _CONTROL.search(line) is not None:
+        return False
+    if line.isascii():
+        return True
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 POD_STREAM = re.compile(r"[0-9a-f-]{8,}/[^/]+/\d+")  # a stream_key (not an ingested file's stream)
@@ -136,16 +161,27 @@ class RunFollower:
         self.health = health or Health("follower", run, detectors.metrics, status)
         sink.health = Health("store", run, detectors.metrics, status)
         sink.buffer_health = Health("buffer", run, detectors.metrics, status)
+        # what process 0 prints: failing while a stream delivers only lines no parser can read
+        self.content = Health("stream content", run, detectors.metrics, status)
+        self._unreadable: list | None = None  # [monotonic start, lines, bytes] of such a spell
         self.env = target.env()
         # streams read to their end (saved with the cursors: known again after a restart)
         self.finished: set[str] = {k for k, c in model.cursors.items() if c.done}
         self._looked_for_vanished = False
         self.known: dict[str, PodInfo] = {}  # every process-0 pod seen, by uid
-        self._backoff = 0.0
+        # pods a fresh read found deleted: the watch's view may list them for seconds more (while
+        # it fails, e.g. after 503s); they are not read again nor their gap recorded on every pass
+        self.gone: set[str] = set()
+        self._skip: dict[str, int] = {}  # stream -> read from here: a line with no end before it
+        self._hurried: set[str] = set()  # deleting pods a back-off was cut short for (once each)
         self._stream_started = 0.0
         self._pending_check: dict[str, _Overlap] = {}  # stream -> unresolved re-read check
         self.pace = Pace()  # the writer's pace, for the hang watchdog
         self.probes = 0  # non-follow reads of a quiet pod's newest line
+        # monotonic time until which the stream is known to have held back nothing: its latest
+        # line, or a probe that found nothing unread (the stall clock counts quiet up to it only)
+        self._heard: float | None = None
+        self.pauses = 0  # times the collector was found not running (a jump of the loop's clock)
         self.on_event: events.Hook | None = None
         self.raw = sink.raw = RawLog(cfg.raw, run) if cfg.raw else None
 
@@ -166,7 +202,7 @@ class RunFollower:
         if not self._looked_for_vanished and self.discovery.listed:
             self._looked_for_vanished = True
             self._vanished_while_away()
-        pods = self.discovery.process0(self.jobset)
+        pods = [p for p in self.discovery.process0(self.jobset) if p.uid not in self.gone]
         for p in pods:
             self.known[p.uid] = p
         live = {p.uid for p in pods}
@@ -201,7 +237,7 @@ class RunFollower:
         except Exception as exc:  # noqa: BLE001 - e.g. auth lapse: report, back off, retry
             await self._report(*reason_of(exc))
             return
-        if fresh is None:
+        if fresh is None or fresh.uid != pod.uid:
             await self._drain(pod, gone=True)
             return
         pod = self.known[pod.uid] = fresh
@@ -222,17 +258,19 @@ class RunFollower:
         outcome, code, err = await self._stream(pod, key)
         if code == 0:
             self.health.ok()
+        if outcome == "oversized":
+            await self._oversized(pod, key, err)
+            return
         if outcome == "moved":
             return  # the next pass reads the old container's rest with --previous, then the new one
         if outcome == "paused":
             await self._wait_for_room()
             return  # the next pass re-opens the stream from the cursor
         if outcome == "silent":
+            self.health.ok()  # the stream opened: whatever failed before works again
             self._reconnected(key, "silence")
-            self._backoff = 0.0
             return
         if code == 0:
-            self._backoff = 0.0
             if time.monotonic() - self._stream_started < 1.0:
                 await asyncio.sleep(0.5)  # a server that ends every stream at once: no busy loop
             fresh = await self._fresh(pod)
@@ -251,15 +289,15 @@ class RunFollower:
 
     async def _stream(self, pod: PodInfo, key: str) -> tuple[str, int | None, str]:
         """One `kubectl logs -f`; returns (eof|silent|exit, exit code, stderr)."""
-        since = self._since(key)
+        since, skipping = self._read_since(key)
         argv = self.target.logs_argv(pod.name, pod.container, follow=True, since_ns=since)
         self.model.pod = pod.name
         self._set_state("following", pod)
         self._stream_started = time.monotonic()
         proc = await kubectl.spawn(argv, self.env)
         err_task = asyncio.create_task(proc.stderr.read())
-        check = self._check_for(key, since, pod)
-        outcome = "eof"
+        check = self._check_for(key, since, pod, skipping)
+        outcome, overlong, sized_at, why = "eof", False, 0.0, ""
         last_line = time.monotonic()
         watchdog = Watchdog(self.pace, self.cfg.silence)
         probe: asyncio.Task | None = None
@@ -272,6 +310,11 @@ class RunFollower:
                         line = await proc.stdout.readline()
                 except TimeoutError:
                     quiet = time.monotonic() - last_line
+                    if quiet - sized_at >= 0.5:  # kubectl is quiet: is it holding a line with no end?
+                        sized_at = quiet
+                        if (rss := kubectl.too_big(proc, self.cfg.kubectl_max_rss)) is not None:
+                            outcome, why = "oversized", self._too_big(rss)
+                            break
                     if not self._container_runs(pod):
                         if quiet >= 1.0:  # the container ended: do not wait for a slow EOF
                             outcome = "silent"
@@ -279,7 +322,7 @@ class RunFollower:
                         continue
                     if probe is None and quiet >= watchdog.next_check:
                         probe = asyncio.create_task(self._pod_has_unread(pod, key))
-                        probe_line = last_line
+                        probe_line, probe_at = last_line, time.monotonic()
                     if probe is None or not probe.done():
                         continue
                     unread, probe = probe.result(), None
@@ -289,16 +332,24 @@ class RunFollower:
                         outcome = "silent"  # hung (or unknowable for too long): re-open
                         break
                     watchdog.quiet_confirmed(quiet)
+                    self._heard = max(self._heard or probe_at, probe_at)  # the quiet is the trainer's
                     continue
                 except ValueError:  # over the reader's limit: the rest of it arrives as a fragment
-                    self.model.bad_line("line longer than 2 MiB")
+                    if not overlong:
+                        self.model.bad_line("line longer than 2 MiB")
+                    overlong = True
                     continue
                 if not line:
                     break
-                last_line = time.monotonic()
+                last_line = self._heard = time.monotonic()
                 self.sink.running = True
                 watchdog.reset()
+                sized_at = 0.0
                 ts_ns = line_ts(line)
+                if overlong:
+                    overlong = False
+                    if ts_ns is None:
+                        continue  # the over-long line's end, not a line of its own
                 if check.would_gap(ts_ns) and not await self._same_container(pod):
                     outcome = "moved"  # opened just as the container restarted: those lines are not ours
                     break
@@ -319,8 +370,8 @@ class RunFollower:
                 err = ""
         if not err_task.done():
             err_task.cancel()
-        if outcome in ("silent", "moved", "paused"):
-            return outcome, None, ""
+        if outcome in ("silent", "moved", "paused", "oversized"):
+            return outcome, None, why
         return ("eof" if proc.returncode == 0 else "exit"), proc.returncode, err
 
     async def _wait_for_room(self) -> None:
@@ -359,18 +410,24 @@ class RunFollower:
     async def _drain(self, pod: PodInfo, gone: bool = False) -> None:
         """Read what an old (replaced, deleting) pod holds after the last line read."""
         key = stream_key(pod, pod.restart_count)
+        if gone:
+            self.gone.add(pod.uid)
+        if key in self.finished:
+            return  # read to its end, or its gap recorded, already
         if pod.state == "waiting" and key not in self.model.cursors:
             self._read_to_end(key)  # it never ran: nothing to read
             return
         if not await self._catch_up_previous(pod) and not gone:
             return
-        since = self._since(key)
+        since, skipping = self._read_since(key)
         self._set_state("draining old pod", pod)
-        check = self._check_for(key, since, pod)
+        check = self._check_for(key, since, pod, skipping)
         self.model.pod = pod.name
         argv = self.target.logs_argv(pod.name, pod.container, since_ns=since)
-        code, err = await kubectl.run_once(argv, self.env, lambda ln: self._feed(ln, line_ts(ln), key, check),
-                                           self.cfg.drain_timeout)
+        code, err = await self._read_once(argv, key, check)
+        if code == kubectl.OVERSIZED:
+            await self._oversized(pod, key, err)
+            return
         if code == 0:
             self.health.ok()
             self._read_to_end(key)
@@ -396,18 +453,20 @@ class RunFollower:
             return True
         rc = max(older)
         key = f"{prefix}{rc}"
-        since = self._since(key)
+        since, skipping = self._read_since(key)
         if rc != pod.restart_count - 1:
             # the container we read restarted more than once since: --previous is a later one
             self._gap(key, since, _upper(pod.previous_finished_ns),
                       f"container restarted {pod.restart_count - rc} times between reads")
             self._read_to_end(key)
             return True
-        check = self._check_for(key, since)
+        check = self._check_for(key, since, None, skipping)
         argv = self.target.logs_argv(pod.name, pod.container, previous=True, since_ns=since)
         self._set_state("reading previous container", pod)
-        code, err = await kubectl.run_once(argv, self.env, lambda ln: self._feed(ln, line_ts(ln), key, check),
-                                           self.cfg.drain_timeout)
+        code, err = await self._read_once(argv, key, check)
+        if code == kubectl.OVERSIZED:
+            await self._oversized(pod, key, err, previous=True)
+            return False
         if code == 0:
             self.health.ok()
             self._read_to_end(key)
@@ -419,6 +478,46 @@ class RunFollower:
             return True
         await self._report(kind, f"reading --previous of {pod.name}: {reason}")
         return False
+
+    async def _read_once(self, argv: list[str], key: str, check: _Overlap) -> tuple[int | None, str]:
+        """A non-follow read of one stream into the model (kubectl.run_once)."""
+        def overlong() -> None:
+            self.model.bad_line("line longer than 2 MiB")
+
+        return await kubectl.run_once(argv, self.env, lambda ln: self._feed(ln, line_ts(ln), key, check),
+                                      self.cfg.drain_timeout, max_rss=self.cfg.kubectl_max_rss,
+                                      on_overlong=overlong)
+
+    def _too_big(self, rss: int) -> str:
+        return f"kubectl grew to {rss >> 20} MiB holding one line (limit {self.cfg.kubectl_max_rss >> 20} MiB)"
+
+    async def _oversized(self, pod: PodInfo, key: str, why: str, previous: bool = False) -> None:
+        """kubectl was killed holding a line with no end: the next read starts after it. Its
+        start is learnt from a read of the first MiB from the cursor (limitBytes; a re-read
+        starts up to a second early). The API's sinceTime has whole seconds, so the rest of
+        that second is skipped too: a stream gap, a bad line, a failure (logged, counted, a
+        finding) that clears with the next line read."""
+        since, _ = self._read_since(key)
+        start: list[int | None] = [None]
+
+        def see(line: bytes) -> None:
+            if not line.endswith(b"\n"):  # cut off by limitBytes: the line with no end
+                start[0] = line_ts(line)
+
+        argv = self.target.logs_argv(pod.name, pod.container, since_ns=since, previous=previous,
+                                     limit_bytes=1 << 20)
+        try:
+            await kubectl.run_once(argv, self.env, see, self.cfg.drain_timeout)
+        except Exception as exc:  # noqa: BLE001 - unknown start: skip from the cursor
+            log.debug("%s: start of the line with no end unknown: %s", self.run, exc)
+        base = start[0] or since or time.time_ns()
+        skip_to = (base // 1_000_000_000 + 1) * 1_000_000_000
+        reason = (f"a line with no end from {format_ns(base)}: {why}; kubectl killed, the log read again "
+                  f"from {format_ns(skip_to)}")
+        self.model.bad_line(reason)
+        self._gap(key, base, skip_to, reason)
+        self._skip[key] = skip_to
+        await self._report("line_too_long", reason)
 
     def _read_to_end(self, key: str) -> None:
         self.finished.add(key)
@@ -446,7 +545,19 @@ class RunFollower:
         cursor = self.model.cursors.get(key)
         return cursor.hwm_ns if cursor is not None else None
 
-    def _check_for(self, key: str, since: int | None, pod: PodInfo | None = None) -> _Overlap:
+    def _read_since(self, key: str) -> tuple[int | None, bool]:
+        """Where a read of the stream starts: the cursor, or past a line with no end (True)."""
+        since, skip = self._since(key), self._skip.get(key)
+        if skip is not None and (since is None or skip > since):
+            return skip, True
+        return since, False
+
+    def _check_for(self, key: str, since: int | None, pod: PodInfo | None = None,
+                   skipping: bool = False) -> _Overlap:
+        if skipping:  # the window skipped is a recorded gap already: nothing to check
+            check = _Overlap(None)
+            check.resolved = True
+            return check
         check = self._pending_check.get(key)
         if check is None or check.hwm_ns != since:
             started = pod.started_ns if pod is not None and key == stream_key(pod, pod.restart_count) else None
@@ -458,6 +569,11 @@ class RunFollower:
         the overlap check and the model."""
         if self.health.failing is not None:  # a read delivers: whatever failed works again
             self.health.ok()
+        if not readable(line):
+            self._unreadable_line(line)
+        elif self._unreadable is not None:
+            self._unreadable = None
+            self.content.ok()  # logs the end of a spell that was reported
         self.pace.see(ts_ns)
         gap = check.see(ts_ns, line)
         if gap is not None:
@@ -469,6 +585,22 @@ class RunFollower:
         if self.raw is not None:  # as read: the sink writes it before the rows it makes commit
             self.raw.add(key, line, ts_ns, self.model.pod)
         self.model.feed_stamped(line, ts_ns, stream=key)
+
+    def _unreadable_line(self, line: bytes) -> None:
+        """Binary garbage (or text in an encoding steptail cannot read): counted; once a
+        stream delivered nothing else for `unreadable_after` seconds, a failure — one warning
+        line, the errors metric and the up gauge, a finding — until a readable line comes."""
+        now = time.monotonic()
+        spell = self._unreadable
+        if spell is None:
+            spell = self._unreadable = [now, 0, 0]
+        spell[1] += 1
+        spell[2] += len(line)
+        if self.content.failing is None and now - spell[0] >= self.cfg.unreadable_after:
+            reason = (f"process 0 prints nothing steptail can read: {spell[1]} lines ({spell[2]} bytes) in "
+                      f"{now - spell[0]:.0f} s without one readable line (binary output or an unknown encoding)")
+            self.content.fail("unreadable", reason)
+            self.detectors.failure("unreadable", reason)
 
     def _gap(self, key: str, start_ns: int | None, end_ns: int | None, reason: str) -> None:
         now = time.time_ns()
@@ -488,6 +620,7 @@ class RunFollower:
         if kind == kubectl.NOT_FOUND:
             fresh = await self._fresh(pod)
             if fresh is None:  # the pod is gone: what it held after our last line is lost
+                self.gone.add(pod.uid)
                 self._gap(key, self._since(key), _upper(pod.finished_ns),
                           f"pod {pod.name} deleted before its log was read to the end ({reason})")
                 self._read_to_end(key)
@@ -500,8 +633,26 @@ class RunFollower:
         self.status.last_error = f"{kind}: {reason}"
         self._set_state(f"failing ({kind})")
         self.detectors.failure(kind, reason)
-        self._backoff = min(self.cfg.backoff_max, max(0.25, self._backoff * 2))
-        await asyncio.sleep(self._backoff)
+        await self._back_off(self.health.backoff(self.cfg.backoff_max))
+
+    async def _back_off(self, delay: float) -> None:
+        """Wait before a retry, but not long while a process-0 pod of this JobSet is being
+        deleted with its log not read to the end: its grace period is all the time left to read
+        it. The wait ends when discovery first shows such a pod, and while one remains no wait
+        is longer than DELETING_RETRY_S."""
+        start = time.monotonic()
+        deadline = start + delay
+        while (left := deadline - time.monotonic()) > 0:
+            for p in self.discovery.process0(self.jobset):
+                if p.deleting and stream_key(p, p.restart_count) not in self.finished:
+                    if p.uid not in self._hurried:
+                        self._hurried.add(p.uid)
+                        log.info("%s: pod %s is being deleted: reading it now, not after the back-off",
+                                 self.run, p.name)
+                        return
+                    deadline = min(deadline, start + DELETING_RETRY_S)
+            if (left := deadline - time.monotonic()) > 0:
+                await self.discovery.wait_change(left)
 
     async def _same_container(self, pod: PodInfo) -> bool:
         """Whether the container we meant to read is still the pod's current one. kubectl logs
@@ -529,12 +680,22 @@ class RunFollower:
         if pod is not None:
             self.status.pod = pod.name
         if state == "following":
-            self.status.last_error = None if self._backoff == 0 else self.status.last_error
+            self.status.last_error = None if self.health.failing is None else self.status.last_error
 
     # ------------------------------------------------------------------------ committing
     async def _flush_loop(self) -> None:
         while True:
+            before = time.monotonic()
             await asyncio.sleep(self.cfg.flush_interval)
+            now = time.monotonic()
+            late = now - before - self.cfg.flush_interval
+            if late >= PAUSE_S:  # the loop's clock jumped: this process was stopped or starved
+                self.pauses += 1
+                self.detectors.paused()
+                log.warning("%s: the collector was not running for %.1f s (stopped or starved): that time "
+                         "is not judged as the trainer's", self.run, late)
+            if self._heard is not None:
+                self.detectors.heard_ns = time.time_ns() - int((now - self._heard) * 1e9)
             # shielded: a commit in flight at shutdown completes before the final flush
             await asyncio.shield(self._flush())
 

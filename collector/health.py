@@ -13,7 +13,54 @@ import time
 
 from steptail.collector.kubectl import mask
 
+BACKOFF_START = 0.25  # seconds before the first retry of a failure
+
 log = logging.getLogger("steptail.health")
+
+REPEAT_WINDOW = 10.0  # seconds: the same line again within this is counted, not logged
+
+
+class Repeats(logging.Filter):
+    """Collapses repeats of one log line: the same message from the same logger, again within
+    REPEAT_WINDOW of its last logging, is counted instead of logged. The count is logged as a
+    line of its own ("… (repeated N more times)") before the next line that differs, or on
+    the same line once the window has passed. A loop that fails fast stays readable and still
+    says how often it happened."""
+
+    def __init__(self, window: float = REPEAT_WINDOW) -> None:
+        super().__init__()
+        self.window = window
+        self._last: logging.LogRecord | None = None  # the line logged last
+        self._key: tuple | None = None  # its (logger, level, message)
+        self._repeats = 0  # its repeats not logged
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, record.levelno, record.getMessage())
+        last = self._last
+        if last is not None and key == self._key:
+            if record.created - last.created < self.window:
+                self._repeats += 1
+                return False
+            if self._repeats:
+                record.msg, record.args = f"{key[2]} (repeated {self._repeats} more times before)", None
+        elif last is not None and self._repeats:
+            summary = logging.makeLogRecord(last.__dict__)
+            summary.msg, summary.args = f"{self._key[2]} (repeated {self._repeats} more times)", None
+            summary.created = record.created
+            logging.getLogger(last.name).callHandlers(summary)  # not filtered again: said once
+        self._last, self._key, self._repeats = record, key, 0
+        return True
+
+
+def collapse_repeats(*names: str) -> None:
+    """One Repeats filter on each of these loggers (a logger's filter sees what is logged on it)."""
+    for name in names:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, Repeats) for f in logger.filters):
+            logger.addFilter(Repeats())
+
+
+collapse_repeats("steptail.follow", "steptail.health")
 
 
 class Health:
@@ -27,6 +74,7 @@ class Health:
         self.counts: dict[str, int] = {}
         self.worked = False  # has succeeded at least once
         self._failures_in_spell = 0
+        self._same_kind = 0  # failures in a row of the current kind (the back-off's exponent)
         if metrics is not None:
             metrics.up(run, source, source != "discovery")  # discovery is up once pods are listed
 
@@ -50,6 +98,7 @@ class Health:
             self.metrics.error(self.run, self.source, kind)
         previous, self.failing = self.failing, (kind, reason)
         self.last = self.failing
+        self._same_kind = self._same_kind + 1 if previous is not None and previous[0] == kind else 1
         if previous is not None and previous[0] == kind:
             return False
         if previous is None:
@@ -70,12 +119,20 @@ class Health:
             return False
         (kind, reason), self.failing = self.failing, None
         took, n = self.failing_for(), self._failures_in_spell
-        self.since, self._failures_in_spell = None, 0
+        self.since, self._failures_in_spell, self._same_kind = None, 0, 0
         if self.metrics is not None:
             self.metrics.up(self.run, self.source, True)
         log.info("%s ok again after %.1f s (%s, %d failure%s)", self.name, took, kind, n, "" if n == 1 else "s",
                  extra=self._fields("ok", kind, reason))
         return True
+
+    def backoff(self, cap: float) -> float:
+        """Seconds to wait before retrying the current failure: doubling with each failure of
+        the same kind in a row, from BACKOFF_START again when the kind changes or after a
+        success (an auth lapse's waits never lengthen the retries of a later 503), at most `cap`."""
+        if self.failing is None:
+            return 0.0
+        return min(cap, BACKOFF_START * 2 ** min(self._same_kind - 1, 30))
 
     def state(self) -> str:
         return "ok" if self.failing is None else f"failing ({self.failing[0]})"

@@ -15,6 +15,11 @@ from steptail.parsers.timestamps import format_ns
 
 ACCOUNT_VAR = "CLOUDSDK_CORE_ACCOUNT"
 LINE_LIMIT = 1 << 21  # StreamReader limit: longer than any line the model keeps (1 MiB)
+# kubectl holds a whole line before printing it (and more, while its buffer doubles): a line
+# with no end grows it without bound (400 MB of line: 867 MB of kubectl). Past this resident
+# size it is killed; the follower skips the line (FollowConfig.kubectl_max_rss).
+MAX_RSS = 256 << 20
+OVERSIZED = -9  # run_once's exit code when it killed kubectl for growing past max_rss
 
 # Every kubectl this process started and has not reaped yet: pid -> process.
 LIVE: dict[int, asyncio.subprocess.Process] = {}
@@ -77,7 +82,7 @@ class KubeTarget:
         return env
 
     def logs_argv(self, pod: str, container: str, *, follow: bool = False, since_ns: int | None = None,
-                  previous: bool = False) -> list[str]:
+                  previous: bool = False, limit_bytes: int | None = None) -> list[str]:
         argv = [self.kubectl, "logs", pod, "-c", container, "--timestamps", "-n", self.namespace]
         if self.kubeconfig:
             argv.append(f"--kubeconfig={self.kubeconfig}")
@@ -89,6 +94,8 @@ class KubeTarget:
             argv.append("--previous")
         if since_ns is not None:
             argv.append(f"--since-time={format_ns(since_ns)}")
+        if limit_bytes is not None:
+            argv.append(f"--limit-bytes={limit_bytes}")
         return argv
 
 
@@ -190,8 +197,29 @@ def kill_all() -> None:
         LIVE.pop(pid, None)
 
 
-async def run_once(argv: list[str], env: dict[str, str], line_cb, timeout: float) -> tuple[int | None, str]:
-    """A non-follow read (drain, --previous): every stdout line to line_cb; (exit code, stderr)."""
+def rss_bytes(pid: int) -> int | None:
+    """Resident memory of a process (Linux /proc), None when unknown."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for row in f:
+                if row.startswith(b"VmRSS:"):
+                    return int(row.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def too_big(proc: asyncio.subprocess.Process, max_rss: int | None) -> int | None:
+    """kubectl's resident size when it is over max_rss (it is holding a line with no end)."""
+    rss = rss_bytes(proc.pid) if max_rss else None
+    return rss if rss is not None and rss > max_rss else None
+
+
+async def run_once(argv: list[str], env: dict[str, str], line_cb, timeout: float, *,
+                   max_rss: int | None = None, on_overlong=None) -> tuple[int | None, str]:
+    """A non-follow read (drain, --previous): every stdout line to line_cb; (exit code, stderr).
+    A line over LINE_LIMIT is on_overlong() (its rest arrives as fragments); kubectl grown past
+    max_rss is killed: (OVERSIZED, why)."""
     proc = await spawn(argv, env)
     err_task = asyncio.create_task(proc.stderr.read())
     deadline = time.monotonic() + timeout
@@ -200,7 +228,17 @@ async def run_once(argv: list[str], env: dict[str, str], line_cb, timeout: float
             left = deadline - time.monotonic()
             if left <= 0:
                 return None, "timed out reading the log"
-            line = await asyncio.wait_for(proc.stdout.readline(), left)
+            try:
+                # in slices: kubectl's size is looked at while it is quiet (holding a line)
+                line = await asyncio.wait_for(proc.stdout.readline(), min(left, 1.0))
+            except TimeoutError:
+                if (rss := too_big(proc, max_rss)) is not None:
+                    return OVERSIZED, f"kubectl grew to {rss >> 20} MiB holding one line (limit {max_rss >> 20} MiB)"
+                continue
+            except ValueError:  # over the reader's limit
+                if on_overlong is not None:
+                    on_overlong()
+                continue
             if not line:
                 break
             line_cb(line)

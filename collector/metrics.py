@@ -41,7 +41,8 @@ RECONNECT_REASONS = ("eof", "silence")  # collector.follower
 COMPLETED_STATE = "container Completed; waiting"
 # The failures counted from 0 for each run (the alert rules match auth and forbidden):
 # kubectl's kinds (collector.kubectl.classify; a 403 is "auth" there) and the store's.
-RUN_ERRORS = (("follower", "auth"), ("follower", "network"), ("follower", "server_error"), ("store", "store"))
+RUN_ERRORS = (("follower", "auth"), ("follower", "network"), ("follower", "server_error"), ("store", "store"),
+              ("stream content", "unreadable"))
 DISCOVERY_ERRORS = ("auth", "forbidden", "network", "server_error", "deserialize")
 
 
@@ -80,6 +81,9 @@ class Metrics:
             "steptail_errors", "Failed attempts, by source (discovery, follower, store) and reason (auth, "
             "forbidden, network, deserialize, server_error, store, …); run is empty for discovery.",
             ["run", "source", "reason"], registry=r)
+        self.pauses = Counter(
+            "steptail_collector_pauses", "Times this collector was not running for over a second (stopped, "
+            "starved: its event loop's clock jumped); stalls are not judged over that time.", registry=r)
         self.follower_up = Gauge(
             "steptail_follower_up", "1 while the run's follower and store writes work, 0 while one fails.",
             ["run"], registry=r)
@@ -141,6 +145,9 @@ class Metrics:
     def bad_lines(self, run: str, n: int = 1) -> None:
         if n > 0:
             self.bad_lines_total.labels(run).inc(n)
+
+    def paused(self) -> None:
+        self.pauses.inc()
 
     def error(self, run: str, source: str, reason: str) -> None:
         self.errors.labels(run, source, reason).inc()

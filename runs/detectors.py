@@ -232,8 +232,13 @@ class FindingEngine:
         )
         return self._flush()
 
-    def tick(self, now_ns: int, running: bool = True) -> list[Finding]:
-        """Live stall check from the clock: no new step for k x the median step time."""
+    def tick(self, now_ns: int, running: bool = True, heard_ns: int | None = None) -> list[Finding]:
+        """Live stall check from the clock: no new step for k x the median step time.
+
+        `heard_ns` (live): until when the follower knows the stream held back nothing — its
+        latest line, or a look at the pod that found nothing unread. Quiet after it is not yet
+        the trainer's (a hung stream, a collector that was not running): the wait is counted
+        up to it only, and what a re-read then delivers is judged by its stamps (_stall)."""
         inc = self._incs.get(self._current)
         median = self._median_ready()
         if not running:
@@ -248,7 +253,8 @@ class FindingEngine:
         planned = _as_int(inc.config.get("steps"))
         if planned is not None and inc.last_step >= planned:
             return []  # training finished
-        waited = (now_ns - self._arrival_ns) / 1e9
+        until = now_ns if heard_ns is None else min(now_ns, heard_ns)
+        waited = (until - self._arrival_ns) / 1e9
         if waited > self.settings.stall_k * median:
             nxt = inc.last_step + 1
             self._emit(

@@ -247,6 +247,25 @@ class SimCluster:
         with self.lock:
             self.controller.write_lines(self.state.jobset(jobset), lines)
 
+    def garbage(self, jobset: str | None = None, lines: int = 10, size: int = 200, seed: int = 0) -> None:
+        """Process 0 prints `lines` lines of `size` random bytes (binary garbage: invalid UTF-8,
+        control bytes; no newline inside), the same for the same `seed`."""
+        import random
+
+        rnd = random.Random(seed)
+        texts = [rnd.randbytes(size).replace(b"\n", b"\x00").replace(b"\r", b"\x00").decode("utf-8", "surrogateescape")
+                 for _ in range(lines)]
+        self.write_lines(jobset, texts)
+
+    def endless_line(self, jobset: str | None = None, bytes: int | str = "64Mi") -> None:
+        """Process 0 prints `bytes` of one line and never its newline: whatever it prints after
+        continues that line on the wire (a read ends it only at EOF)."""
+        n = parse_size(bytes)
+        with self.lock:
+            p = self.state.process0(self.state.jobset(jobset))
+            if p is not None and p.current.state == "running":
+                p.current.log.write("x" * n).unterminated = True
+
     def flood(self, jobset: str | None = None, bytes: int | str = "1Mi", pod: str | None = None,
               all_pods: bool = False) -> None:
         """Process 0 (or `pod`, or every running pod) prints `bytes` (e.g. `20Mi`) of XLA debug

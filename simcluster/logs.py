@@ -34,6 +34,17 @@ class Entry:
     wall_ns: int = 0  # true time of the write (time.time_ns(), no node clock offset)
     seq: int = 0  # global write order (every container of the cluster)
     key: tuple | None = None  # (incarnation, step, kind) for trainer lines
+    unterminated: bool = False  # printed without its newline (the endless_line fault)
+
+    def wire(self, timestamps: bool) -> bytes:
+        """The entry as a pods/log read sends it. Text from bytes that are not UTF-8 (the
+        garbage fault: surrogate escapes) is sent as those bytes."""
+        text = f"{self.ts} {self.text}" if timestamps else self.text
+        try:
+            data = text.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            data = text.encode("utf-8", "replace")
+        return data if self.unterminated else data + b"\n"
 
 
 class ContainerLog:
@@ -160,7 +171,7 @@ async def stream(request: web.Request, log: ContainerLog, lock: threading.RLock,
                     # not seek: once stamps go back, lines after a skipped one are still served
                     if e is None or (since_ns is not None and e.ts_ns < since_ns):
                         continue
-                    data = (f"{e.ts} {e.text}\n" if timestamps else f"{e.text}\n").encode("utf-8", "replace")
+                    data = e.wire(timestamps)
                     if limit is not None and sent + len(data) > limit:
                         data = data[: limit - sent]
                     chunk.append(data)

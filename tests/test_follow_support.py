@@ -31,13 +31,15 @@ def scenario(*faults: dict, **over) -> dict:
 
 def follow_sim(sim, db: str, jobsets: dict[str, str] | None = None, *, silence: float = 1.0,
                parquet: str | None = None, follow_all: bool = False, selector: str | None = None,
-               expect_runs: int = 1, timeout: float = 60.0, raw: str | None = None) -> Supervisor:
-    """Follow until every run is done (process 0 completed), bounded by `timeout`."""
+               expect_runs: int = 1, timeout: float = 60.0, raw: str | None = None, settings=None,
+               metrics=None, **config) -> Supervisor:
+    """Follow until every run is done (process 0 completed), bounded by `timeout`. `settings`:
+    the detectors' (runs.findings.Settings); `config`: more FollowConfig fields."""
     store = open_store(db)
     target = KubeTarget(sim.scenario.namespace, sim.account, str(sim.kubeconfig_path))
     plan = Plan(target, jobsets if jobsets is not None else {"olmo3-sft": "r"}, follow_all=follow_all,
-                selector=selector, parquet=parquet,
-                config=FollowConfig(silence=silence, until_done=True, parquet_every=2.0, raw=raw))
+                selector=selector, parquet=parquet, settings=settings, metrics=metrics,
+                config=FollowConfig(silence=silence, until_done=True, parquet_every=2.0, raw=raw, **config))
 
     async def main() -> Supervisor:
         sup = Supervisor(store, plan)
