@@ -43,7 +43,7 @@ def _account_env(monkeypatch):
 
 def scenario(steps: int, rate: float) -> dict:
     return {"namespace": "default", "rate": rate, "grace_seconds": 2, "restart_pending_seconds": 0.3,
-            "jobsets": [{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": steps, "checkpoint_period": 50}}]}
+            "jobsets": [{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": steps, "checkpoint_period": 20}}]}
 
 
 async def follow_through_outage(sim, db: str, proxy: DbProxy, *, down_after_steps: int, outage: float,
