@@ -243,8 +243,10 @@ class Supervisor:
         backoff = INTERVAL
         while not self.stopping.is_set():
             try:
+                # a list, not a generator: discovery adds candidates while the heartbeat is awaited
+                wanted = [r for r in self.candidates if not self.status[r].done]
                 async with asyncio.timeout(LOOK_TIMEOUT):  # a connection that hangs is failing too
-                    moves = await own.look(r for r in self.candidates if not self.status[r].done)
+                    moves = await own.look(wanted)
             except Exception as exc:  # noqa: BLE001 - the store: retried; the runs go on reading
                 if isinstance(exc, TimeoutError):
                     exc = TimeoutError(f"no answer in {LOOK_TIMEOUT:.0f} s")

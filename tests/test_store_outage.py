@@ -43,7 +43,7 @@ def _account_env(monkeypatch):
 
 def scenario(steps: int, rate: float) -> dict:
     return {"namespace": "default", "rate": rate, "grace_seconds": 2, "restart_pending_seconds": 0.3,
-            "jobsets": [{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": steps, "checkpoint_period": 50}}]}
+            "jobsets": [{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": steps, "checkpoint_period": 20}}]}
 
 
 async def follow_through_outage(sim, db: str, proxy: DbProxy, *, down_after_steps: int, outage: float,
@@ -199,3 +199,54 @@ async def test_rows_buffered_through_an_outage_are_not_committed_when_another_re
             via_proxy.dispose()
             direct.dispose()
         assert sorted(recorded(db, RUN)) == [(1, s) for s in range(1, 9)]  # B's: nothing of A's after step 5
+
+
+async def test_a_run_taken_by_another_replica_during_the_outage_is_given_up_and_never_forks(
+        make_simcluster, caplog):
+    """Two replicas; A follows the run, B stands by. A's store goes away (its ownership
+    connection with it): B takes the run over from A's last commit and follows it. When the
+    store is back, A finds the run held by B and stops it, dropping what it buffered: every
+    step once, one incarnation, no gap."""
+    caplog.set_level(logging.INFO)
+    sim = make_simcluster(scenario(steps=200, rate=5))
+    with scratch_database(PG_ADMIN, "steptail_outage") as db, DbProxy() as proxy:
+        target = KubeTarget(sim.scenario.namespace, sim.account, str(sim.kubeconfig_path))
+        stores = [open_store(proxy.url(db)), open_store(db)]
+        sups = [Supervisor(s, Plan(target, {"olmo3-sft": RUN}, config=FollowConfig(silence=1.0, until_done=True)))
+                for s in stores]
+        a, b = sups
+        tasks = [asyncio.create_task(a.run(install_signals=False))]
+        try:
+            deadline = time.monotonic() + 200
+            while len(await asyncio.to_thread(recorded, db, RUN)) < 20:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.2)
+            tasks.append(asyncio.create_task(b.run(install_signals=False)))
+            while b.ownership is None or b.ownership.survey is None:
+                await asyncio.sleep(0.1)
+            await asyncio.to_thread(proxy.cut, "refuse")
+            while RUN not in b.followers:  # B took the run over
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(3)
+            await asyncio.to_thread(proxy.restore)
+            while not (b.status[RUN].done and tasks[0].done()):
+                assert time.monotonic() < deadline, (a.status[RUN].state, b.status[RUN].state)
+                if b.status[RUN].done:
+                    a.stop()
+                await asyncio.sleep(0.2)
+            b.stop()
+            await asyncio.gather(*tasks)
+        finally:
+            for s in sups:
+                s.stop()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for s in stores:
+                s.dispose()
+        assert_every_step_once(sim, db)
+        incarnations = recorded(db, RUN)
+        assert {i for i, _ in incarnations} == {1}
+    # said once, by whichever comes first once the store is back: the ownership connection
+    # finding the run held by B, or the fence refusing A's buffered rows
+    assert lines(caplog, f"{RUN}: no longer owned by this replica") == 1
+    assert lines(caplog, f"{RUN}: taken over from replica {a.ownership.replica}") == 1
