@@ -1,0 +1,250 @@
+"""Run one chaos schedule end to end: the simulator, `steptail follow --all` as subprocesses
+(one, or 2-3 replicas on PostgreSQL with their own faults), the store sampled while they run,
+then the oracle's verdict. Shared by tests/test_chaos.py and benchmarks/chaos.py.
+
+Each follower is a real `steptail follow` (real kubectl) in its own process group (killed whole,
+as a container is) and its own PGAPPNAME, so its database sessions can be terminated alone.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from steptail.simcluster.chaos import ChaosDriver, collector_plan, format_schedule, scenario_of
+from steptail.simcluster.cluster import SimCluster
+from steptail.simcluster.oracle import Observation, Verdict, judge
+from steptail.storage.db import open_store
+from steptail.storage.reads import run_summaries
+
+SAMPLE_EVERY = 0.25  # seconds between two looks at the store's row counts
+SETTLE = 1.5  # after every JobSet is done, rows unchanged this long: the follower caught up
+
+
+def account(i: int) -> str:
+    return f"chaos-{i}@steptail-sim.iam.gserviceaccount.com"
+
+
+def app_name(i: int) -> str:
+    return f"steptail-chaos-{i}"
+
+
+@dataclass
+class Follower:
+    """One `steptail follow --all` subprocess (a replica when there are several)."""
+
+    index: int
+    argv: list[str]
+    log: Path
+    env: dict
+    proc: subprocess.Popen | None = None
+    spans: list[list[float]] = field(default_factory=list)  # [start, end] while running, not stopped
+    stopped: bool = False
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=open(self.log, "ab"),
+                                     env=self.env, start_new_session=True)
+        self.spans.append([time.time(), float("inf")])
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _pause_span(self) -> None:
+        if self.spans and self.spans[-1][1] == float("inf"):
+            self.spans[-1][1] = time.time()
+
+    def kill(self) -> None:
+        if self.alive():
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        self._pause_span()
+
+    def stop(self) -> None:
+        if self.alive():
+            os.killpg(self.proc.pid, signal.SIGSTOP)
+            self.stopped = True
+        self._pause_span()
+
+    def cont(self) -> None:
+        if self.alive() and self.stopped:
+            os.killpg(self.proc.pid, signal.SIGCONT)
+            self.stopped = False
+            self.spans.append([time.time(), float("inf")])
+
+    def terminate(self, timeout: float = 30.0) -> None:
+        """SIGTERM (flush, commit, stop kubectl), SIGKILL when it does not end in time."""
+        if not self.alive():
+            self._pause_span()
+            return
+        self.cont()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(5)
+        self._pause_span()
+
+
+def terminate_sessions(db_url: str, i: int) -> int:
+    """pg_terminate_backend on every session of replica i, in this scratch database only."""
+    engine = sa.create_engine(db_url)
+    try:
+        with engine.connect() as c:
+            return len(c.execute(sa.text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND application_name = :app"), {"app": app_name(i)}).all())
+    finally:
+        engine.dispose()
+
+
+class Sampler:
+    """Row counts per run, every SAMPLE_EVERY s, read with storage.reads.run_summaries."""
+
+    def __init__(self, db_url: str) -> None:
+        self.db_url = db_url
+        self.samples: list[tuple[float, dict[str, int]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="chaos-sampler", daemon=True)
+
+    def start(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        store = None
+        while not self._stop.wait(SAMPLE_EVERY):
+            try:
+                if store is None:
+                    store = open_store(self.db_url, create=False)
+                self.samples.append((time.time(), {r["run"]: r["steps"] for r in run_summaries(store)}))
+            except Exception:  # noqa: BLE001 - no schema yet, or the store is down: no sample
+                if store is not None:
+                    store.dispose()
+                    store = None
+        if store is not None:
+            store.dispose()
+
+    def last(self) -> dict[str, int]:
+        return self.samples[-1][1] if self.samples else {}
+
+
+def _follower(sim: SimCluster, db_url: str, i: int, workdir: Path) -> Follower:
+    argv = [sys.executable, "-c", "from steptail.cli import main; main()", "follow", "--all",
+            "-n", sim.namespace, "--kubeconfig", str(sim.kubeconfig_path), "--account", account(i),
+            "--db", db_url, "--no-view", "--log-format", "json"]
+    env = {**os.environ, "PGAPPNAME": app_name(i)}
+    return Follower(i, argv, workdir / f"follow-{i}.log", env)
+
+
+def run_schedule(schedule: dict, db_url: str, workdir: Path, *, timeout: float | None = None,
+                 echo=None) -> tuple[Verdict, Observation]:
+    """Serve `schedule`, follow it, judge it. `echo(text)` gets the verdict line and, on
+    failure, the schedule and the offending steps."""
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    plan = collector_plan(schedule)
+    duration = schedule["chaos"]["duration"]
+    timeout = timeout if timeout is not None else duration * 2 + 15
+    sim = SimCluster(scenario_of(schedule), state_dir=workdir / "sim").start_in_thread()
+    t0 = time.time()
+    driver = ChaosDriver(sim, schedule).start()
+    followers = [_follower(sim, db_url, i, workdir) for i in range(max(1, plan["replicas"]))]
+    owner_lost: list[tuple[float, str]] = []
+    sampler = Sampler(db_url)
+    events = sorted(plan["events"], key=lambda e: e["at"])
+    later: list[tuple[float, str, int]] = []  # (time, action, replica) follow-ups: SIGCONT, restart
+    try:
+        _sleep_until(t0 + plan["follow_at"])
+        for f in followers:
+            f.start()
+            if len(followers) > 1:
+                time.sleep(0.5)  # staggered, as replicas of a Deployment roll out
+        sampler.start()
+        deadline = t0 + timeout
+        settled_since, last_counts = None, None
+        while time.time() < deadline:
+            now = time.time() - t0
+            while events and events[0]["at"] <= now:
+                _replica_event(events.pop(0), followers, db_url, owner_lost, later)
+            for item in sorted(later):
+                if item[0] <= time.time():
+                    later.remove(item)
+                    _, action, i = item
+                    followers[i].cont() if action == "cont" else followers[i].start()
+            if not events and not later and _all_done(sim):
+                counts = sampler.last()
+                if counts != last_counts:
+                    settled_since, last_counts = time.time(), counts
+                elif time.time() - settled_since >= SETTLE:
+                    break
+            time.sleep(0.1)
+    finally:
+        for f in followers:
+            f.terminate()
+        sampler.stop()
+        driver.stop()
+        ended = time.time()
+        truths = {js["name"]: sim.truth(js["name"]) for js in schedule["jobsets"]}
+        log_reads = sim.log_reads if len(followers) > 1 else []
+        sim.stop_thread()
+    spans = sorted((s, e) for f in followers for s, e in f.spans)
+    obs = Observation(schedule=schedule, truths=truths, started=t0, collector=spans,
+                      samples=sampler.samples, log_reads=log_reads, owner_lost=owner_lost, ended=ended)
+    store = open_store(db_url)
+    try:
+        verdict = judge(obs, store)
+    finally:
+        store.dispose()
+    if echo is not None:
+        echo(verdict.line())
+        if not verdict.ok:
+            echo(format_schedule(schedule))
+            for o in verdict.offending:
+                echo("  " + o)
+    return verdict, obs
+
+
+def _replica_event(ev: dict, followers: list[Follower], db_url: str, owner_lost: list,
+                   later: list) -> None:
+    f = followers[ev["replica"] % len(followers)]
+    now = time.time()
+    if ev["event"] == "kill":
+        owner_lost.append((now, account(f.index)))
+        f.kill()
+        later.append((now + ev["back_after"], "start", f.index))
+    elif ev["event"] == "stop":
+        owner_lost.append((now, account(f.index)))
+        f.stop()
+        later.append((now + ev["seconds"], "cont", f.index))
+    elif ev["event"] == "terminate_sessions":
+        owner_lost.append((now, account(f.index)))
+        terminate_sessions(db_url, f.index)
+    elif ev["event"] == "rolling_restart":
+        for g in followers:  # one at a time, as a Deployment rolls
+            owner_lost.append((time.time(), account(g.index)))
+            g.terminate()
+            g.start()
+            time.sleep(2.0)
+
+
+def _all_done(sim: SimCluster) -> bool:
+    with sim.lock:
+        return all(js.state == "done" for js in sim.state.jobsets.values())
+
+
+def _sleep_until(t: float) -> None:
+    while time.time() < t:
+        time.sleep(min(0.05, max(0.0, t - time.time())))
