@@ -319,11 +319,9 @@ class KubeApi:
             since_ns = None
             if q.get("sinceTime"):
                 since_ns = kube.parse_rfc3339_ns(q["sinceTime"])
-            if q.get("sinceSeconds"):
-                s = int(q["sinceSeconds"])
-                if s < 1:
-                    return status(400, "sinceSeconds must be greater than 0")
-                since_ns = time.time_ns() - s * 1_000_000_000
+            since_seconds = int(q["sinceSeconds"]) if q.get("sinceSeconds") else None
+            if since_seconds is not None and since_seconds < 1:
+                return status(400, "sinceSeconds must be greater than 0")
             tail = int(q["tailLines"]) if q.get("tailLines") else None
             limit = int(q["limitBytes"]) if q.get("limitBytes") else None
         except ValueError as e:
@@ -345,6 +343,8 @@ class KubeApi:
                     return status(400, f'container "{container}" in pod "{name}" is waiting to start: '
                                        f"{inst.reason}")
             log = inst.log
+            if since_seconds is not None:  # kubelet computes it on its node's clock
+                since_ns = time.time_ns() + p.clock_offset_ns - since_seconds * 1_000_000_000
             start = log.cur_start  # kubelet serves the current file only
             if tail is not None:
                 start = max(start, log.end - tail)

@@ -26,10 +26,11 @@ from steptail.simcluster.controller import Controller
 from steptail.simcluster.objects import CONTAINER, JobSetState, Pod
 from steptail.simcluster.scenario import ACTIONS, FaultSpec, JobSetSpec, Scenario, parse_size
 from steptail.simcluster.state import ClusterState
-from steptail.simcluster.truth import StepTruth, step_truths, wrote_step
+from steptail.simcluster.truth import Truth, wrote_step
 
 # fault actions whose method takes the scenario's JobSet first
-ON_JOBSET = frozenset({"rotate", "restart_jobset", "restart_container", "stall", "set_rate", "write_lines", "flood"})
+ON_JOBSET = frozenset({"rotate", "restart_jobset", "restart_container", "stall", "set_rate", "write_lines", "flood",
+                       "stamp_skew", "clock_step"})
 TICK = 0.005  # driver period: pending pods start, steps are written, logs rotate by size
 
 
@@ -70,6 +71,8 @@ class SimCluster:
         self.state = ClusterState(scenario)
         self.controller = Controller(self.state, self._on_step)
         self.api = KubeApi(self.state, self.token, scenario.watch_timeout_seconds)
+        # sim.truth(jobset) -> [StepTruth]; sim.truth.servable(jobset) -> [LineTruth] (truth.py)
+        self.truth = Truth(self.state)
         self._pending_faults: list[FaultSpec] = list(scenario.faults)
         self._started_mono = 0.0
         self._tasks: list[asyncio.Task] = []
@@ -232,21 +235,38 @@ class SimCluster:
             self.controller.rotate(self.state.jobset(jobset), pod, all_pods)
 
     def restart_jobset(self, jobset: str | None = None, pending_seconds: float | None = None,
-                       grace_seconds: float | None = None) -> None:
+                       grace_seconds: float | None = None, head_rotated: int | None = None) -> None:
         """Preempt: old pods get a deletionTimestamp (logs readable for the grace period, then
         DELETED), new pods with new names and restart-attempt + 1 are ADDED (Pending for
-        pending_seconds), and the trainer resumes from its last checkpoint."""
+        pending_seconds), and the trainer resumes from its last checkpoint. `head_rotated: N`:
+        the new process 0's log rotates once it printed its start-up lines and N steps (0: the
+        start-up lines alone), in the same tick, so no follower can have read that head."""
         with self.lock:
             grace = self.scenario.grace_seconds if grace_seconds is None else grace_seconds
             pend = self.scenario.restart_pending_seconds if pending_seconds is None else pending_seconds
-            self.controller.restart_jobset(self.state.jobset(jobset), pend, grace)
+            self.controller.restart_jobset(self.state.jobset(jobset), pend, grace, head_rotated)
 
     def restart_container(self, jobset: str | None = None, pod: str | None = None,
-                          container: str = CONTAINER) -> None:
+                          container: str = CONTAINER, head_rotated: int | None = None) -> None:
         """Restart a container in place (default: process 0's): restartCount + 1, the old
-        output is served with previous=true; process 0's trainer resumes from its checkpoint."""
+        output is served with previous=true; process 0's trainer resumes from its checkpoint.
+        `head_rotated` as for restart_jobset."""
         with self.lock:
-            self.controller.restart_container(self.state.jobset(jobset), pod)
+            self.controller.restart_container(self.state.jobset(jobset), pod, head_rotated)
+
+    def stamp_skew(self, jobset: str | None = None, micros: int = 1, every: int = 1,
+                   steps: int | None = None) -> None:
+        """For the next `steps` steps (None: the rest of the run), every `every`-th step's
+        LOSS-PARTS line is stamped `micros` µs before the line written just before it, as
+        containerd's separate stdout/stderr stamping does (moby/moby#31706)."""
+        with self.lock:
+            self.controller.stamp_skew(self.state.jobset(jobset), micros, every, steps)
+
+    def clock_step(self, jobset: str | None = None, seconds: float = -2.0, pod: str | None = None) -> None:
+        """Process 0's (or `pod`'s) node clock steps by `seconds` (negative: back, as NTP does):
+        every later stamp of that pod is offset, so stamps go back once."""
+        with self.lock:
+            self.controller.clock_step(self.state.jobset(jobset), seconds, pod)
 
     def stall(self, jobset: str | None = None, seconds: float = 5.0) -> None:
         """The trainer writes nothing for `seconds` (pods keep running)."""
@@ -337,12 +357,6 @@ class SimCluster:
                     return
             time.sleep(0.01)
         raise TimeoutError("JobSet did not finish")
-
-    def truth(self, jobset: str | None = None) -> list[StepTruth]:
-        """Every (incarnation, step) process 0 wrote, in order, with where it went and whether
-        the logs endpoint can still serve it."""
-        with self.lock:
-            return step_truths(self.state, self.state.jobset(jobset))
 
     def log_lines(self, pod: str, namespace: str | None = None, previous: bool = False,
                   current_file_only: bool = True) -> list[tuple[str, str]]:
