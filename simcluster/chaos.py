@@ -105,6 +105,18 @@ def _headless_restart(r, t, js):
             {"at": round(t + _u(r, 0.01, 0.08), 2), "action": "rotate", "jobset": js}]
 
 
+def _stamp_skew(r, t, js):
+    # containerd stamps stdout and stderr apart: LOSS-PARTS a few µs before the line before it
+    return [{"at": t, "action": "stamp_skew", "jobset": js, "micros": r.choice([1, 5, 100, 5000]),
+             "every": r.choice([1, 3, 20]), "steps": r.randint(5, 100)}]
+
+
+def _clock_step(r, t, js):
+    # NTP steps the node clock, mostly back (seconds or an hour), now and then forward
+    return [{"at": t, "action": "clock_step", "jobset": js,
+             "seconds": r.choices([-0.5, -2.0, -30.0, -3601.0, 7200.0], [2, 3, 1, 2, 1])[0]}]
+
+
 KINDS = {  # kind -> (weight, drawer, needs a simulator action)
     "rotation_hang": (3, _rotation_hang, "rotate"),
     "double_rotation": (2, _double_rotation, "rotate"),
@@ -121,6 +133,8 @@ KINDS = {  # kind -> (weight, drawer, needs a simulator action)
     "flood": (1, _flood, "flood"),
     "rate_change": (1, _rate_change, "set_rate"),
     "headless_restart": (1, _headless_restart, "restart_container"),
+    "stamp_skew": (2, _stamp_skew, "stamp_skew"),
+    "clock_step": (2, _clock_step, "clock_step"),
 }
 
 
@@ -266,11 +280,16 @@ def format_schedule(schedule: dict) -> str:
 
 
 class ChaosDriver:
-    """Fires a schedule's driven faults on a running SimCluster, on the simulator's own clock."""
+    """Fires faults of a schedule on a running SimCluster at their `at`, counted from `t0`
+    (time.monotonic(); default the simulator's start, the origin of the scenario's own `at`).
+    By default only the driven faults; `every=True` fires all of them (the runner does, when it
+    starts the clock once the follower is up)."""
 
-    def __init__(self, sim, schedule: dict) -> None:
+    def __init__(self, sim, schedule: dict, *, every: bool = False, t0: float | None = None) -> None:
         self.sim = sim
-        self.faults = sorted(driven_faults(schedule), key=lambda f: f["at"])
+        faults = schedule["faults"] if every else driven_faults(schedule)
+        self.faults = sorted(faults, key=lambda f: f["at"])
+        self.t0 = t0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="chaos-driver", daemon=True)
 
@@ -283,14 +302,18 @@ class ChaosDriver:
         self._thread.join(5)
 
     def _run(self) -> None:
-        t0 = self.sim._started_mono  # the same origin as the scenario's `at`
+        from steptail.simcluster.scenario import FaultSpec
+
+        t0 = self.sim._started_mono if self.t0 is None else self.t0
         for f in self.faults:
             if self._stop.wait(max(0.0, t0 + f["at"] - time.monotonic())):
                 return
-            if f["action"] == "delete_process0":
-                pod = self.sim.process0(f["jobset"])
-                if pod is not None:
-                    try:
+            try:
+                if f["action"] == "delete_process0":
+                    pod = self.sim.process0(f["jobset"])
+                    if pod is not None:
                         self.sim.delete_pod(pod, grace_seconds=f.get("grace_seconds", 0.0))
-                    except KeyError:  # gone meanwhile (a restart's grace ended)
-                        pass
+                else:
+                    self.sim.apply_fault(FaultSpec.from_dict({k: v for k, v in f.items() if k != "kind"}))
+            except KeyError:  # the pod is gone meanwhile (a restart's grace ended)
+                pass

@@ -158,20 +158,34 @@ def run_schedule(schedule: dict, db_url: str, workdir: Path, *, timeout: float |
     plan = collector_plan(schedule)
     duration = schedule["chaos"]["duration"]
     timeout = timeout if timeout is not None else duration * 2 + 15
-    sim = SimCluster(scenario_of(schedule), state_dir=workdir / "sim").start_in_thread()
-    t0 = time.time()
-    driver = ChaosDriver(sim, schedule).start()
+    late = plan["follow_at"] > 0
+    scenario = scenario_of(schedule)
+    if not late:  # the JobSets and the fault clock start once the follower is up (see _wait_ready)
+        scenario = {**scenario, "jobsets": [], "faults": []}
+    sim = SimCluster(scenario, state_dir=workdir / "sim").start_in_thread()
     followers = [_follower(sim, db_url, i, workdir) for i in range(max(1, plan["replicas"]))]
     owner_lost: list[tuple[float, str]] = []
     sampler = Sampler(db_url)
     events = sorted(plan["events"], key=lambda e: e["at"])
     later: list[tuple[float, str, int]] = []  # (time, action, replica) follow-ups: SIGCONT, restart
+    driver = None
     try:
-        _sleep_until(t0 + plan["follow_at"])
+        if late:
+            t0 = time.time()
+            driver = ChaosDriver(sim, schedule).start()
+            _sleep_until(t0 + plan["follow_at"])
         for f in followers:
             f.start()
             if len(followers) > 1:
                 time.sleep(0.5)  # staggered, as replicas of a Deployment roll out
+        ready = _wait_ready(sim, len(followers))
+        for f in followers:  # a collector runs from its first API request, not its exec
+            f.spans[0][0] = max(f.spans[0][0], ready)
+        if not late:
+            t0 = time.time()
+            for js in schedule["jobsets"]:
+                sim.add_jobset(js)
+            driver = ChaosDriver(sim, schedule, every=True, t0=time.monotonic()).start()
         sampler.start()
         deadline = t0 + timeout
         settled_since, last_counts = None, None
@@ -195,14 +209,17 @@ def run_schedule(schedule: dict, db_url: str, workdir: Path, *, timeout: float |
         for f in followers:
             f.terminate()
         sampler.stop()
-        driver.stop()
+        if driver is not None:
+            driver.stop()
         ended = time.time()
         truths = {js["name"]: sim.truth(js["name"]) for js in schedule["jobsets"]}
+        servable, written = _line_truth(sim, schedule)
         log_reads = sim.log_reads if len(followers) > 1 else []
         sim.stop_thread()
     spans = sorted((s, e) for f in followers for s, e in f.spans)
     obs = Observation(schedule=schedule, truths=truths, started=t0, collector=spans,
-                      samples=sampler.samples, log_reads=log_reads, owner_lost=owner_lost, ended=ended)
+                      samples=sampler.samples, log_reads=log_reads, owner_lost=owner_lost, ended=ended,
+                      servable=servable, written=written, unavailable=_outages(schedule, t0))
     store = open_store(db_url)
     try:
         verdict = judge(obs, store)
@@ -238,6 +255,39 @@ def _replica_event(ev: dict, followers: list[Follower], db_url: str, owner_lost:
             g.terminate()
             g.start()
             time.sleep(2.0)
+
+
+def _line_truth(sim: SimCluster, schedule: dict):
+    """From the simulator's line truth (when it has one): when each LOSS-PARTS line was
+    servable and when it was written, in seconds."""
+    if not hasattr(sim.truth, "servable"):
+        return None, {}
+    servable, written = {}, {}
+    for js in schedule["jobsets"]:
+        for line in sim.truth.servable(js["name"]):
+            if line.kind == "loss":
+                key = (js["name"], line.incarnation, line.step)
+                servable[key] = [(a / 1e9, None if b is None else b / 1e9) for a, b in line.intervals]
+                written[key] = line.wall_ns / 1e9
+    return servable, written
+
+
+def _outages(schedule: dict, t0: float) -> list[tuple[float, float]]:
+    """When the API served nothing: the auth lapses (the simulator's truth does not cut them out)."""
+    return [(t0 + f["at"], t0 + f["at"] + f["seconds"]) for f in schedule["faults"] if f["action"] == "auth_lapse"]
+
+
+def _wait_ready(sim: SimCluster, replicas: int, timeout: float = 60.0) -> float:
+    """When the follower(s) first asked the API for pods (a slow start-up under load is not
+    chaos: the schedule's clock starts then)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if any("/pods" in path for _, path, _ in list(sim.requests)):
+            if replicas > 1:
+                time.sleep(2.0)  # the others, started after it, are up too by then
+            return time.time()
+        time.sleep(0.05)
+    raise TimeoutError("no follower reached the simulated cluster")
 
 
 def _all_done(sim: SimCluster) -> bool:

@@ -5,7 +5,8 @@ reads the store only through steptail.storage's read functions and holds it to:
 
 - every step servable for >= SERVABLE_SECONDS while the collector ran is recorded, exactly
   once, in the incarnation the trainer printed it in ("missed" otherwise);
-- every step not recorded lies inside a recorded stream gap of its pod AND a gap finding
+- every step not recorded that was servable at some moment while a collector ran ("lost
+  unseen" otherwise: gone before anyone looked) lies inside a recorded stream gap of its pod AND a gap finding
   ("lost unflagged" otherwise);
 - no trainer (incarnation, step) recorded twice ("duplicated"), no store incarnation the trainer
   did not start (a fork, or rows of two trainer incarnations in one: "false incarnations");
@@ -30,8 +31,10 @@ from steptail.storage.reads import iter_loss_parts, list_findings, stream_gaps
 SERVABLE_SECONDS = 5.0
 TAKEOVER_SECONDS = 10.0
 GAP_KINDS = ("gap", "head_gap")
-COUNTS = ("servable", "recorded", "lost_flagged", "lost_unflagged", "missed", "duplicated",
+COUNTS = ("servable", "recorded", "lost_flagged", "lost_unseen", "lost_unflagged", "missed", "duplicated",
           "false_incarnations", "false_critical", "double_follow", "slow_takeover")
+
+_GOOD = ("servable", "recorded", "lost_flagged", "lost_unseen")  # counted, not offences
 
 
 @dataclass
@@ -45,7 +48,11 @@ class Observation:
     started: float  # the simulator's start (the schedule's `at` 0)
     collector: list[tuple[float, float]]  # spans when a collector was running
     samples: list[tuple[float, dict[str, int]]] = field(default_factory=list)  # (t, run -> rows)
-    servable: dict[tuple[str, int, int], tuple[float, float]] | None = None  # truth API, when the sim has one
+    # (jobset, incarnation, step) -> [(from, to|None)] the API could serve its LOSS-PARTS line
+    # (sim.truth.servable); None: not known, see servable_window
+    servable: dict[tuple[str, int, int], list[tuple[float, float | None]]] | None = None
+    written: dict[tuple[str, int, int], float] = field(default_factory=dict)  # true wall time of the write
+    unavailable: list[tuple[float, float]] = field(default_factory=list)  # API outages (auth lapses)
     log_reads: list = field(default_factory=list)  # api.LogRead
     owner_lost: list[tuple[float, str]] = field(default_factory=list)  # (t, account of the replica)
     ended: float = 0.0
@@ -61,13 +68,13 @@ class Verdict:
 
     @property
     def ok(self) -> bool:
-        return not any(self.counts[k] for k in COUNTS if k not in ("servable", "recorded", "lost_flagged"))
+        return not any(self.counts[k] for k in COUNTS if k not in _GOOD)
 
     def line(self) -> str:
         c = self.counts
-        bad = [f"{k}={c[k]}" for k in COUNTS[3:] if c[k]]
+        bad = [f"{k}={c[k]}" for k in COUNTS if k not in _GOOD and c[k]]
         return (f"seed {self.seed}: {'PASS' if self.ok else 'FAIL'} servable={c['servable']} "
-                f"recorded={c['recorded']} lost_flagged={c['lost_flagged']} "
+                f"recorded={c['recorded']} lost_flagged={c['lost_flagged']} lost_unseen={c['lost_unseen']} "
                 f"recovery={self.worst_recovery:.1f}s" + (" " + " ".join(bad) if bad else ""))
 
     def offend(self, kind: str, text: str) -> None:
@@ -94,15 +101,38 @@ def _overlap(a: tuple[float, float], spans: list[tuple[float, float]]) -> float:
     return sum(max(0.0, min(a[1], e) - max(a[0], s)) for s, e in spans)
 
 
-def servable_window(obs: Observation, js: str, t) -> tuple[float, float] | None:
-    """When the API could serve this step: the simulator's truth API when it has one; else,
+def servable_window(obs: Observation, js: str, t) -> list[tuple[float, float]] | None:
+    """When the API could serve this step's LOSS-PARTS line, in seconds: the simulator's line
+    truth (`sim.truth.servable`) when it has one, less the API outages the schedule made; else,
     for a step still retrievable at the end, from its write to the end (a step no longer
-    retrievable has an unknown window and is not required, only held to the gap rule)."""
+    retrievable then has an unknown window: not required, only held to the gap rule)."""
     if obs.servable is not None:
-        return obs.servable.get((js, t.incarnation, t.step))
+        spans = obs.servable.get((js, t.incarnation, t.step))
+        if spans is None:
+            return None
+        return _minus([(a, obs.ended if b is None else b) for a, b in spans], obs.unavailable)
     if t.retrievable:
-        return (_ns(t.timestamp) / 1e9, obs.ended)
+        return _minus([(_ns(t.timestamp) / 1e9, obs.ended)], obs.unavailable)
     return None
+
+
+def _minus(spans: list[tuple[float, float]], holes: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    for hs, he in holes:
+        out = []
+        for a, b in spans:
+            if he <= a or hs >= b:
+                out.append((a, b))
+                continue
+            if a < hs:
+                out.append((a, hs))
+            if he < b:
+                out.append((he, b))
+        spans = out
+    return spans
+
+
+def _overlap_all(spans: list[tuple[float, float]], collector: list[tuple[float, float]]) -> float:
+    return sum(_overlap(s, collector) for s in spans)
 
 
 def _judge_run(obs: Observation, store: Store, run: str, truth: list, v: Verdict) -> None:
@@ -143,10 +173,13 @@ def _judge_run(obs: Observation, store: Store, run: str, truth: list, v: Verdict
             v.offend("duplicated", f"{run}: trainer incarnation {t.incarnation} step {t.step} recorded "
                      f"{len(got)} times (store incarnations {got})")
         window = servable_window(obs, run if obs.run_of is None else _jobset(obs, run), t)
-        must = window is not None and _overlap(window, obs.collector) >= SERVABLE_SECONDS
+        must = window is not None and _overlap_all(window, obs.collector) >= SERVABLE_SECONDS
         v.counts["servable"] += must
         if right:
             v.counts["recorded"] += 1
+            continue
+        if window is not None and _overlap_all(window, obs.collector) <= 0:
+            v.counts["lost_unseen"] += 1  # gone before any collector could have read it
             continue
         if must:
             v.offend("missed", f"{run}: incarnation {t.incarnation} step {t.step} (pod {t.pod}, ts "
@@ -202,7 +235,8 @@ def worst_recovery(obs: Observation) -> float:
         for js in ([f["jobset"]] if f.get("jobset") else names):
             run = (obs.run_of or {}).get(js, js)
             before = _count_at(obs.samples, te, run)
-            later = [t for t in obs.truths.get(js, []) if _ns(t.timestamp) / 1e9 > te]
+            later = [t for t in obs.truths.get(js, [])
+                     if obs.written.get((js, t.incarnation, t.step), _ns(t.timestamp) / 1e9) > te]
             if not later or max(_count_at(obs.samples, math.inf, run), 0) <= before:
                 continue
             grown = next((t for t, c in obs.samples if t >= te and c.get(run, 0) > before), None)
@@ -240,7 +274,11 @@ def _judge_replicas(obs: Observation, v: Verdict) -> None:
                 if b[2] != a[2]:
                     v.offend("double_follow", f"pod {pod} followed by {a[2]} ({a[0]:.2f}-{a[1]:.2f}) and "
                              f"{b[2]} ({b[0]:.2f}-{b[1]:.2f}) at once")
-    last_write = {t.pod: _ns(t.timestamp) / 1e9 for ts in obs.truths.values() for t in ts}
+    last_write: dict[str, float] = {}
+    for js, ts in obs.truths.items():
+        for t in ts:
+            w = obs.written.get((js, t.incarnation, t.step), _ns(t.timestamp) / 1e9)
+            last_write[t.pod] = max(last_write.get(t.pod, 0.0), w)
     for lost_at, account in obs.owner_lost:
         held = [pod for pod, ss in spans.items() if any(u == account and s <= lost_at < e for s, e, u in ss)]
         for pod in held:
