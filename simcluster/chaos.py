@@ -174,10 +174,10 @@ def draw_schedule(seed: int, *, duration: float = 10.0, rates: tuple[float, floa
         "grace_seconds": _u(r, 1.0, 10.0), "restart_pending_seconds": _u(r, 0.2, 2.0),
         "jobsets": specs,
     }
-    pool = [k for k in (kinds or available_kinds()) if k in available_kinds()]
+    pool = [k for k in (available_kinds() if kinds is None else kinds) if k in available_kinds()]
     weights = [KINDS[k][0] for k in pool]
     faults: list[dict] = []
-    for _ in range(_poisson(r, faults_per_second * duration)):
+    for _ in range(_poisson(r, faults_per_second * duration) if pool else 0):
         kind = r.choices(pool, weights)[0]
         t = _u(r, 0.3, duration * 0.85)
         js = r.choice(names)
