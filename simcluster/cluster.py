@@ -23,6 +23,7 @@ from pathlib import Path
 from steptail.simcluster import kube
 from steptail.simcluster.api import KubeApi
 from steptail.simcluster.controller import Controller
+from steptail.simcluster.dbproxy import DbProxy
 from steptail.simcluster.objects import CONTAINER, JobSetState, Pod
 from steptail.simcluster.scenario import ACTIONS, FaultSpec, JobSetSpec, Scenario, parse_size
 from steptail.simcluster.state import ClusterState
@@ -48,6 +49,7 @@ class SimCluster:
         state_dir: str | Path | None = None,
         kubeconfig_out: str | Path | None = None,
         account: str = "steptail-agent@steptail-sim.iam.gserviceaccount.com",
+        db_proxy: DbProxy | None = None,
     ) -> None:
         if scenario is None:
             scenario = Scenario()
@@ -72,8 +74,10 @@ class SimCluster:
         self.controller = Controller(self.state, self._on_step)
         self.api = KubeApi(self.state, self.token, scenario.watch_timeout_seconds)
         # sim.truth(jobset) -> [StepTruth]; sim.truth.servable(jobset) -> [LineTruth] (truth.py)
-        self.truth = Truth(self.state)
+        self.truth = Truth(self.state, db_proxy)
         self._pending_faults: list[FaultSpec] = list(scenario.faults)
+        self.db_proxy = db_proxy  # a started DbProxy in front of the store: `db_outage` cuts it
+        self._db_restore_at: float | None = None  # time.monotonic() when a db_outage ends
         self._started_mono = 0.0
         self._tasks: list[asyncio.Task] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -188,6 +192,9 @@ class SimCluster:
             if f.at is not None and elapsed >= f.at:
                 self._pending_faults.remove(f)
                 self.apply_fault(f)
+        if self._db_restore_at is not None and mono >= self._db_restore_at:
+            self._db_restore_at = None
+            self.db_proxy.restore()
         self.controller.tick(mono)
 
     def _on_step(self, js: JobSetState, step: int) -> None:
@@ -206,6 +213,8 @@ class SimCluster:
         act = getattr(self, f.action)
         if f.action in ON_JOBSET:
             act(f.jobset, **f.params)
+        elif f.action == "delete_pod":
+            act(**f.params, jobset=f.jobset)
         else:
             act(**f.params)
 
@@ -223,9 +232,16 @@ class SimCluster:
         with self.lock:
             self.controller.flood(self.state.jobset(jobset), n, pod, all_pods)
 
-    def delete_pod(self, pod: str, grace_seconds: float = 0.0, namespace: str | None = None) -> None:
-        """`kubectl delete pod`: being deleted (log readable) for `grace_seconds`, then gone (404)."""
+    def delete_pod(self, pod: str | None = None, grace_seconds: float = 0.0, namespace: str | None = None,
+                   jobset: str | None = None) -> None:
+        """`kubectl delete pod`: being deleted (log readable) for `grace_seconds`, then gone (404).
+        Without `pod`: the current process 0 of `jobset` (a scenario can name no pod otherwise)."""
         with self.lock:
+            if pod is None:
+                p0 = self.state.process0(self.state.jobset(jobset))
+                if p0 is None:
+                    return
+                pod, namespace = p0.name, p0.namespace
             self.controller.delete_pod(namespace or self.scenario.namespace, pod, grace_seconds)
 
     def rotate(self, jobset: str | None = None, pod: str | None = None, all_pods: bool = False) -> None:
@@ -283,12 +299,13 @@ class SimCluster:
         with self.lock:
             faults = self.state.faults
             faults.lapse_until = time.time() + seconds
+            faults.record("auth_lapse", seconds)
             (self.state_dir / "lapse_until").write_text(repr(faults.lapse_until))
 
     def fail_next(self, n: int = 1, code: int = 503, path: str | None = "/pods") -> None:
         """The next `n` requests whose path contains `path` (None = any) fail with `code`."""
         with self.lock:
-            self.state.faults.fail_queue.extend([(code, path)] * n)
+            self.state.faults.queue_failures(n, code, path)
 
     def deny(self, seconds: float | None = None, user: str | None = None) -> None:
         """For `seconds` (None: from now on) pod list and watch requests get 403 Forbidden with
@@ -297,6 +314,7 @@ class SimCluster:
             faults = self.state.faults
             faults.deny_until = math.inf if seconds is None else time.time() + float(seconds)
             faults.deny_user = user or f"system:serviceaccount:{self.scenario.namespace}:steptail"
+            faults.record("deny", seconds, user=faults.deny_user)
 
     def corrupt_pods(self, seconds: float = 5.0) -> None:
         """For `seconds` pods served by list and watch carry a creationTimestamp that is not
@@ -304,11 +322,67 @@ class SimCluster:
         single-pod reads stay intact)."""
         with self.lock:
             self.state.faults.corrupt_until = time.time() + float(seconds)
+            self.state.faults.record("corrupt_pods", seconds)
 
-    def eof_streams(self) -> None:
-        """End every open follow/watch stream cleanly (like an idle timeout or apiserver restart)."""
+    def slow_api(self, seconds: float = 5.0, delay: float = 2.0, path: str | None = None) -> None:
+        """For `seconds`, every request whose path and query contain `path` (None: any) is answered
+        `delay` seconds late (an overloaded apiserver or kubelet)."""
         with self.lock:
-            self.state.faults.eof_gen += 1
+            self.state.faults.add_slow(seconds, delay, path)
+
+    def hang_api(self, seconds: float = 5.0, path: str | None = None, streams: bool = False) -> None:
+        """For `seconds`, requests whose path and query contain `path` (None: any; e.g.
+        "watch=true") get no answer at all until the fault ends (then they are served, if the
+        client still waits); `streams`: open follow and watch streams of that path send
+        nothing meanwhile either."""
+        with self.lock:
+            self.state.faults.add_hang(seconds, path, streams)
+
+    def watch_gone(self, mode: str = "expired") -> None:
+        """Watches fail. `expired`: every open watch gets an `ERROR` event carrying a Status 410
+        `Expired` ("too old resource version") and ends, and the event history is compacted: a
+        new watch from an older resourceVersion gets the same at once (relist needed).
+        `drop`: every open watch's connection is dropped (no final chunk, no event)."""
+        if mode not in ("expired", "drop"):
+            raise ValueError(f"watch_gone mode must be 'expired' or 'drop', got {mode!r}")
+        with self.lock:
+            faults = self.state.faults
+            faults.record("watch_gone", 0, mode=mode)
+            if mode == "expired":
+                faults.gone_gen += 1
+                faults.compacted_rv = self.state.rv
+            else:
+                faults.watch_drop_gen += 1
+
+    def db_outage(self, seconds: float | None = 10.0, mode: str = "refuse", existing: str = "close") -> None:
+        """The database goes away for `seconds` (None: until db_restore; 0: a restart — every
+        connection reset, new ones welcome at once) through the DbProxy the simulator was given:
+        live connections reset (existing="stall": hang), new ones refused or blackholed (`mode`)."""
+        if self.db_proxy is None:
+            raise RuntimeError("db_outage needs SimCluster(db_proxy=DbProxy(...)) started")
+        with self.lock:
+            self.db_proxy.cut(mode, existing)
+            self._db_restore_at = None if seconds is None else time.monotonic() + float(seconds)
+            if seconds == 0:
+                self._db_restore_at = None
+                self.db_proxy.restore()
+
+    def db_restore(self) -> None:
+        """End a db_outage now."""
+        with self.lock:
+            self._db_restore_at = None
+            self.db_proxy.restore()
+
+    def eof_streams(self, abort: bool = False) -> None:
+        """End every open follow/watch stream cleanly (like an idle timeout or apiserver
+        restart); `abort`: drop their connections instead (no final chunk: a reset)."""
+        with self.lock:
+            faults = self.state.faults
+            faults.record("eof_streams", 0, abort=abort or None)
+            if abort:
+                faults.abort_gen += 1
+            else:
+                faults.eof_gen += 1
 
     # ---- JobSets, ground truth, bounded waits
     def add_jobset(self, spec: JobSetSpec | dict) -> JobSetState:

@@ -130,9 +130,11 @@ class ContainerLog:
 
 async def stream(request: web.Request, log: ContainerLog, lock: threading.RLock, *, gen: int, start: int,
                  follow: bool, timestamps: bool, since_ns: int | None, limit: int | None,
-                 ended: Callable[[], bool]) -> web.StreamResponse:
+                 ended: Callable[[], bool], aborted: Callable[[], bool] = lambda: False,
+                 frozen: Callable[[], bool] = lambda: False) -> web.StreamResponse:
     """Send file `gen` of `log` from index `start`: to its end, or with `follow` until the
-    container terminates, `ended()` turns true (eof_streams, shutdown) or the client leaves.
+    container terminates, `ended()` turns true (eof_streams, shutdown) or the client leaves;
+    `aborted()`: the connection is dropped instead of ended; while `frozen()` nothing is sent.
     The caller picked gen and start under `lock`, so no line slips between them."""
     resp = web.StreamResponse(status=200, headers={"Content-Type": "text/plain"})
     if follow:
@@ -142,6 +144,11 @@ async def stream(request: web.Request, log: ContainerLog, lock: threading.RLock,
     pos = start
     try:
         while True:
+            with lock:
+                hold = frozen() and not ended()
+            if hold:
+                await asyncio.sleep(POLL)
+                continue
             with lock:
                 stop = ended()
                 fend = log.file_end(gen)
@@ -178,6 +185,12 @@ async def stream(request: web.Request, log: ContainerLog, lock: threading.RLock,
             if request.transport is None or request.transport.is_closing():
                 break
             await asyncio.sleep(POLL)
+        with lock:
+            drop = aborted()
+        if drop:  # a reset: no final chunk
+            if request.transport is not None:
+                request.transport.abort()
+            return resp
         await resp.write_eof()
     except (ConnectionResetError, asyncio.CancelledError):
         pass

@@ -3,8 +3,9 @@ endpoint can still serve it (a follower is judged against this)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from steptail.simcluster.faults import ApiOutage
 from steptail.simcluster.objects import CONTAINER, JobSetState
 from steptail.simcluster.state import ClusterState
 
@@ -82,6 +83,7 @@ class LineTruth:
     kind: str | None  # "loss" (LOSS-PARTS) | "rbf" (REQUIRED_RBF) | None
     step: int | None  # for loss / rbf lines
     served: bool  # some API response included it
+    file_gen: int  # which log file of its container holds it (0: the first; +1 each rotation)
     # [(from_ns, to_ns)]: from its write until its file stopped being the current one (only the
     # current file is served) or its container's log was gone (pod deleted, a second restart
     # dropped it); to_ns None while it is still servable. API outages are not cut out of it:
@@ -99,7 +101,7 @@ def line_truths(state: ClusterState, js: JobSetState) -> list[LineTruth]:
             jobset=js.spec.name, pod=p.name, pod_uid=p.uid, container=CONTAINER,
             restart_count=inst.restart_count, incarnation=key[0] or log.incarnation, seq=e.seq,
             wall_ns=e.wall_ns, stamp_ns=e.ts_ns, stamp=e.ts, text=e.text, kind=key[2], step=key[1],
-            served=e.served, intervals=[(e.wall_ns, log.servable_until(e))],
+            served=e.served, file_gen=e.file_gen, intervals=[(e.wall_ns, log.servable_until(e))],
         ))
     return out
 
@@ -110,10 +112,16 @@ class Truth:
     - ``truth(jobset)``: [StepTruth] — every (incarnation, step) process 0 wrote, in order.
     - ``truth.servable(jobset)``: [LineTruth] — every line process 0 wrote (flood output
       excepted), in write order, with the intervals the logs API could serve it.
+    - ``truth.unavailable()``: [ApiOutage(kind, from_ns, to_ns, params)] — every API fault in
+      the order applied (auth_lapse, deny, fail_next, corrupt_pods, slow_api, hang_api,
+      eof_streams, watch_gone); to_ns None while in force (fail_next: until its last failure
+      was answered). Not cut out of the lines' intervals: the oracle decides what they mean.
+    - ``truth.db_outages()``: [dbproxy.Outage(mode, from_ns, to_ns)] of the DbProxy, if any.
     Every method takes the state lock and returns copies."""
 
-    def __init__(self, state: ClusterState) -> None:
+    def __init__(self, state: ClusterState, db_proxy=None) -> None:
         self.state = state
+        self.db_proxy = db_proxy
 
     def __call__(self, jobset: str | None = None) -> list[StepTruth]:
         with self.state.lock:
@@ -122,3 +130,10 @@ class Truth:
     def servable(self, jobset: str | None = None) -> list[LineTruth]:
         with self.state.lock:
             return line_truths(self.state, self.state.jobset(jobset))
+
+    def unavailable(self) -> list[ApiOutage]:
+        with self.state.lock:
+            return [replace(o, params=dict(o.params)) for o in self.state.faults.history]
+
+    def db_outages(self) -> list:
+        return [replace(o) for o in self.db_proxy.outages] if self.db_proxy is not None else []
