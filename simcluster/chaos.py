@@ -5,14 +5,13 @@ runs as it is (`scenario_of`): 1-12 JobSets at 0.5-500 lines/s and overlapping f
 kind the simulator knows. A seed reproduces its schedule exactly; `format_schedule` prints it
 one fault a line so a failing seed can be read and replayed (`steptail simcluster --chaos SEED`).
 
-Two parts of a schedule are not simulator faults and travel under the `chaos` key:
-- `driven`: faults that need the live cluster to resolve (delete *process 0* of a JobSet: its
-  name is known only then); `ChaosDriver` fires them at their time through the Python API;
-- `collector`: what happens to the follower(s): when `follow` starts (late: after a rotation or
-  a restart) and, with replicas, SIGKILL / SIGSTOP / session kills / a rolling restart.
+What is not a simulator fault travels under the `chaos` key (`collector`): when `follow`
+starts (late: after a rotation or a restart) and, with replicas, what happens to them
+(SIGKILL and back, SIGSTOP/SIGCONT, their database sessions terminated, a rolling restart).
 
-Fault kinds the simulator does not know yet (its branch adds them) are drawn only when
-`scenario.ACTIONS` has them, so a schedule never names an action the simulator refuses.
+A kind is drawn only when `scenario.ACTIONS` has its action, so a schedule never names an
+action the simulator refuses; database outages (`db_outage`) need a PostgreSQL store behind
+the simulator's DbProxy (chaos_run.py gives it one; on SQLite they are left out).
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ import time
 from steptail.simcluster.scenario import ACTIONS
 
 LINES_PER_STEP = 7.0  # process 0 prints ~7 lines a step (2-6 noise, LOSS-PARTS, completed, RBF)
-DRIVEN = frozenset({"delete_process0"})  # resolved against the live cluster by ChaosDriver
 
 
 def _u(r: random.Random, lo: float, hi: float) -> float:
@@ -45,7 +43,8 @@ def _double_rotation(r, t, js):
 
 
 def _eof(r, t, js):
-    return [{"at": t, "action": "eof_streams"}]
+    # a clean end (idle timeout), now and then a reset connection (no final chunk)
+    return [{"at": t, "action": "eof_streams", **({"abort": True} if r.random() < 0.3 else {})}]
 
 
 def _server_errors(r, t, js):
@@ -82,7 +81,7 @@ def _container_restart(r, t, js):
 def _pod_deleted(r, t, js):
     # `kubectl delete pod` of process 0; the JobSet controller answers with a restart
     grace = 0.0 if r.random() < 0.5 else _u(r, 0.5, 5.0)
-    return [{"at": t, "action": "delete_process0", "jobset": js, "grace_seconds": grace},
+    return [{"at": t, "action": "delete_pod", "jobset": js, "grace_seconds": grace},
             {"at": round(t + _u(r, 0.1, 1.0), 2), "action": "restart_jobset", "jobset": js,
              "grace_seconds": _u(r, 0.3, 3.0), "pending_seconds": _u(r, 0.2, 1.5)}]
 
@@ -101,8 +100,30 @@ def _rate_change(r, t, js, rates=(0.5, 500.0)):
 
 def _headless_restart(r, t, js):
     # a trainer restart whose start-up lines (and restore line) rotate away before anyone reads them
-    return [{"at": t, "action": "restart_container", "jobset": js},
-            {"at": round(t + _u(r, 0.01, 0.08), 2), "action": "rotate", "jobset": js}]
+    action = r.choice(["restart_container", "restart_jobset"])
+    return [{"at": t, "action": action, "jobset": js, "head_rotated": r.choice([0, 0, 1, 5])}]
+
+
+def _slow_api(r, t, js):
+    return [{"at": t, "action": "slow_api", "seconds": _u(r, 1.0, 8.0), "delay": _u(r, 0.2, 3.0),
+             "path": r.choice(["/log", "/pods", None])}]
+
+
+def _hang_api(r, t, js):
+    return [{"at": t, "action": "hang_api", "seconds": _u(r, 0.5, 6.0), "path": r.choice(["/log", "/pods", None]),
+             "streams": r.random() < 0.5}]
+
+
+def _watch_gone(r, t, js):
+    return [{"at": t, "action": "watch_gone", "mode": r.choice(["expired", "drop"])}]
+
+
+def _db_outage(r, t, js):
+    # the store goes away (refused, or a blackhole: connects hang), live sessions reset or
+    # stalled; seconds 0: a database restart
+    seconds = 0.0 if r.random() < 0.3 else _u(r, 1.0, 12.0)
+    return [{"at": t, "action": "db_outage", "seconds": seconds, "mode": r.choice(["refuse", "blackhole"]),
+             "existing": r.choice(["close", "close", "stall"])}]
 
 
 def _stamp_skew(r, t, js):
@@ -135,7 +156,12 @@ KINDS = {  # kind -> (weight, drawer, needs a simulator action)
     "headless_restart": (1, _headless_restart, "restart_container"),
     "stamp_skew": (2, _stamp_skew, "stamp_skew"),
     "clock_step": (2, _clock_step, "clock_step"),
+    "slow_api": (1, _slow_api, "slow_api"),
+    "hang_api": (1, _hang_api, "hang_api"),
+    "watch_gone": (2, _watch_gone, "watch_gone"),
+    "db_outage": (2, _db_outage, "db_outage"),
 }
+DB_KINDS = frozenset({"db_outage"})  # need a database server behind a proxy: not on SQLite
 
 
 def available_kinds() -> list[str]:
@@ -151,14 +177,16 @@ def _steps_per_second(r: random.Random, lo_lines: float, hi_lines: float) -> flo
 
 def draw_schedule(seed: int, *, duration: float = 10.0, rates: tuple[float, float] = (0.5, 500.0),
                   jobsets: tuple[int, int] = (1, 12), replicas: int = 0, faults_per_second: float = 0.5,
-                  late: str | None = None, kinds: list[str] | None = None, hosts: int = 1) -> dict:
+                  late: str | None = None, kinds: list[str] | None = None, hosts: int = 1,
+                  database: bool = True) -> dict:
     """A scenario dict (plus its `chaos` key, see the module doc) drawn from `seed` alone.
 
     duration: seconds of training the schedule spans (the trainers are sized to end near it);
     rates: (lo, hi) lines/s of process 0, log-uniform per JobSet; jobsets: (lo, hi) how many;
     replicas: 0 = one follower, else 2-3 `follow --all` replicas with their own faults;
     faults_per_second: mean fault density; late: None (drawn), "rotation" or "restart" forces
-    `follow` to start after that fault, "no" forces a start at 0; kinds: restrict the kinds."""
+    `follow` to start after that fault, "no" forces a start at 0; kinds: restrict the kinds;
+    database: False leaves out database outages (a SQLite store has no server to lose)."""
     r = random.Random(seed)
     names = [f"chaos-{i:02d}" for i in range(r.randint(*jobsets))]
     specs = []
@@ -174,7 +202,8 @@ def draw_schedule(seed: int, *, duration: float = 10.0, rates: tuple[float, floa
         "grace_seconds": _u(r, 1.0, 10.0), "restart_pending_seconds": _u(r, 0.2, 2.0),
         "jobsets": specs,
     }
-    pool = [k for k in (available_kinds() if kinds is None else kinds) if k in available_kinds()]
+    pool = [k for k in (available_kinds() if kinds is None else kinds)
+            if k in available_kinds() and (database or k not in DB_KINDS)]
     weights = [KINDS[k][0] for k in pool]
     faults: list[dict] = []
     for _ in range(_poisson(r, faults_per_second * duration) if pool else 0):
@@ -230,15 +259,15 @@ def _poisson(r: random.Random, mean: float) -> int:
 
 # ---- using a schedule
 def scenario_of(schedule: dict) -> dict:
-    """The part the simulator runs: without the `chaos` key, the driven faults and the `kind` labels."""
+    """The part the simulator runs: without the `chaos` key and the `kind` labels."""
     sc = {k: v for k, v in schedule.items() if k != "chaos"}
-    sc["faults"] = [{k: v for k, v in f.items() if k != "kind"} for f in schedule["faults"]
-                    if f["action"] not in DRIVEN]
+    sc["faults"] = [{k: v for k, v in f.items() if k != "kind"} for f in schedule["faults"]]
     return sc
 
 
-def driven_faults(schedule: dict) -> list[dict]:
-    return [f for f in schedule["faults"] if f["action"] in DRIVEN]
+def without_db_faults(schedule: dict) -> dict:
+    """The schedule less its database outages (for a SQLite store: no server to lose)."""
+    return {**schedule, "faults": [f for f in schedule["faults"] if f.get("kind") not in DB_KINDS]}
 
 
 def collector_plan(schedule: dict) -> dict:
@@ -280,15 +309,13 @@ def format_schedule(schedule: dict) -> str:
 
 
 class ChaosDriver:
-    """Fires faults of a schedule on a running SimCluster at their `at`, counted from `t0`
-    (time.monotonic(); default the simulator's start, the origin of the scenario's own `at`).
-    By default only the driven faults; `every=True` fires all of them (the runner does, when it
-    starts the clock once the follower is up)."""
+    """Fires a schedule's faults on a running SimCluster at their `at`, counted from `t0`
+    (time.monotonic()): the runner starts this clock once the follower is up, which the
+    simulator's own scenario timeline (counted from its start) cannot do."""
 
-    def __init__(self, sim, schedule: dict, *, every: bool = False, t0: float | None = None) -> None:
+    def __init__(self, sim, schedule: dict, t0: float) -> None:
         self.sim = sim
-        faults = schedule["faults"] if every else driven_faults(schedule)
-        self.faults = sorted(faults, key=lambda f: f["at"])
+        self.faults = sorted(schedule["faults"], key=lambda f: f["at"])
         self.t0 = t0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="chaos-driver", daemon=True)
@@ -304,16 +331,10 @@ class ChaosDriver:
     def _run(self) -> None:
         from steptail.simcluster.scenario import FaultSpec
 
-        t0 = self.sim._started_mono if self.t0 is None else self.t0
         for f in self.faults:
-            if self._stop.wait(max(0.0, t0 + f["at"] - time.monotonic())):
+            if self._stop.wait(max(0.0, self.t0 + f["at"] - time.monotonic())):
                 return
             try:
-                if f["action"] == "delete_process0":
-                    pod = self.sim.process0(f["jobset"])
-                    if pod is not None:
-                        self.sim.delete_pod(pod, grace_seconds=f.get("grace_seconds", 0.0))
-                else:
-                    self.sim.apply_fault(FaultSpec.from_dict({k: v for k, v in f.items() if k != "kind"}))
-            except KeyError:  # the pod is gone meanwhile (a restart's grace ended)
+                self.sim.apply_fault(FaultSpec.from_dict({k: v for k, v in f.items() if k != "kind"}))
+            except KeyError:  # its pod or JobSet is gone meanwhile (a restart's grace ended)
                 pass

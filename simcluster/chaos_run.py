@@ -19,14 +19,23 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from steptail.simcluster.chaos import ChaosDriver, collector_plan, format_schedule, scenario_of
+from steptail.simcluster.chaos import (
+    DB_KINDS,
+    ChaosDriver,
+    collector_plan,
+    format_schedule,
+    scenario_of,
+    without_db_faults,
+)
 from steptail.simcluster.cluster import SimCluster
 from steptail.simcluster.oracle import Observation, Verdict, judge
 from steptail.storage.db import open_store
 from steptail.storage.reads import run_summaries
 
 SAMPLE_EVERY = 0.25  # seconds between two looks at the store's row counts
-SETTLE = 1.5  # after every JobSet is done, rows unchanged this long: the follower caught up
+# after every JobSet is done, rows unchanged this long ends the run: longer than the oracle's
+# SERVABLE_SECONDS, so a step it requires had that long to arrive after the last write
+SETTLE = 5.5
 
 
 def account(i: int) -> str:
@@ -155,6 +164,16 @@ def run_schedule(schedule: dict, db_url: str, workdir: Path, *, timeout: float |
     failure, the schedule and the offending steps."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
+    on_sqlite = sa.engine.make_url(db_url).get_backend_name() == "sqlite"
+    if on_sqlite:
+        schedule = without_db_faults(schedule)
+    proxy = None
+    if any(f.get("kind") in DB_KINDS for f in schedule["faults"]):
+        from steptail.simcluster.dbproxy import DbProxy
+
+        url = sa.engine.make_url(db_url)
+        proxy = DbProxy(url.host or "127.0.0.1", url.port or 5432)
+        proxy.start()
     plan = collector_plan(schedule)
     duration = schedule["chaos"]["duration"]
     timeout = timeout if timeout is not None else duration * 2 + 15
@@ -162,17 +181,17 @@ def run_schedule(schedule: dict, db_url: str, workdir: Path, *, timeout: float |
     scenario = scenario_of(schedule)
     if not late:  # the JobSets and the fault clock start once the follower is up (see _wait_ready)
         scenario = {**scenario, "jobsets": [], "faults": []}
-    sim = SimCluster(scenario, state_dir=workdir / "sim").start_in_thread()
-    followers = [_follower(sim, db_url, i, workdir) for i in range(max(1, plan["replicas"]))]
+    sim = SimCluster(scenario, state_dir=workdir / "sim", db_proxy=proxy).start_in_thread()
+    follow_url = proxy.url(db_url) if proxy is not None else db_url  # the oracle reads around the proxy
+    followers = [_follower(sim, follow_url, i, workdir) for i in range(max(1, plan["replicas"]))]
     owner_lost: list[tuple[float, str]] = []
     sampler = Sampler(db_url)
     events = sorted(plan["events"], key=lambda e: e["at"])
     later: list[tuple[float, str, int]] = []  # (time, action, replica) follow-ups: SIGCONT, restart
     driver = None
     try:
-        if late:
+        if late:  # the simulator's own timeline runs the faults, from its start
             t0 = time.time()
-            driver = ChaosDriver(sim, schedule).start()
             _sleep_until(t0 + plan["follow_at"])
         for f in followers:
             f.start()
@@ -185,7 +204,7 @@ def run_schedule(schedule: dict, db_url: str, workdir: Path, *, timeout: float |
             t0 = time.time()
             for js in schedule["jobsets"]:
                 sim.add_jobset(js)
-            driver = ChaosDriver(sim, schedule, every=True, t0=time.monotonic()).start()
+            driver = ChaosDriver(sim, schedule, t0=time.monotonic()).start()
         sampler.start()
         deadline = t0 + timeout
         settled_since, last_counts = None, None
@@ -215,11 +234,14 @@ def run_schedule(schedule: dict, db_url: str, workdir: Path, *, timeout: float |
         truths = {js["name"]: sim.truth(js["name"]) for js in schedule["jobsets"]}
         servable, written = _line_truth(sim, schedule)
         log_reads = sim.log_reads if len(followers) > 1 else []
+        unavailable = _outages(sim, ended)
         sim.stop_thread()
+        if proxy is not None:
+            proxy.stop()
     spans = sorted((s, e) for f in followers for s, e in f.spans)
     obs = Observation(schedule=schedule, truths=truths, started=t0, collector=spans,
                       samples=sampler.samples, log_reads=log_reads, owner_lost=owner_lost, ended=ended,
-                      servable=servable, written=written, unavailable=_outages(schedule, t0))
+                      servable=servable, written=written, unavailable=unavailable)
     store = open_store(db_url)
     try:
         verdict = judge(obs, store)
@@ -272,9 +294,15 @@ def _line_truth(sim: SimCluster, schedule: dict):
     return servable, written
 
 
-def _outages(schedule: dict, t0: float) -> list[tuple[float, float]]:
-    """When the API served nothing: the auth lapses (the simulator's truth does not cut them out)."""
-    return [(t0 + f["at"], t0 + f["at"] + f["seconds"]) for f in schedule["faults"] if f["action"] == "auth_lapse"]
+def _outages(sim: SimCluster, ended: float) -> list[tuple[float, float]]:
+    """When the API served no log at all (sim.truth.unavailable): auth lapses, and hangs of
+    every path or of logs. Slow answers, denials (lists only) and 5xx bursts still let a
+    follower read, so they stay inside the 5 s a step must have been servable."""
+    out = []
+    for o in sim.truth.unavailable():
+        if o.kind == "auth_lapse" or (o.kind == "hang_api" and o.params.get("path") in (None, "/log")):
+            out.append((o.from_ns / 1e9, ended if o.to_ns is None else o.to_ns / 1e9))
+    return out
 
 
 def _wait_ready(sim: SimCluster, replicas: int, timeout: float = 60.0) -> float:

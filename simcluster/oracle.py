@@ -135,15 +135,32 @@ def _overlap_all(spans: list[tuple[float, float]], collector: list[tuple[float, 
     return sum(_overlap(s, collector) for s in spans)
 
 
+def _z_loss(value) -> str | None:
+    """z_loss as the trainer prints it (6 decimals of mantissa): random per (incarnation,
+    step), so it tells which incarnation printed a stored row whatever its stamp."""
+    try:
+        return f"{float(value):.6e}"
+    except (TypeError, ValueError):
+        return None
+
+
+def _printed_z_loss(loss_parts: str) -> str | None:
+    for word in loss_parts.split():
+        if word.startswith("z_loss="):
+            return _z_loss(word.removeprefix("z_loss="))
+    return None
+
+
 def _judge_run(obs: Observation, store: Store, run: str, truth: list, v: Verdict) -> None:
+    by_z = {(t.step, _printed_z_loss(t.loss_parts)): t for t in truth}
     by_ts = {(t.step, _ns(t.timestamp)): t for t in truth}
     rows = list(iter_loss_parts(store, run))
     # store incarnation -> trainer incarnations of its rows; trainer key -> store rows
     seen: dict[tuple[int, int], list[int]] = defaultdict(list)
     incs: dict[int, Counter] = defaultdict(Counter)
     unmatched: list[tuple] = []
-    for inc, step, ts_ns, *_ in rows:
-        t = by_ts.get((step, ts_ns))
+    for inc, step, ts_ns, _ce, _raw, parts in rows:
+        t = by_z.get((step, _z_loss((parts or {}).get("z_loss")))) or by_ts.get((step, ts_ns))
         if t is None:
             unmatched.append((inc, step, ts_ns))
             continue
@@ -154,10 +171,12 @@ def _judge_run(obs: Observation, store: Store, run: str, truth: list, v: Verdict
     for inc in sorted(incs):
         trainer_inc = incs[inc].most_common(1)[0][0]
         mapping[inc] = trainer_inc
-        if trainer_inc in claimed or len(incs[inc]) > 1:
-            v.offend("false_incarnations", f"{run}: store incarnation {inc} holds trainer incarnations "
-                     f"{dict(incs[inc])} (trainer incarnation {trainer_inc} also in store incarnation "
-                     f"{claimed.get(trainer_inc)})")
+        if trainer_inc in claimed:
+            v.offend("false_incarnations", f"{run}: store incarnation {inc} repeats trainer incarnation "
+                     f"{trainer_inc} (already store incarnation {claimed[trainer_inc]}): rows {dict(incs[inc])}")
+        elif len(incs[inc]) > 1:
+            v.offend("false_incarnations", f"{run}: store incarnation {inc} holds the rows of trainer "
+                     f"incarnations {dict(incs[inc])} (a restart not recognized)")
         claimed.setdefault(trainer_inc, inc)
     for inc, step, ts_ns in unmatched:
         v.offend("false_incarnations", f"{run}: stored step {step} (incarnation {inc}, ts {ts_ns}) "

@@ -3,10 +3,10 @@ that found a defect stays here with the defect named, so it is replayed forever.
 
 A seed's schedule is `draw_schedule(seed, **SHORT, **extra)`; print it with
 `python -c "from steptail.simcluster.chaos import *; print(format_schedule(draw_schedule(SEED, ...)))"`
-or serve it with `steptail simcluster --chaos SEED --chaos-duration 6`."""
+or serve it with `steptail simcluster --chaos SEED --chaos-duration 5`."""
 
 # short schedules at high line rates: each seed runs in ~10-15 s wall
-SHORT = {"duration": 6.0, "rates": (70.0, 500.0), "jobsets": (1, 3), "faults_per_second": 0.8}
+SHORT = {"duration": 5.0, "rates": (70.0, 500.0), "jobsets": (1, 3), "faults_per_second": 0.8}
 
 # (seed, extra draw_schedule arguments); late starts among them (after a rotation, a restart)
 SEEDS = [

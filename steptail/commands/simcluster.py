@@ -36,7 +36,7 @@ def command(scenario_path: str | None, port: int, host: str, kubeconfig_out: str
 
         if scenario_path:
             fail("--chaos draws its own scenario: give --scenario or --chaos, not both")
-        schedule = draw_schedule(chaos_seed, duration=chaos_duration)
+        schedule = draw_schedule(chaos_seed, duration=chaos_duration, database=False)  # no store here
         click.echo(format_schedule(schedule))
     try:
         if schedule is not None:
@@ -58,10 +58,6 @@ def command(scenario_path: str | None, port: int, host: str, kubeconfig_out: str
             fail(f"cannot start the simulated cluster on {host}:{port}: {exc.strerror or exc}")
         except (TypeError, ValueError) as exc:  # e.g. a trainer value of the wrong type
             fail(f"bad scenario {scenario_path}: {' '.join(str(exc).split())[:300]}")
-        if schedule is not None:
-            from steptail.simcluster.chaos import ChaosDriver
-
-            ChaosDriver(sim, schedule).start()  # the faults that need the live cluster (process 0's name)
         ns = scenario.namespace
         js = scenario.jobsets[0].name if scenario.jobsets else "NAME"
         env = f"KUBECONFIG={shlex.quote(str(sim.kubeconfig_path))} CLOUDSDK_CORE_ACCOUNT={shlex.quote(sim.account)}"
