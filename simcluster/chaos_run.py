@@ -241,7 +241,8 @@ def run_schedule(schedule: dict, db_url: str, workdir: Path, *, timeout: float |
     spans = sorted((s, e) for f in followers for s, e in f.spans)
     obs = Observation(schedule=schedule, truths=truths, started=t0, collector=spans,
                       samples=sampler.samples, log_reads=log_reads, owner_lost=owner_lost, ended=ended,
-                      servable=servable, written=written, unavailable=unavailable)
+                      servable=servable, written=written, unavailable=unavailable,
+                      running={account(f.index): [(a, min(b, ended)) for a, b in f.spans] for f in followers})
     store = open_store(db_url)
     try:
         verdict = judge(obs, store)

@@ -55,6 +55,7 @@ class Observation:
     unavailable: list[tuple[float, float]] = field(default_factory=list)  # API outages (auth lapses)
     log_reads: list = field(default_factory=list)  # api.LogRead
     owner_lost: list[tuple[float, str]] = field(default_factory=list)  # (t, account of the replica)
+    running: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # account -> spans not stopped
     ended: float = 0.0
     run_of: dict[str, str] | None = None  # jobset -> run (default: the same name)
 
@@ -282,9 +283,21 @@ def follow_spans(log_reads: list, until: float) -> dict[str, list[tuple[float, f
     return out
 
 
+def _clip(spans: dict[str, list[tuple[float, float, str]]], running: dict[str, list[tuple[float, float]]]):
+    """Each stream cut to the times its replica ran: a SIGSTOPped replica's stream stays open at
+    the server but reads nothing (its taking over by another replica is what must happen)."""
+    out: dict[str, list[tuple[float, float, str]]] = {}
+    for pod, ss in spans.items():
+        for s, e, u in ss:
+            for rs, re in running.get(u, [(s, e)]):
+                if min(e, re) > max(s, rs):
+                    out.setdefault(pod, []).append((max(s, rs), min(e, re), u))
+    return out
+
+
 def _judge_replicas(obs: Observation, v: Verdict) -> None:
     spans = follow_spans(obs.log_reads, obs.ended)
-    for pod, ss in spans.items():
+    for pod, ss in _clip(spans, obs.running).items():
         ss = sorted(ss)
         for i, a in enumerate(ss):
             for b in ss[i + 1:]:
