@@ -281,10 +281,8 @@ def _replica_event(ev: dict, followers: list[Follower], db_url: str, owner_lost:
 
 
 def _line_truth(sim: SimCluster, schedule: dict):
-    """From the simulator's line truth (when it has one): when each LOSS-PARTS line was
-    servable and when it was written, in seconds."""
-    if not hasattr(sim.truth, "servable"):
-        return None, {}
+    """From the simulator's line truth: when each LOSS-PARTS line was servable and when it
+    was written, in seconds."""
     servable, written = {}, {}
     for js in schedule["jobsets"]:
         for line in sim.truth.servable(js["name"]):

@@ -5,24 +5,25 @@ reads the store only through steptail.storage's read functions and holds it to:
 
 - every step servable for >= SERVABLE_SECONDS while the collector ran is recorded, exactly
   once, in the incarnation the trainer printed it in ("missed" otherwise);
-- every step not recorded that was servable at some moment while a collector ran ("lost
-  unseen" otherwise: gone before anyone looked) lies inside a recorded stream gap of its pod AND a gap finding
-  ("lost unflagged" otherwise);
+- every step not recorded that was servable at some moment while a collector ran lies inside a
+  recorded stream gap of its pod AND a gap finding ("lost unflagged" otherwise; "lost unseen":
+  gone before any collector could look, counted, no offence);
 - no trainer (incarnation, step) recorded twice ("duplicated"), no store incarnation the trainer
   did not start (a fork, or rows of two trainer incarnations in one: "false incarnations");
 - no critical finding the truth does not contain ("false critical");
 - with replicas: no pod followed by two accounts at once, every run whose owner was killed,
   stopped or cut off followed again within TAKEOVER_SECONDS.
 
-Store incarnations are matched to the trainer's by the kubelet timestamp of each LOSS-PARTS
-row (the store may number them differently, e.g. after a late start), never by number.
+Store rows are matched to the trainer's (incarnation, step) by the z_loss each printed (random
+per incarnation and step; the kubelet stamp as a fallback), never by incarnation number: the
+store may number incarnations differently (a late start) and stamps may go back.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from steptail.parsers.timestamps import parse_rfc3339
 from steptail.storage.db import Store
@@ -49,15 +50,14 @@ class Observation:
     collector: list[tuple[float, float]]  # spans when a collector was running
     samples: list[tuple[float, dict[str, int]]] = field(default_factory=list)  # (t, run -> rows)
     # (jobset, incarnation, step) -> [(from, to|None)] the API could serve its LOSS-PARTS line
-    # (sim.truth.servable); None: not known, see servable_window
-    servable: dict[tuple[str, int, int], list[tuple[float, float | None]]] | None = None
+    # (sim.truth.servable)
+    servable: dict[tuple[str, int, int], list[tuple[float, float | None]]] = field(default_factory=dict)
     written: dict[tuple[str, int, int], float] = field(default_factory=dict)  # true wall time of the write
     unavailable: list[tuple[float, float]] = field(default_factory=list)  # API outages (auth lapses)
     log_reads: list = field(default_factory=list)  # api.LogRead
     owner_lost: list[tuple[float, str]] = field(default_factory=list)  # (t, account of the replica)
     running: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # account -> spans not stopped
     ended: float = 0.0
-    run_of: dict[str, str] | None = None  # jobset -> run (default: the same name)
 
 
 @dataclass
@@ -86,8 +86,9 @@ class Verdict:
 
 def judge(obs: Observation, store: Store) -> Verdict:
     v = Verdict(obs.schedule["chaos"]["seed"])
+    obs = replace(obs, collector=_union(obs.collector))
     for js, truth in sorted(obs.truths.items()):
-        _judge_run(obs, store, (obs.run_of or {}).get(js, js), truth, v)
+        _judge_run(obs, store, js, truth, v)  # follow --all names each run after its JobSet
     v.worst_recovery = worst_recovery(obs)
     if obs.log_reads:
         _judge_replicas(obs, v)
@@ -103,18 +104,23 @@ def _overlap(a: tuple[float, float], spans: list[tuple[float, float]]) -> float:
 
 
 def servable_window(obs: Observation, js: str, t) -> list[tuple[float, float]] | None:
-    """When the API could serve this step's LOSS-PARTS line, in seconds: the simulator's line
-    truth (`sim.truth.servable`) when it has one, less the API outages the schedule made; else,
-    for a step still retrievable at the end, from its write to the end (a step no longer
-    retrievable then has an unknown window: not required, only held to the gap rule)."""
-    if obs.servable is not None:
-        spans = obs.servable.get((js, t.incarnation, t.step))
-        if spans is None:
-            return None
-        return _minus([(a, obs.ended if b is None else b) for a, b in spans], obs.unavailable)
-    if t.retrievable:
-        return _minus([(_ns(t.timestamp) / 1e9, obs.ended)], obs.unavailable)
-    return None
+    """When the API could serve this step's LOSS-PARTS line, in seconds (the simulator's line
+    truth, `sim.truth.servable`), less the API outages; None when the truth has no such line."""
+    spans = obs.servable.get((js, t.incarnation, t.step))
+    if spans is None:
+        return None
+    return _minus([(a, obs.ended if b is None else b) for a, b in spans], obs.unavailable)
+
+
+def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Overlapping spans merged: two replicas running at once are one collector running."""
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
 
 
 def _minus(spans: list[tuple[float, float]], holes: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -192,7 +198,7 @@ def _judge_run(obs: Observation, store: Store, run: str, truth: list, v: Verdict
         if len(got) > 1:
             v.offend("duplicated", f"{run}: trainer incarnation {t.incarnation} step {t.step} recorded "
                      f"{len(got)} times (store incarnations {got})")
-        window = servable_window(obs, run if obs.run_of is None else _jobset(obs, run), t)
+        window = servable_window(obs, run, t)
         must = window is not None and _overlap_all(window, obs.collector) >= SERVABLE_SECONDS
         v.counts["servable"] += must
         if right:
@@ -219,10 +225,6 @@ def _judge_run(obs: Observation, store: Store, run: str, truth: list, v: Verdict
     for f in findings:
         if f[6] == "critical" and f[1] not in justified:
             v.offend("false_critical", f"{run}: {f[1]} incarnation {f[2]} steps {f[3]}-{f[4]}: {f[5][:160]}")
-
-
-def _jobset(obs: Observation, run: str) -> str:
-    return next((js for js, r in (obs.run_of or {}).items() if r == run), run)
 
 
 def _justified_critical(schedule: dict, truth: list) -> set[str]:
@@ -253,7 +255,7 @@ def worst_recovery(obs: Observation) -> float:
         if not any(s <= te < e for s, e in obs.collector):
             continue
         for js in ([f["jobset"]] if f.get("jobset") else names):
-            run = (obs.run_of or {}).get(js, js)
+            run = js
             before = _count_at(obs.samples, te, run)
             later = [t for t in obs.truths.get(js, [])
                      if obs.written.get((js, t.incarnation, t.step), _ns(t.timestamp) / 1e9) > te]
