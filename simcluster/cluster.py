@@ -11,13 +11,16 @@ Kubernetes API), faults.py (API faults), truth.py (ground truth).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import math
 import os
 import secrets
+import sys
 import tempfile
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 from steptail.simcluster import kube
@@ -27,11 +30,8 @@ from steptail.simcluster.dbproxy import DbProxy
 from steptail.simcluster.objects import CONTAINER, JobSetState, Pod
 from steptail.simcluster.scenario import ACTIONS, FaultSpec, JobSetSpec, Scenario, parse_size
 from steptail.simcluster.state import ClusterState
-from steptail.simcluster.truth import Truth, wrote_step
+from steptail.simcluster.truth import AppliedFault, Truth, wrote_step
 
-# fault actions whose method takes the scenario's JobSet first
-ON_JOBSET = frozenset({"rotate", "restart_jobset", "restart_container", "stall", "set_rate", "write_lines", "flood",
-                       "stamp_skew", "clock_step"})
 TICK = 0.005  # driver period: pending pods start, steps are written, logs rotate by size
 
 
@@ -77,6 +77,7 @@ class SimCluster:
         self.truth = Truth(self.state, db_proxy)
         self._pending_faults: list[FaultSpec] = list(scenario.faults)
         self.db_proxy = db_proxy  # a started DbProxy in front of the store: `db_outage` cuts it
+        self._check_faults(scenario.faults)
         self._db_restore_at: float | None = None  # time.monotonic() when a db_outage ends
         self._started_mono = 0.0
         self._tasks: list[asyncio.Task] = []
@@ -205,18 +206,40 @@ class SimCluster:
                 self.apply_fault(f)
 
     # ---- faults (see docs/simcluster.md for what each does to the wire)
-    def apply_fault(self, f: FaultSpec) -> None:
-        """Apply one scenario fault now: each action is the method of its name, given the
-        scenario's JobSet when it acts on one."""
+    def _fault_call(self, f: FaultSpec) -> tuple[Callable, tuple, dict]:
+        """The method a scenario fault is and its arguments: each action is the method of its
+        name, given the scenario's JobSet when it takes one (a `jobset` parameter)."""
         if f.action not in ACTIONS:
             raise ValueError(f"unknown fault action {f.action!r}")
         act = getattr(self, f.action)
-        if f.action in ON_JOBSET:
-            act(f.jobset, **f.params)
-        elif f.action == "delete_pod":
-            act(**f.params, jobset=f.jobset)
-        else:
-            act(**f.params)
+        if "jobset" in inspect.signature(act).parameters:
+            return act, (), {**f.params, "jobset": f.jobset}
+        return act, (), dict(f.params)
+
+    def _check_faults(self, faults: list[FaultSpec]) -> None:
+        """A fault that cannot run fails at construction, not silently in the driver later."""
+        for f in faults:
+            act, args, kw = self._fault_call(f)
+            try:
+                inspect.signature(act).bind(*args, **kw)
+            except TypeError as e:
+                raise ValueError(f"fault {f.action!r}: {e} (params {f.params})") from None
+            if f.action in ("db_outage", "db_restore") and self.db_proxy is None:
+                raise ValueError(f"fault {f.action!r} needs SimCluster(db_proxy=DbProxy(...))")
+
+    def apply_fault(self, f: FaultSpec) -> None:
+        """Apply one scenario fault now and record it (sim.truth.faults()); one that fails
+        (e.g. delete_pod of a pod gone meanwhile) is recorded with its error and printed, and
+        the driver goes on."""
+        act, args, kw = self._fault_call(f)
+        rec = AppliedFault(f.action, f.jobset, dict(f.params), time.time_ns(), f.at, f.at_step)
+        try:
+            act(*args, **kw)
+        except Exception as e:  # noqa: BLE001 - any failure of a fault is its record, not the driver's end
+            rec.error = f"{type(e).__name__}: {e}"
+            print(f"simcluster: fault {f.action} {f.params} failed: {rec.error}", file=sys.stderr, flush=True)
+        with self.lock:
+            self.state.applied.append(rec)
 
     def write_lines(self, jobset: str | None = None, lines: list[str] = ()) -> None:
         """Process 0 prints these lines as they are (hostile input: values no store can hold,

@@ -106,7 +106,8 @@ class Controller:
                     key = (js.incarnation, step, kind) if kind else None
                     if kind == "loss" and skew_us is not None:
                         # stdout and stderr are stamped separately: this line lands before the last one
-                        e = log.write(line, key=key, stamp_ns=log.last_ts - skew_us * 1000)
+                        before = log.last_ts or time.time_ns() + log.clock_offset_ns
+                        e = log.write(line, key=key, stamp_ns=before - skew_us * 1000)
                     else:
                         # the step's tagged burst shares one kubelet timestamp
                         e = log.write(line, ts_ns=ts if kind or "completed step" in line else None, key=key)

@@ -216,8 +216,7 @@ class DbProxy:
         except (OSError, asyncio.CancelledError):
             pass
         finally:
-            if c in self._conns:
-                self._drop(c)
+            self._drop(c)  # also an upstream opened while a cut reset the client
             self._handlers.discard(task)
 
     async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:

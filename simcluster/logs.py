@@ -31,9 +31,9 @@ class Entry:
     text: str
     file_gen: int  # which log file (0 = first) holds it
     served: bool = False  # included in at least one API response
-    key: tuple | None = None  # (incarnation, step, kind) for trainer lines
     wall_ns: int = 0  # true time of the write (time.time_ns(), no node clock offset)
     seq: int = 0  # global write order (every container of the cluster)
+    key: tuple | None = None  # (incarnation, step, kind) for trainer lines
 
 
 class ContainerLog:

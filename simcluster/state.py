@@ -34,6 +34,7 @@ class ClusterState:
         # per JobSet name: every line any process-0 container wrote, in write order (truth.py)
         self.journal: dict[str, list[tuple[ContainerLog, Entry]]] = {}
         self.faults = ApiFaults()
+        self.applied: list = []  # truth.AppliedFault: the scenario's faults as they were applied
         self._rng = random.Random(scenario.seed)  # pod-name suffixes: same seed, same names
 
     # ---- lookups

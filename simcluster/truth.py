@@ -106,6 +106,20 @@ def line_truths(state: ClusterState, js: JobSetState) -> list[LineTruth]:
     return out
 
 
+@dataclass
+class AppliedFault:
+    """A scenario fault as the simulator applied it: when (true wall-clock ns), and its error
+    if it could not be applied (then it had no effect)."""
+
+    action: str
+    jobset: str | None
+    params: dict
+    wall_ns: int
+    at: float | None  # as scheduled: seconds after start ...
+    at_step: int | None  # ... or right after this step
+    error: str | None = None
+
+
 class Truth:
     """`SimCluster.truth`: the ground truth as plain data, for tests and the chaos oracle.
 
@@ -117,6 +131,8 @@ class Truth:
       eof_streams, watch_gone); to_ns None while in force (fail_next: until its last failure
       was answered). Not cut out of the lines' intervals: the oracle decides what they mean.
     - ``truth.db_outages()``: [dbproxy.Outage(mode, from_ns, to_ns)] of the DbProxy, if any.
+    - ``truth.faults()``: [AppliedFault] — the scenario's faults in the order applied, when,
+      and the error of one that could not be applied.
     Every method takes the state lock and returns copies."""
 
     def __init__(self, state: ClusterState, db_proxy=None) -> None:
@@ -137,3 +153,7 @@ class Truth:
 
     def db_outages(self) -> list:
         return [replace(o) for o in self.db_proxy.outages] if self.db_proxy is not None else []
+
+    def faults(self) -> list[AppliedFault]:
+        with self.state.lock:
+            return [replace(f, params=dict(f.params)) for f in self.state.applied]

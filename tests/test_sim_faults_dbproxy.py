@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 
 import psycopg
 import pytest
@@ -133,3 +134,27 @@ def test_db_outage_scenario_fault(make_simcluster, proxy):
         one(conn)
     assert one(connect(proxy)) == 1
     assert sim.last_step() > 0  # the cluster ran on meanwhile
+
+
+def test_a_cut_closes_the_server_side_sessions_too(proxy):
+    url = sa.engine.make_url(PG_ADMIN)
+    app = f"dbproxy-test-{uuid.uuid4().hex[:8]}"
+    conns = [psycopg.connect(host=proxy.host, port=proxy.port, user=url.username, dbname=url.database,
+                             password=url.password, application_name=app, autocommit=True) for _ in range(3)]
+    direct = psycopg.connect(host=url.host, port=url.port or 5432, user=url.username, dbname=url.database,
+                             password=url.password, autocommit=True)  # not through the proxy
+
+    def sessions() -> int:
+        return direct.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (app,)).fetchone()[0]
+
+    try:
+        assert sessions() == 3
+        proxy.cut("blackhole")
+        deadline = time.monotonic() + 10
+        while sessions() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sessions() == 0  # the backends saw their client go: nothing lingers on the server
+    finally:
+        direct.close()
+        for c in conns:
+            c.close()

@@ -4,9 +4,15 @@ intervals `sim.truth.servable()` gives the oracle (rotation, grace period, delet
 
 from __future__ import annotations
 
+import re
 import time
+from pathlib import Path
 
 import pytest
+import yaml
+
+from steptail.simcluster.cluster import SimCluster
+from steptail.simcluster.dbproxy import DbProxy
 
 try:
     from test_sim_kubectl import LOSS, kubectl, wait_running
@@ -94,3 +100,28 @@ def test_servable_intervals_follow_rotation_and_grace(make_simcluster):
     assert del_end - by[(1, 25)].wall_ns >= 1.5e9  # ... after its grace period
     assert all(by[(2, s)].intervals == [(by[(2, s)].wall_ns, None)] for s in range(21, 41))
     assert by[(2, 21)].restart_count == 0 and by[(2, 21)].pod != by[(1, 21)].pod
+
+
+def test_faults_are_checked_at_construction_and_recorded_when_applied(make_simcluster):
+    with pytest.raises(ValueError, match="secnds"):
+        SimCluster(scenario([{"at": 0, "action": "stall", "secnds": 3}]))
+    with pytest.raises(ValueError, match="db_proxy"):
+        SimCluster(scenario([{"at": 0, "action": "db_outage", "seconds": 3}]))
+    sim = make_simcluster(scenario([{"at_step": 5, "action": "delete_pod", "pod": "no-such-pod"},
+                                    {"at_step": 6, "action": "stall", "seconds": 0.2},
+                                    {"at": 0.0, "action": "auth_lapse", "seconds": 0.1}], steps=40))
+    sim.wait_done(timeout=20)  # a fault that failed did not stop the run
+    got = sim.truth.faults()
+    assert [(f.action, f.at, f.at_step) for f in got] == [("auth_lapse", 0.0, None), ("delete_pod", None, 5),
+                                                         ("stall", None, 6)]
+    assert got[1].error.startswith("KeyError") and got[0].error is None and got[2].error is None
+    assert got[0].wall_ns < got[1].wall_ns < got[2].wall_ns
+
+
+def test_the_documented_scenario_example_is_valid():
+    """docs/simcluster.md's scenario file: every fault in it fits its action's parameters."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "simcluster.md").read_text()
+    sc = yaml.safe_load(re.search(r"```yaml\n(namespace: default.*?)```", doc, re.S).group(1))
+    assert {f["action"] for f in sc["faults"]} >= {"stamp_skew", "clock_step", "db_outage", "slow_api",
+                                                   "hang_api", "watch_gone"}
+    SimCluster(sc, db_proxy=DbProxy())  # not started: construction checks the faults
