@@ -7,7 +7,8 @@ reads the store only through steptail.storage's read functions and holds it to:
   once, in the incarnation the trainer printed it in ("missed" otherwise);
 - every step not recorded that was servable at some moment while a collector ran lies inside a
   recorded stream gap of its pod AND a gap finding ("lost unflagged" otherwise; "lost unseen":
-  gone before any collector could look, counted, no offence);
+  gone before any collector could look, and "unread at end": written less than 5 s before the
+  collector stopped and still served, are counted, no offence);
 - no trainer (incarnation, step) recorded twice ("duplicated"), no store incarnation the trainer
   did not start (a fork, or rows of two trainer incarnations in one: "false incarnations");
 - no critical finding the truth does not contain ("false critical");
@@ -32,10 +33,10 @@ from steptail.storage.reads import iter_loss_parts, list_findings, stream_gaps
 SERVABLE_SECONDS = 5.0
 TAKEOVER_SECONDS = 10.0
 GAP_KINDS = ("gap", "head_gap")
-COUNTS = ("servable", "recorded", "lost_flagged", "lost_unseen", "lost_unflagged", "missed", "duplicated",
+COUNTS = ("servable", "recorded", "lost_flagged", "lost_unseen", "unread_at_end", "lost_unflagged", "missed", "duplicated",
           "false_incarnations", "false_critical", "double_follow", "slow_takeover")
 
-_GOOD = ("servable", "recorded", "lost_flagged", "lost_unseen")  # counted, not offences
+_GOOD = ("servable", "recorded", "lost_flagged", "lost_unseen", "unread_at_end")  # counted, not offences
 
 
 @dataclass
@@ -206,6 +207,9 @@ def _judge_run(obs: Observation, store: Store, run: str, truth: list, v: Verdict
             continue
         if window is not None and _overlap_all(window, obs.collector) <= 0:
             v.counts["lost_unseen"] += 1  # gone before any collector could have read it
+            continue
+        if not must and any(b is None for _, b in obs.servable.get((run, t.incarnation, t.step), [])):
+            v.counts["unread_at_end"] += 1  # still served when the collector stopped: not lost yet
             continue
         if must:
             v.offend("missed", f"{run}: incarnation {t.incarnation} step {t.step} (pod {t.pod}, ts "
