@@ -302,8 +302,8 @@ def _clip(spans: dict[str, list[tuple[float, float, str]]], running: dict[str, l
 
 
 def _judge_replicas(obs: Observation, v: Verdict) -> None:
-    spans = follow_spans(obs.log_reads, obs.ended)
-    for pod, ss in _clip(spans, obs.running).items():
+    spans = _clip(follow_spans(obs.log_reads, obs.ended), obs.running)
+    for pod, ss in spans.items():
         ss = sorted(ss)
         for i, a in enumerate(ss):
             for b in ss[i + 1:]:
@@ -322,7 +322,8 @@ def _judge_replicas(obs: Observation, v: Verdict) -> None:
         for pod in held:
             if last_write.get(pod, 0.0) < lost_at + TAKEOVER_SECONDS:
                 continue  # the pod wrote nothing more worth a takeover
-            again = [s for s, e, u in spans[pod] if s > lost_at or (u != account and e > lost_at and s <= lost_at)]
+            # followed again: a stream (any replica's, the resumed one's too) read after the loss
+            again = [max(s, lost_at) for s, e, u in spans[pod] if e > lost_at + 0.5]
             late = (min(again) - lost_at) if again else math.inf
             if late > TAKEOVER_SECONDS:
                 v.offend("slow_takeover", f"pod {pod}: its owner {account} was lost at "
