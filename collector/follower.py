@@ -429,8 +429,15 @@ class RunFollower:
 
     # ------------------------------------------------------------------------ lines
     def _since(self, key: str) -> int | None:
+        """`--since-time` of the next read of `key`: the cursor's mark, the stamp of the latest
+        line read (it follows a clock stepped back: an older since would have the server filter
+        out the new lines). Each read of a stream starts here, so the cursor is told a re-read
+        begins: its first lines may repeat what was read (runs.model.Cursor)."""
         cursor = self.model.cursors.get(key)
-        return cursor.hwm_ns if cursor is not None else None
+        if cursor is None:
+            return None
+        cursor.new_read()
+        return cursor.hwm_ns
 
     def _check_for(self, key: str, since: int | None, pod: PodInfo | None = None) -> _Overlap:
         check = self._pending_check.get(key)

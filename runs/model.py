@@ -16,6 +16,7 @@ import hashlib
 import json
 import math
 import time
+from collections import deque
 from dataclasses import dataclass, field, replace
 from itertools import repeat
 
@@ -98,103 +99,226 @@ class ClockJump:
         self.stamped_ns, self.read_ns, self.tracked = stamped_ns, read_ns, tracked
 
 
+SECOND_NS = 10**9
+# What a cursor remembers of the lines it read (digests, in log order): at most the last
+# REMEMBER_LINES lines, from the oldest stamped in the second before the mark's or later (a
+# re-read from the mark repeats the read lines stamped >= its second; one more second: a
+# re-read from a second before the mark repeats only lines it knows too): see Cursor.
+REMEMBER_LINES = 20_000
+
+
+def floor_second(ns: int) -> int:
+    """What kubectl sends as --since-time for `ns`: the whole second, truncated."""
+    return ns - ns % SECOND_NS
+
+
+def remember_from(hwm_ns: int) -> int:
+    """The oldest stamp of the lines a cursor at `hwm_ns` remembers."""
+    return floor_second(hwm_ns) - SECOND_NS
+
+
 class Cursor:
-    """High-water mark of one stream's kubelet timestamps and the lines read at that instant.
+    """What one stream read: the mark (the stamp of the latest line read, what the next
+    re-read asks for as `since`) and the digests of the lines read lately.
 
-    Reconnects re-read from a whole second before the last line, so every line at or before
-    the mark is a repeat unless it is a line at the mark not seen yet. Digests are taken
-    only when two lines share the mark or the cursor is saved (the common case hashes
-    nothing).
+    A re-read from S (kubectl truncates --since-time to the second; kubelet serves the current
+    file's lines stamped >= S, in log order) first repeats lines read before, then goes on
+    with new ones; within one read no line ever comes twice. So: a line whose digest is
+    remembered is a repeat; at the start of a read (`overlap`: after new_read, or a cursor
+    loaded from the store) a line stamped before S is one too (a whole file ingested again);
+    the first line that is neither ends the overlap, and from there every line is taken,
+    whatever its stamp: stamps do go back (containerd stamps stdout and stderr apart, NTP
+    steps clocks back). The mark follows the latest line, back too: a re-read from an old
+    mark after a clock step back would have the server filter out the new lines.
 
-    A line stamped far from the line before it (a clock jump) never moves the mark: one line
-    stamped 2099 would otherwise make every later line look read. Such a line is remembered
-    by digest instead (saved in at_hwm with the JUMPED prefix), so a re-read still drops it.
+    Bound: at most REMEMBER_LINES lines, from the oldest stamped in the second before the
+    mark's or later (remember_from). When a re-read's S reaches back to lines forgotten (`forgot_ns` >= S: the clock
+    stepped back past the mark's second), the overlap's lines it does not know stamped at or
+    before `forgot_ns` are dropped as probable repeats until the last line read comes, which
+    proves them repeats and ends the overlap. If the overlap ends without it (the file
+    rotated meanwhile), they are counted in `unsure` and the model flags them (a warning
+    finding): never a silent loss.
+
+    A line stamped far from the line before it (a clock jump) does not move the mark: one
+    line stamped 2099 would otherwise make the server filter out every later line. It is
+    remembered by digest (saved in at_hwm with the JUMPED prefix). A jump back that the next
+    line confirms (it is close to the jumped line) is a clock stepped back: the mark follows.
 
     `done`: the stream was read to its end (a follower that starts again knows which streams
     of pods gone meanwhile are complete)."""
 
-    __slots__ = ("hwm_ns", "_digests", "_lines", "last_ns", "jumped", "done")
+    __slots__ = ("hwm_ns", "_recent", "_known", "last_ns", "jumped", "done", "forgot_ns", "overlap",
+                 "_stepped", "unsure", "_maybe")
 
     def __init__(self, hwm_ns: int | None = None, at_hwm: set[str] | None = None, done: bool = False) -> None:
         self.hwm_ns = hwm_ns
         self.done = done
-        self._digests: set[str] = set(at_hwm or ())
         self.jumped: set[str] = set()  # digests of lines taken across a clock jump
-        if any(d.startswith(JUMPED) for d in self._digests):
-            self.jumped = {d[len(JUMPED):] for d in self._digests if d.startswith(JUMPED)}
-            self._digests = {d for d in self._digests if not d.startswith(JUMPED)}
-        self._lines: list[bytes] = []  # lines at the mark not yet digested
+        self.forgot_ns: int | None = None
+        entries = []
+        for d in at_hwm or ():
+            if d.startswith(JUMPED):
+                self.jumped.add(d[len(JUMPED):])
+            elif ":" in d:
+                ts, _, digest = d.partition(":")
+                entries.append((int(ts), digest))
+            elif hwm_ns is not None:  # saved before stamps were: the lines at the mark
+                entries.append((hwm_ns, d))
+        entries.sort()
+        self._recent: deque[tuple[int, str]] = deque(entries)  # (ts_ns, digest) in log order
+        self._known: dict[str, int] = {}  # digest -> how many of _recent
+        for _, d in entries:
+            self._known[d] = self._known.get(d, 0) + 1
+        # A cursor loaded from the store: its next read is a re-read, and it knows nothing read
+        # before the mark's second.
+        self.overlap = hwm_ns is not None
+        if hwm_ns is not None:
+            self.forgot_ns = remember_from(hwm_ns) - 1
         # Time of the line before, in this read (a file, a stream): what a clock jump is
         # measured from. Not saved: a new read starts without one.
         self.last_ns: int | None = None
-
-    def _at_mark(self) -> set[str]:
-        if self._lines:
-            self._digests.update(line_digest(x) for x in self._lines)
-            self._lines.clear()
-        return self._digests
+        self._stepped: int | None = None  # stamp of a line just taken as a jump back
+        self.unsure: list[int] = []  # [count, first ts, last ts] of lines dropped as probable repeats
+        self._maybe: list[int] = []  # the same, in this overlap, until the last line read proves them
 
     @property
     def at_hwm(self) -> set[str]:
-        """What is saved with the mark: digests of the lines at it, and of clock-jumped lines."""
-        marks = self._at_mark()
-        return marks | {JUMPED + d for d in self.jumped} if self.jumped else marks
+        """What is saved with the mark: the lines a re-read from it repeats ("ts:digest"),
+        and clock-jumped lines."""
+        hwm = self.hwm_ns
+        if hwm is None:
+            return {JUMPED + d for d in self.jumped}
+        oldest = remember_from(hwm)
+        out = {f"{ts}:{d}" for ts, d in self._recent if ts >= oldest}
+        out.update(JUMPED + d for d in self.jumped)
+        return out
 
     def copy(self) -> Cursor:
         """A snapshot, for a batch written on another thread while reading goes on."""
-        return Cursor(self.hwm_ns, set(self.at_hwm), self.done)
+        return Cursor(self.hwm_ns, self.at_hwm, self.done)
 
     def new_read(self) -> None:
-        """The next line starts a new read (another file): no line before it to measure from."""
+        """The next line starts a new read (a re-read, another file): its first lines may
+        repeat what was read; no line before it to measure a clock jump from."""
         self.last_ns = None
+        self._stepped = None
+        self._end_overlap()
+        self.overlap = True
 
     def seen(self, ts_ns: int | None, line: bytes) -> bool:
-        """Whether `admit` would drop this line as a repeat, or a clock-jumped line already
-        taken (a question only: nothing changes)."""
-        hwm = self.hwm_ns
+        """Whether this line was read (a question only: nothing changes)."""
         if ts_ns is None:
             return False
-        if self.jumped and line_digest(line.rstrip(b"\r\n")) in self.jumped:
-            return True
-        if hwm is None or ts_ns > hwm:
-            return False
-        return ts_ns < hwm or line_digest(line.rstrip(b"\r\n")) in self._at_mark()
+        digest = line_digest(line.rstrip(b"\r\n"))
+        return digest in self._known or digest in self.jumped
 
     def admit(self, ts_ns: int | None, line: bytes) -> bool | ClockJump:
         """True for a new line, False for a repeat, a ClockJump (true) for a new line whose
         timestamp cannot be trusted to order it."""
         if ts_ns is None:
             return True
+        digest = line_digest(line.rstrip(b"\r\n"))
+        recent = self._recent
+        if digest in self._known or digest in self.jumped:
+            if self.overlap and recent and recent[-1][1] == digest:
+                self.overlap, self._maybe = False, []  # the last line read: what follows is new
+            return False
         hwm = self.hwm_ns
-        line = line.rstrip(b"\r\n")
-        if hwm is None or ts_ns > hwm:
-            # A jump ahead is one ahead of the mark and of the wall clock: a genuine pause (a
-            # restart after hours in a queue) lands in the past, a broken clock does not.
-            if hwm is not None and ts_ns - hwm <= CLOCK_JUMP_NS or ts_ns - time.time_ns() <= CLOCK_JUMP_NS:
-                self.hwm_ns = self.last_ns = ts_ns
-                self._digests, self._lines = set(), [line]
-                return True
-            return self._jump(ts_ns, line)
+        if self.overlap:
+            if hwm is not None:
+                since = floor_second(hwm)
+                if ts_ns < since:
+                    return False  # what a re-read from the mark would not serve: read before
+                forgot = self.forgot_ns
+                if forgot is not None and since <= forgot and ts_ns <= forgot and recent:
+                    self._unsure(ts_ns)
+                    return False
+            self._end_overlap()
+        if hwm is not None and ts_ns - hwm > CLOCK_JUMP_NS and ts_ns - time.time_ns() > CLOCK_JUMP_NS or \
+                hwm is None and ts_ns - time.time_ns() > CLOCK_JUMP_NS:
+            # Ahead of the mark and of the wall clock: a genuine pause (a restart after hours
+            # in a queue) lands in the past, a broken clock does not.
+            return self._jump(ts_ns, digest)
         last = self.last_ns
         if last is not None and last - ts_ns > CLOCK_JUMP_NS:
-            return self._jump(ts_ns, line)  # far behind the line before: not a repeat, a bad clock
-        self.last_ns = ts_ns
-        if ts_ns < hwm:
-            return False
-        digest = line_digest(line)
-        if digest in self._at_mark():
-            return False
-        self._digests.add(digest)
+            stepped = self._stepped
+            if stepped is None or abs(ts_ns - stepped) > CLOCK_JUMP_NS:
+                self._stepped = ts_ns
+                return self._jump(ts_ns, digest)  # far behind the line before: flagged
+            # the line before the jumped one's clock stepped back: the mark follows
+        self._stepped = None
+        self.hwm_ns = self.last_ns = ts_ns
+        self._remember(ts_ns, digest)
         return True
 
-    def _jump(self, ts_ns: int, line: bytes) -> bool | ClockJump:
-        digest = line_digest(line)
-        if digest in self.jumped:
-            return False
+    def _remember(self, ts_ns: int, digest: str) -> None:
+        recent, known = self._recent, self._known
+        recent.append((ts_ns, digest))
+        known[digest] = known.get(digest, 0) + 1
+        oldest = remember_from(self.hwm_ns) if self.hwm_ns is not None else ts_ns
+        while len(recent) > REMEMBER_LINES or recent[0][0] < oldest:
+            ts, d = recent.popleft()
+            n = known.pop(d) - 1
+            if n:
+                known[d] = n
+            if self.forgot_ns is None or ts > self.forgot_ns:
+                self.forgot_ns = ts
+
+    def forget(self, line: bytes) -> None:
+        """Forget one line read (a snapshot that must not hold it)."""
+        digest = line_digest(line.rstrip(b"\r\n"))
+        self.jumped.discard(digest)
+        if digest in self._known:
+            self._recent = deque(e for e in self._recent if e[1] != digest)
+            del self._known[digest]
+
+    def _unsure(self, ts_ns: int) -> None:
+        if self._maybe:
+            self._maybe[0] += 1
+            self._maybe[2] = ts_ns
+        else:
+            self._maybe = [1, ts_ns, ts_ns]
+
+    def _end_overlap(self) -> None:
+        """The overlap ended without the last line read: what it dropped unsure is flagged."""
+        self.overlap = False
+        if self._maybe:
+            n, first, last = self._maybe
+            self.unsure = [self.unsure[0] + n, self.unsure[1], last] if self.unsure else [n, first, last]
+            self._maybe = []
+
+    def take_steady(self, first_ts: int | None, last_ts: int, tail: list[bytes]) -> None:
+        """A steady block taken whole (stamps rising from past the mark): `tail`, its lines
+        stamped from remember_from(last_ts) on, is what the cursor remembers of it."""
+        self.hwm_ns = self.last_ns = last_ts
+        self._stepped = None
+        below = remember_from(last_ts) - 1  # the block's earlier lines are not remembered
+        if first_ts is not None and first_ts <= below and (self.forgot_ns is None or below > self.forgot_ns):
+            self.forgot_ns = below
+        for line in tail:
+            self._remember(line_ts(line) or last_ts, line_digest(line.rstrip(b"\r\n")))
+
+    def _jump(self, ts_ns: int, digest: str) -> bool | ClockJump:
         if len(self.jumped) >= JUMPS_KEPT:
             return ClockJump(ts_ns, None, tracked=False)
         self.jumped.add(digest)
         return ClockJump(ts_ns, self.last_ns if self.last_ns is not None else self.hwm_ns)
+
+
+@dataclass
+class _Pending:
+    """A LOSS-PARTS step going back with no evidence of a restart, and the REQUIRED_RBF and pod
+    lines of its steps read after it (function, arguments), until the next step decides."""
+
+    ts_ns: int | None
+    step: int
+    ce: float
+    ce_raw: str
+    parts_json: str
+    line: bytes | None
+    held: list = field(default_factory=list)
+    stream: str = "log"
+    cursor: Cursor | None = None
 
 
 @dataclass
@@ -304,6 +428,10 @@ class RunModel:
         self.pod: str | None = None  # set by the follower: the pod now being read
         self.planned_steps = planned_steps  # the latest `Config param steps:`, if positive
         self._prior_step: int | None = None  # last LOSS-PARTS step of the incarnation before
+        self._stream = "log"  # the stream being fed
+        self._step_stream: str | None = None  # the stream of the current incarnation's last step
+        self._evidence = False  # a restore line since the last step: a step going back is a restart
+        self._pending: _Pending | None = None  # a step going back without evidence, undecided
 
     # -- input -----------------------------------------------------------------
     def feed(self, line: bytes, stream: str = "log") -> None:
@@ -327,6 +455,7 @@ class RunModel:
     def feed_items(self, items, stream: str = "log") -> None:
         """Items of parsers.block.parse_block, in order (the ingest hot loop). An item is
         (kind, ts_ns, step, the record's fields, line) or (ItemKind.GENERAL, line)."""
+        self._stream = stream
         admit = self._cursor(stream).admit
         loss, rbf, pod = self._loss, self._rbf, self._pod
         general, loss_kind, rbf_kind = ItemKind.GENERAL, ItemKind.LOSS, ItemKind.RBF
@@ -375,6 +504,8 @@ class RunModel:
         if cur is None:
             return False
         first, hwm = block.first_ts, cursor.hwm_ns
+        if self._pending is not None or (cursor.overlap and hwm is not None):
+            return False  # a step held back, or a re-read's overlap: the lines decide
         if first is not None:
             if hwm is not None and first <= hwm:
                 return False
@@ -405,6 +536,7 @@ class RunModel:
             if cur.first_step is None:
                 cur.first_step = step[0]
             cur.last_step = step[-1]
+            self._evidence, self._step_stream = False, stream
             self._touch(cur)
             ce = [None if c != c or c in (math.inf, -math.inf) else c for c in ce]
             batch.loss_parts.extend(zip(repeat(run), repeat(inc), step, ts, ce, ce_raw, parts))
@@ -422,11 +554,11 @@ class RunModel:
             counters.pod_steps += len(step)
         batch.checkpoints.extend((run, cur.number, "save", step, ts) for ts, step in block.saves)
         if block.last_ts is not None:
-            cursor.hwm_ns, cursor._digests, cursor._lines = block.last_ts, set(), list(block.lines_at_last)
-            cursor.last_ns = block.last_ts
+            cursor.take_steady(block.first_ts, block.last_ts, block.last_seconds)
         return True
 
     def _feed_general(self, line: bytes, ts_ns: int | None, stream: str) -> None:
+        self._stream = stream
         fresh = self._cursor(stream).admit(ts_ns, line)
         if not fresh:
             self.counters.duplicates += 1
@@ -497,6 +629,7 @@ class RunModel:
             self._pod(ts_ns, rec.step, rec.seconds, rec.tflops, rec.tokens_per_s, rec.total_weights,
                       rec.loss, line, to_json(rec.extra) if rec.extra else "{}")
         elif isinstance(rec, TrainerStart):
+            self.settle()  # a step held back before a start-up line: no steps continued from it
             cur = self.current
             if cur is None or cur.last_step is not None:
                 cur = self._open(ts_ns)
@@ -514,6 +647,8 @@ class RunModel:
         elif isinstance(rec, Checkpoint):
             cur = self._ensure(ts_ns)
             if rec.kind == "restore":
+                self.settle()
+                self._evidence = True
                 cur.restored_from = rec.step
                 self._touch(cur)
             self.batch.checkpoints.append((self.run, cur.number, rec.kind, rec.step, ts_ns))
@@ -521,6 +656,8 @@ class RunModel:
             self.counters.bad(f"{rec.tag}: {rec.reason}: {rec.text}")
 
     def _loss(self, ts_ns, step, ce, ce_raw, parts_json, line=None) -> None:
+        if self._pending is not None:
+            self._decide(step)
         cur, planned = self.current, self.planned_steps
         last = None if cur is None else cur.last_step
         # _absurd's quick answer inline: this runs for every line the steady scan refused
@@ -529,8 +666,14 @@ class RunModel:
             self._step_jump("loss_parts", (self.run, cur.number if cur else 0, step, ts_ns, ce, ce_raw, parts_json),
                             cur, last, line)
             return
-        if cur is None or (cur.last_step is not None and step <= cur.last_step):
+        if cur is not None and cur.last_step is not None and step <= cur.last_step:
+            if not self._evidence and self._stream == self._step_stream:
+                self._hold(_Pending(ts_ns, step, ce, ce_raw, parts_json, line))
+                return
+            cur = None
+        if cur is None:
             cur = self._open(ts_ns)
+        self._evidence, self._step_stream = False, self._stream
         if cur.first_step is None:
             cur.first_step = step
             self._touch(cur)
@@ -550,6 +693,9 @@ class RunModel:
                             cur, cur.last_rbf, line)
             return
         if cur.last_rbf is not None and step <= cur.last_rbf:
+            if self._pending is not None and step >= self._pending.step:
+                self._pending.held.append((self._rbf, (ts_ns, step, mx, per_layer_json, program, line)))
+                return
             self.counters.duplicates += 1
             return
         cur.last_rbf = step
@@ -565,6 +711,10 @@ class RunModel:
             self._step_jump("pod_metrics", row, cur, cur.last_pod_step, line)
             return
         if cur.last_pod_step is not None and step <= cur.last_pod_step:
+            if self._pending is not None and step >= self._pending.step:
+                self._pending.held.append(
+                    (self._pod, (ts_ns, step, seconds, tflops, tokens, total_weights, loss, line, extra_json)))
+                return
             self.counters.duplicates += 1
             return
         cur.last_pod_step = step
@@ -606,6 +756,47 @@ class RunModel:
                    f"line: {_text(line) if line is not None else row}")
         self.batch.quarantine.append(quarantine_row(table, row, f"step_jump: {what}"))
 
+    # -- a step going back without evidence of a restart ---------------------------------
+    def _hold(self, pending: _Pending) -> None:
+        """Hold the step until the next LOSS-PARTS step decides (see _decide). The cursor saved
+        meanwhile is the one from before the line: a collector restarted reads it again."""
+        cursor = self.cursors[self._stream]
+        snapshot = cursor.copy()
+        if pending.line is not None:
+            snapshot.forget(pending.line)
+        pending.stream, pending.cursor = self._stream, snapshot
+        self._pending = pending
+
+    def _decide(self, step: int) -> None:
+        """The step after a held one: if it goes on from the held step (and not from the old
+        sequence), the trainer restarted and its start-up lines were rotated away: a new
+        incarnation opens at the held step, rows in order. Else the held line was a lone
+        out-of-sequence line: quarantined and flagged."""
+        p, cur = self._pending, self.current
+        if cur is not None and cur.last_step is not None and p.step < step <= cur.last_step:
+            self._pending = None
+            self._open(p.ts_ns)
+            self._loss(p.ts_ns, p.step, p.ce, p.ce_raw, p.parts_json, p.line)
+            for fn, args in p.held:
+                fn(*args)
+        else:
+            self.settle()
+
+    def settle(self) -> None:
+        """Decide a held step with no step after it (the log ended, a start-up or restore
+        line came): a lone out-of-sequence line, quarantined and flagged (a warning)."""
+        p, self._pending = self._pending, None
+        if p is None:
+            return
+        cur = self.current
+        inc, last = (cur.number, cur.last_step) if cur is not None else (0, None)
+        what = f"step {p.step} after step {last}, with no restart evidence and no step going on from it"
+        self._flag("step_jump", p.step, f"{what}: not recorded as a step nor taken for a restart; "
+                   f"line: {_text(p.line) if p.line is not None else p.step}")
+        row = (self.run, inc, p.step, p.ts_ns, p.ce, p.ce_raw, p.parts_json)
+        self.batch.quarantine.append(quarantine_row("loss_parts", row, f"step_back: {what}"))
+        self.counters.duplicates += len(p.held)
+
     def _ensure(self, ts_ns: int | None) -> Incarnation:
         return self.current if self.current is not None else self._open(ts_ns)
 
@@ -627,4 +818,20 @@ class RunModel:
         batch.incarnations = {n: inc.row(self.run) for n, inc in batch.incarnations.items()}
         # Snapshots: the batch may be written by another thread while reading goes on.
         batch.cursors = {k: c.copy() for k, c in batch.cursors.items()}
+        for key, cursor in self.cursors.items():
+            if cursor.unsure:
+                self._unsure(batch, key, cursor)
+        if self._pending is not None and self._pending.stream in batch.cursors:
+            batch.cursors[self._pending.stream] = self._pending.cursor.copy()
         return batch
+
+    def _unsure(self, batch: Batch, stream: str, cursor: Cursor) -> None:
+        """Flag the lines a re-read's overlap dropped as probable repeats it did not know."""
+        (n, first, last), cursor.unsure = cursor.unsure, []
+        detail = (f"a re-read of {stream} reached back past what its cursor remembers (at most {REMEMBER_LINES} "
+                  f"lines, from the second before the mark's on): {n} line(s) stamped {format_ns(first)}"
+                  f" to {format_ns(last)} dropped as probable repeats; any new among them are lost")
+        inc = self.current.number if self.current is not None else 0
+        batch.flags.append((self.run, "clock_jump", inc, NO_STEP, NO_STEP, printable(detail), "warning",
+                            time.time_ns()))
+        self.counters.flagged += 1
