@@ -1,6 +1,6 @@
 /* parsers._steady: parsers.block._steady's scan in C, for the steady state of a training log.
  *
- * steady(block, save_of) -> None | (loss, rbf, pod, saves, first_ts, last_ts, last_seconds)
+ * steady(block, save_of) -> None | (loss, rbf, pod, saves, first_ts, last_ts, last_seconds, forgot_ts)
  *
  * `block` holds complete lines. One pass finds every tagged line; LOSS-PARTS, REQUIRED_RBF
  * and `completed step` lines are cut and converted here, any other tagged line goes to
@@ -618,7 +618,9 @@ static PyObject *steady(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *saves = pod ? saves_list(&all) : NULL;
     PyObject *fts = saves ? ts_obj(&all.e[0]) : NULL;
     PyObject *lts = fts ? ts_obj(lastx) : NULL;
-    if (lts != NULL) result = PyTuple_Pack(7, loss, rbf, pod, saves, fts, lts, at_last);
+    PyObject *forgot = lts == NULL ? NULL : from > 0 ? ts_obj(&all.e[from - 1]) : Py_NewRef(Py_None);
+    if (forgot != NULL) result = PyTuple_Pack(8, loss, rbf, pod, saves, fts, lts, at_last, forgot);
+    Py_XDECREF(forgot);
     Py_XDECREF(loss);
     Py_XDECREF(rbf);
     Py_XDECREF(pod);

@@ -105,6 +105,7 @@ SECOND_NS = 10**9
 # re-read from the mark repeats the read lines stamped >= its second; one more second: a
 # re-read from a second before the mark repeats only lines it knows too): see Cursor.
 REMEMBER_LINES = 20_000
+FORGOT = "forgot:"  # saved in at_hwm: the latest stamp of a line read and forgotten
 
 
 def floor_second(ns: int) -> int:
@@ -159,12 +160,16 @@ class Cursor:
         for d in at_hwm or ():
             if d.startswith(JUMPED):
                 self.jumped.add(d[len(JUMPED):])
+            elif d.startswith(FORGOT):
+                self.forgot_ns = int(d[len(FORGOT):])
             elif ":" in d:
                 ts, _, digest = d.partition(":")
                 entries.append((int(ts), digest))
             elif hwm_ns is not None:  # saved before stamps were: the lines at the mark
                 entries.append((hwm_ns, d))
-        entries.sort()
+        # Log order, as far as stamps tell: lines stamped after the mark were read before a clock
+        # stepped back; the line at the mark (the last one read) last.
+        entries.sort(key=lambda e: (hwm_ns is None or e[0] <= hwm_ns, e[0]))
         self._recent: deque[tuple[int, str]] = deque(entries)  # (ts_ns, digest) in log order
         self._known: dict[str, int] = {}  # digest -> how many of _recent
         for _, d in entries:
@@ -173,7 +178,7 @@ class Cursor:
         # before the mark's second.
         self.overlap = hwm_ns is not None
         if hwm_ns is not None:
-            self.forgot_ns = remember_from(hwm_ns) - 1
+            self.forgot_ns = max(self.forgot_ns or 0, remember_from(hwm_ns) - 1)
         # Time of the line before, in this read (a file, a stream): what a clock jump is
         # measured from. Not saved: a new read starts without one.
         self.last_ns: int | None = None
@@ -184,13 +189,15 @@ class Cursor:
     @property
     def at_hwm(self) -> set[str]:
         """What is saved with the mark: the lines a re-read from it repeats ("ts:digest"),
-        and clock-jumped lines."""
+        clock-jumped lines, and the latest stamp forgotten if a re-read from the mark reaches it."""
         hwm = self.hwm_ns
         if hwm is None:
             return {JUMPED + d for d in self.jumped}
         oldest = remember_from(hwm)
         out = {f"{ts}:{d}" for ts, d in self._recent if ts >= oldest}
         out.update(JUMPED + d for d in self.jumped)
+        if self.forgot_ns is not None and self.forgot_ns >= floor_second(hwm):
+            out.add(f"{FORGOT}{self.forgot_ns}")  # a re-read from the mark repeats lines forgotten
         return out
 
     def copy(self) -> Cursor:
@@ -287,14 +294,14 @@ class Cursor:
             self.unsure = [self.unsure[0] + n, self.unsure[1], last] if self.unsure else [n, first, last]
             self._maybe = []
 
-    def take_steady(self, first_ts: int | None, last_ts: int, tail: list[bytes]) -> None:
+    def take_steady(self, last_ts: int, tail: list[bytes], forgot_ts: int | None) -> None:
         """A steady block taken whole (stamps rising from past the mark): `tail`, its lines
-        stamped from remember_from(last_ts) on, is what the cursor remembers of it."""
+        stamped from remember_from(last_ts) on, is what the cursor remembers of it; `forgot_ts`
+        the stamp of the line before them (None: none)."""
         self.hwm_ns = self.last_ns = last_ts
         self._stepped = None
-        below = remember_from(last_ts) - 1  # the block's earlier lines are not remembered
-        if first_ts is not None and first_ts <= below and (self.forgot_ns is None or below > self.forgot_ns):
-            self.forgot_ns = below
+        if forgot_ts is not None and (self.forgot_ns is None or forgot_ts > self.forgot_ns):
+            self.forgot_ns = forgot_ts
         for line in tail:
             self._remember(line_ts(line) or last_ts, line_digest(line.rstrip(b"\r\n")))
 
@@ -554,7 +561,7 @@ class RunModel:
             counters.pod_steps += len(step)
         batch.checkpoints.extend((run, cur.number, "save", step, ts) for ts, step in block.saves)
         if block.last_ts is not None:
-            cursor.take_steady(block.first_ts, block.last_ts, block.last_seconds)
+            cursor.take_steady(block.last_ts, block.last_seconds, block.forgot_ts)
         return True
 
     def _feed_general(self, line: bytes, ts_ns: int | None, stream: str) -> None:

@@ -1,0 +1,172 @@
+"""Timestamps that go back lose no line (issue 19, defect 5): containerd stamps stdout and stderr
+apart (a LOSS-PARTS line microseconds before the absl line before it), NTP steps node clocks
+back. Dedupe drops only a re-read's overlap; past it every line is taken whatever its stamp,
+by `ingest` (files generated here) and on the live path (RunModel -> RunSink, with re-reads
+served as kubelet serves them: the lines read so far stamped >= the whole second of `since`),
+on both stores."""
+
+from __future__ import annotations
+
+import asyncio
+
+from steptail.collector.detect import Detectors
+from steptail.collector.sink import RunSink
+from steptail.parsers import format_ns
+from steptail.parsers.fast import line_ts
+from steptail.runs.model import RunModel, floor_second
+from steptail.storage.findings import check_run
+from steptail.storage.sql import load_model
+
+try:
+    from test_poison_lines import T0, findings, ingest_file, recorded, rows, write
+except ImportError:
+    from tests.test_poison_lines import T0, findings, ingest_file, recorded, rows, write
+
+KEY = "uid/jax/0"
+S = 10**9
+
+
+def log(steps: int, clock, absl: bool = False) -> list[bytes]:
+    """`steps` steps, step n's lines stamped clock(n, k) (k: the line's index in the step)."""
+    out = [format_ns(clock(0, 0)).encode() + b" I1130 max_utils.py:273] Attempting to initialize the jax "
+           b"distributed system..."]
+    for n in range(1, steps + 1):
+        body = ([b"I1130 absl] step %d starting" % n] if absl else []) + [
+            b"I1130 train_sft.py:301] LOSS-PARTS step=%d ce=%.6f z_loss=1.2e-04 weights=1048576" % (n, 2 + 1 / n),
+            b"I1130 train.py:1333] REQUIRED_RBF step=%d max=1.3958 per_layer=[1.3958,1.1695] program=normal" % n,
+            b"I1130 metric_logger.py:210] completed step: %d, seconds: 1.0, TFLOP/s/device: 1.0, "
+            b"Tokens/s/device: 1.0, total_weights: 1048576, loss: 5.191" % n,
+        ]
+        out += [format_ns(clock(n, k)).encode() + b" " + line for k, line in enumerate(body)]
+    return out
+
+
+def inverted(every: int):
+    """An absl line then LOSS-PARTS 1 µs before it, on every `every`th step."""
+    return lambda n, k: T0 + n * S + (k * 1000 if not (k == 1 and n and n % every == 0) else -1000)
+
+
+def stepped(at: int, back_ns: int):
+    """One step a second; from step `at` on, the node clock is `back_ns` behind."""
+    return lambda n, k: T0 + n * S + k * 1000 - (back_ns if n >= at else 0)
+
+
+def follow(store, run: str, lines: list[bytes], rereads: tuple[int, ...] = (), chunk: int = 40):
+    """The live path: lines in chunks of `chunk`, each chunk a commit; at each index of
+    `rereads` a reconnect: a new read from the cursor's mark, served as kubelet does."""
+    model = RunModel(run)
+    sink = RunSink(store, run, None, Detectors(run, store=store))
+    served: list[bytes] = []
+
+    async def go() -> None:
+        nonlocal model
+        i = 0
+        for cut in (*rereads, len(lines)):
+            while i < cut:
+                for line in lines[i:min(cut, i + chunk)]:
+                    served.append(line)
+                    model.feed(line, stream=KEY)
+                i = min(cut, i + chunk)
+                await sink.flush(model)
+            if cut == len(lines):
+                break
+            if cut % 2:  # every other re-read is a collector restarted from the store
+                with store.engine.connect() as conn:
+                    model = load_model(conn, run)
+            cursor = model.cursors[KEY]
+            cursor.new_read()  # what RunFollower._since does before each read
+            since = floor_second(cursor.hwm_ns)
+            for line in [ln for ln in served if line_ts(ln) >= since]:
+                model.feed(line, stream=KEY)
+            await sink.flush(model)
+        await sink.flush(model)
+
+    asyncio.run(go())
+    return model
+
+
+def steps_of(store, run: str) -> list[tuple]:
+    return rows(store, "SELECT incarnation, step FROM loss_parts WHERE run = :run ORDER BY 1, 2", run=run)
+
+
+def assert_all(store, run: str, steps: int) -> None:
+    got = recorded(store, run)
+    assert got["loss"] and [s for _, s, _ in got["loss"]] == list(range(1, steps + 1))
+    assert [s for _, s, _ in got["rbf"]] == list(range(1, steps + 1))
+    assert [s for _, s in got["pod"]] == list(range(1, steps + 1))
+    assert got["incarnations"] == [(1,)]
+
+
+def test_each_loss_line_stamped_before_the_line_before_it(store, tmp_path):
+    lines = log(100, inverted(1), absl=True)
+    follow(store, "f", lines, rereads=(37, 151, 152, 260))
+    assert_all(store, "f", 100)
+    result = ingest_file(store, "i", write(tmp_path / "i.log", lines))
+    assert (result.loss_parts, result.duplicates, result.flagged) == (100, 0, 0)
+    assert_all(store, "i", 100)
+
+
+def test_every_20th_step_inverted_raises_no_false_missing_step(store, tmp_path):
+    lines = log(300, inverted(20), absl=True)
+    follow(store, "f", lines, rereads=(80, 81, 500, 799))
+    ingest_file(store, "i", write(tmp_path / "i.log", lines))
+    for run in ("f", "i"):
+        assert_all(store, run, 300)
+        assert not [f for f in check_run(store, run) if f.kind in ("gap", "missing_rbf", "clock_jump")]
+
+
+def test_node_clock_stepped_back_two_seconds(store, tmp_path):
+    lines = log(200, stepped(100, 2 * S + 500))
+    at = lines.index(next(ln for ln in lines if b"LOSS-PARTS step=100 " in ln))
+    # re-reads just after the step (the server repeats the 2 s before it too) and later
+    follow(store, "f", lines, rereads=(at + 1, at + 4, at + 9, at + 30))
+    ingest_file(store, "i", write(tmp_path / "i.log", lines))
+    for run in ("f", "i"):
+        assert_all(store, run, 200)
+        assert not findings(store, run, "clock_jump")
+
+
+def test_node_clock_stepped_back_an_hour_and_a_second(store, tmp_path):
+    lines = log(200, stepped(100, 3601 * S))
+    at = lines.index(next(ln for ln in lines if b"LOSS-PARTS step=100 " in ln))
+    model = follow(store, "f", lines, rereads=(at + 6, at + 31))
+    # the re-reads serve the hour before the step again: repeats, none admitted twice
+    ingest_file(store, "i", write(tmp_path / "i.log", lines))
+    for run in ("f", "i"):
+        assert_all(store, run, 200)
+        (inc, step, _), = findings(store, run, "clock_jump")  # the step back, flagged once
+        assert (inc, step) == (1, 100)
+    assert model.cursors[KEY].hwm_ns < T0  # the mark followed the clock back
+
+
+def test_one_first_line_two_hours_ahead_in_ingest(store, tmp_path):
+    lines = log(300, lambda n, k: T0 + n * S + k * 1000 + (2 * 3600 * S if n == 0 else 0))
+    result = ingest_file(store, "i", write(tmp_path / "i.log", lines))
+    assert result.loss_parts == 300
+    assert_all(store, "i", 300)
+    # a second ingest of the same file adds nothing
+    again = ingest_file(store, "i", write(tmp_path / "i.log", lines))
+    assert (again.loss_parts, again.required_rbf, again.pod_steps) == (0, 0, 0)
+    assert_all(store, "i", 300)
+
+
+def test_one_first_line_a_day_ahead_on_a_long_log(store, tmp_path):
+    """Steady blocks (the scans) after a first line a day ahead: nothing lost."""
+    steps = 20_000
+    lines = log(steps, lambda n, k: T0 + n * S // 100 + k * 1000 + (86_400 * S if n == 0 else 0))
+    result = ingest_file(store, "i", write(tmp_path / "i.log", lines))
+    assert (result.loss_parts, result.required_rbf, result.pod_steps) == (steps, steps, steps)
+    assert steps_of(store, "i") == [(1, n) for n in range(1, steps + 1)]
+
+
+def test_overlapping_files_and_old_cursor_rows(store, tmp_path):
+    """A second file overlapping the first (inverted stamps across the cut) adds only what is
+    new; a cursor saved in the old format (digests of the lines at the mark) still loads."""
+    lines = log(60, inverted(1), absl=True)
+    ingest_file(store, "o", write(tmp_path / "a.log", lines[:100]))
+    ingest_file(store, "o", write(tmp_path / "b.log", lines[90:]))
+    assert_all(store, "o", 60)
+    from steptail.runs.model import Cursor, line_digest
+    old = Cursor(T0, {line_digest(lines[5])})
+    assert old.seen(line_ts(lines[5]), lines[5]) and not old.admit(line_ts(lines[5]), lines[5])
+    assert old.admit(line_ts(lines[9]), lines[9]) is True
