@@ -112,6 +112,7 @@ class KubeApi:
         path = request.path
         if path in ("/healthz", "/livez", "/readyz"):
             return web.Response(text="ok")
+        await self._held(str(request.rel_url))  # slow_api / hang_api match path and query
         user = self.user(request.headers.get("Authorization", ""))
         request[USER] = user
         faults = self.state.faults
@@ -134,6 +135,20 @@ class KubeApi:
             if len(self.requests) > 10000:
                 del self.requests[:5000]
         return resp
+
+    async def _held(self, path: str) -> None:
+        """slow_api: the answer comes `delay` late; hang_api: no answer while the hang lasts
+        (a client that gives up meanwhile cancels the handler)."""
+        faults = self.state.faults
+        while True:
+            with self.state.lock:
+                hanging = not self.closing and faults.hanging(path)
+                delay = 0.0 if hanging else faults.delay(path)
+            if not hanging:
+                break
+            await asyncio.sleep(WATCH_POLL)
+        if delay > 0:
+            await asyncio.sleep(delay)
 
     def user(self, auth: str) -> str | None:
         """Who a bearer token belongs to (the account the exec plugin was run as; "" for the
@@ -244,6 +259,9 @@ class KubeApi:
                     return status(400, f"invalid resourceVersion {rv_param!r}")
                 initial = []
             eof_gen = st.faults.eof_gen
+            gens = (st.faults.abort_gen, st.faults.watch_drop_gen, st.faults.gone_gen)
+            # watch_gone compacted the history: an older resourceVersion is expired at once
+            expired = since < st.faults.compacted_rv
         resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
         resp.enable_chunked_encoding()
         await resp.prepare(request)
@@ -260,14 +278,38 @@ class KubeApi:
                 o = self._served(o)
             return json.dumps({"type": typ, "object": o}).encode() + b"\n"
 
+        def gone() -> bytes:
+            """The ERROR event the apiserver sends when the watch's resourceVersion was compacted."""
+            body = kube.status_body(410, f"too old resource version: {since} ({st.faults.compacted_rv})", "Expired")
+            return json.dumps({"type": "ERROR", "object": body}).encode() + b"\n"
+
         try:
+            if expired:
+                await resp.write(gone())
+                await resp.write_eof()
+                return resp
             for typ, o in initial:
                 await resp.write(encode(typ, o))
             idx = 0
             while time.monotonic() < deadline and not self.closing:
                 with st.lock:
-                    if st.faults.eof_gen != eof_gen:
+                    f = st.faults
+                    if f.eof_gen != eof_gen:
                         break
+                    dropped = (f.abort_gen, f.watch_drop_gen) != gens[:2]
+                    compacted = f.gone_gen != gens[2]
+                    held = f.hanging(str(request.rel_url), stream=True)
+                if dropped:  # the connection goes, without the final chunk
+                    if request.transport is not None:
+                        request.transport.abort()
+                    return resp
+                if compacted:
+                    await resp.write(gone())
+                    break
+                if held:
+                    await asyncio.sleep(WATCH_POLL)
+                    continue
+                with st.lock:
                     # events are appended in rv order
                     while idx < len(st.events) and st.events[idx][0] <= since:
                         idx += 1
@@ -319,11 +361,9 @@ class KubeApi:
             since_ns = None
             if q.get("sinceTime"):
                 since_ns = kube.parse_rfc3339_ns(q["sinceTime"])
-            if q.get("sinceSeconds"):
-                s = int(q["sinceSeconds"])
-                if s < 1:
-                    return status(400, "sinceSeconds must be greater than 0")
-                since_ns = time.time_ns() - s * 1_000_000_000
+            since_seconds = int(q["sinceSeconds"]) if q.get("sinceSeconds") else None
+            if since_seconds is not None and since_seconds < 1:
+                return status(400, "sinceSeconds must be greater than 0")
             tail = int(q["tailLines"]) if q.get("tailLines") else None
             limit = int(q["limitBytes"]) if q.get("limitBytes") else None
         except ValueError as e:
@@ -345,20 +385,29 @@ class KubeApi:
                     return status(400, f'container "{container}" in pod "{name}" is waiting to start: '
                                        f"{inst.reason}")
             log = inst.log
+            if since_seconds is not None:  # kubelet computes it on its node's clock
+                since_ns = time.time_ns() + p.clock_offset_ns - since_seconds * 1_000_000_000
             start = log.cur_start  # kubelet serves the current file only
             if tail is not None:
                 start = max(start, log.end - tail)
             gen = log.gen
-            eof_gen = st.faults.eof_gen
+            eof_gen, abort_gen = st.faults.eof_gen, st.faults.abort_gen
 
         def ended() -> bool:
-            return self.closing or st.faults.eof_gen != eof_gen
+            return self.closing or st.faults.eof_gen != eof_gen or aborted()
+
+        def aborted() -> bool:  # eof_streams(abort=True): dropped, not ended
+            return st.faults.abort_gen != abort_gen
+
+        def frozen() -> bool:  # hang_api with streams: nothing more is sent meanwhile
+            return st.faults.hanging(str(request.rel_url), stream=True)
 
         read = LogRead(request.get(USER) or "", ns, name, follow and not previous, previous, time.time())
         with st.lock:
             self.log_reads.append(read)
         try:
             return await logs.stream(request, log, st.lock, gen=gen, start=start, follow=follow and not previous,
-                                     timestamps=timestamps, since_ns=since_ns, limit=limit, ended=ended)
+                                     timestamps=timestamps, since_ns=since_ns, limit=limit, ended=ended,
+                                     aborted=aborted, frozen=frozen)
         finally:
             read.end = time.time()

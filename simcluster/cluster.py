@@ -11,25 +11,30 @@ Kubernetes API), faults.py (API faults), truth.py (ground truth).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import math
 import os
 import secrets
+import sys
 import tempfile
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 from steptail.simcluster import kube
 from steptail.simcluster.api import KubeApi
 from steptail.simcluster.controller import Controller
+from steptail.simcluster.dbproxy import DbProxy
 from steptail.simcluster.objects import CONTAINER, JobSetState, Pod
 from steptail.simcluster.scenario import ACTIONS, FaultSpec, JobSetSpec, Scenario, parse_size
 from steptail.simcluster.state import ClusterState
-from steptail.simcluster.truth import StepTruth, step_truths, wrote_step
+from steptail.simcluster.truth import AppliedFault, Truth, wrote_step
 
 # fault actions whose method takes the scenario's JobSet first
-ON_JOBSET = frozenset({"rotate", "restart_jobset", "restart_container", "stall", "set_rate", "write_lines", "flood"})
+ON_JOBSET = frozenset({"rotate", "restart_jobset", "restart_container", "stall", "set_rate", "write_lines", "flood",
+                       "stamp_skew", "clock_step"})
 TICK = 0.005  # driver period: pending pods start, steps are written, logs rotate by size
 
 
@@ -47,6 +52,7 @@ class SimCluster:
         state_dir: str | Path | None = None,
         kubeconfig_out: str | Path | None = None,
         account: str = "steptail-agent@steptail-sim.iam.gserviceaccount.com",
+        db_proxy: DbProxy | None = None,
     ) -> None:
         if scenario is None:
             scenario = Scenario()
@@ -70,7 +76,12 @@ class SimCluster:
         self.state = ClusterState(scenario)
         self.controller = Controller(self.state, self._on_step)
         self.api = KubeApi(self.state, self.token, scenario.watch_timeout_seconds)
+        # sim.truth(jobset) -> [StepTruth]; sim.truth.servable(jobset) -> [LineTruth] (truth.py)
+        self.truth = Truth(self.state, db_proxy)
         self._pending_faults: list[FaultSpec] = list(scenario.faults)
+        self.db_proxy = db_proxy  # a started DbProxy in front of the store: `db_outage` cuts it
+        self._check_faults(scenario.faults)
+        self._db_restore_at: float | None = None  # time.monotonic() when a db_outage ends
         self._started_mono = 0.0
         self._tasks: list[asyncio.Task] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -185,6 +196,9 @@ class SimCluster:
             if f.at is not None and elapsed >= f.at:
                 self._pending_faults.remove(f)
                 self.apply_fault(f)
+        if self._db_restore_at is not None and mono >= self._db_restore_at:
+            self._db_restore_at = None
+            self.db_proxy.restore()
         self.controller.tick(mono)
 
     def _on_step(self, js: JobSetState, step: int) -> None:
@@ -195,16 +209,42 @@ class SimCluster:
                 self.apply_fault(f)
 
     # ---- faults (see docs/simcluster.md for what each does to the wire)
-    def apply_fault(self, f: FaultSpec) -> None:
-        """Apply one scenario fault now: each action is the method of its name, given the
-        scenario's JobSet when it acts on one."""
+    def _fault_call(self, f: FaultSpec) -> tuple[Callable, tuple, dict]:
+        """The method a scenario fault is and its arguments: each action is the method of its
+        name, given the scenario's JobSet when it acts on one."""
         if f.action not in ACTIONS:
             raise ValueError(f"unknown fault action {f.action!r}")
         act = getattr(self, f.action)
         if f.action in ON_JOBSET:
-            act(f.jobset, **f.params)
-        else:
-            act(**f.params)
+            return act, (f.jobset,), dict(f.params)
+        if f.action == "delete_pod":
+            return act, (), {**f.params, "jobset": f.jobset}
+        return act, (), dict(f.params)
+
+    def _check_faults(self, faults: list[FaultSpec]) -> None:
+        """A fault that cannot run fails at construction, not silently in the driver later."""
+        for f in faults:
+            act, args, kw = self._fault_call(f)
+            try:
+                inspect.signature(act).bind(*args, **kw)
+            except TypeError as e:
+                raise ValueError(f"fault {f.action!r}: {e} (params {f.params})") from None
+            if f.action in ("db_outage", "db_restore") and self.db_proxy is None:
+                raise ValueError(f"fault {f.action!r} needs SimCluster(db_proxy=DbProxy(...))")
+
+    def apply_fault(self, f: FaultSpec) -> None:
+        """Apply one scenario fault now and record it (sim.truth.faults()); one that fails
+        (e.g. delete_pod of a pod gone meanwhile) is recorded with its error and printed, and
+        the driver goes on."""
+        act, args, kw = self._fault_call(f)
+        rec = AppliedFault(f.action, f.jobset, dict(f.params), time.time_ns(), f.at, f.at_step)
+        try:
+            act(*args, **kw)
+        except Exception as e:  # noqa: BLE001 - any failure of a fault is its record, not the driver's end
+            rec.error = f"{type(e).__name__}: {e}"
+            print(f"simcluster: fault {f.action} {f.params} failed: {rec.error}", file=sys.stderr, flush=True)
+        with self.lock:
+            self.state.applied.append(rec)
 
     def write_lines(self, jobset: str | None = None, lines: list[str] = ()) -> None:
         """Process 0 prints these lines as they are (hostile input: values no store can hold,
@@ -220,9 +260,16 @@ class SimCluster:
         with self.lock:
             self.controller.flood(self.state.jobset(jobset), n, pod, all_pods)
 
-    def delete_pod(self, pod: str, grace_seconds: float = 0.0, namespace: str | None = None) -> None:
-        """`kubectl delete pod`: being deleted (log readable) for `grace_seconds`, then gone (404)."""
+    def delete_pod(self, pod: str | None = None, grace_seconds: float = 0.0, namespace: str | None = None,
+                   jobset: str | None = None) -> None:
+        """`kubectl delete pod`: being deleted (log readable) for `grace_seconds`, then gone (404).
+        Without `pod`: the current process 0 of `jobset` (a scenario can name no pod otherwise)."""
         with self.lock:
+            if pod is None:
+                p0 = self.state.process0(self.state.jobset(jobset))
+                if p0 is None:
+                    return
+                pod, namespace = p0.name, p0.namespace
             self.controller.delete_pod(namespace or self.scenario.namespace, pod, grace_seconds)
 
     def rotate(self, jobset: str | None = None, pod: str | None = None, all_pods: bool = False) -> None:
@@ -232,21 +279,38 @@ class SimCluster:
             self.controller.rotate(self.state.jobset(jobset), pod, all_pods)
 
     def restart_jobset(self, jobset: str | None = None, pending_seconds: float | None = None,
-                       grace_seconds: float | None = None) -> None:
+                       grace_seconds: float | None = None, head_rotated: int | None = None) -> None:
         """Preempt: old pods get a deletionTimestamp (logs readable for the grace period, then
         DELETED), new pods with new names and restart-attempt + 1 are ADDED (Pending for
-        pending_seconds), and the trainer resumes from its last checkpoint."""
+        pending_seconds), and the trainer resumes from its last checkpoint. `head_rotated: N`:
+        the new process 0's log rotates once it printed its start-up lines and N steps (0: the
+        start-up lines alone), in the same tick, so no follower can have read that head."""
         with self.lock:
             grace = self.scenario.grace_seconds if grace_seconds is None else grace_seconds
             pend = self.scenario.restart_pending_seconds if pending_seconds is None else pending_seconds
-            self.controller.restart_jobset(self.state.jobset(jobset), pend, grace)
+            self.controller.restart_jobset(self.state.jobset(jobset), pend, grace, head_rotated)
 
     def restart_container(self, jobset: str | None = None, pod: str | None = None,
-                          container: str = CONTAINER) -> None:
+                          container: str = CONTAINER, head_rotated: int | None = None) -> None:
         """Restart a container in place (default: process 0's): restartCount + 1, the old
-        output is served with previous=true; process 0's trainer resumes from its checkpoint."""
+        output is served with previous=true; process 0's trainer resumes from its checkpoint.
+        `head_rotated` as for restart_jobset."""
         with self.lock:
-            self.controller.restart_container(self.state.jobset(jobset), pod)
+            self.controller.restart_container(self.state.jobset(jobset), pod, head_rotated)
+
+    def stamp_skew(self, jobset: str | None = None, micros: int = 1, every: int = 1,
+                   steps: int | None = None) -> None:
+        """For the next `steps` steps (None: the rest of the run), every `every`-th step's
+        LOSS-PARTS line is stamped `micros` µs before the line written just before it, as
+        containerd's separate stdout/stderr stamping does (moby/moby#31706)."""
+        with self.lock:
+            self.controller.stamp_skew(self.state.jobset(jobset), micros, every, steps)
+
+    def clock_step(self, jobset: str | None = None, seconds: float = -2.0, pod: str | None = None) -> None:
+        """Process 0's (or `pod`'s) node clock steps by `seconds` (negative: back, as NTP does):
+        every later stamp of that pod is offset, so stamps go back once."""
+        with self.lock:
+            self.controller.clock_step(self.state.jobset(jobset), seconds, pod)
 
     def stall(self, jobset: str | None = None, seconds: float = 5.0) -> None:
         """The trainer writes nothing for `seconds` (pods keep running)."""
@@ -263,12 +327,13 @@ class SimCluster:
         with self.lock:
             faults = self.state.faults
             faults.lapse_until = time.time() + seconds
+            faults.record("auth_lapse", seconds)
             (self.state_dir / "lapse_until").write_text(repr(faults.lapse_until))
 
     def fail_next(self, n: int = 1, code: int = 503, path: str | None = "/pods") -> None:
         """The next `n` requests whose path contains `path` (None = any) fail with `code`."""
         with self.lock:
-            self.state.faults.fail_queue.extend([(code, path)] * n)
+            self.state.faults.queue_failures(n, code, path)
 
     def deny(self, seconds: float | None = None, user: str | None = None) -> None:
         """For `seconds` (None: from now on) pod list and watch requests get 403 Forbidden with
@@ -277,6 +342,7 @@ class SimCluster:
             faults = self.state.faults
             faults.deny_until = math.inf if seconds is None else time.time() + float(seconds)
             faults.deny_user = user or f"system:serviceaccount:{self.scenario.namespace}:steptail"
+            faults.record("deny", seconds, user=faults.deny_user)
 
     def corrupt_pods(self, seconds: float = 5.0) -> None:
         """For `seconds` pods served by list and watch carry a creationTimestamp that is not
@@ -284,11 +350,67 @@ class SimCluster:
         single-pod reads stay intact)."""
         with self.lock:
             self.state.faults.corrupt_until = time.time() + float(seconds)
+            self.state.faults.record("corrupt_pods", seconds)
 
-    def eof_streams(self) -> None:
-        """End every open follow/watch stream cleanly (like an idle timeout or apiserver restart)."""
+    def slow_api(self, seconds: float = 5.0, delay: float = 2.0, path: str | None = None) -> None:
+        """For `seconds`, every request whose path and query contain `path` (None: any) is answered
+        `delay` seconds late (an overloaded apiserver or kubelet)."""
         with self.lock:
-            self.state.faults.eof_gen += 1
+            self.state.faults.add_slow(seconds, delay, path)
+
+    def hang_api(self, seconds: float = 5.0, path: str | None = None, streams: bool = False) -> None:
+        """For `seconds`, requests whose path and query contain `path` (None: any; e.g.
+        "watch=true") get no answer at all until the fault ends (then they are served, if the
+        client still waits); `streams`: open follow and watch streams of that path send
+        nothing meanwhile either."""
+        with self.lock:
+            self.state.faults.add_hang(seconds, path, streams)
+
+    def watch_gone(self, mode: str = "expired") -> None:
+        """Watches fail. `expired`: every open watch gets an `ERROR` event carrying a Status 410
+        `Expired` ("too old resource version") and ends, and the event history is compacted: a
+        new watch from an older resourceVersion gets the same at once (relist needed).
+        `drop`: every open watch's connection is dropped (no final chunk, no event)."""
+        if mode not in ("expired", "drop"):
+            raise ValueError(f"watch_gone mode must be 'expired' or 'drop', got {mode!r}")
+        with self.lock:
+            faults = self.state.faults
+            faults.record("watch_gone", 0, mode=mode)
+            if mode == "expired":
+                faults.gone_gen += 1
+                faults.compacted_rv = self.state.rv
+            else:
+                faults.watch_drop_gen += 1
+
+    def db_outage(self, seconds: float | None = 10.0, mode: str = "refuse", existing: str = "close") -> None:
+        """The database goes away for `seconds` (None: until db_restore; 0: a restart — every
+        connection reset, new ones welcome at once) through the DbProxy the simulator was given:
+        live connections reset (existing="stall": hang), new ones refused or blackholed (`mode`)."""
+        if self.db_proxy is None:
+            raise RuntimeError("db_outage needs SimCluster(db_proxy=DbProxy(...)) started")
+        with self.lock:
+            self.db_proxy.cut(mode, existing)
+            self._db_restore_at = None if seconds is None else time.monotonic() + float(seconds)
+            if seconds == 0:
+                self._db_restore_at = None
+                self.db_proxy.restore()
+
+    def db_restore(self) -> None:
+        """End a db_outage now."""
+        with self.lock:
+            self._db_restore_at = None
+            self.db_proxy.restore()
+
+    def eof_streams(self, abort: bool = False) -> None:
+        """End every open follow/watch stream cleanly (like an idle timeout or apiserver
+        restart); `abort`: drop their connections instead (no final chunk: a reset)."""
+        with self.lock:
+            faults = self.state.faults
+            faults.record("eof_streams", 0, abort=abort or None)
+            if abort:
+                faults.abort_gen += 1
+            else:
+                faults.eof_gen += 1
 
     # ---- JobSets, ground truth, bounded waits
     def add_jobset(self, spec: JobSetSpec | dict) -> JobSetState:
@@ -337,12 +459,6 @@ class SimCluster:
                     return
             time.sleep(0.01)
         raise TimeoutError("JobSet did not finish")
-
-    def truth(self, jobset: str | None = None) -> list[StepTruth]:
-        """Every (incarnation, step) process 0 wrote, in order, with where it went and whether
-        the logs endpoint can still serve it."""
-        with self.lock:
-            return step_truths(self.state, self.state.jobset(jobset))
 
     def log_lines(self, pod: str, namespace: str | None = None, previous: bool = False,
                   current_file_only: bool = True) -> list[tuple[str, str]]:

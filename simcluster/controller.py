@@ -8,13 +8,18 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
-from steptail.simcluster.objects import ContainerInstance, JobSetState, Pod
+from steptail.simcluster.objects import JobSetState, Pod, StampSkew
 from steptail.simcluster.state import ClusterState
 from steptail.simcluster.trainer import Trainer
 
 MAX_STEPS_PER_TICK = 50  # a late tick catches up, but in bounded bursts
+
+
+def _node_time(at: datetime, p: Pod) -> datetime:
+    """`at` on the pod's node clock (what its process prints in absl prefixes)."""
+    return at + timedelta(microseconds=p.clock_offset_ns // 1000) if p.clock_offset_ns else at
 
 
 class Controller:
@@ -67,14 +72,16 @@ class Controller:
         log = p.current.log
         at = datetime.now(UTC)
         if p.process_index == 0:
+            log.incarnation = js.incarnation
             restore = js.resume_from if js.incarnation > 1 else None
-            for line in js.trainer.startup_lines(restore_from=restore, at=at):
+            for line in js.trainer.startup_lines(restore_from=restore, at=_node_time(at, p)):
                 log.write(line)
             js.next_step = js.resume_from + 1 if js.incarnation > 1 else 1
+            self._maybe_rotate_head(js, p, 0)
         else:
             other = Trainer(**{**js.spec.trainer, "process_index": p.process_index,
                                "process_count": js.spec.slices * js.spec.hosts})
-            for line in other.startup_lines(at=at)[:2]:
+            for line in other.startup_lines(at=_node_time(at, p))[:2]:
                 log.write(line)
 
     def _write_step(self, js: JobSetState, step: int) -> None:
@@ -84,27 +91,43 @@ class Controller:
             if inst.state != "running" or p.deletion_ns is not None:
                 continue
             log = inst.log
+            p_at = _node_time(at, p)
             if p.process_index == 0:
-                lines = js.trainer.step_lines(step, js.incarnation, at=at)
+                lines = js.trainer.step_lines(step, js.incarnation, at=p_at)
                 truth = self.state.truth_index[js.spec.name]
                 ts = time.time_ns()
+                skew_us = js.skew.take() if js.skew is not None else None
                 for line in lines:
                     kind = None
                     if "LOSS-PARTS" in line:
                         kind = "loss"
                     elif "REQUIRED_RBF" in line:
                         kind = "rbf"
-                    # the step's tagged burst shares one kubelet timestamp
-                    e = log.write(line, ts_ns=ts if kind or "completed step" in line else None,
-                                  key=(js.incarnation, step, kind) if kind else None)
+                    key = (js.incarnation, step, kind) if kind else None
+                    if kind == "loss" and skew_us is not None:
+                        # stdout and stderr are stamped separately: this line lands before the last one
+                        before = log.last_ts or time.time_ns() + log.clock_offset_ns
+                        e = log.write(line, key=key, stamp_ns=before - skew_us * 1000)
+                    else:
+                        # the step's tagged burst shares one kubelet timestamp
+                        e = log.write(line, ts_ns=ts if kind or "completed step" in line else None, key=key)
                     if kind == "loss":
                         truth.append(((js.incarnation, step), p, inst, e))
+                self._maybe_rotate_head(js, p, step - (js.resume_from if js.incarnation > 1 else 0))
             else:
                 # other pods print only noise and their per-pod completed step
                 other = self._other_trainer(js, p.process_index)
-                for line in other.step_lines(step, js.incarnation, at=at, record=False):
+                for line in other.step_lines(step, js.incarnation, at=p_at, record=False):
                     log.write(line)
         js.last_step = step
+
+    @staticmethod
+    def _maybe_rotate_head(js: JobSetState, p: Pod, written: int) -> None:
+        """`head_rotated: N`: once the new incarnation's process 0 wrote its start-up lines and N
+        steps, its log rotates, so a follower that was not already reading lost that head."""
+        if js.head_rotate_after is not None and written >= js.head_rotate_after:
+            js.head_rotate_after = None
+            p.current.log.rotate()
 
     @staticmethod
     def _other_trainer(js: JobSetState, index: int) -> Trainer:
@@ -154,10 +177,12 @@ class Controller:
             trainer = js.trainer if p.process_index == 0 else self._other_trainer(js, p.process_index)
             inst.log.floods += 1
             for line in trainer.verbose_lines(n_bytes, at, burst=inst.log.floods):
-                inst.log.write(line)
+                inst.log.write(line, journal=False)  # no record in it: kept out of the truth's memory
 
-    def restart_jobset(self, js: JobSetState, pending_seconds: float, grace_seconds: float) -> None:
+    def restart_jobset(self, js: JobSetState, pending_seconds: float, grace_seconds: float,
+                       head_rotated: int | None = None) -> None:
         st = self.state
+        js.head_rotate_after = head_rotated
         now = time.time_ns()
         p0 = st.process0(js)
         if p0 is not None and p0.current.state == "running":
@@ -177,10 +202,12 @@ class Controller:
         st.create_pods(js, pending_seconds)
         st.jobset_event(js, "MODIFIED")
 
-    def restart_container(self, js: JobSetState, pod: str | None) -> None:
+    def restart_container(self, js: JobSetState, pod: str | None, head_rotated: int | None = None) -> None:
         p = self.state.pods[(js.spec.namespace, pod)] if pod else self.state.process0(js)
         if p is None:
             raise KeyError("no such pod")
+        if p.process_index == 0:
+            js.head_rotate_after = head_rotated
         old = p.current
         now = time.time_ns()
         if p.process_index == 0 and old.state == "running":
@@ -188,9 +215,11 @@ class Controller:
                 old.log.write(line)
         old.state, old.reason, old.finished_ns, old.exit_code = "terminated", "Error", now, 1
         old.log.terminated = True
-        new = ContainerInstance(old.restart_count + 1, self.state.new_log(), "running", "", now)
+        new = self.state.new_instance(p, old.restart_count + 1, state="running", reason="", started_ns=now)
         p.instances.append(new)
         if len(p.instances) > 2:  # kubelet keeps only the last dead container
+            for gone in p.instances[:-2]:
+                gone.log.gone_ns = now
             p.instances = p.instances[-2:]
         if p.process_index == 0 and js.state == "running":
             js.resume_from = js.trainer.last_checkpoint(js.last_step)
@@ -216,6 +245,19 @@ class Controller:
         p.grace_seconds = int(math.ceil(grace_seconds))
         st.pod_event(p, "MODIFIED")
         st.delete_expired_pods(now)
+
+    def clock_step(self, js: JobSetState, seconds: float, pod: str | None) -> None:
+        """Process 0's (or `pod`'s) node clock steps by `seconds` from now on (NTP): every later
+        stamp, and the trainer's own absl times, are offset; a step back makes stamps go back."""
+        delta = int(seconds * 1e9)
+        for p in self._targets(js, pod, False):
+            p.clock_offset_ns += delta
+            for inst in p.instances:
+                inst.log.clock_step(delta)
+
+    @staticmethod
+    def stamp_skew(js: JobSetState, micros: int, every: int, steps: int | None) -> None:
+        js.skew = StampSkew(int(micros), max(1, int(every)), None if steps is None else int(steps))
 
     @staticmethod
     def stall(js: JobSetState, seconds: float) -> None:

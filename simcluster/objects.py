@@ -43,6 +43,7 @@ class Pod:
     grace_seconds: int = 0
     start_ns: int | None = None
     instances: list[ContainerInstance] = field(default_factory=list)  # at most [previous, current]
+    clock_offset_ns: int = 0  # its node's clock minus true time (clock_step); kept across container restarts
 
     @property
     def current(self) -> ContainerInstance:
@@ -51,6 +52,26 @@ class Pod:
     @property
     def previous(self) -> ContainerInstance | None:
         return self.instances[-2] if len(self.instances) >= 2 else None
+
+
+@dataclass
+class StampSkew:
+    """`stamp_skew`: every `every`-th of the next `left` steps (None: the rest of the run),
+    process 0's LOSS-PARTS line is stamped `micros` µs before the line written just before it."""
+
+    micros: int
+    every: int = 1
+    left: int | None = None
+    seen: int = 0
+
+    def take(self) -> int | None:
+        """The skew of the step being written (µs), None when this step is not skewed."""
+        if self.left is not None:
+            if self.left <= 0:
+                return None
+            self.left -= 1
+        self.seen += 1
+        return self.micros if self.seen % self.every == 0 else None
 
 
 @dataclass
@@ -72,3 +93,5 @@ class JobSetState:
     pods: list[str] = field(default_factory=list)  # names of the current pods
     resource_version: int = 0
     other_trainers: dict[int, Trainer] = field(default_factory=dict, repr=False)  # noise of processes > 0
+    skew: StampSkew | None = None  # stamp_skew fault in force
+    head_rotate_after: int | None = None  # rotate process 0's log after this many steps of the next incarnation

@@ -16,6 +16,7 @@ TRAINER_KEYS = {
 ACTIONS = {
     "rotate", "restart_jobset", "restart_container", "auth_lapse", "fail_next", "eof_streams",
     "stall", "set_rate", "deny", "corrupt_pods", "write_lines", "flood", "delete_pod",
+    "stamp_skew", "clock_step", "db_outage", "db_restore", "slow_api", "hang_api", "watch_gone",
 }
 
 

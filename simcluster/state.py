@@ -31,7 +31,10 @@ class ClusterState:
         self.jobsets: dict[tuple[str, str], JobSetState] = {}
         # per JobSet name: every LOSS-PARTS line process 0 wrote, for the ground truth
         self.truth_index: dict[str, list[tuple[tuple, Pod, ContainerInstance, Entry]]] = {}
+        # per JobSet name: every line any process-0 container wrote, in write order (truth.py)
+        self.journal: dict[str, list[tuple[ContainerLog, Entry]]] = {}
         self.faults = ApiFaults()
+        self.applied: list = []  # truth.AppliedFault: the scenario's faults as they were applied
         self._rng = random.Random(scenario.seed)  # pod-name suffixes: same seed, same names
 
     # ---- lookups
@@ -85,11 +88,24 @@ class ClusterState:
         for p in list(self.pods.values()):
             if p.deletion_ns is not None and now_ns >= p.deletion_ns:
                 del self.pods[(p.namespace, p.name)]
+                for inst in p.instances:
+                    inst.log.gone_ns = now_ns
                 p.resource_version = self._bump()
                 self._emit("pods", "DELETED", pod_json(p))
 
     def new_log(self) -> ContainerLog:
         return ContainerLog(self.scenario.log_max_size, self.scenario.log_max_files)
+
+    def new_instance(self, pod: Pod, restart_count: int, **kw) -> ContainerInstance:
+        """A container instance of `pod` with a fresh log on the pod's node clock; process 0's
+        lines also go to the JobSet's journal (the truth of every line written)."""
+        log = self.new_log()
+        log.clock_offset_ns = pod.clock_offset_ns
+        inst = ContainerInstance(restart_count, log, **kw)
+        if pod.process_index == 0:
+            log.journal = self.journal.setdefault(pod.jobset, [])
+            log.owner = (pod, inst)
+        return inst
 
     def add_jobset(self, spec: JobSetSpec) -> JobSetState:
         """Create a JobSet and its pods, Pending for spec.pending_seconds."""
@@ -103,6 +119,7 @@ class ClusterState:
         )
         self.jobsets[(spec.namespace, spec.name)] = js
         self.truth_index.setdefault(spec.name, [])
+        self.journal.setdefault(spec.name, [])
         self.jobset_event(js, "ADDED")
         self.create_pods(js, spec.pending_seconds)
         return js
@@ -146,7 +163,7 @@ class ClusterState:
                     node=f"gke-tpu-{spec.name[:12]}-{gi:02d}-{self._suffix()}",
                     process_index=gi,
                 )
-                pod.instances.append(ContainerInstance(0, self.new_log()))
+                pod.instances.append(self.new_instance(pod, 0))
                 self.pods[(pod.namespace, name)] = pod
                 js.pods.append(name)
                 self.pod_event(pod, "ADDED")
