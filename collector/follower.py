@@ -25,7 +25,7 @@ from steptail.collector.kubectl import KubeTarget
 from steptail.collector.sink import RunSink
 from steptail.collector.watchdog import Pace, Watchdog
 from steptail.parsers.fast import line_ts
-from steptail.runs.model import RunModel
+from steptail.runs.model import Cursor, RunModel
 from steptail.runs.rows import LOSS_PARTS
 from steptail.runs.stream_gap import StreamGap
 from steptail.storage.raw import RawLog
@@ -84,7 +84,8 @@ class _Overlap:
     """Decides, early in a read, whether lines before it are gone.
 
     A re-read (we hold a cursor) must reach back to the last line read: when its first line
-    comes after it, the lines in between were rotated away. A first read starts at the
+    is not one the cursor read and comes after it, the lines in between were rotated away
+    (a line read before comes first after a clock stepped back, stamped after the mark). A first read starts at the
     beginning of the current log file: when a step line comes before the trainer's start-up
     line, the file(s) holding the start-up and the first steps were rotated away before
     following began (window: container start to that first step)."""
@@ -94,8 +95,9 @@ class _Overlap:
     HEAD = ("the current log file begins after the trainer's start-up: earlier lines were rotated "
             "away before following began")
 
-    def __init__(self, hwm_ns: int | None, started_ns: int | None = None) -> None:
+    def __init__(self, hwm_ns: int | None, started_ns: int | None = None, cursor: Cursor | None = None) -> None:
         self.hwm_ns = hwm_ns
+        self.cursor = cursor
         self.started_ns = started_ns
         self.first_ns: int | None = None
         self.resolved = False
@@ -114,7 +116,9 @@ class _Overlap:
             self.first_ns = ts_ns
         if self.hwm_ns is not None:
             self.resolved = True
-            return (self.hwm_ns, ts_ns, self.ROTATED) if ts_ns > self.hwm_ns else None
+            if ts_ns <= self.hwm_ns or (self.cursor is not None and self.cursor.seen(ts_ns, line)):
+                return None
+            return (self.hwm_ns, ts_ns, self.ROTATED)
         if b"distributed system" in line:  # the trainer's start-up line (parsers.line.TAGS)
             self.resolved = True
         elif b"LOSS-PARTS" in line or b"completed step:" in line:
@@ -443,7 +447,7 @@ class RunFollower:
         check = self._pending_check.get(key)
         if check is None or check.hwm_ns != since:
             started = pod.started_ns if pod is not None and key == stream_key(pod, pod.restart_count) else None
-            check = self._pending_check[key] = _Overlap(since, started)
+            check = self._pending_check[key] = _Overlap(since, started, self.model.cursors.get(key))
         return check
 
     def _feed(self, line: bytes, ts_ns: int | None, key: str, check: _Overlap) -> None:

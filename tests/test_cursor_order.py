@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from steptail.collector.detect import Detectors
 from steptail.collector.sink import RunSink
 from steptail.parsers import format_ns
@@ -170,3 +172,42 @@ def test_overlapping_files_and_old_cursor_rows(store, tmp_path):
     old = Cursor(T0, {line_digest(lines[5])})
     assert old.seen(line_ts(lines[5]), lines[5]) and not old.admit(line_ts(lines[5]), lines[5])
     assert old.admit(line_ts(lines[9]), lines[9]) is True
+
+
+# -- follow against the simulator, real kubectl: stamps going back, streams re-opened --------------------------
+try:
+    from test_follow_support import assert_exactly_once, follow_sim, gaps
+    from test_follow_support import findings as stored_findings
+    from test_follow_support import scenario as follow_scenario
+except ImportError:
+    from tests.test_follow_support import assert_exactly_once, follow_sim, gaps
+    from tests.test_follow_support import findings as stored_findings
+    from tests.test_follow_support import scenario as follow_scenario
+
+EOFS = [{"action": "eof_streams", "at_step": s} for s in (30, 61, 62, 95, 130)]  # re-reads from the mark
+
+
+def followed(make_simcluster, db_url, *faults) -> tuple:
+    sim = make_simcluster(follow_scenario(*faults, *EOFS))
+    follow_sim(sim, db_url)
+    seen = assert_exactly_once(sim, db_url, "r")
+    assert len(seen["got"]) == 160 and not seen["lost"] and not gaps(db_url, "r")
+    return sim, {k for k, _ in stored_findings(db_url, "r")}
+
+
+def test_follow_each_loss_line_stamped_before_the_line_before_it(make_simcluster, db_url):
+    _, kinds = followed(make_simcluster, db_url, {"at": 0, "action": "stamp_skew", "micros": 1})
+    assert not kinds & {"gap", "clock_jump", "step_jump"}
+
+
+def test_follow_every_20th_step_inverted(make_simcluster, db_url):
+    _, kinds = followed(make_simcluster, db_url, {"at": 0, "action": "stamp_skew", "micros": 1, "every": 20})
+    assert not kinds & {"gap", "clock_jump", "step_jump"}
+
+
+@pytest.mark.parametrize("seconds", [-2, -3601])
+def test_follow_node_clock_stepped_back(make_simcluster, db_url, seconds):
+    _, kinds = followed(make_simcluster, db_url, {"at_step": 60, "action": "clock_step", "seconds": seconds})
+    assert "gap" not in kinds and "step_jump" not in kinds
+    if seconds == -2:
+        assert "clock_jump" not in kinds
