@@ -2,9 +2,10 @@
 that reach the sinks.
 
 An incarnation is one start of the trainer. A new one begins at a trainer start-up line
-(once the current one has recorded a step) or when a LOSS-PARTS step goes back. Every
-(run, incarnation, step) is emitted at most once: repeated lines are dropped by a
-per-stream cursor over kubelet timestamps, before they are parsed.
+(once the current one has recorded a step), or when a LOSS-PARTS step goes back after a
+restore line or on a new stream; a step going back without such evidence is held until the
+next step decides (RunModel._decide). Every (run, incarnation, step) is emitted at most once:
+a re-read's overlap is dropped by a per-stream cursor (Cursor), before lines are parsed.
 
 One line cannot cost the others: a step that jumps absurdly is flagged (`step_jump`) and
 quarantined, not recorded nor taken for a restart; a timestamp far from the line before it is
