@@ -134,12 +134,14 @@ class Cursor:
     mark after a clock step back would have the server filter out the new lines.
 
     Bound: at most REMEMBER_LINES lines, from the oldest stamped in the second before the
-    mark's or later (remember_from). When a re-read's S reaches back to lines forgotten (`forgot_ns` >= S: the clock
-    stepped back past the mark's second), the overlap's lines it does not know stamped at or
-    before `forgot_ns` are dropped as probable repeats until the last line read comes, which
-    proves them repeats and ends the overlap. If the overlap ends without it (the file
-    rotated meanwhile), they are counted in `unsure` and the model flags them (a warning
-    finding): never a silent loss.
+    mark's or later (remember_from). When a re-read's S reaches back to lines forgotten
+    (`forgot_ns` >= S: the clock stepped back past the mark's second), the overlap's lines it
+    does not know stamped at or before `forgot_ns` are held back: a line it knows proves them
+    repeats (the re-read serves the lines read before in order, the last line read last); a
+    line it does not know stamped after `forgot_ns` proves them new (the file began after the
+    last line read: nothing served is a repeat), and they are `released` to be read before it.
+    If the read ends undecided, they are counted in `unsure` (the model flags them, a warning
+    finding: never a silent loss) and the next re-read serves them again.
 
     A line stamped far from the line before it (a clock jump) does not move the mark: one
     line stamped 2099 would otherwise make the server filter out every later line. It is
@@ -150,7 +152,7 @@ class Cursor:
     of pods gone meanwhile are complete)."""
 
     __slots__ = ("hwm_ns", "_recent", "_known", "last_ns", "jumped", "done", "forgot_ns", "overlap",
-                 "_stepped", "unsure", "_maybe")
+                 "_stepped", "unsure", "held", "released")
 
     def __init__(self, hwm_ns: int | None = None, at_hwm: set[str] | None = None, done: bool = False) -> None:
         self.hwm_ns = hwm_ns
@@ -185,7 +187,8 @@ class Cursor:
         self.last_ns: int | None = None
         self._stepped: int | None = None  # stamp of a line just taken as a jump back
         self.unsure: list[int] = []  # [count, first ts, last ts] of lines dropped as probable repeats
-        self._maybe: list[int] = []  # the same, in this overlap, until the last line read proves them
+        self.held: list[bytes] = []  # overlap lines it cannot tell, until a later line proves what they are
+        self.released: list[bytes] = []  # held lines proven new, and the line that proved it: read them again
 
     @property
     def at_hwm(self) -> set[str]:
@@ -210,7 +213,10 @@ class Cursor:
         repeat what was read; no line before it to measure a clock jump from."""
         self.last_ns = None
         self._stepped = None
-        self._end_overlap()
+        if self.held:  # the read ended undecided: the next re-read serves them again
+            n, ts = len(self.held), [line_ts(x) or 0 for x in self.held]
+            self.unsure = [self.unsure[0] + n, self.unsure[1], max(ts)] if self.unsure else [n, min(ts), max(ts)]
+            self.held = []
         self.overlap = True
 
     def seen(self, ts_ns: int | None, line: bytes) -> bool:
@@ -228,8 +234,10 @@ class Cursor:
         digest = line_digest(line.rstrip(b"\r\n"))
         recent = self._recent
         if digest in self._known or digest in self.jumped:
-            if self.overlap and recent and recent[-1][1] == digest:
-                self.overlap, self._maybe = False, []  # the last line read: what follows is new
+            if self.overlap:
+                self.held = []  # a line read before comes after them: they were read before too
+                if recent and recent[-1][1] == digest:
+                    self.overlap = False  # the last line read: what follows is new
             return False
         hwm = self.hwm_ns
         if self.overlap:
@@ -239,9 +247,12 @@ class Cursor:
                     return False  # what a re-read from the mark would not serve: read before
                 forgot = self.forgot_ns
                 if forgot is not None and since <= forgot and ts_ns <= forgot and recent:
-                    self._unsure(ts_ns)
+                    self.held.append(line)
                     return False
-            self._end_overlap()
+            self.overlap = False
+            if self.held:  # proven new: the model reads them, then this line, again
+                self.released, self.held = [*self.held, line], []
+                return False
         if hwm is not None and ts_ns - hwm > CLOCK_JUMP_NS and ts_ns - time.time_ns() > CLOCK_JUMP_NS or \
                 hwm is None and ts_ns - time.time_ns() > CLOCK_JUMP_NS:
             # Ahead of the mark and of the wall clock: a genuine pause (a restart after hours
@@ -279,21 +290,6 @@ class Cursor:
         if digest in self._known:
             self._recent = deque(e for e in self._recent if e[1] != digest)
             del self._known[digest]
-
-    def _unsure(self, ts_ns: int) -> None:
-        if self._maybe:
-            self._maybe[0] += 1
-            self._maybe[2] = ts_ns
-        else:
-            self._maybe = [1, ts_ns, ts_ns]
-
-    def _end_overlap(self) -> None:
-        """The overlap ended without the last line read: what it dropped unsure is flagged."""
-        self.overlap = False
-        if self._maybe:
-            n, first, last = self._maybe
-            self.unsure = [self.unsure[0] + n, self.unsure[1], last] if self.unsure else [n, first, last]
-            self._maybe = []
 
     def take_steady(self, last_ts: int, tail: list[bytes], forgot_ts: int | None) -> None:
         """A steady block taken whole (stamps rising from past the mark): `tail`, its lines
@@ -464,7 +460,8 @@ class RunModel:
         """Items of parsers.block.parse_block, in order (the ingest hot loop). An item is
         (kind, ts_ns, step, the record's fields, line) or (ItemKind.GENERAL, line)."""
         self._stream = stream
-        admit = self._cursor(stream).admit
+        cursor = self._cursor(stream)
+        admit = cursor.admit
         loss, rbf, pod = self._loss, self._rbf, self._pod
         general, loss_kind, rbf_kind = ItemKind.GENERAL, ItemKind.LOSS, ItemKind.RBF
         kind_at, ts_at, line_at = ITEM_KIND, ITEM_TS, ITEM_LINE
@@ -477,6 +474,8 @@ class RunModel:
             if fresh is not True:
                 if fresh:
                     self._feed_jumped(item, fresh)
+                elif cursor.released:
+                    self._release(cursor, stream)
                 else:
                     self.counters.duplicates += 1
             elif kind == loss_kind:  # unpacked, not item[1:] star-called: this loop is hot
@@ -567,9 +566,13 @@ class RunModel:
 
     def _feed_general(self, line: bytes, ts_ns: int | None, stream: str) -> None:
         self._stream = stream
-        fresh = self._cursor(stream).admit(ts_ns, line)
+        cursor = self._cursor(stream)
+        fresh = cursor.admit(ts_ns, line)
         if not fresh:
-            self.counters.duplicates += 1
+            if cursor.released:
+                self._release(cursor, stream)
+            else:
+                self.counters.duplicates += 1
             return
         if len(line) > MAX_LINE:
             self.counters.bad(f"line of {len(line)} bytes: {message(line, ts_ns is not None)[:80]}")
@@ -583,6 +586,12 @@ class RunModel:
         self.apply(record, ts_ns if fresh is True else fresh.read_ns, line)
         if fresh is not True and not isinstance(record, Malformed):
             self._clock_jump(fresh, getattr(record, "step", NO_STEP), line)
+
+    def _release(self, cursor: Cursor, stream: str) -> None:
+        """Lines a re-read's overlap held back, proven new: read now, in order."""
+        lines, cursor.released = cursor.released, []
+        for line in lines:
+            self.feed_stamped(line, line_ts(line), stream)
 
     def _clock_jump(self, jump: ClockJump, step: int, line: bytes) -> None:
         """Flag a line taken across a clock jump (its record is already applied)."""
@@ -836,9 +845,10 @@ class RunModel:
     def _unsure(self, batch: Batch, stream: str, cursor: Cursor) -> None:
         """Flag the lines a re-read's overlap dropped as probable repeats it did not know."""
         (n, first, last), cursor.unsure = cursor.unsure, []
-        detail = (f"a re-read of {stream} reached back past what its cursor remembers (at most {REMEMBER_LINES} "
-                  f"lines, from the second before the mark's on): {n} line(s) stamped {format_ns(first)}"
-                  f" to {format_ns(last)} dropped as probable repeats; any new among them are lost")
+        detail = (f"a read of {stream} reached back past what its cursor remembers (at most {REMEMBER_LINES} "
+                  f"lines, from the second before the mark's on) and ended before telling whether {n} line(s) "
+                  f"stamped {format_ns(first)} to {format_ns(last)} were repeats: not read; the next re-read "
+                  "serves them again, if the pod still holds them")
         inc = self.current.number if self.current is not None else 0
         batch.flags.append((self.run, "clock_jump", inc, NO_STEP, NO_STEP, printable(detail), "warning",
                             time.time_ns()))

@@ -211,3 +211,33 @@ def test_follow_node_clock_stepped_back(make_simcluster, db_url, seconds):
     assert "gap" not in kinds and "step_jump" not in kinds
     if seconds == -2:
         assert "clock_jump" not in kinds
+
+
+def test_a_re_read_past_what_the_cursor_remembers_is_flagged_never_silent():
+    """A clock stepped back 10 s: a re-read from the new mark repeats lines the cursor forgot.
+    They are held until a later line tells: a line it knows (the file still holds what was
+    read: they are repeats) or a new line stamped after them (the file rotated after the last
+    line read: they are new). A read that ends before telling is flagged."""
+    lines = log(40, stepped(20, 10 * S))  # 1 step a second, 3 lines a step
+    at = next(i for i, ln in enumerate(lines) if b"LOSS-PARTS step=25 " in ln)
+    for case in ("repeats", "rotated", "cut short"):
+        model = RunModel("r")
+        for line in lines[:at]:
+            model.feed(line, stream=KEY)
+        model.take()
+        cursor = model.cursors[KEY]
+        cursor.new_read()
+        since = floor_second(cursor.hwm_ns)
+        served = [ln for ln in lines[:at] if line_ts(ln) >= since]
+        if case == "rotated":  # the file rotated just after the last line read: only new lines
+            served = []
+        elif case == "cut short":  # the stream ends within the forgotten lines; the next re-read is whole
+            for line in served[:4]:
+                model.feed(line, stream=KEY)
+            cursor.new_read()
+        for line in served + lines[at:]:
+            model.feed(line, stream=KEY)
+        batch = model.take()
+        assert [r[2] for r in batch.loss_parts] == list(range(25, 41)), case  # no step lost, none twice
+        flags = [f for f in batch.flags if f[1] == "clock_jump"]
+        assert len(flags) == (case == "cut short") == model.counters.flagged, case
