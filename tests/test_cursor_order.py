@@ -8,14 +8,16 @@ on both stores."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
+import sqlalchemy as sa
 
 from steptail.collector.detect import Detectors
 from steptail.collector.sink import RunSink
 from steptail.parsers import format_ns
 from steptail.parsers.fast import line_ts
-from steptail.runs.model import RunModel, floor_second
+from steptail.runs.model import RunModel, floor_second, line_digest
 from steptail.storage.findings import check_run
 from steptail.storage.sql import load_model
 
@@ -168,10 +170,19 @@ def test_overlapping_files_and_old_cursor_rows(store, tmp_path):
     ingest_file(store, "o", write(tmp_path / "a.log", lines[:100]))
     ingest_file(store, "o", write(tmp_path / "b.log", lines[90:]))
     assert_all(store, "o", 60)
-    from steptail.runs.model import Cursor, line_digest
-    old = Cursor(T0, {line_digest(lines[5])})
-    assert old.seen(line_ts(lines[5]), lines[5]) and not old.admit(line_ts(lines[5]), lines[5])
-    assert old.admit(line_ts(lines[9]), lines[9]) is True
+    # the row as an older steptail saved it: the mark and the digests of the lines at it
+    last = [ln for ln in lines if b"LOSS-PARTS" in ln or b"REQUIRED_RBF" in ln or b"completed step" in ln][-3:]
+    hwm = max(line_ts(ln) for ln in last)
+    at = [line_digest(ln) for ln in last if line_ts(ln) == hwm]
+    with store.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE cursors SET hwm_ns = :h, at_hwm = :a WHERE run = 'o'"),
+                     {"h": hwm, "a": json.dumps(at)})
+    with store.engine.connect() as conn:
+        cursor = load_model(conn, "o").cursors["log"]
+    assert cursor.hwm_ns == hwm and all(cursor.seen(hwm, ln) for ln in last if line_ts(ln) == hwm)
+    again = ingest_file(store, "o", write(tmp_path / "c.log", lines))  # the whole log again: nothing new
+    assert (again.loss_parts, again.required_rbf, again.pod_steps) == (0, 0, 0)
+    assert_all(store, "o", 60)
 
 
 # -- follow against the simulator, real kubectl: stamps going back, streams re-opened --------------------------
