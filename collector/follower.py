@@ -102,11 +102,17 @@ class _Overlap:
         self.first_ns: int | None = None
         self.resolved = False
 
+    def _mark(self) -> int | None:
+        """The stamp of the last line read (the re-read starts a little before it: `hwm_ns`)."""
+        mark = self.cursor.hwm_ns if self.cursor is not None else None
+        return self.hwm_ns if mark is None or self.hwm_ns is None else mark
+
     def would_gap(self, ts_ns: int | None) -> bool:
         """A line stamped `ts_ns` would open a re-read gap (checked before it is fed)."""
-        if self.resolved or self.hwm_ns is None:
+        mark = self._mark()
+        if self.resolved or mark is None:
             return False
-        return ts_ns is not None and ts_ns > self.hwm_ns
+        return ts_ns is not None and ts_ns > mark
 
     def see(self, ts_ns: int | None, line: bytes) -> tuple[int, int, str] | None:
         """(start, end, reason) of a gap, at most once per read; else None."""
@@ -116,9 +122,12 @@ class _Overlap:
             self.first_ns = ts_ns
         if self.hwm_ns is not None:
             self.resolved = True
-            if ts_ns <= self.hwm_ns or (self.cursor is not None and self.cursor.seen(ts_ns, line)):
-                return None
-            return (self.hwm_ns, ts_ns, self.ROTATED)
+            mark = self._mark()
+            cursor = self.cursor
+            if ts_ns <= mark or (cursor is not None and (
+                    cursor.seen(ts_ns, line) or (cursor.forgot_ns is not None and ts_ns <= cursor.forgot_ns))):
+                return None  # a line read before, or one it may have forgotten: the cursor tells
+            return (mark, ts_ns, self.ROTATED)
         if b"distributed system" in line:  # the trainer's start-up line (parsers.line.TAGS)
             self.resolved = True
         elif b"LOSS-PARTS" in line or b"completed step:" in line:
@@ -433,15 +442,16 @@ class RunFollower:
 
     # ------------------------------------------------------------------------ lines
     def _since(self, key: str) -> int | None:
-        """`--since-time` of the next read of `key`: the cursor's mark, the stamp of the latest
-        line read (it follows a clock stepped back: an older since would have the server filter
-        out the new lines). Each read of a stream starts here, so the cursor is told a re-read
-        begins: its first lines may repeat what was read (runs.model.Cursor)."""
+        """`--since-time` of the next read of `key`: a little before the cursor's mark, the
+        stamp of the latest line read, which follows a clock stepped back (Cursor.since_ns: a
+        later since would have the server filter out new lines stamped before it). Each read of
+        a stream starts here, so the cursor is told a re-read begins: its first lines may
+        repeat what was read (runs.model.Cursor)."""
         cursor = self.model.cursors.get(key)
         if cursor is None:
             return None
         cursor.new_read()
-        return cursor.hwm_ns
+        return cursor.since_ns
 
     def _check_for(self, key: str, since: int | None, pod: PodInfo | None = None) -> _Overlap:
         check = self._pending_check.get(key)

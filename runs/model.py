@@ -106,6 +106,10 @@ SECOND_NS = 10**9
 # re-read from the mark repeats the read lines stamped >= its second; one more second: a
 # re-read from a second before the mark repeats only lines it knows too): see Cursor.
 REMEMBER_LINES = 20_000
+# A re-read starts this long before the mark: a node clock stepped back by up to this while the
+# stream was down still has its new lines served (the re-read's older lines are repeats the
+# overlap drops: remembered, or held until a line it knows proves them repeats).
+SINCE_MARGIN_NS = 5 * SECOND_NS
 FORGOT = "forgot:"  # saved in at_hwm: the latest stamp of a line read and forgotten
 
 
@@ -143,16 +147,16 @@ class Cursor:
     If the read ends undecided, they are counted in `unsure` (the model flags them, a warning
     finding: never a silent loss) and the next re-read serves them again.
 
-    A line stamped far from the line before it (a clock jump) does not move the mark: one
-    line stamped 2099 would otherwise make the server filter out every later line. It is
-    remembered by digest (saved in at_hwm with the JUMPED prefix). A jump back that the next
-    line confirms (it is close to the jumped line) is a clock stepped back: the mark follows.
+    A line stamped far ahead of the mark and of the wall clock (a clock jump) does not move
+    the mark: one line stamped 2099 would otherwise have the server filter out every later
+    line. It is remembered by digest (saved in at_hwm with the JUMPED prefix). A line far
+    behind the line before it is a clock jump too (flagged), but the mark follows it.
 
     `done`: the stream was read to its end (a follower that starts again knows which streams
     of pods gone meanwhile are complete)."""
 
     __slots__ = ("hwm_ns", "_recent", "_known", "last_ns", "jumped", "done", "forgot_ns", "overlap",
-                 "_stepped", "unsure", "held", "released")
+                 "unsure", "held", "released", "behind_ns", "_read_at")
 
     def __init__(self, hwm_ns: int | None = None, at_hwm: set[str] | None = None, done: bool = False) -> None:
         self.hwm_ns = hwm_ns
@@ -168,8 +172,9 @@ class Cursor:
             elif ":" in d:
                 ts, _, digest = d.partition(":")
                 entries.append((int(ts), digest))
-            elif hwm_ns is not None:  # saved before stamps were: the lines at the mark
+            elif hwm_ns is not None:  # saved before stamps were: the lines at the mark, nothing before
                 entries.append((hwm_ns, d))
+                self.forgot_ns = max(self.forgot_ns or 0, hwm_ns - 1)
         # Log order, as far as stamps tell: lines stamped after the mark were read before a clock
         # stepped back; the line at the mark (the last one read) last.
         entries.sort(key=lambda e: (hwm_ns is None or e[0] <= hwm_ns, e[0]))
@@ -185,8 +190,11 @@ class Cursor:
         # Time of the line before, in this read (a file, a stream): what a clock jump is
         # measured from. Not saved: a new read starts without one.
         self.last_ns: int | None = None
-        self._stepped: int | None = None  # stamp of a line just taken as a jump back
         self.unsure: list[int] = []  # [count, first ts, last ts] of lines dropped as probable repeats
+        # The stamp of a line the pod holds, unread, stamped before the mark (a probe's answer,
+        # `seen`): the clock stepped back; the next re-read must reach back to it.
+        self.behind_ns: int | None = None
+        self._read_at = time.time_ns()  # wall clock when the mark last moved
         self.held: list[bytes] = []  # overlap lines it cannot tell, until a later line proves what they are
         self.released: list[bytes] = []  # held lines proven new, and the line that proved it: read them again
 
@@ -208,11 +216,19 @@ class Cursor:
         """A snapshot, for a batch written on another thread while reading goes on."""
         return Cursor(self.hwm_ns, self.at_hwm, self.done)
 
+    @property
+    def since_ns(self) -> int | None:
+        """Where the next re-read starts (kubectl --since-time): SINCE_MARGIN_NS before the mark,
+        or before an unread line the pod holds stamped earlier than that."""
+        if self.hwm_ns is None:
+            return None
+        since = self.hwm_ns - SINCE_MARGIN_NS
+        return since if self.behind_ns is None else min(since, self.behind_ns - SINCE_MARGIN_NS)
+
     def new_read(self) -> None:
         """The next line starts a new read (a re-read, another file): its first lines may
         repeat what was read; no line before it to measure a clock jump from."""
         self.last_ns = None
-        self._stepped = None
         if self.held:  # the read ended undecided: the next re-read serves them again
             n, ts = len(self.held), [line_ts(x) or 0 for x in self.held]
             self.unsure = [self.unsure[0] + n, self.unsure[1], max(ts)] if self.unsure else [n, min(ts), max(ts)]
@@ -220,11 +236,20 @@ class Cursor:
         self.overlap = True
 
     def seen(self, ts_ns: int | None, line: bytes) -> bool:
-        """Whether this line was read (a question only: nothing changes)."""
+        """Whether this line was read. A line not read stamped before the mark (the follower
+        asks about the pod's newest line) is evidence the clock stepped back: the next re-read
+        reaches back to it (since_ns), else the server would filter out the lines after it."""
         if ts_ns is None:
             return False
         digest = line_digest(line.rstrip(b"\r\n"))
-        return digest in self._known or digest in self.jumped
+        if digest in self._known or digest in self.jumped:
+            return True
+        if self.hwm_ns is not None and ts_ns < self.hwm_ns:
+            # the step back happened after the last line read: its first line is stamped at most
+            # the time since then before this one
+            behind = ts_ns - max(0, time.time_ns() - self._read_at)
+            self.behind_ns = behind if self.behind_ns is None else min(self.behind_ns, behind)
+        return False
 
     def admit(self, ts_ns: int | None, line: bytes) -> bool | ClockJump:
         """True for a new line, False for a repeat, a ClockJump (true) for a new line whose
@@ -242,7 +267,7 @@ class Cursor:
         hwm = self.hwm_ns
         if self.overlap:
             if hwm is not None:
-                since = floor_second(hwm)
+                since = floor_second(self.since_ns)
                 if ts_ns < since:
                     return False  # what a re-read from the mark would not serve: read before
                 forgot = self.forgot_ns
@@ -259,15 +284,14 @@ class Cursor:
             # in a queue) lands in the past, a broken clock does not.
             return self._jump(ts_ns, digest)
         last = self.last_ns
-        if last is not None and last - ts_ns > CLOCK_JUMP_NS:
-            stepped = self._stepped
-            if stepped is None or abs(ts_ns - stepped) > CLOCK_JUMP_NS:
-                self._stepped = ts_ns
-                return self._jump(ts_ns, digest)  # far behind the line before: flagged
-            # the line before the jumped one's clock stepped back: the mark follows
-        self._stepped = None
         self.hwm_ns = self.last_ns = ts_ns
+        self.behind_ns, self._read_at = None, time.time_ns()
         self._remember(ts_ns, digest)
+        if last is not None and last - ts_ns > CLOCK_JUMP_NS:
+            # Far behind the line before: flagged, read as if stamped at it. The mark follows
+            # (a clock stepped back: a re-read from the old mark would not serve the lines
+            # after it; a lone bad stamp: the next line moves it back).
+            return ClockJump(ts_ns, last)
         return True
 
     def _remember(self, ts_ns: int, digest: str) -> None:
@@ -292,17 +316,17 @@ class Cursor:
             del self._known[digest]
 
     def take_steady(self, last_ts: int, tail: list[bytes], forgot_ts: int | None) -> None:
+        self.behind_ns, self._read_at = None, time.time_ns()
         """A steady block taken whole (stamps rising from past the mark): `tail`, its lines
         stamped from remember_from(last_ts) on, is what the cursor remembers of it; `forgot_ts`
         the stamp of the line before them (None: none)."""
         self.hwm_ns = self.last_ns = last_ts
-        self._stepped = None
         if forgot_ts is not None and (self.forgot_ns is None or forgot_ts > self.forgot_ns):
             self.forgot_ns = forgot_ts
         for line in tail:
             self._remember(line_ts(line) or last_ts, line_digest(line.rstrip(b"\r\n")))
 
-    def _jump(self, ts_ns: int, digest: str) -> bool | ClockJump:
+    def _jump(self, ts_ns: int, digest: str) -> ClockJump:
         if len(self.jumped) >= JUMPS_KEPT:
             return ClockJump(ts_ns, None, tracked=False)
         self.jumped.add(digest)
