@@ -598,12 +598,12 @@ static PyObject *steady(PyObject *Py_UNUSED(self), PyObject *args) {
         goto done;
     }
     const Entry *lastx = &all.e[all.n - 1];
-    /* the lines stamped in the last line's second or the one before: what the dedupe cursor
+    /* the lines stamped from 4 s before the last line's second on: what the dedupe cursor
        remembers (runs.model.remember_from); stamps rise, so they end the block */
     Py_ssize_t from = all.n;
     if (lastx->has_ts) {
         int64_t since = lastx->ts - (int64_t)(((lastx->ts % 1000000000) + 1000000000) % 1000000000)
-                        - 1000000000;
+                        - 4 * (int64_t)1000000000;
         while (from > 0 && all.e[from - 1].ts >= since) from--;
     }
     PyObject *at_last = PyList_New(0);

@@ -102,14 +102,15 @@ class ClockJump:
 
 SECOND_NS = 10**9
 # What a cursor remembers of the lines it read (digests, in log order): at most the last
-# REMEMBER_LINES lines, from the oldest stamped in the second before the mark's or later (a
-# re-read from the mark repeats the read lines stamped >= its second; one more second: a
-# re-read from a second before the mark repeats only lines it knows too): see Cursor.
+# REMEMBER_LINES lines, from the oldest stamped REMEMBER_SECONDS before the mark's second or
+# later (a re-read from SINCE_MARGIN_NS before the mark, truncated to the second, repeats only
+# lines it knows; so does one from a second further back): see Cursor.
 REMEMBER_LINES = 20_000
+REMEMBER_SECONDS = 4  # parsers/block.py and parsers/_steady.c hand the cursor as many
 # A re-read starts this long before the mark: a node clock stepped back by up to this while the
 # stream was down still has its new lines served (the re-read's older lines are repeats the
 # overlap drops: remembered, or held until a line it knows proves them repeats).
-SINCE_MARGIN_NS = 5 * SECOND_NS
+SINCE_MARGIN_NS = 3 * SECOND_NS
 FORGOT = "forgot:"  # saved in at_hwm: the latest stamp of a line read and forgotten
 
 
@@ -120,7 +121,7 @@ def floor_second(ns: int) -> int:
 
 def remember_from(hwm_ns: int) -> int:
     """The oldest stamp of the lines a cursor at `hwm_ns` remembers."""
-    return floor_second(hwm_ns) - SECOND_NS
+    return floor_second(hwm_ns) - REMEMBER_SECONDS * SECOND_NS
 
 
 class Cursor:
@@ -137,8 +138,8 @@ class Cursor:
     steps clocks back). The mark follows the latest line, back too: a re-read from an old
     mark after a clock step back would have the server filter out the new lines.
 
-    Bound: at most REMEMBER_LINES lines, from the oldest stamped in the second before the
-    mark's or later (remember_from). When a re-read's S reaches back to lines forgotten
+    Bound: at most REMEMBER_LINES lines, from the oldest stamped REMEMBER_SECONDS before the
+    mark's second or later (remember_from). When a re-read's S reaches back to lines forgotten
     (`forgot_ns` >= S: the clock stepped back past the mark's second), the overlap's lines it
     does not know stamped at or before `forgot_ns` are held back: a line it knows proves them
     repeats (the re-read serves the lines read before in order, the last line read last); a
@@ -156,7 +157,7 @@ class Cursor:
     of pods gone meanwhile are complete)."""
 
     __slots__ = ("hwm_ns", "_recent", "_known", "last_ns", "jumped", "done", "forgot_ns", "overlap",
-                 "unsure", "held", "released", "behind_ns", "_read_at")
+                 "unsure", "held", "released", "behind_ns", "_read_at", "top_ns")
 
     def __init__(self, hwm_ns: int | None = None, at_hwm: set[str] | None = None, done: bool = False) -> None:
         self.hwm_ns = hwm_ns
@@ -180,6 +181,9 @@ class Cursor:
         entries.sort(key=lambda e: (hwm_ns is None or e[0] <= hwm_ns, e[0]))
         self._recent: deque[tuple[int, str]] = deque(entries)  # (ts_ns, digest) in log order
         self._known: dict[str, int] = {}  # digest -> how many of _recent
+        # The latest stamp of a line remembered: a steady block stamped after it holds no line
+        # read before (the mark alone does not say, once a clock stepped back).
+        self.top_ns = max((ts for ts, _ in entries), default=hwm_ns)
         for _, d in entries:
             self._known[d] = self._known.get(d, 0) + 1
         # A cursor loaded from the store: its next read is a re-read, and it knows nothing read
@@ -208,7 +212,7 @@ class Cursor:
         oldest = remember_from(hwm)
         out = {f"{ts}:{d}" for ts, d in self._recent if ts >= oldest}
         out.update(JUMPED + d for d in self.jumped)
-        if self.forgot_ns is not None and self.forgot_ns >= floor_second(hwm):
+        if self.forgot_ns is not None and self.forgot_ns >= floor_second(self.since_ns):
             out.add(f"{FORGOT}{self.forgot_ns}")  # a re-read from the mark repeats lines forgotten
         return out
 
@@ -297,6 +301,8 @@ class Cursor:
     def _remember(self, ts_ns: int, digest: str) -> None:
         recent, known = self._recent, self._known
         recent.append((ts_ns, digest))
+        if self.top_ns is None or ts_ns > self.top_ns:
+            self.top_ns = ts_ns
         known[digest] = known.get(digest, 0) + 1
         oldest = remember_from(self.hwm_ns) if self.hwm_ns is not None else ts_ns
         while len(recent) > REMEMBER_LINES or recent[0][0] < oldest:
@@ -538,7 +544,7 @@ class RunModel:
         if self._pending is not None or (cursor.overlap and hwm is not None):
             return False  # a step held back, or a re-read's overlap: the lines decide
         if first is not None:
-            if hwm is not None and first <= hwm:
+            if hwm is not None and (first <= hwm or (cursor.top_ns is not None and first <= cursor.top_ns)):
                 return False
             if (hwm is None or first - hwm > CLOCK_JUMP_NS) and first - time.time_ns() > CLOCK_JUMP_NS:
                 return False  # a clock jump: the scan refuses them inside a block, this is its first line

@@ -79,7 +79,7 @@ def follow(store, run: str, lines: list[bytes], rereads: tuple[int, ...] = (), c
                     model = load_model(conn, run)
             cursor = model.cursors[KEY]
             cursor.new_read()  # what RunFollower._since does before each read
-            since = floor_second(cursor.hwm_ns)
+            since = floor_second(cursor.since_ns)
             for line in [ln for ln in served if line_ts(ln) >= since]:
                 model.feed(line, stream=KEY)
             await sink.flush(model)
@@ -244,7 +244,7 @@ def test_a_re_read_past_what_the_cursor_remembers_is_flagged_never_silent():
         model.take()
         cursor = model.cursors[KEY]
         cursor.new_read()
-        since = floor_second(cursor.hwm_ns)
+        since = floor_second(cursor.since_ns)
         served = [ln for ln in lines[:at] if line_ts(ln) >= since]
         if case == "rotated":  # the file rotated just after the last line read: only new lines
             served = []
