@@ -26,7 +26,7 @@ from steptail.collector.sink import RunSink
 from steptail.collector.watchdog import Pace, Watchdog
 from steptail.parsers.fast import line_ts
 from steptail.parsers.timestamps import format_ns
-from steptail.runs.model import RunModel
+from steptail.runs.model import Cursor, RunModel
 from steptail.runs.rows import LOSS_PARTS
 from steptail.runs.stream_gap import StreamGap
 from steptail.storage.raw import RawLog
@@ -109,7 +109,8 @@ class _Overlap:
     """Decides, early in a read, whether lines before it are gone.
 
     A re-read (we hold a cursor) must reach back to the last line read: when its first line
-    comes after it, the lines in between were rotated away. A first read starts at the
+    is not one the cursor read and comes after it, the lines in between were rotated away
+    (a line read before comes first after a clock stepped back, stamped after the mark). A first read starts at the
     beginning of the current log file: when a step line comes before the trainer's start-up
     line, the file(s) holding the start-up and the first steps were rotated away before
     following began (window: container start to that first step)."""
@@ -119,17 +120,24 @@ class _Overlap:
     HEAD = ("the current log file begins after the trainer's start-up: earlier lines were rotated "
             "away before following began")
 
-    def __init__(self, hwm_ns: int | None, started_ns: int | None = None) -> None:
+    def __init__(self, hwm_ns: int | None, started_ns: int | None = None, cursor: Cursor | None = None) -> None:
         self.hwm_ns = hwm_ns
+        self.cursor = cursor
         self.started_ns = started_ns
         self.first_ns: int | None = None
         self.resolved = False
 
+    def _mark(self) -> int | None:
+        """The stamp of the last line read (the re-read starts a little before it: `hwm_ns`)."""
+        mark = self.cursor.hwm_ns if self.cursor is not None else None
+        return self.hwm_ns if mark is None or self.hwm_ns is None else mark
+
     def would_gap(self, ts_ns: int | None) -> bool:
         """A line stamped `ts_ns` would open a re-read gap (checked before it is fed)."""
-        if self.resolved or self.hwm_ns is None:
+        mark = self._mark()
+        if self.resolved or mark is None:
             return False
-        return ts_ns is not None and ts_ns > self.hwm_ns
+        return ts_ns is not None and ts_ns > mark
 
     def see(self, ts_ns: int | None, line: bytes) -> tuple[int, int, str] | None:
         """(start, end, reason) of a gap, at most once per read; else None."""
@@ -139,7 +147,12 @@ class _Overlap:
             self.first_ns = ts_ns
         if self.hwm_ns is not None:
             self.resolved = True
-            return (self.hwm_ns, ts_ns, self.ROTATED) if ts_ns > self.hwm_ns else None
+            mark = self._mark()
+            cursor = self.cursor
+            if ts_ns <= mark or (cursor is not None and (
+                    cursor.seen(ts_ns, line) or (cursor.forgot_ns is not None and ts_ns <= cursor.forgot_ns))):
+                return None  # a line read before, or one it may have forgotten: the cursor tells
+            return (mark, ts_ns, self.ROTATED)
         if b"distributed system" in line:  # the trainer's start-up line (parsers.line.TAGS)
             self.resolved = True
         elif b"LOSS-PARTS" in line or b"completed step:" in line:
@@ -542,8 +555,16 @@ class RunFollower:
 
     # ------------------------------------------------------------------------ lines
     def _since(self, key: str) -> int | None:
+        """`--since-time` of the next read of `key`: a little before the cursor's mark, the
+        stamp of the latest line read, which follows a clock stepped back (Cursor.since_ns: a
+        later since would have the server filter out new lines stamped before it). Each read of
+        a stream starts here, so the cursor is told a re-read begins: its first lines may
+        repeat what was read (runs.model.Cursor)."""
         cursor = self.model.cursors.get(key)
-        return cursor.hwm_ns if cursor is not None else None
+        if cursor is None:
+            return None
+        cursor.new_read()
+        return cursor.since_ns
 
     def _read_since(self, key: str) -> tuple[int | None, bool]:
         """Where a read of the stream starts: the cursor, or past a line with no end (True)."""
@@ -561,7 +582,7 @@ class RunFollower:
         check = self._pending_check.get(key)
         if check is None or check.hwm_ns != since:
             started = pod.started_ns if pod is not None and key == stream_key(pod, pod.restart_count) else None
-            check = self._pending_check[key] = _Overlap(since, started)
+            check = self._pending_check[key] = _Overlap(since, started, self.model.cursors.get(key))
         return check
 
     def _feed(self, line: bytes, ts_ns: int | None, key: str, check: _Overlap) -> None:

@@ -188,6 +188,7 @@ def ingest(
                 if source.pod is not None:
                     model.pod = source.pod
                 _feed(model, source, writer, tick, pool, stream)
+                model.settle()  # the file ended: a step still held back has no step after it
                 if stream in origin.finished:
                     model.finish_stream(stream)
                 done += source.size or 0

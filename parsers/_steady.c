@@ -1,6 +1,6 @@
 /* parsers._steady: parsers.block._steady's scan in C, for the steady state of a training log.
  *
- * steady(block, save_of) -> None | (loss, rbf, pod, saves, first_ts, last_ts, lines_at_last)
+ * steady(block, save_of) -> None | (loss, rbf, pod, saves, first_ts, last_ts, last_seconds, forgot_ts)
  *
  * `block` holds complete lines. One pass finds every tagged line; LOSS-PARTS, REQUIRED_RBF
  * and `completed step` lines are cut and converted here, any other tagged line goes to
@@ -600,8 +600,16 @@ static PyObject *steady(PyObject *Py_UNUSED(self), PyObject *args) {
         goto done;
     }
     const Entry *lastx = &all.e[all.n - 1];
+    /* the lines stamped from 4 s before the last line's second on: what the dedupe cursor
+       remembers (runs.model.remember_from); stamps rise, so they end the block */
+    Py_ssize_t from = all.n;
+    if (lastx->has_ts) {
+        int64_t since = lastx->ts - (int64_t)(((lastx->ts % 1000000000) + 1000000000) % 1000000000)
+                        - 4 * (int64_t)1000000000;
+        while (from > 0 && all.e[from - 1].ts >= since) from--;
+    }
     PyObject *at_last = PyList_New(0);
-    for (Py_ssize_t i = run_from; at_last != NULL && lastx->has_ts && i < all.n; i++) {
+    for (Py_ssize_t i = from; at_last != NULL && lastx->has_ts && i < all.n; i++) {
         PyObject *ln = PyBytes_FromStringAndSize(b + all.e[i].start, all.e[i].end - all.e[i].start);
         if (ln == NULL || PyList_Append(at_last, ln) < 0) Py_CLEAR(at_last);
         Py_XDECREF(ln);
@@ -612,7 +620,9 @@ static PyObject *steady(PyObject *Py_UNUSED(self), PyObject *args) {
     PyObject *saves = pod ? saves_list(&all) : NULL;
     PyObject *fts = saves ? ts_obj(&all.e[0]) : NULL;
     PyObject *lts = fts ? ts_obj(lastx) : NULL;
-    if (lts != NULL) result = PyTuple_Pack(7, loss, rbf, pod, saves, fts, lts, at_last);
+    PyObject *forgot = lts == NULL ? NULL : from > 0 ? ts_obj(&all.e[from - 1]) : Py_NewRef(Py_None);
+    if (forgot != NULL) result = PyTuple_Pack(8, loss, rbf, pod, saves, fts, lts, at_last, forgot);
+    Py_XDECREF(forgot);
     Py_XDECREF(loss);
     Py_XDECREF(rbf);
     Py_XDECREF(pod);

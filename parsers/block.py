@@ -169,7 +169,8 @@ class Steady(NamedTuple):
     saves: list[tuple]  # (ts_ns, step) of `Saved a checkpoint at step N.`
     first_ts: int | None
     last_ts: int | None
-    lines_at_last: list[bytes]  # the lines at last_ts, for the dedupe cursor
+    last_seconds: list[bytes]  # the lines stamped from 4 s before last_ts's second on, for the dedupe cursor
+    forgot_ts: int | None  # the stamp of the line before those (None if none), for the dedupe cursor
 
 
 def _steady_py(block: bytes) -> Steady | None:
@@ -225,6 +226,8 @@ def _steady_py(block: bytes) -> Steady | None:
     if not found:
         return None
     first, last = found[0][2][ROW_TS], found[-1][2][ROW_TS]
-    at_last = [line for _, _, row, line in found if last is not None and row[ROW_TS] == last]
+    since = None if last is None else last - last % 10**9 - 4 * 10**9  # runs.model.remember_from
+    at_last = [line for _, _, row, line in found if since is not None and row[ROW_TS] >= since]
+    before = [row[ROW_TS] for _, _, row, _ in found if since is not None and row[ROW_TS] < since]
     loss, rbf, pod = (tuple(zip(*rows, strict=True)) for rows in columns[:3])  # pickles lighter
-    return Steady(loss, rbf, pod, columns[3], first, last, at_last)
+    return Steady(loss, rbf, pod, columns[3], first, last, at_last, before[-1] if before else None)

@@ -2,9 +2,10 @@
 that reach the sinks.
 
 An incarnation is one start of the trainer. A new one begins at a trainer start-up line
-(once the current one has recorded a step) or when a LOSS-PARTS step goes back. Every
-(run, incarnation, step) is emitted at most once: repeated lines are dropped by a
-per-stream cursor over kubelet timestamps, before they are parsed.
+(once the current one has recorded a step), or when a LOSS-PARTS step goes back after a
+restore line or on a new stream; a step going back without such evidence is held until the
+next step decides (RunModel._decide). Every (run, incarnation, step) is emitted at most once:
+a re-read's overlap is dropped by a per-stream cursor (Cursor), before lines are parsed.
 
 One line cannot cost the others: a step that jumps absurdly is flagged (`step_jump`) and
 quarantined, not recorded nor taken for a restart; a timestamp far from the line before it is
@@ -16,6 +17,7 @@ import hashlib
 import json
 import math
 import time
+from collections import deque
 from dataclasses import dataclass, field, replace
 from itertools import repeat
 
@@ -99,103 +101,259 @@ class ClockJump:
         self.stamped_ns, self.read_ns, self.tracked = stamped_ns, read_ns, tracked
 
 
+SECOND_NS = 10**9
+# What a cursor remembers of the lines it read (digests, in log order): at most the last
+# REMEMBER_LINES lines, from the oldest stamped REMEMBER_SECONDS before the mark's second or
+# later (a re-read from SINCE_MARGIN_NS before the mark, truncated to the second, repeats only
+# lines it knows; so does one from a second further back): see Cursor.
+REMEMBER_LINES = 20_000
+REMEMBER_SECONDS = 4  # parsers/block.py and parsers/_steady.c hand the cursor as many
+# A re-read starts this long before the mark: a node clock stepped back by up to this while the
+# stream was down still has its new lines served (the re-read's older lines are repeats the
+# overlap drops: remembered, or held until a line it knows proves them repeats).
+SINCE_MARGIN_NS = 3 * SECOND_NS
+FORGOT = "forgot:"  # saved in at_hwm: the latest stamp of a line read and forgotten
+
+
+def floor_second(ns: int) -> int:
+    """What kubectl sends as --since-time for `ns`: the whole second, truncated."""
+    return ns - ns % SECOND_NS
+
+
+def remember_from(hwm_ns: int) -> int:
+    """The oldest stamp of the lines a cursor at `hwm_ns` remembers."""
+    return floor_second(hwm_ns) - REMEMBER_SECONDS * SECOND_NS
+
+
 class Cursor:
-    """High-water mark of one stream's kubelet timestamps and the lines read at that instant.
+    """What one stream read: the mark (the stamp of the latest line read, what the next
+    re-read asks for as `since`) and the digests of the lines read lately.
 
-    Reconnects re-read from a whole second before the last line, so every line at or before
-    the mark is a repeat unless it is a line at the mark not seen yet. Digests are taken
-    only when two lines share the mark or the cursor is saved (the common case hashes
-    nothing).
+    A re-read from S (kubectl truncates --since-time to the second; kubelet serves the current
+    file's lines stamped >= S, in log order) first repeats lines read before, then goes on
+    with new ones; within one read no line ever comes twice. So: a line whose digest is
+    remembered is a repeat; at the start of a read (`overlap`: after new_read, or a cursor
+    loaded from the store) a line stamped before S is one too (a whole file ingested again);
+    the first line that is neither ends the overlap, and from there every line is taken,
+    whatever its stamp: stamps do go back (containerd stamps stdout and stderr apart, NTP
+    steps clocks back). The mark follows the latest line, back too: a re-read from an old
+    mark after a clock step back would have the server filter out the new lines.
 
-    A line stamped far from the line before it (a clock jump) never moves the mark: one line
-    stamped 2099 would otherwise make every later line look read. Such a line is remembered
-    by digest instead (saved in at_hwm with the JUMPED prefix), so a re-read still drops it.
+    Bound: at most REMEMBER_LINES lines, from the oldest stamped REMEMBER_SECONDS before the
+    mark's second or later (remember_from). When a re-read's S reaches back to lines forgotten
+    (`forgot_ns` >= S: the clock stepped back past the mark's second), the overlap's lines it
+    does not know stamped at or before `forgot_ns` are held back: a line it knows proves them
+    repeats (the re-read serves the lines read before in order, the last line read last); a
+    line it does not know stamped after `forgot_ns` proves them new (the file began after the
+    last line read: nothing served is a repeat), and they are `released` to be read before it.
+    If the read ends undecided, they are counted in `unsure` (the model flags them, a warning
+    finding: never a silent loss) and the next re-read serves them again.
+
+    A line stamped far ahead of the mark and of the wall clock (a clock jump) does not move
+    the mark: one line stamped 2099 would otherwise have the server filter out every later
+    line. It is remembered by digest (saved in at_hwm with the JUMPED prefix). A line far
+    behind the line before it is a clock jump too (flagged), but the mark follows it.
 
     `done`: the stream was read to its end (a follower that starts again knows which streams
     of pods gone meanwhile are complete)."""
 
-    __slots__ = ("hwm_ns", "_digests", "_lines", "last_ns", "jumped", "done")
+    __slots__ = ("hwm_ns", "_recent", "_known", "last_ns", "jumped", "done", "forgot_ns", "overlap",
+                 "unsure", "held", "released", "behind_ns", "_read_at", "top_ns")
 
     def __init__(self, hwm_ns: int | None = None, at_hwm: set[str] | None = None, done: bool = False) -> None:
         self.hwm_ns = hwm_ns
         self.done = done
-        self._digests: set[str] = set(at_hwm or ())
         self.jumped: set[str] = set()  # digests of lines taken across a clock jump
-        if any(d.startswith(JUMPED) for d in self._digests):
-            self.jumped = {d[len(JUMPED):] for d in self._digests if d.startswith(JUMPED)}
-            self._digests = {d for d in self._digests if not d.startswith(JUMPED)}
-        self._lines: list[bytes] = []  # lines at the mark not yet digested
+        self.forgot_ns: int | None = None
+        entries = []
+        for d in at_hwm or ():
+            if d.startswith(JUMPED):
+                self.jumped.add(d[len(JUMPED):])
+            elif d.startswith(FORGOT):
+                self.forgot_ns = int(d[len(FORGOT):])
+            elif ":" in d:
+                ts, _, digest = d.partition(":")
+                entries.append((int(ts), digest))
+            elif hwm_ns is not None:  # saved before stamps were: the lines at the mark, nothing before
+                entries.append((hwm_ns, d))
+                self.forgot_ns = max(self.forgot_ns or 0, hwm_ns - 1)
+        # Log order, as far as stamps tell: lines stamped after the mark were read before a clock
+        # stepped back; the line at the mark (the last one read) last.
+        entries.sort(key=lambda e: (hwm_ns is None or e[0] <= hwm_ns, e[0]))
+        self._recent: deque[tuple[int, str]] = deque(entries)  # (ts_ns, digest) in log order
+        self._known: dict[str, int] = {}  # digest -> how many of _recent
+        # The latest stamp of a line remembered: a steady block stamped after it holds no line
+        # read before (the mark alone does not say, once a clock stepped back).
+        self.top_ns = max((ts for ts, _ in entries), default=hwm_ns)
+        for _, d in entries:
+            self._known[d] = self._known.get(d, 0) + 1
+        # A cursor loaded from the store: its next read is a re-read, and it knows nothing read
+        # before the mark's second.
+        self.overlap = hwm_ns is not None
+        if hwm_ns is not None:
+            self.forgot_ns = max(self.forgot_ns or 0, remember_from(hwm_ns) - 1)
         # Time of the line before, in this read (a file, a stream): what a clock jump is
         # measured from. Not saved: a new read starts without one.
         self.last_ns: int | None = None
-
-    def _at_mark(self) -> set[str]:
-        if self._lines:
-            self._digests.update(line_digest(x) for x in self._lines)
-            self._lines.clear()
-        return self._digests
+        self.unsure: list[int] = []  # [count, first ts, last ts] of lines dropped as probable repeats
+        # The stamp of a line the pod holds, unread, stamped before the mark (a probe's answer,
+        # `seen`): the clock stepped back; the next re-read must reach back to it.
+        self.behind_ns: int | None = None
+        self._read_at = time.time_ns()  # wall clock when the mark last moved
+        self.held: list[bytes] = []  # overlap lines it cannot tell, until a later line proves what they are
+        self.released: list[bytes] = []  # held lines proven new, and the line that proved it: read them again
 
     @property
     def at_hwm(self) -> set[str]:
-        """What is saved with the mark: digests of the lines at it, and of clock-jumped lines."""
-        marks = self._at_mark()
-        return marks | {JUMPED + d for d in self.jumped} if self.jumped else marks
+        """What is saved with the mark: the lines a re-read from it repeats ("ts:digest"),
+        clock-jumped lines, and the latest stamp forgotten if a re-read from the mark reaches it."""
+        hwm = self.hwm_ns
+        if hwm is None:
+            return {JUMPED + d for d in self.jumped}
+        oldest = remember_from(hwm)
+        out = {f"{ts}:{d}" for ts, d in self._recent if ts >= oldest}
+        out.update(JUMPED + d for d in self.jumped)
+        if self.forgot_ns is not None and self.forgot_ns >= floor_second(self.since_ns):
+            out.add(f"{FORGOT}{self.forgot_ns}")  # a re-read from the mark repeats lines forgotten
+        return out
 
     def copy(self) -> Cursor:
         """A snapshot, for a batch written on another thread while reading goes on."""
-        return Cursor(self.hwm_ns, set(self.at_hwm), self.done)
+        return Cursor(self.hwm_ns, self.at_hwm, self.done)
+
+    @property
+    def since_ns(self) -> int | None:
+        """Where the next re-read starts (kubectl --since-time): SINCE_MARGIN_NS before the mark,
+        or before an unread line the pod holds stamped earlier than that."""
+        if self.hwm_ns is None:
+            return None
+        since = self.hwm_ns - SINCE_MARGIN_NS
+        return since if self.behind_ns is None else min(since, self.behind_ns - SINCE_MARGIN_NS)
 
     def new_read(self) -> None:
-        """The next line starts a new read (another file): no line before it to measure from."""
+        """The next line starts a new read (a re-read, another file): its first lines may
+        repeat what was read; no line before it to measure a clock jump from."""
         self.last_ns = None
+        if self.held:  # the read ended undecided: the next re-read serves them again
+            n, ts = len(self.held), [line_ts(x) or 0 for x in self.held]
+            self.unsure = [self.unsure[0] + n, self.unsure[1], max(ts)] if self.unsure else [n, min(ts), max(ts)]
+            self.held = []
+        self.overlap = True
 
     def seen(self, ts_ns: int | None, line: bytes) -> bool:
-        """Whether `admit` would drop this line as a repeat, or a clock-jumped line already
-        taken (a question only: nothing changes)."""
-        hwm = self.hwm_ns
+        """Whether this line was read. A line not read stamped before the mark (the follower
+        asks about the pod's newest line) is evidence the clock stepped back: the next re-read
+        reaches back to it (since_ns), else the server would filter out the lines after it."""
         if ts_ns is None:
             return False
-        if self.jumped and line_digest(line.rstrip(b"\r\n")) in self.jumped:
+        digest = line_digest(line.rstrip(b"\r\n"))
+        if digest in self._known or digest in self.jumped:
             return True
-        if hwm is None or ts_ns > hwm:
-            return False
-        return ts_ns < hwm or line_digest(line.rstrip(b"\r\n")) in self._at_mark()
+        if self.hwm_ns is not None and ts_ns < self.hwm_ns:
+            # the step back happened after the last line read: its first line is stamped at most
+            # the time since then before this one
+            behind = ts_ns - max(0, time.time_ns() - self._read_at)
+            self.behind_ns = behind if self.behind_ns is None else min(self.behind_ns, behind)
+        return False
 
     def admit(self, ts_ns: int | None, line: bytes) -> bool | ClockJump:
         """True for a new line, False for a repeat, a ClockJump (true) for a new line whose
         timestamp cannot be trusted to order it."""
         if ts_ns is None:
             return True
+        digest = line_digest(line.rstrip(b"\r\n"))
+        recent = self._recent
+        if digest in self._known or digest in self.jumped:
+            if self.overlap:
+                self.held = []  # a line read before comes after them: they were read before too
+                if recent and recent[-1][1] == digest:
+                    self.overlap = False  # the last line read: what follows is new
+            return False
         hwm = self.hwm_ns
-        line = line.rstrip(b"\r\n")
-        if hwm is None or ts_ns > hwm:
-            # A jump ahead is one ahead of the mark and of the wall clock: a genuine pause (a
-            # restart after hours in a queue) lands in the past, a broken clock does not.
-            if hwm is not None and ts_ns - hwm <= CLOCK_JUMP_NS or ts_ns - time.time_ns() <= CLOCK_JUMP_NS:
-                self.hwm_ns = self.last_ns = ts_ns
-                self._digests, self._lines = set(), [line]
-                return True
-            return self._jump(ts_ns, line)
+        if self.overlap:
+            if hwm is not None:
+                since = floor_second(self.since_ns)
+                if ts_ns < since:
+                    return False  # what a re-read from the mark would not serve: read before
+                forgot = self.forgot_ns
+                if forgot is not None and since <= forgot and ts_ns <= forgot and recent:
+                    self.held.append(line)
+                    return False
+            self.overlap = False
+            if self.held:  # proven new: the model reads them, then this line, again
+                self.released, self.held = [*self.held, line], []
+                return False
+        if hwm is not None and ts_ns - hwm > CLOCK_JUMP_NS and ts_ns - time.time_ns() > CLOCK_JUMP_NS or \
+                hwm is None and ts_ns - time.time_ns() > CLOCK_JUMP_NS:
+            # Ahead of the mark and of the wall clock: a genuine pause (a restart after hours
+            # in a queue) lands in the past, a broken clock does not.
+            return self._jump(ts_ns, digest)
         last = self.last_ns
+        self.hwm_ns = self.last_ns = ts_ns
+        self.behind_ns, self._read_at = None, time.time_ns()
+        self._remember(ts_ns, digest)
         if last is not None and last - ts_ns > CLOCK_JUMP_NS:
-            return self._jump(ts_ns, line)  # far behind the line before: not a repeat, a bad clock
-        self.last_ns = ts_ns
-        if ts_ns < hwm:
-            return False
-        digest = line_digest(line)
-        if digest in self._at_mark():
-            return False
-        self._digests.add(digest)
+            # Far behind the line before: flagged, read as if stamped at it. The mark follows
+            # (a clock stepped back: a re-read from the old mark would not serve the lines
+            # after it; a lone bad stamp: the next line moves it back).
+            return ClockJump(ts_ns, last)
         return True
 
-    def _jump(self, ts_ns: int, line: bytes) -> bool | ClockJump:
-        digest = line_digest(line)
-        if digest in self.jumped:
-            return False
+    def _remember(self, ts_ns: int, digest: str) -> None:
+        recent, known = self._recent, self._known
+        recent.append((ts_ns, digest))
+        if self.top_ns is None or ts_ns > self.top_ns:
+            self.top_ns = ts_ns
+        known[digest] = known.get(digest, 0) + 1
+        oldest = remember_from(self.hwm_ns) if self.hwm_ns is not None else ts_ns
+        while len(recent) > REMEMBER_LINES or recent[0][0] < oldest:
+            ts, d = recent.popleft()
+            n = known.pop(d) - 1
+            if n:
+                known[d] = n
+            if self.forgot_ns is None or ts > self.forgot_ns:
+                self.forgot_ns = ts
+
+    def forget(self, line: bytes) -> None:
+        """Forget one line read (a snapshot that must not hold it)."""
+        digest = line_digest(line.rstrip(b"\r\n"))
+        self.jumped.discard(digest)
+        if digest in self._known:
+            self._recent = deque(e for e in self._recent if e[1] != digest)
+            del self._known[digest]
+
+    def take_steady(self, last_ts: int, tail: list[bytes], forgot_ts: int | None) -> None:
+        self.behind_ns, self._read_at = None, time.time_ns()
+        """A steady block taken whole (stamps rising from past the mark): `tail`, its lines
+        stamped from remember_from(last_ts) on, is what the cursor remembers of it; `forgot_ts`
+        the stamp of the line before them (None: none)."""
+        self.hwm_ns = self.last_ns = last_ts
+        if forgot_ts is not None and (self.forgot_ns is None or forgot_ts > self.forgot_ns):
+            self.forgot_ns = forgot_ts
+        for line in tail:
+            self._remember(line_ts(line) or last_ts, line_digest(line.rstrip(b"\r\n")))
+
+    def _jump(self, ts_ns: int, digest: str) -> ClockJump:
         if len(self.jumped) >= JUMPS_KEPT:
             return ClockJump(ts_ns, None, tracked=False)
         self.jumped.add(digest)
         return ClockJump(ts_ns, self.last_ns if self.last_ns is not None else self.hwm_ns)
+
+
+@dataclass
+class _Pending:
+    """A LOSS-PARTS step going back with no evidence of a restart, and the REQUIRED_RBF and pod
+    lines of its steps read after it (function, arguments), until the next step decides."""
+
+    ts_ns: int | None
+    step: int
+    ce: float
+    ce_raw: str
+    parts_json: str
+    line: bytes | None
+    held: list = field(default_factory=list)
+    stream: str = "log"
+    cursor: Cursor | None = None
 
 
 @dataclass
@@ -302,6 +460,10 @@ class RunModel:
         self.pod: str | None = None  # set by the follower: the pod now being read
         self.planned_steps = planned_steps  # the latest `Config param steps:`, if positive
         self._prior_step: int | None = None  # last LOSS-PARTS step of the incarnation before
+        self._stream = "log"  # the stream being fed
+        self._step_stream: str | None = None  # the stream of the current incarnation's last step
+        self._evidence = False  # a restore line since the last step: a step going back is a restart
+        self._pending: _Pending | None = None  # a step going back without evidence, undecided
 
     # -- input -----------------------------------------------------------------
     def feed(self, line: bytes, stream: str = "log") -> None:
@@ -325,7 +487,9 @@ class RunModel:
     def feed_items(self, items, stream: str = "log") -> None:
         """Items of parsers.block.parse_block, in order (the ingest hot loop). An item is
         (kind, ts_ns, step, the record's fields, line) or (ItemKind.GENERAL, line)."""
-        admit = self._cursor(stream).admit
+        self._stream = stream
+        cursor = self._cursor(stream)
+        admit = cursor.admit
         loss, rbf, pod = self._loss, self._rbf, self._pod
         general, loss_kind, rbf_kind = ItemKind.GENERAL, ItemKind.LOSS, ItemKind.RBF
         kind_at, ts_at, line_at = ITEM_KIND, ITEM_TS, ITEM_LINE
@@ -338,6 +502,8 @@ class RunModel:
             if fresh is not True:
                 if fresh:
                     self._feed_jumped(item, fresh)
+                elif cursor.released:
+                    self._release(cursor, stream)
                 else:
                     self.counters.duplicates += 1
             elif kind == loss_kind:  # unpacked, not item[1:] star-called: this loop is hot
@@ -373,8 +539,10 @@ class RunModel:
         if cur is None:
             return False
         first, hwm = block.first_ts, cursor.hwm_ns
+        if self._pending is not None or (cursor.overlap and hwm is not None):
+            return False  # a step held back, or a re-read's overlap: the lines decide
         if first is not None:
-            if hwm is not None and first <= hwm:
+            if hwm is not None and (first <= hwm or (cursor.top_ns is not None and first <= cursor.top_ns)):
                 return False
             if (hwm is None or first - hwm > CLOCK_JUMP_NS) and first - time.time_ns() > CLOCK_JUMP_NS:
                 return False  # a clock jump: the scan refuses them inside a block, this is its first line
@@ -403,6 +571,7 @@ class RunModel:
             if cur.first_step is None:
                 cur.first_step = step[0]
             cur.last_step = step[-1]
+            self._evidence, self._step_stream = False, stream
             self._touch(cur)
             ce = [None if c != c or c in (math.inf, -math.inf) else c for c in ce]
             batch.loss_parts.extend(zip(repeat(run), repeat(inc), step, ts, ce, ce_raw, parts))
@@ -420,14 +589,18 @@ class RunModel:
             counters.pod_steps += len(step)
         batch.checkpoints.extend((run, cur.number, "save", step, ts) for ts, step in block.saves)
         if block.last_ts is not None:
-            cursor.hwm_ns, cursor._digests, cursor._lines = block.last_ts, set(), list(block.lines_at_last)
-            cursor.last_ns = block.last_ts
+            cursor.take_steady(block.last_ts, block.last_seconds, block.forgot_ts)
         return True
 
     def _feed_general(self, line: bytes, ts_ns: int | None, stream: str) -> None:
-        fresh = self._cursor(stream).admit(ts_ns, line)
+        self._stream = stream
+        cursor = self._cursor(stream)
+        fresh = cursor.admit(ts_ns, line)
         if not fresh:
-            self.counters.duplicates += 1
+            if cursor.released:
+                self._release(cursor, stream)
+            else:
+                self.counters.duplicates += 1
             return
         if len(line) > MAX_LINE:
             self.counters.bad(f"line of {len(line)} bytes: {message(line, ts_ns is not None)[:80]}")
@@ -441,6 +614,12 @@ class RunModel:
         self.apply(record, ts_ns if fresh is True else fresh.read_ns, line)
         if fresh is not True and not isinstance(record, Malformed):
             self._clock_jump(fresh, getattr(record, "step", NO_STEP), line)
+
+    def _release(self, cursor: Cursor, stream: str) -> None:
+        """Lines a re-read's overlap held back, proven new: read now, in order."""
+        lines, cursor.released = cursor.released, []
+        for line in lines:
+            self.feed_stamped(line, line_ts(line), stream)
 
     def _clock_jump(self, jump: ClockJump, step: int, line: bytes) -> None:
         """Flag a line taken across a clock jump (its record is already applied)."""
@@ -495,6 +674,7 @@ class RunModel:
             self._pod(ts_ns, rec.step, rec.seconds, rec.tflops, rec.tokens_per_s, rec.total_weights,
                       rec.loss, line, to_json(rec.extra) if rec.extra else "{}")
         elif isinstance(rec, TrainerStart):
+            self.settle()  # a step held back before a start-up line: no steps continued from it
             cur = self.current
             if cur is None or cur.last_step is not None:
                 cur = self._open(ts_ns)
@@ -512,6 +692,8 @@ class RunModel:
         elif isinstance(rec, Checkpoint):
             cur = self._ensure(ts_ns)
             if rec.kind == "restore":
+                self.settle()
+                self._evidence = True
                 cur.restored_from = rec.step
                 self._touch(cur)
             self.batch.checkpoints.append((self.run, cur.number, rec.kind, rec.step, ts_ns))
@@ -519,6 +701,8 @@ class RunModel:
             self.counters.bad(f"{rec.tag}: {rec.reason}: {rec.text}")
 
     def _loss(self, ts_ns, step, ce, ce_raw, parts_json, line=None) -> None:
+        if self._pending is not None:
+            self._decide(step)
         cur, planned = self.current, self.planned_steps
         last = None if cur is None else cur.last_step
         # _absurd's quick answer inline: this runs for every line the steady scan refused
@@ -527,8 +711,14 @@ class RunModel:
             self._step_jump("loss_parts", (self.run, cur.number if cur else 0, step, ts_ns, ce, ce_raw, parts_json),
                             cur, last, line)
             return
-        if cur is None or (cur.last_step is not None and step <= cur.last_step):
+        if cur is not None and cur.last_step is not None and step <= cur.last_step:
+            if not self._evidence and self._stream == self._step_stream:
+                self._hold(_Pending(ts_ns, step, ce, ce_raw, parts_json, line))
+                return
+            cur = None
+        if cur is None:
             cur = self._open(ts_ns)
+        self._evidence, self._step_stream = False, self._stream
         if cur.first_step is None:
             cur.first_step = step
             self._touch(cur)
@@ -548,6 +738,9 @@ class RunModel:
                             cur, cur.last_rbf, line)
             return
         if cur.last_rbf is not None and step <= cur.last_rbf:
+            if self._pending is not None and step >= self._pending.step:
+                self._pending.held.append((self._rbf, (ts_ns, step, mx, per_layer_json, program, line)))
+                return
             self.counters.duplicates += 1
             return
         cur.last_rbf = step
@@ -563,6 +756,10 @@ class RunModel:
             self._step_jump("pod_metrics", row, cur, cur.last_pod_step, line)
             return
         if cur.last_pod_step is not None and step <= cur.last_pod_step:
+            if self._pending is not None and step >= self._pending.step:
+                self._pending.held.append(
+                    (self._pod, (ts_ns, step, seconds, tflops, tokens, total_weights, loss, line, extra_json)))
+                return
             self.counters.duplicates += 1
             return
         cur.last_pod_step = step
@@ -604,6 +801,47 @@ class RunModel:
                    f"line: {_text(line) if line is not None else row}")
         self.batch.quarantine.append(quarantine_row(table, row, f"step_jump: {what}"))
 
+    # -- a step going back without evidence of a restart ---------------------------------
+    def _hold(self, pending: _Pending) -> None:
+        """Hold the step until the next LOSS-PARTS step decides (see _decide). The cursor saved
+        meanwhile is the one from before the line: a collector restarted reads it again."""
+        cursor = self.cursors[self._stream]
+        snapshot = cursor.copy()
+        if pending.line is not None:
+            snapshot.forget(pending.line)
+        pending.stream, pending.cursor = self._stream, snapshot
+        self._pending = pending
+
+    def _decide(self, step: int) -> None:
+        """The step after a held one: if it goes on from the held step (and not from the old
+        sequence), the trainer restarted and its start-up lines were rotated away: a new
+        incarnation opens at the held step, rows in order. Else the held line was a lone
+        out-of-sequence line: quarantined and flagged."""
+        p, cur = self._pending, self.current
+        if cur is not None and cur.last_step is not None and p.step < step <= cur.last_step:
+            self._pending = None
+            self._open(p.ts_ns)
+            self._loss(p.ts_ns, p.step, p.ce, p.ce_raw, p.parts_json, p.line)
+            for fn, args in p.held:
+                fn(*args)
+        else:
+            self.settle()
+
+    def settle(self) -> None:
+        """Decide a held step with no step after it (the log ended, a start-up or restore
+        line came): a lone out-of-sequence line, quarantined and flagged (a warning)."""
+        p, self._pending = self._pending, None
+        if p is None:
+            return
+        cur = self.current
+        inc, last = (cur.number, cur.last_step) if cur is not None else (0, None)
+        what = f"step {p.step} after step {last}, with no restart evidence and no step going on from it"
+        self._flag("step_jump", p.step, f"{what}: not recorded as a step nor taken for a restart; "
+                   f"line: {_text(p.line) if p.line is not None else p.step}")
+        row = (self.run, inc, p.step, p.ts_ns, p.ce, p.ce_raw, p.parts_json)
+        self.batch.quarantine.append(quarantine_row("loss_parts", row, f"step_back: {what}"))
+        self.counters.duplicates += len(p.held)
+
     def _ensure(self, ts_ns: int | None) -> Incarnation:
         return self.current if self.current is not None else self._open(ts_ns)
 
@@ -625,4 +863,21 @@ class RunModel:
         batch.incarnations = {n: inc.row(self.run) for n, inc in batch.incarnations.items()}
         # Snapshots: the batch may be written by another thread while reading goes on.
         batch.cursors = {k: c.copy() for k, c in batch.cursors.items()}
+        for key, cursor in self.cursors.items():
+            if cursor.unsure:
+                self._unsure(batch, key, cursor)
+        if self._pending is not None and self._pending.stream in batch.cursors:
+            batch.cursors[self._pending.stream] = self._pending.cursor.copy()
         return batch
+
+    def _unsure(self, batch: Batch, stream: str, cursor: Cursor) -> None:
+        """Flag the lines a re-read's overlap dropped as probable repeats it did not know."""
+        (n, first, last), cursor.unsure = cursor.unsure, []
+        detail = (f"a read of {stream} reached back past what its cursor remembers (at most {REMEMBER_LINES} "
+                  f"lines, from the second before the mark's on) and ended before telling whether {n} line(s) "
+                  f"stamped {format_ns(first)} to {format_ns(last)} were repeats: not read; the next re-read "
+                  "serves them again, if the pod still holds them")
+        inc = self.current.number if self.current is not None else 0
+        batch.flags.append((self.run, "clock_jump", inc, NO_STEP, NO_STEP, printable(detail), "warning",
+                            time.time_ns()))
+        self.counters.flagged += 1

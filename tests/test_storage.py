@@ -98,12 +98,15 @@ def test_model_state_survives_a_reload(store):
 
 
 def test_step_going_back_opens_an_incarnation():
+    """Without a start-up line: once the next step goes on from it (tests/test_one_line_fork.py)."""
     model = RunModel("r")
     for line in LINES[3:]:
         model.feed(line)
-    model.feed(b"2026-11-30T04:10:00Z LOSS-PARTS step=2 ce=3.4")
+    model.feed(b"2026-11-30T04:10:00Z LOSS-PARTS step=1 ce=3.4")
+    assert [(r[1], r[2]) for r in model.take().loss_parts] == [(1, 1), (1, 2)]  # held
+    model.feed(b"2026-11-30T04:10:01Z LOSS-PARTS step=2 ce=3.3")
     rows = model.take().loss_parts
-    assert [(r[1], r[2]) for r in rows] == [(1, 1), (1, 2), (2, 2)]
+    assert [(r[1], r[2]) for r in rows] == [(2, 1), (2, 2)]
 
 
 def test_lines_sharing_a_timestamp_are_all_kept_once():
