@@ -15,7 +15,13 @@ import click
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--kubeconfig-out", type=click.Path(dir_okay=False), default=None,
               help="Where to write the kubeconfig (default: in a temporary directory).")
-def command(scenario_path: str | None, port: int, host: str, kubeconfig_out: str | None) -> None:
+@click.option("--chaos", "chaos_seed", type=int, default=None, metavar="SEED",
+              help="Serve a random fault schedule drawn from SEED (simcluster/chaos.py) and print it, "
+                   "one fault a line; the same SEED draws the same schedule. Not with --scenario.")
+@click.option("--chaos-duration", type=float, default=60.0, show_default=True,
+              help="With --chaos: seconds of training the schedule spans.")
+def command(scenario_path: str | None, port: int, host: str, kubeconfig_out: str | None,
+            chaos_seed: int | None, chaos_duration: float) -> None:
     """Run a simulated GKE cluster (Kubernetes API over HTTPS) with TPU JobSets, a simulated
     trainer in JAX process 0 and scripted faults, until interrupted (Ctrl-C)."""
     import yaml
@@ -24,8 +30,19 @@ def command(scenario_path: str | None, port: int, host: str, kubeconfig_out: str
     from steptail.simcluster.cluster import SimCluster
     from steptail.simcluster.scenario import Scenario
 
+    schedule = None
+    if chaos_seed is not None:
+        from steptail.simcluster.chaos import draw_schedule, format_schedule, scenario_of
+
+        if scenario_path:
+            fail("--chaos draws its own scenario: give --scenario or --chaos, not both")
+        schedule = draw_schedule(chaos_seed, duration=chaos_duration, database=False)  # no store here
+        click.echo(format_schedule(schedule))
     try:
-        scenario = Scenario.load(scenario_path) if scenario_path else Scenario.from_dict({})
+        if schedule is not None:
+            scenario = Scenario.from_dict(scenario_of(schedule))
+        else:
+            scenario = Scenario.load(scenario_path) if scenario_path else Scenario.from_dict({})
     except OSError as exc:
         fail(f"cannot read scenario {scenario_path}: {exc.strerror or exc}")
     except (yaml.YAMLError, ValueError, TypeError, KeyError, AttributeError) as exc:

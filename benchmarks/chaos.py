@@ -1,0 +1,86 @@
+"""Chaos benchmark (issue 19): long, slow-rate random fault schedules, one per seed, each
+followed by `steptail follow --all` (real kubectl) and judged by the chaos oracle
+(simcluster/oracle.py); per-seed verdict lines, then one table of the summed counts — steps
+servable, recorded, lost and flagged, lost before anyone could read them, lost unflagged
+(goal 0), servable but missed (goal 0), duplicated (goal 0), false incarnations (goal 0), false
+critical findings (goal 0), (replicas) double follows and slow takeovers (goal 0), the worst
+time from a fault's end to rows flowing again — and the failing seeds.
+
+    .venv/bin/python benchmarks/chaos.py --seeds 200 [--replicas 2] [--json]
+    .venv/bin/python benchmarks/chaos.py --seeds 10 --duration 30 --first 1000
+
+SQLite by default; with --replicas (or --pg) a scratch database on PostgreSQL per seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from steptail.simcluster.chaos import draw_schedule  # noqa: E402
+from steptail.simcluster.chaos_run import run_schedule  # noqa: E402
+from steptail.simcluster.oracle import COUNTS, summarize  # noqa: E402
+from steptail.storage.scratch import scratch_database  # noqa: E402
+
+PG_ADMIN = os.environ.get("STEPTAIL_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+
+
+def one_seed(seed: int, args, work: Path, echo):
+    schedule = draw_schedule(seed, duration=args.duration, rates=(args.min_rate, args.max_rate),
+                             jobsets=(1, args.max_jobsets), replicas=args.replicas,
+                             faults_per_second=args.faults_per_second)
+    if args.replicas or args.pg:
+        with scratch_database(PG_ADMIN, "steptail_chaos_bench") as db:
+            return run_schedule(schedule, db, work / f"seed{seed}", echo=echo)[0]
+    return run_schedule(schedule, f"sqlite:///{work / f'seed{seed}.db'}", work / f"seed{seed}", echo=echo)[0]
+
+
+def table(total: dict) -> str:
+    cols = [*COUNTS, "worst_recovery_s"]
+    width = max(len(c) for c in cols)
+    lines = [f"{'seeds':<{width}}  {total['seeds']}"]
+    lines += [f"{c:<{width}}  {total[c]}" for c in cols]
+    lines.append(f"{'failing seeds':<{width}}  {' '.join(map(str, total['failing_seeds'])) or '-'}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=200, help="how many seeds")
+    ap.add_argument("--first", type=int, default=1000, help="the first seed")
+    ap.add_argument("--duration", type=float, default=120.0, help="seconds of training per schedule")
+    ap.add_argument("--replicas", type=int, default=0, help="2-3: replicas on PostgreSQL with their own faults")
+    ap.add_argument("--pg", action="store_true", help="PostgreSQL (a scratch database per seed), not SQLite")
+    ap.add_argument("--min-rate", type=float, default=0.5, help="lines/s, low end")
+    ap.add_argument("--max-rate", type=float, default=50.0, help="lines/s, high end")
+    ap.add_argument("--max-jobsets", type=int, default=12)
+    ap.add_argument("--faults-per-second", type=float, default=0.15)
+    ap.add_argument("--json", action="store_true", help="one JSON object (verdicts and the table) on stdout")
+    args = ap.parse_args()
+    echo = (lambda s: print(s, file=sys.stderr)) if args.json else print
+    verdicts = []
+    t0 = time.time()
+    with tempfile.TemporaryDirectory(prefix="steptail-chaos-") as d:
+        for seed in range(args.first, args.first + args.seeds):
+            verdicts.append(one_seed(seed, args, Path(d), echo))
+    total = summarize(verdicts)
+    total["wall_s"] = round(time.time() - t0, 1)
+    if args.json:
+        print(json.dumps({"args": vars(args), "total": total,
+                          "verdicts": [{"seed": v.seed, "ok": v.ok, **v.counts,
+                                        "worst_recovery_s": round(v.worst_recovery, 2), "line": v.line()}
+                                       for v in verdicts]}))
+    else:
+        print(table(total))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,327 @@
+"""Run one chaos schedule end to end: the simulator, `steptail follow --all` as subprocesses
+(one, or 2-3 replicas on PostgreSQL with their own faults), the store sampled while they run,
+then the oracle's verdict. Shared by tests/test_chaos.py and benchmarks/chaos.py.
+
+Each follower is a real `steptail follow` (real kubectl) in its own process group (killed whole,
+as a container is) and its own PGAPPNAME, so its database sessions can be terminated alone.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from steptail.simcluster.chaos import (
+    DB_KINDS,
+    ChaosDriver,
+    collector_plan,
+    format_schedule,
+    scenario_of,
+    without_db_faults,
+)
+from steptail.simcluster.cluster import SimCluster
+from steptail.simcluster.oracle import Observation, Verdict, judge
+from steptail.storage.db import open_store
+from steptail.storage.reads import run_summaries
+
+SAMPLE_EVERY = 0.25  # seconds between two looks at the store's row counts
+# after every JobSet is done, rows unchanged this long ends the run: longer than the oracle's
+# SERVABLE_SECONDS, so a step it requires had that long to arrive after the last write
+SETTLE = 5.5
+
+
+def account(i: int) -> str:
+    return f"chaos-{i}@steptail-sim.iam.gserviceaccount.com"
+
+
+def app_name(i: int) -> str:
+    return f"steptail-chaos-{i}"
+
+
+@dataclass
+class Follower:
+    """One `steptail follow --all` subprocess (a replica when there are several)."""
+
+    index: int
+    argv: list[str]
+    log: Path
+    env: dict
+    proc: subprocess.Popen | None = None
+    spans: list[list[float]] = field(default_factory=list)  # [start, end] while running, not stopped
+    stopped: bool = False
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=open(self.log, "ab"),
+                                     env=self.env, start_new_session=True)
+        self.spans.append([time.time(), float("inf")])
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _pause_span(self) -> None:
+        if self.spans and self.spans[-1][1] == float("inf"):
+            self.spans[-1][1] = time.time()
+
+    def kill(self) -> None:
+        if self.alive():
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        self._pause_span()
+
+    def stop(self) -> None:
+        if self.alive():
+            os.killpg(self.proc.pid, signal.SIGSTOP)
+            self.stopped = True
+        self._pause_span()
+
+    def cont(self) -> None:
+        if self.alive() and self.stopped:
+            os.killpg(self.proc.pid, signal.SIGCONT)
+            self.stopped = False
+            self.spans.append([time.time(), float("inf")])
+
+    def terminate(self, timeout: float = 30.0) -> None:
+        """SIGTERM (flush, commit, stop kubectl), SIGKILL when it does not end in time."""
+        if not self.alive():
+            self._pause_span()
+            return
+        self.cont()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(5)
+        self._pause_span()
+
+
+def terminate_sessions(db_url: str, i: int) -> int:
+    """pg_terminate_backend on every session of replica i, in this scratch database only."""
+    engine = sa.create_engine(db_url)
+    try:
+        with engine.connect() as c:
+            return len(c.execute(sa.text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND application_name = :app"), {"app": app_name(i)}).all())
+    finally:
+        engine.dispose()
+
+
+class Sampler:
+    """Row counts per run, every SAMPLE_EVERY s, read with storage.reads.run_summaries."""
+
+    def __init__(self, db_url: str) -> None:
+        self.db_url = db_url
+        self.samples: list[tuple[float, dict[str, int]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="chaos-sampler", daemon=True)
+
+    def start(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        store = None
+        while not self._stop.wait(SAMPLE_EVERY):
+            try:
+                if store is None:
+                    store = open_store(self.db_url, create=False)
+                self.samples.append((time.time(), {r["run"]: r["steps"] for r in run_summaries(store)}))
+            except Exception:  # noqa: BLE001 - no schema yet, or the store is down: no sample
+                if store is not None:
+                    store.dispose()
+                    store = None
+        if store is not None:
+            store.dispose()
+
+    def last(self) -> dict[str, int]:
+        return self.samples[-1][1] if self.samples else {}
+
+
+def _follower(sim: SimCluster, db_url: str, i: int, workdir: Path) -> Follower:
+    argv = [sys.executable, "-c", "from steptail.cli import main; main()", "follow", "--all",
+            "-n", sim.namespace, "--kubeconfig", str(sim.kubeconfig_path), "--account", account(i),
+            "--db", db_url, "--no-view", "--log-format", "json"]
+    env = {**os.environ, "PGAPPNAME": app_name(i)}
+    return Follower(i, argv, workdir / f"follow-{i}.log", env)
+
+
+def run_schedule(schedule: dict, db_url: str, workdir: Path, *, timeout: float | None = None,
+                 echo=None) -> tuple[Verdict, Observation]:
+    """Serve `schedule`, follow it, judge it. `echo(text)` gets the verdict line and, on
+    failure, the schedule and the offending steps."""
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    on_sqlite = sa.engine.make_url(db_url).get_backend_name() == "sqlite"
+    if on_sqlite:
+        schedule = without_db_faults(schedule)
+    proxy = None
+    if any(f.get("kind") in DB_KINDS for f in schedule["faults"]):
+        from steptail.simcluster.dbproxy import DbProxy
+
+        url = sa.engine.make_url(db_url)
+        proxy = DbProxy(url.host or "127.0.0.1", url.port or 5432)
+        proxy.start()
+    plan = collector_plan(schedule)
+    duration = schedule["chaos"]["duration"]
+    timeout = timeout if timeout is not None else duration * 2 + 15
+    late = plan["follow_at"] > 0
+    scenario = scenario_of(schedule)
+    if not late:  # the JobSets and the fault clock start once the follower is up (see _wait_ready)
+        scenario = {**scenario, "jobsets": [], "faults": []}
+    sim = SimCluster(scenario, state_dir=workdir / "sim", db_proxy=proxy).start_in_thread()
+    follow_url = proxy.url(db_url) if proxy is not None else db_url  # the oracle reads around the proxy
+    followers = [_follower(sim, follow_url, i, workdir) for i in range(max(1, plan["replicas"]))]
+    owner_lost: list[tuple[float, str]] = []
+    sampler = Sampler(db_url)
+    events = sorted(plan["events"], key=lambda e: e["at"])
+    later: list[tuple[float, str, int]] = []  # (time, action, replica) follow-ups: SIGCONT, restart
+    driver = None
+    try:
+        if late:  # the simulator's own timeline runs the faults, from its start
+            t0 = time.time()
+            _sleep_until(t0 + plan["follow_at"])
+        for f in followers:
+            f.start()
+            if len(followers) > 1:
+                time.sleep(0.5)  # staggered, as replicas of a Deployment roll out
+        ready = _wait_ready(sim, len(followers))
+        for f in followers:  # a collector runs from its first API request, not its exec
+            f.spans[0][0] = max(f.spans[0][0], ready)
+        if not late:
+            t0 = time.time()
+            for js in schedule["jobsets"]:
+                sim.add_jobset(js)
+            driver = ChaosDriver(sim, schedule, t0=time.monotonic()).start()
+        sampler.start()
+        deadline = t0 + timeout
+        settled_since, last_counts = None, None
+        while time.time() < deadline:
+            now = time.time() - t0
+            while events and events[0]["at"] <= now:
+                _replica_event(events.pop(0), followers, db_url, owner_lost, later)
+            for item in sorted(later):
+                if item[0] <= time.time():
+                    later.remove(item)
+                    _, action, i = item
+                    followers[i].cont() if action == "cont" else followers[i].start()
+            if not events and not later and _all_done(sim):
+                counts = sampler.last()
+                if counts != last_counts:
+                    settled_since, last_counts = time.time(), counts
+                elif time.time() - settled_since >= SETTLE:
+                    break
+            time.sleep(0.1)
+    finally:
+        for f in followers:
+            f.terminate()
+        sampler.stop()
+        if driver is not None:
+            driver.stop()
+        ended = time.time()
+        truths = {js["name"]: sim.truth(js["name"]) for js in schedule["jobsets"]}
+        servable, written = _line_truth(sim, schedule)
+        log_reads = sim.log_reads if len(followers) > 1 else []
+        unavailable = _outages(sim, ended)
+        sim.stop_thread()
+        if proxy is not None:
+            proxy.stop()
+    spans = sorted((s, e) for f in followers for s, e in f.spans)
+    obs = Observation(schedule=schedule, truths=truths, started=t0, collector=spans,
+                      samples=sampler.samples, log_reads=log_reads, owner_lost=owner_lost, ended=ended,
+                      servable=servable, written=written, unavailable=unavailable,
+                      running={account(f.index): [(a, min(b, ended)) for a, b in f.spans] for f in followers})
+    store = open_store(db_url)
+    try:
+        verdict = judge(obs, store)
+    finally:
+        store.dispose()
+    if echo is not None:
+        echo(verdict.line())
+        if not verdict.ok:
+            echo(format_schedule(schedule))
+            for o in verdict.offending:
+                echo("  " + o)
+    return verdict, obs
+
+
+def _replica_event(ev: dict, followers: list[Follower], db_url: str, owner_lost: list,
+                   later: list) -> None:
+    f = followers[ev["replica"] % len(followers)]
+    now = time.time()
+    if ev["event"] == "kill":
+        owner_lost.append((now, account(f.index)))
+        f.kill()
+        later.append((now + ev["back_after"], "start", f.index))
+    elif ev["event"] == "stop":
+        owner_lost.append((now, account(f.index)))
+        f.stop()
+        later.append((now + ev["seconds"], "cont", f.index))
+    elif ev["event"] == "terminate_sessions":
+        owner_lost.append((now, account(f.index)))
+        terminate_sessions(db_url, f.index)
+    elif ev["event"] == "rolling_restart":
+        for g in followers:  # one at a time, as a Deployment rolls
+            owner_lost.append((time.time(), account(g.index)))
+            g.terminate()
+            g.start()
+            time.sleep(2.0)
+
+
+def _line_truth(sim: SimCluster, schedule: dict):
+    """From the simulator's line truth: when each LOSS-PARTS line was servable and when it
+    was written, in seconds."""
+    servable, written = {}, {}
+    for js in schedule["jobsets"]:
+        for line in sim.truth.servable(js["name"]):
+            if line.kind == "loss":
+                key = (js["name"], line.incarnation, line.step)
+                servable[key] = [(a / 1e9, None if b is None else b / 1e9) for a, b in line.intervals]
+                written[key] = line.wall_ns / 1e9
+    return servable, written
+
+
+def _outages(sim: SimCluster, ended: float) -> list[tuple[float, float]]:
+    """When the API served no log at all (sim.truth.unavailable): auth lapses, and hangs of
+    every path or of logs. Slow answers, denials (lists only) and 5xx bursts still let a
+    follower read, so they stay inside the 5 s a step must have been servable."""
+    out = []
+    for o in sim.truth.unavailable():
+        if o.kind == "auth_lapse" or (o.kind == "hang_api" and o.params.get("path") in (None, "/log")):
+            out.append((o.from_ns / 1e9, ended if o.to_ns is None else o.to_ns / 1e9))
+    return out
+
+
+def _wait_ready(sim: SimCluster, replicas: int, timeout: float = 60.0) -> float:
+    """When the follower(s) first asked the API for pods (a slow start-up under load is not
+    chaos: the schedule's clock starts then)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if any("/pods" in path for _, path, _ in list(sim.requests)):
+            if replicas > 1:
+                time.sleep(2.0)  # the others, started after it, are up too by then
+            return time.time()
+        time.sleep(0.05)
+    raise TimeoutError("no follower reached the simulated cluster")
+
+
+def _all_done(sim: SimCluster) -> bool:
+    with sim.lock:
+        return all(js.state == "done" for js in sim.state.jobsets.values())
+
+
+def _sleep_until(t: float) -> None:
+    while time.time() < t:
+        time.sleep(min(0.05, max(0.0, t - time.time())))

@@ -1,0 +1,341 @@
+"""The chaos oracle: what a follower recorded, judged against the simulator's truth (issue 19).
+
+`judge(observation, store)` is the one verdict the tests and benchmarks/chaos.py share. It
+reads the store only through steptail.storage's read functions and holds it to:
+
+- every step servable for >= SERVABLE_SECONDS while the collector ran is recorded, exactly
+  once, in the incarnation the trainer printed it in ("missed" otherwise);
+- every step not recorded that was servable at some moment while a collector ran lies inside a
+  recorded stream gap of its pod AND a gap finding ("lost unflagged" otherwise; "lost unseen":
+  gone before any collector could look, and "unread at end": written less than 5 s before the
+  collector stopped and still served, are counted, no offence);
+- no trainer (incarnation, step) recorded twice ("duplicated"), no store incarnation the trainer
+  did not start (a fork, or rows of two trainer incarnations in one: "false incarnations");
+- no critical finding the truth does not contain ("false critical");
+- with replicas: no pod followed by two accounts at once, every run whose owner was killed,
+  stopped or cut off followed again within TAKEOVER_SECONDS.
+
+Store rows are matched to the trainer's (incarnation, step) by the z_loss each printed (random
+per incarnation and step; the kubelet stamp as a fallback), never by incarnation number: the
+store may number incarnations differently (a late start) and stamps may go back.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field, replace
+
+from steptail.parsers.timestamps import parse_rfc3339
+from steptail.storage.db import Store
+from steptail.storage.reads import iter_loss_parts, list_findings, stream_gaps
+
+SERVABLE_SECONDS = 5.0
+TAKEOVER_SECONDS = 10.0
+GAP_KINDS = ("gap", "head_gap")
+COUNTS = ("servable", "recorded", "lost_flagged", "lost_unseen", "unread_at_end", "lost_unflagged", "missed", "duplicated",
+          "false_incarnations", "false_critical", "double_follow", "slow_takeover")
+
+_GOOD = ("servable", "recorded", "lost_flagged", "lost_unseen", "unread_at_end")  # counted, not offences
+
+
+@dataclass
+class Observation:
+    """Everything a chaos run saw, in wall-clock seconds (time.time()): the schedule, the
+    simulator's truth per JobSet at the end, when the collector ran, store row counts sampled
+    while it ran, and (replicas) the pods/log requests and the moments owners were lost."""
+
+    schedule: dict
+    truths: dict[str, list]  # jobset -> [StepTruth]
+    started: float  # the simulator's start (the schedule's `at` 0)
+    collector: list[tuple[float, float]]  # spans when a collector was running
+    samples: list[tuple[float, dict[str, int]]] = field(default_factory=list)  # (t, run -> rows)
+    # (jobset, incarnation, step) -> [(from, to|None)] the API could serve its LOSS-PARTS line
+    # (sim.truth.servable)
+    servable: dict[tuple[str, int, int], list[tuple[float, float | None]]] = field(default_factory=dict)
+    written: dict[tuple[str, int, int], float] = field(default_factory=dict)  # true wall time of the write
+    unavailable: list[tuple[float, float]] = field(default_factory=list)  # API outages (auth lapses)
+    log_reads: list = field(default_factory=list)  # api.LogRead
+    owner_lost: list[tuple[float, str]] = field(default_factory=list)  # (t, account of the replica)
+    running: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # account -> spans not stopped
+    ended: float = 0.0
+
+
+@dataclass
+class Verdict:
+    seed: int
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTS, 0))
+    worst_recovery: float = 0.0  # seconds from a fault's end to rows flowing again
+    offending: list[str] = field(default_factory=list)  # one line per offence (the first few per kind)
+
+    @property
+    def ok(self) -> bool:
+        return not any(self.counts[k] for k in COUNTS if k not in _GOOD)
+
+    def line(self) -> str:
+        c = self.counts
+        bad = [f"{k}={c[k]}" for k in COUNTS if k not in _GOOD and c[k]]
+        return (f"seed {self.seed}: {'PASS' if self.ok else 'FAIL'} servable={c['servable']} "
+                f"recorded={c['recorded']} lost_flagged={c['lost_flagged']} lost_unseen={c['lost_unseen']} "
+                f"recovery={self.worst_recovery:.1f}s" + (" " + " ".join(bad) if bad else ""))
+
+    def offend(self, kind: str, text: str) -> None:
+        self.counts[kind] += 1
+        if sum(o.startswith(kind + ":") for o in self.offending) < 5:
+            self.offending.append(f"{kind}: {text}")
+
+
+def judge(obs: Observation, store: Store) -> Verdict:
+    v = Verdict(obs.schedule["chaos"]["seed"])
+    obs = replace(obs, collector=_union(obs.collector))
+    for js, truth in sorted(obs.truths.items()):
+        _judge_run(obs, store, js, truth, v)  # follow --all names each run after its JobSet
+    v.worst_recovery = worst_recovery(obs)
+    if obs.log_reads:
+        _judge_replicas(obs, v)
+    return v
+
+
+def _ns(ts: str) -> int:
+    return parse_rfc3339(ts)
+
+
+def _overlap(a: tuple[float, float], spans: list[tuple[float, float]]) -> float:
+    return sum(max(0.0, min(a[1], e) - max(a[0], s)) for s, e in spans)
+
+
+def servable_window(obs: Observation, js: str, t) -> list[tuple[float, float]] | None:
+    """When the API could serve this step's LOSS-PARTS line, in seconds (the simulator's line
+    truth, `sim.truth.servable`), less the API outages; None when the truth has no such line."""
+    spans = obs.servable.get((js, t.incarnation, t.step))
+    if spans is None:
+        return None
+    return _minus([(a, obs.ended if b is None else b) for a, b in spans], obs.unavailable)
+
+
+def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Overlapping spans merged: two replicas running at once are one collector running."""
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _minus(spans: list[tuple[float, float]], holes: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    for hs, he in holes:
+        out = []
+        for a, b in spans:
+            if he <= a or hs >= b:
+                out.append((a, b))
+                continue
+            if a < hs:
+                out.append((a, hs))
+            if he < b:
+                out.append((he, b))
+        spans = out
+    return spans
+
+
+def _overlap_all(spans: list[tuple[float, float]], collector: list[tuple[float, float]]) -> float:
+    return sum(_overlap(s, collector) for s in spans)
+
+
+def _z_loss(value) -> str | None:
+    """z_loss as the trainer prints it (6 decimals of mantissa): random per (incarnation,
+    step), so it tells which incarnation printed a stored row whatever its stamp."""
+    try:
+        return f"{float(value):.6e}"
+    except (TypeError, ValueError):
+        return None
+
+
+def _printed_z_loss(loss_parts: str) -> str | None:
+    for word in loss_parts.split():
+        if word.startswith("z_loss="):
+            return _z_loss(word.removeprefix("z_loss="))
+    return None
+
+
+def _judge_run(obs: Observation, store: Store, run: str, truth: list, v: Verdict) -> None:
+    by_z = {(t.step, _printed_z_loss(t.loss_parts)): t for t in truth}
+    by_ts = {(t.step, _ns(t.timestamp)): t for t in truth}
+    rows = list(iter_loss_parts(store, run))
+    # store incarnation -> trainer incarnations of its rows; trainer key -> store rows
+    seen: dict[tuple[int, int], list[int]] = defaultdict(list)
+    incs: dict[int, Counter] = defaultdict(Counter)
+    unmatched: list[tuple] = []
+    for inc, step, ts_ns, _ce, _raw, parts in rows:
+        t = by_z.get((step, _z_loss((parts or {}).get("z_loss")))) or by_ts.get((step, ts_ns))
+        if t is None:
+            unmatched.append((inc, step, ts_ns))
+            continue
+        seen[(t.incarnation, t.step)].append(inc)
+        incs[inc][t.incarnation] += 1
+    mapping: dict[int, int] = {}  # store incarnation -> trainer incarnation
+    claimed: dict[int, int] = {}
+    for inc in sorted(incs):
+        trainer_inc = incs[inc].most_common(1)[0][0]
+        mapping[inc] = trainer_inc
+        if trainer_inc in claimed:
+            v.offend("false_incarnations", f"{run}: store incarnation {inc} repeats trainer incarnation "
+                     f"{trainer_inc} (already store incarnation {claimed[trainer_inc]}): rows {dict(incs[inc])}")
+        elif len(incs[inc]) > 1:
+            v.offend("false_incarnations", f"{run}: store incarnation {inc} holds the rows of trainer "
+                     f"incarnations {dict(incs[inc])} (a restart not recognized)")
+        claimed.setdefault(trainer_inc, inc)
+    for inc, step, ts_ns in unmatched:
+        v.offend("false_incarnations", f"{run}: stored step {step} (incarnation {inc}, ts {ts_ns}) "
+                 "that process 0 never wrote")
+    back = {ti: si for si, ti in mapping.items() if claimed.get(ti) == si}
+    gaps = stream_gaps(store, run)
+    findings = list_findings(store, run)  # run, kind, incarnation, first_step, last_step, detail, severity, ns
+    for t in truth:
+        key = (t.incarnation, t.step)
+        got = seen.get(key, [])
+        right = [si for si in got if mapping.get(si) == t.incarnation and back.get(t.incarnation) == si]
+        if len(got) > 1:
+            v.offend("duplicated", f"{run}: trainer incarnation {t.incarnation} step {t.step} recorded "
+                     f"{len(got)} times (store incarnations {got})")
+        window = servable_window(obs, run, t)
+        must = window is not None and _overlap_all(window, obs.collector) >= SERVABLE_SECONDS
+        v.counts["servable"] += must
+        if right:
+            v.counts["recorded"] += 1
+            continue
+        if window is not None and _overlap_all(window, obs.collector) <= 0:
+            v.counts["lost_unseen"] += 1  # gone before any collector could have read it
+            continue
+        if not must and any(b is None for _, b in obs.servable.get((run, t.incarnation, t.step), [])):
+            v.counts["unread_at_end"] += 1  # still served when the collector stopped: not lost yet
+            continue
+        if must:
+            v.offend("missed", f"{run}: incarnation {t.incarnation} step {t.step} (pod {t.pod}, ts "
+                     f"{t.timestamp}) servable >= {SERVABLE_SECONDS:g} s while following, not recorded")
+        in_stream_gap = any(s.startswith(t.pod_uid + "/") and a < _ns(t.timestamp) and (b is None or _ns(t.timestamp) <= b)
+                            for s, a, b, _ in gaps)
+        target = back.get(t.incarnation)
+        in_finding = any(f[1] in GAP_KINDS and f[3] <= t.step <= f[4] and (target is None or f[2] == target)
+                         for f in findings)
+        if in_stream_gap and in_finding:
+            v.counts["lost_flagged"] += 1
+        else:
+            v.offend("lost_unflagged", f"{run}: incarnation {t.incarnation} step {t.step} (pod {t.pod}, "
+                     f"ts {t.timestamp}, rotated={t.rotated}, served={t.served}) lost; stream gap: "
+                     f"{in_stream_gap}, gap finding: {in_finding}")
+    justified = _justified_critical(obs.schedule, truth)
+    for f in findings:
+        if f[6] == "critical" and f[1] not in justified:
+            v.offend("false_critical", f"{run}: {f[1]} incarnation {f[2]} steps {f[3]}-{f[4]}: {f[5][:160]}")
+
+
+def _justified_critical(schedule: dict, truth: list) -> set[str]:
+    """Critical kinds the truth holds: refused credentials while an auth lapse or denial was
+    scheduled; a restart from step 1 after the run had gone further (no checkpoint yet)."""
+    kinds = set()
+    if any(f["action"] in ("auth_lapse", "deny") for f in schedule["faults"]):
+        kinds.add("auth_failure")
+    first: dict[int, int] = {}
+    for t in truth:
+        first.setdefault(t.incarnation, t.step)
+    if any(inc > 1 and step == 1 for inc, step in first.items()):
+        kinds.add("resume_from_zero")
+    return kinds
+
+
+def worst_recovery(obs: Observation) -> float:
+    """Longest wait, after a fault ended while following, until the store gained rows of the
+    run again; counted only where the trainer wrote a step afterwards that was then recorded."""
+    if not obs.samples:
+        return 0.0
+    from steptail.simcluster.chaos import fault_windows
+
+    worst = 0.0
+    names = [j["name"] for j in obs.schedule["jobsets"]]
+    for _, end, f in fault_windows(obs.schedule):
+        te = obs.started + end
+        if not any(s <= te < e for s, e in obs.collector):
+            continue
+        for js in ([f["jobset"]] if f.get("jobset") else names):
+            run = js
+            before = _count_at(obs.samples, te, run)
+            later = [t for t in obs.truths.get(js, [])
+                     if obs.written.get((js, t.incarnation, t.step), _ns(t.timestamp) / 1e9) > te]
+            if not later or max(_count_at(obs.samples, math.inf, run), 0) <= before:
+                continue
+            grown = next((t for t, c in obs.samples if t >= te and c.get(run, 0) > before), None)
+            if grown is not None:
+                worst = max(worst, grown - te)
+    return worst
+
+
+def _count_at(samples: list[tuple[float, dict[str, int]]], t: float, run: str) -> int:
+    last = 0
+    for ts, counts in samples:
+        if ts > t:
+            break
+        last = counts.get(run, 0)
+    return last
+
+
+def follow_spans(log_reads: list, until: float) -> dict[str, list[tuple[float, float, str]]]:
+    """pod -> [(start, end, account)] of every follow stream (end: `until` for an open one)."""
+    out: dict[str, list[tuple[float, float, str]]] = {}
+    for r in log_reads:
+        if r.follow:
+            out.setdefault(r.pod, []).append((r.start, r.end if r.end is not None else until, r.user))
+    return out
+
+
+def _clip(spans: dict[str, list[tuple[float, float, str]]], running: dict[str, list[tuple[float, float]]]):
+    """Each stream cut to the times its replica ran: a SIGSTOPped replica's stream stays open at
+    the server but reads nothing (its taking over by another replica is what must happen)."""
+    out: dict[str, list[tuple[float, float, str]]] = {}
+    for pod, ss in spans.items():
+        for s, e, u in ss:
+            for rs, re in running.get(u, [(s, e)]):
+                if min(e, re) > max(s, rs):
+                    out.setdefault(pod, []).append((max(s, rs), min(e, re), u))
+    return out
+
+
+def _judge_replicas(obs: Observation, v: Verdict) -> None:
+    spans = _clip(follow_spans(obs.log_reads, obs.ended), obs.running)
+    for pod, ss in spans.items():
+        ss = sorted(ss)
+        for i, a in enumerate(ss):
+            for b in ss[i + 1:]:
+                if b[0] >= a[1]:
+                    break
+                if b[2] != a[2]:
+                    v.offend("double_follow", f"pod {pod} followed by {a[2]} ({a[0]:.2f}-{a[1]:.2f}) and "
+                             f"{b[2]} ({b[0]:.2f}-{b[1]:.2f}) at once")
+    last_write: dict[str, float] = {}
+    for js, ts in obs.truths.items():
+        for t in ts:
+            w = obs.written.get((js, t.incarnation, t.step), _ns(t.timestamp) / 1e9)
+            last_write[t.pod] = max(last_write.get(t.pod, 0.0), w)
+    for lost_at, account in obs.owner_lost:
+        held = [pod for pod, ss in spans.items() if any(u == account and s <= lost_at < e for s, e, u in ss)]
+        for pod in held:
+            if last_write.get(pod, 0.0) < lost_at + TAKEOVER_SECONDS:
+                continue  # the pod wrote nothing more worth a takeover
+            # followed again: a stream (any replica's, the resumed one's too) read after the loss
+            again = [max(s, lost_at) for s, e, u in spans[pod] if e > lost_at + 0.5]
+            late = (min(again) - lost_at) if again else math.inf
+            if late > TAKEOVER_SECONDS:
+                v.offend("slow_takeover", f"pod {pod}: its owner {account} was lost at "
+                         f"{lost_at - obs.started:.1f} s; followed again after {late:.1f} s")
+
+
+def summarize(verdicts: list[Verdict]) -> dict:
+    """The benchmark's table: each count summed, the worst recovery, the failing seeds."""
+    total = dict.fromkeys(COUNTS, 0)
+    for v in verdicts:
+        for k in COUNTS:
+            total[k] += v.counts[k]
+    return {"seeds": len(verdicts), **total,
+            "worst_recovery_s": round(max((v.worst_recovery for v in verdicts), default=0.0), 2),
+            "failing_seeds": [v.seed for v in verdicts if not v.ok]}

@@ -1,0 +1,58 @@
+"""The chaos seeds the suite runs (tests/test_chaos.py), and the regression seeds: each seed
+that found a defect stays here with the defect named, so it is replayed forever.
+
+A seed's schedule is `draw_schedule(seed, **SHORT, **extra)`; print it with
+`python -c "from steptail.simcluster.chaos import *; print(format_schedule(draw_schedule(SEED, ...)))"`
+or serve it with `steptail simcluster --chaos SEED --chaos-duration 5`."""
+
+# short schedules at high line rates: each seed runs in ~10-15 s wall
+SHORT = {"duration": 5.0, "rates": (70.0, 500.0), "jobsets": (1, 3), "faults_per_second": 0.8}
+
+# (seed, extra draw_schedule arguments); late starts among them (after a rotation, a restart)
+SEEDS = [
+    (101, {}), (102, {}), (103, {}), (104, {}), (105, {}), (106, {}), (107, {}), (108, {}),
+    (109, {}), (110, {}),
+    (111, {"late": "rotation"}),
+    (112, {"late": "restart"}),
+    (113, {"kinds": ["stamp_skew", "clock_step", "rotation_hang"]}),
+    (114, {"kinds": ["restart_short", "restart_long", "container_restart", "headless_restart", "pod_deleted"]}),
+]
+
+# 2 replicas on PostgreSQL under SIGKILL / SIGSTOP / session kills / a rolling restart
+REPLICATED = (201, {"duration": 14.0, "rates": (40.0, 200.0), "jobsets": (4, 6), "replicas": 2,
+                    "faults_per_second": 0.4})
+
+# What each fixed seed found on the code of 2026-12-01 (issue 19 items 1-7, or new: A, B, C).
+# Shown with a failing seed's verdict; a seed that passes again keeps its entry as history.
+FOUND = {
+    101: "A: a container restarted in place before follow reached its pod: the current container "
+         "recorded as incarnation 1 and again as 2 (100 steps twice), the previous one never read, "
+         "unflagged (timing-dependent: passes on an idle machine)",
+    102: "1: five 503 on pod lists, then undeserializable pods: discovery backs off past the run "
+         "(follow started late, after a restart): nothing recorded",
+    103: "4: the head rotated away before the first read is a stream gap but no gap finding; "
+         "5: stamp_skew (LOSS-PARTS 5 ms before the line before it) drops servable steps",
+    105: "B: a restart whose start-up lines rotated away (head_rotated) is merged into the previous "
+         "incarnation; 1: after an auth lapse + hang, servable steps missed; 4: head",
+    106: "4: head lost to rotation, no gap finding; B: head-rotated restart merged; 1: missed after an auth lapse",
+    109: "4: head lost to a double rotation: stream gap, no gap finding",
+    110: "1: 500 x5 on pod lists as follow starts (late, after a restart): backs off past the run; "
+         "lost steps of the new pod without a stream gap",
+    111: "4: follow started after a rotation: steps from 195 on only, stream gap but no gap finding",
+    112: "A: follow started after an in-place container restart: previous and current containers "
+         "merged into one incarnation, served steps 53-57 dropped, unflagged",
+    114: "4 and C: restarts and pod deletions in a row: heads and unread tails of deleted pods are "
+         "stream gaps without a gap finding",
+    201: "B: replicas, a JobSet restart during a rolling restart merged into incarnation 1; "
+         "2: steps servable >= 5 s missed across the rolling restart's handovers",
+}
+
+# seed -> (draw_schedule arguments, the stores it runs on, the defect it found); seeds found
+# outside the fixed set above, kept as regression cases
+REGRESSIONS: dict[int, tuple[dict, tuple[str, ...], str]] = {
+    5: ({"duration": 6.0, "rates": (70.0, 500.0), "jobsets": (1, 2), "late": "no", "kinds": ["db_outage"],
+         "faults_per_second": 0.3}, ("postgresql",),
+        "6: a 3 s database blackhole at 0.4 s: the ownership connection fails, the runs stop, what "
+        "was read is dropped and re-read from the committed cursor after the log rotated: 350-450 "
+        "steps lost (stream gaps without a gap finding: 4)"),
+}

@@ -1,0 +1,134 @@
+"""Seeded random fault schedules against the real follower (issue 19): `steptail follow --all`
+as a subprocess with the real kubectl, on SQLite and PostgreSQL, judged by the chaos oracle
+(simcluster/oracle.py) against the simulator's truth. The seeds are in tests/chaos_seeds.py;
+a failing seed prints its verdict, its schedule (one fault a line) and the offending steps.
+
+Many seeds fail on code that still has the defects of issue 19: that is what they are for.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import sqlalchemy as sa
+
+from steptail.simcluster.chaos import (
+    KINDS,
+    available_kinds,
+    draw_schedule,
+    format_schedule,
+    scenario_of,
+)
+from steptail.simcluster.chaos_run import run_schedule
+from steptail.simcluster.scenario import Scenario
+from steptail.storage.db import open_store
+from steptail.storage.scratch import scratch_database
+
+try:
+    from chaos_seeds import FOUND, REGRESSIONS, REPLICATED, SEEDS, SHORT
+    from store_fixtures import PG_ADMIN
+except ImportError:  # tests/ imported as a package
+    from tests.chaos_seeds import FOUND, REGRESSIONS, REPLICATED, SEEDS, SHORT
+    from tests.store_fixtures import PG_ADMIN
+
+
+def _judged(schedule: dict, db_url: str, tmp_path, found: str | None = None) -> None:
+    out: list[str] = []
+    verdict, _ = run_schedule(schedule, db_url, tmp_path, echo=out.append)
+    if found:
+        out.insert(1, f"(this seed found: {found})")
+    print("\n".join(out))
+    assert verdict.ok, "\n".join(out)
+
+
+# ---- the generator
+def test_a_seed_reproduces_its_schedule_and_seeds_differ():
+    a = draw_schedule(7, duration=30)
+    assert a == draw_schedule(7, duration=30)
+    assert format_schedule(a) == format_schedule(draw_schedule(7, duration=30))
+    assert a != draw_schedule(8, duration=30)
+
+
+def test_schedules_load_as_scenarios_and_print_one_fault_a_line():
+    for seed in range(40):
+        s = draw_schedule(seed, duration=20, replicas=2)
+        Scenario.from_dict(scenario_of(s))  # every action is one the simulator knows
+        text = format_schedule(s)
+        assert len(text.splitlines()) == 1 + len(s["jobsets"]) + len(s["faults"]) + len(s["chaos"]["collector"]["events"])
+        assert 1 <= len(s["jobsets"]) <= 12
+        for js in s["jobsets"]:
+            assert 0.5 / 7 - 1e-3 <= js["rate"] <= 500 / 7 + 1e-3
+
+
+def test_every_fault_kind_is_drawn_and_faults_overlap():
+    kinds, overlapping = set(), 0
+    for seed in range(200):
+        s = draw_schedule(seed, duration=30)
+        kinds |= {f["kind"] for f in s["faults"]}
+        ats = sorted(f["at"] for f in s["faults"])
+        overlapping += any(b - a < 1.0 for a, b in zip(ats, ats[1:], strict=False))
+    assert set(available_kinds()) <= kinds, set(available_kinds()) - kinds
+    assert {"before_follow_rotation", "before_follow_restart"} <= kinds
+    assert overlapping > 100
+    assert set(available_kinds()) <= set(KINDS)
+
+
+def test_simcluster_chaos_prints_the_schedule_and_serves_it(tmp_path):
+    kc = tmp_path / "kubeconfig"
+    proc = subprocess.Popen([sys.executable, "-c", "from steptail.cli import main; main()", "simcluster",
+                             "--chaos", "3", "--chaos-duration", "10", "--kubeconfig-out", str(kc)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            if line.startswith("simcluster listening"):
+                break
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    expected = format_schedule(draw_schedule(3, duration=10, database=False)).splitlines()
+    assert lines[:len(expected)] == expected
+    assert kc.exists()
+
+
+# ---- the oracle is not blind
+def test_the_oracle_sees_rows_deleted_from_a_clean_run(tmp_path):
+    schedule = draw_schedule(1, **{**SHORT, "jobsets": (1, 1)}, late="no", kinds=[])
+    db = f"sqlite:///{tmp_path / 'clean.db'}"
+    clean, obs = run_schedule(schedule, db, tmp_path)
+    assert clean.ok, clean.line()
+    store = open_store(db)
+    try:
+        with store.engine.begin() as c:
+            c.execute(sa.text("DELETE FROM loss_parts WHERE step BETWEEN 3 AND 5"))
+        from steptail.simcluster.oracle import judge
+
+        broken = judge(obs, store)
+    finally:
+        store.dispose()
+    assert not broken.ok
+    assert broken.counts["lost_unflagged"] == 3 and broken.counts["recorded"] == clean.counts["recorded"] - 3
+
+
+# ---- seeds against the follower, both stores
+@pytest.mark.parametrize("seed,extra", SEEDS, ids=[f"seed{s}" for s, _ in SEEDS])
+def test_chaos_seed(seed, extra, db_url, tmp_path):
+    _judged(draw_schedule(seed, **{**SHORT, **extra}), db_url, tmp_path, FOUND.get(seed))
+
+
+def test_chaos_replicated_seed(tmp_path):
+    seed, extra = REPLICATED
+    with scratch_database(PG_ADMIN, "steptail_chaos") as db:
+        _judged(draw_schedule(seed, **extra), db, tmp_path, FOUND.get(seed))
+
+
+@pytest.mark.parametrize("seed", sorted(REGRESSIONS), ids=[f"seed{s}" for s in sorted(REGRESSIONS)])
+def test_chaos_regression(seed, db_url, tmp_path):
+    """A seed that once found a defect (named in tests/chaos_seeds.py REGRESSIONS)."""
+    args, stores, defect = REGRESSIONS[seed]
+    if db_url.split(":", 1)[0].split("+", 1)[0] not in stores:
+        pytest.skip(f"seed {seed} runs on {', '.join(stores)} only")
+    _judged(draw_schedule(seed, **args), db_url, tmp_path, defect)
