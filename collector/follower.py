@@ -434,9 +434,8 @@ class RunFollower:
             return
         kind, reason = kubectl.classify(err) if code is not None else ("timeout", err)
         if kind == kubectl.NOT_FOUND or gone:
-            self._gap(key, since, _upper(pod.finished_ns), f"pod {pod.name} deleted before its log was read to "
-                                                   f"the end ({reason})")
-            self._read_to_end(key)
+            self._unread_tail(key, pod.name, since, _upper(pod.finished_ns),
+                              f"pod {pod.name} deleted before its log was read to the end ({reason})")
             self.known.pop(pod.uid, None)
             return
         await self._report(kind, f"draining {pod.name}: {reason}")
@@ -536,9 +535,27 @@ class RunFollower:
                 continue
             pod = f"pod {name} (uid {uid})" if name else f"the pod with uid {uid}"
             reason = f"{pod} was deleted while the collector was down: its log after the last line read is lost"
-            self._gap(key, cursor.hwm_ns, None, reason)
-            self.detectors.failure("unread_tail", reason)
-            self._read_to_end(key)
+            self._unread_tail(key, name, cursor.hwm_ns, None, reason)
+
+    def _unread_tail(self, key: str, pod: str | None, start_ns: int | None, end_ns: int | None,
+                     reason: str) -> None:
+        """A stream whose pod went before its log was read to the end: what it held after the
+        last line read is lost. A stream gap over that window, and an unread_tail finding
+        placed after the last step read from the stream (the steps lost after it are unknown
+        by number, so not counted as missing steps; they are lost all the same); the stream is
+        done."""
+        self._gap(key, start_ns, end_ns, reason)
+        cur = self.model.current
+        # the incarnation the stream's lines went to: the model's current one when that is
+        # this pod's (lines are read in order: a deleted pod is read before its replacement)
+        read = self.model.cursors.get(key)
+        at = None
+        if read is not None and read.hwm_ns is not None and cur is not None and cur.pod == pod:
+            at = (cur.number, cur.last_step)
+        window = (f"lines from {format_ns(start_ns) if start_ns else 'its start'} to "
+                  f"{format_ns(end_ns) if end_ns else 'its end'} lost")
+        self.detectors.failure("unread_tail", f"{reason}: {window}", at)
+        self._read_to_end(key)
 
     # ------------------------------------------------------------------------ lines
     def _since(self, key: str) -> int | None:
@@ -621,9 +638,8 @@ class RunFollower:
             fresh = await self._fresh(pod)
             if fresh is None:  # the pod is gone: what it held after our last line is lost
                 self.gone.add(pod.uid)
-                self._gap(key, self._since(key), _upper(pod.finished_ns),
-                          f"pod {pod.name} deleted before its log was read to the end ({reason})")
-                self._read_to_end(key)
+                self._unread_tail(key, pod.name, self._since(key), _upper(pod.finished_ns),
+                                  f"pod {pod.name} deleted before its log was read to the end ({reason})")
                 self.known.pop(pod.uid, None)
                 return
         await self._report(kind, reason)
