@@ -299,6 +299,9 @@ class RunFollower:
         check = self._check_for(key, since, pod, skipping)
         outcome, overlong, sized_at, why = "eof", False, 0.0, ""
         last_line = time.monotonic()
+        # a first read of the stream: nothing to compare its first line with, so the pod is
+        # asked once whether the container is still the one the stream was opened for
+        unverified = self._since(key) is None
         watchdog = Watchdog(self.pace, self.cfg.silence)
         probe: asyncio.Task | None = None
         try:
@@ -350,9 +353,10 @@ class RunFollower:
                     overlong = False
                     if ts_ns is None:
                         continue  # the over-long line's end, not a line of its own
-                if check.would_gap(ts_ns) and not await self._same_container(pod):
+                if (unverified or check.would_gap(ts_ns)) and not await self._same_container(pod):
                     outcome = "moved"  # opened just as the container restarted: those lines are not ours
                     break
+                unverified = False
                 self._feed(line, ts_ns, key, check)
                 if self.sink.full(self.model):  # the store is away and the buffer at its bound
                     outcome = "paused"
@@ -673,7 +677,11 @@ class RunFollower:
     async def _same_container(self, pod: PodInfo) -> bool:
         """Whether the container we meant to read is still the pod's current one. kubectl logs
         names no container instance: a stream opened just after an in-place restart serves the
-        new container. Asked only when a re-read would otherwise record a gap."""
+        new container. Asked at the first line of a stream's first read (a restart between the
+        pod read and the stream's opening would file the new container's lines as the old
+        one's, and the old one would never be read) and when a re-read would otherwise record
+        a gap. The stream was resolved before its first line came: a pod still at the same
+        restartCount after that line proves the line the old container's."""
         try:
             fresh = await self.discovery.get_pod(pod.name)
         except Exception:  # noqa: BLE001 - cannot tell: keep reading, a gap gets recorded
