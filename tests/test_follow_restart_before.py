@@ -75,3 +75,21 @@ def test_a_container_restarted_as_follow_opens_its_first_stream(make_simcluster,
     truth = r["truth"]
     assert {t.restart_count for t in truth} == {0, 1}
     assert {(t.incarnation, t.step) for t in truth} == r["got"]
+
+
+@pytest.mark.xfail(strict=True, reason="runs/model.py (branch cursor): a new container's first step read after "
+                   "the previous container's last one, with no start-up or restore line read, continues the "
+                   "old incarnation; a new stream key of a pod must open one (see the fix2 report)")
+def test_a_restart_whose_start_up_rotated_away_before_follow_starts_is_a_new_incarnation(make_simcluster, tmp_path):
+    """Seeds 102 and 112: the container restarts at step 60 (restoring from 50) and its log
+    rotates after its start-up, restore line and 30 steps; follow starts later. --previous
+    holds steps 1-60; the current container's file begins at step 81, going forward: only the
+    new container (a new stream key) says it is another trainer process."""
+    sim = make_simcluster(scenario({"action": "restart_container", "at_step": 60, "head_rotated": 30},
+                                   rate=20, jobsets=JOBSET))
+    sim.wait_step(100, timeout=30)
+    db = str(tmp_path / "s.db")
+    follow_sim(sim, db, timeout=90)
+    r = assert_exactly_once(sim, db, "r")
+    assert {(1, s) for s in range(1, 61)} <= r["got"]
+    assert {(2, s) for s in range(81, 201)} <= r["got"]
