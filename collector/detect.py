@@ -27,6 +27,7 @@ class Failure:
     kind: str
     reason: str
     at_ns: int
+    at: tuple[int, int | None] | None = None  # (incarnation, last step) the failure is after
 
 
 def _engine(store: Store, run: str, settings: Settings | None = None,
@@ -89,10 +90,10 @@ class Detectors:
             out += self._guard(self.engine.observe_stream_gap, g) or []
         return out + list(self._guard(self.engine.observe, batch) or [])
 
-    def failure(self, kind: str, reason: str) -> None:
+    def failure(self, kind: str, reason: str, at: tuple[int, int | None] | None = None) -> None:
         # the engine is used from the commit thread only: queue, handled at the next tick
         with self._lock:
-            self.failures.append(Failure(kind, reason, time.time_ns()))
+            self.failures.append(Failure(kind, reason, time.time_ns(), at))
 
     def paused(self) -> None:
         """The collector was not running for a while (SIGSTOP, a starved event loop): that time
@@ -109,7 +110,8 @@ class Detectors:
         out = []
         if self.engine is not None:
             for f in todo:
-                out += self._guard(self.engine.observe_failure, failure_kind(f.kind), f.reason, f.at_ns) or []
+                out += self._guard(self.engine.observe_failure, failure_kind(f.kind), f.reason, f.at_ns,
+                                   f.at) or []
             if self.finishing:
                 self.finishing = False
                 out += self._guard(self.engine.finish) or []

@@ -30,7 +30,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config import ConfigException
 from urllib3.exceptions import HTTPError, MaxRetryError
 
-from steptail.collector.health import Health
+from steptail.collector.health import Backoff, Health
 from steptail.collector.kubeclient import KubeconfigError, api_client, exec_failure
 from steptail.collector.kubectl import KubeTarget, classify
 from steptail.parsers.timestamps import parse_rfc3339
@@ -40,6 +40,7 @@ JOBSET = "jobset.sigs.k8s.io/jobset-name"
 ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
 PROCESS0 = "jobset.sigs.k8s.io/job-index=0,batch.kubernetes.io/job-completion-index=0"
 WATCH_SECONDS = 5
+BACKOFF_MAX = 2.0  # longest wait between list/watch retries (seconds)
 PAGE_SIZE = 500  # pods per list request: a namespace of 20,000 pods is read 500 models at a time
 REFUSED_LOGGED = 20  # refused names logged one line each; beyond, counted (metric, summary) only
 REFUSED_KEPT = 1000  # refused names remembered (for the summary); beyond, counted only
@@ -205,7 +206,9 @@ class _Watcher(threading.Thread):
             self.stopping.set()
 
     def run(self) -> None:
-        backoff = 0.2
+        # the follower's rule (health.Backoff): per kind of failure, reset by a success, capped
+        # low: a list is one cheap request, and a late list is a pod read late or never
+        backoff = Backoff()
         list_fn = None
         while not self.stopping.is_set():
             try:
@@ -213,7 +216,7 @@ class _Watcher(threading.Thread):
                     list_fn = self.connect()
                 items, rv = self._list(list_fn)
                 self._post(self.on_list, items)
-                backoff = 0.2
+                backoff.ok()
                 while not self.stopping.is_set():
                     w = watch.Watch(return_type="V1Pod")
                     for ev in w.stream(list_fn, resource_version=rv, timeout_seconds=WATCH_SECONDS,
@@ -225,21 +228,24 @@ class _Watcher(threading.Thread):
                             # the client yields None for a line that is not JSON
                             raise ValueError(f"a watch event that is not a pod: {str(ev)[:100]}")
                         if ev["type"] == "ERROR":
+                            if _gone(ev):
+                                raise ApiException(status=410, reason="Gone")
                             raise RuntimeError(f"watch error: {ev.get('raw_object')}")
                         rv = _rv_obj(ev["object"]) or rv
                         self._post(self.on_event, ev["type"], self.read(ev["object"]))
+                        backoff.ok()
             except Exception as exc:  # noqa: BLE001 - any failure: report, back off, re-list
                 if self.stopping.is_set():
                     break
                 status = getattr(exc, "status", None)
                 if isinstance(exc, ApiException) and status == 410:
-                    continue  # the watch's resourceVersion expired: an ordinary re-list
+                    continue  # the watch's resourceVersion expired: an ordinary re-list, at once
                 if status == 401 or isinstance(exc, KubeconfigError | ConfigException):
                     list_fn = None
-                self._post(self.on_error, *reason_of(exc))
-                self.stopping.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
-
+                kind, reason = reason_of(exc)
+                self._post(self.on_error, kind, reason)
+                backoff.fail(kind)
+                self.stopping.wait(backoff.delay(BACKOFF_MAX))
 
     def _list(self, list_fn) -> tuple[list, str | None]:
         """Every item, read page by page (`limit`/`continue`): the client's models of one page
@@ -253,6 +259,12 @@ class _Watcher(threading.Thread):
             token = meta.get("continue") if isinstance(meta, dict) else meta._continue
             if not token or self.stopping.is_set():
                 return items, _rv(listing)
+
+
+def _gone(ev: dict) -> bool:
+    """An ERROR event whose Status is 410 Gone (the resourceVersion expired: relist)."""
+    raw = ev.get("raw_object")
+    return isinstance(raw, dict) and raw.get("code") == 410
 
 
 def _rv(listing) -> str | None:

@@ -312,6 +312,9 @@ class RunFollower:
         check = self._check_for(key, since, pod, skipping)
         outcome, overlong, sized_at, why = "eof", False, 0.0, ""
         last_line = time.monotonic()
+        # a first read of the stream: nothing to compare its first line with, so the pod is
+        # asked once whether the container is still the one the stream was opened for
+        unverified = self._since(key) is None
         watchdog = Watchdog(self.pace, self.cfg.silence)
         probe: asyncio.Task | None = None
         try:
@@ -363,9 +366,10 @@ class RunFollower:
                     overlong = False
                     if ts_ns is None:
                         continue  # the over-long line's end, not a line of its own
-                if check.would_gap(ts_ns) and not await self._same_container(pod):
+                if (unverified or check.would_gap(ts_ns)) and not await self._same_container(pod):
                     outcome = "moved"  # opened just as the container restarted: those lines are not ours
                     break
+                unverified = False
                 self._feed(line, ts_ns, key, check)
                 if self.sink.full(self.model):  # the store is away and the buffer at its bound
                     outcome = "paused"
@@ -447,9 +451,8 @@ class RunFollower:
             return
         kind, reason = kubectl.classify(err) if code is not None else ("timeout", err)
         if kind == kubectl.NOT_FOUND or gone:
-            self._gap(key, since, _upper(pod.finished_ns), f"pod {pod.name} deleted before its log was read to "
-                                                   f"the end ({reason})")
-            self._read_to_end(key)
+            self._unread_tail(key, pod.name, since, _upper(pod.finished_ns),
+                              f"pod {pod.name} deleted before its log was read to the end ({reason})")
             self.known.pop(pod.uid, None)
             return
         await self._report(kind, f"draining {pod.name}: {reason}")
@@ -549,9 +552,27 @@ class RunFollower:
                 continue
             pod = f"pod {name} (uid {uid})" if name else f"the pod with uid {uid}"
             reason = f"{pod} was deleted while the collector was down: its log after the last line read is lost"
-            self._gap(key, cursor.hwm_ns, None, reason)
-            self.detectors.failure("unread_tail", reason)
-            self._read_to_end(key)
+            self._unread_tail(key, name, cursor.hwm_ns, None, reason)
+
+    def _unread_tail(self, key: str, pod: str | None, start_ns: int | None, end_ns: int | None,
+                     reason: str) -> None:
+        """A stream whose pod went before its log was read to the end: what it held after the
+        last line read is lost. A stream gap over that window, and an unread_tail finding
+        placed after the last step read from the stream (the steps lost after it are unknown
+        by number, so not counted as missing steps; they are lost all the same); the stream is
+        done."""
+        self._gap(key, start_ns, end_ns, reason)
+        cur = self.model.current
+        # the incarnation the stream's lines went to: the model's current one when that is
+        # this pod's (lines are read in order: a deleted pod is read before its replacement)
+        read = self.model.cursors.get(key)
+        at = None
+        if read is not None and read.hwm_ns is not None and cur is not None and cur.pod == pod:
+            at = (cur.number, cur.last_step)
+        window = (f"lines from {format_ns(start_ns) if start_ns else 'its start'} to "
+                  f"{format_ns(end_ns) if end_ns else 'its end'} lost")
+        self.detectors.failure("unread_tail", f"{reason}: {window}", at)
+        self._read_to_end(key)
 
     # ------------------------------------------------------------------------ lines
     def _since(self, key: str) -> int | None:
@@ -642,9 +663,8 @@ class RunFollower:
             fresh = await self._fresh(pod)
             if fresh is None:  # the pod is gone: what it held after our last line is lost
                 self.gone.add(pod.uid)
-                self._gap(key, self._since(key), _upper(pod.finished_ns),
-                          f"pod {pod.name} deleted before its log was read to the end ({reason})")
-                self._read_to_end(key)
+                self._unread_tail(key, pod.name, self._since(key), _upper(pod.finished_ns),
+                                  f"pod {pod.name} deleted before its log was read to the end ({reason})")
                 self.known.pop(pod.uid, None)
                 return
         await self._report(kind, reason)
@@ -678,7 +698,11 @@ class RunFollower:
     async def _same_container(self, pod: PodInfo) -> bool:
         """Whether the container we meant to read is still the pod's current one. kubectl logs
         names no container instance: a stream opened just after an in-place restart serves the
-        new container. Asked only when a re-read would otherwise record a gap."""
+        new container. Asked at the first line of a stream's first read (a restart between the
+        pod read and the stream's opening would file the new container's lines as the old
+        one's, and the old one would never be read) and when a re-read would otherwise record
+        a gap. The stream was resolved before its first line came: a pod still at the same
+        restartCount after that line proves the line the old container's."""
         try:
             fresh = await self.discovery.get_pod(pod.name)
         except Exception:  # noqa: BLE001 - cannot tell: keep reading, a gap gets recorded

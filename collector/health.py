@@ -63,6 +63,28 @@ def collapse_repeats(*names: str) -> None:
 collapse_repeats("steptail.follow", "steptail.health")
 
 
+class Backoff:
+    """The retry rule of every source: the wait doubles with each failure of the same kind in
+    a row, starts from BACKOFF_START again when the kind changes or after a success (an auth
+    lapse's waits never lengthen the retries of a later 503), and is at most `cap`."""
+
+    def __init__(self) -> None:
+        self.kind: str | None = None  # of the current spell; None after a success
+        self.same_kind = 0  # failures in a row of that kind (the exponent)
+
+    def fail(self, kind: str) -> None:
+        self.same_kind = self.same_kind + 1 if kind == self.kind else 1
+        self.kind = kind
+
+    def ok(self) -> None:
+        self.kind, self.same_kind = None, 0
+
+    def delay(self, cap: float) -> float:
+        if self.kind is None:
+            return 0.0
+        return min(cap, BACKOFF_START * 2 ** min(self.same_kind - 1, 30))
+
+
 class Health:
     def __init__(self, source: str, run: str = "", metrics=None, status=None) -> None:
         self.source, self.run = source, run
@@ -74,7 +96,7 @@ class Health:
         self.counts: dict[str, int] = {}
         self.worked = False  # has succeeded at least once
         self._failures_in_spell = 0
-        self._same_kind = 0  # failures in a row of the current kind (the back-off's exponent)
+        self._backoff = Backoff()
         if metrics is not None:
             metrics.up(run, source, source != "discovery")  # discovery is up once pods are listed
 
@@ -98,7 +120,7 @@ class Health:
             self.metrics.error(self.run, self.source, kind)
         previous, self.failing = self.failing, (kind, reason)
         self.last = self.failing
-        self._same_kind = self._same_kind + 1 if previous is not None and previous[0] == kind else 1
+        self._backoff.fail(kind)
         if previous is not None and previous[0] == kind:
             return False
         if previous is None:
@@ -119,7 +141,8 @@ class Health:
             return False
         (kind, reason), self.failing = self.failing, None
         took, n = self.failing_for(), self._failures_in_spell
-        self.since, self._failures_in_spell, self._same_kind = None, 0, 0
+        self.since, self._failures_in_spell = None, 0
+        self._backoff.ok()
         if self.metrics is not None:
             self.metrics.up(self.run, self.source, True)
         log.info("%s ok again after %.1f s (%s, %d failure%s)", self.name, took, kind, n, "" if n == 1 else "s",
@@ -127,12 +150,8 @@ class Health:
         return True
 
     def backoff(self, cap: float) -> float:
-        """Seconds to wait before retrying the current failure: doubling with each failure of
-        the same kind in a row, from BACKOFF_START again when the kind changes or after a
-        success (an auth lapse's waits never lengthen the retries of a later 503), at most `cap`."""
-        if self.failing is None:
-            return 0.0
-        return min(cap, BACKOFF_START * 2 ** min(self._same_kind - 1, 30))
+        """Seconds to wait before retrying the current failure (the Backoff rule)."""
+        return 0.0 if self.failing is None else self._backoff.delay(cap)
 
     def state(self) -> str:
         return "ok" if self.failing is None else f"failing ({self.failing[0]})"

@@ -216,17 +216,25 @@ class FindingEngine:
         self._gaps.append(gap)
         return []
 
-    def observe_failure(self, kind: str, reason: str, now_ns: int) -> list[Finding]:
-        """stream_failure / auth_failure / parquet_failure from the follower. One finding per
-        position in the run (incarnation, last step): repeated failures at the same place alert once."""
+    def observe_failure(self, kind: str, reason: str, now_ns: int,
+                        at: tuple[int, int | None] | None = None) -> list[Finding]:
+        """stream_failure / auth_failure / parquet_failure / unread_tail from the follower. One
+        finding per position in the run (incarnation, last step): repeated failures at the same
+        place alert once. `at`: the position when the follower knows it better than the latest
+        rows do (an unread tail: the incarnation and last step of the stream that lost it; the
+        steps after that step are lost, their number unknown)."""
         what = FAILURES.get(kind)
         if what is None:
             raise ValueError(f"not a failure kind: {kind!r}")
-        inc = self._incs.get(self._current)
-        step = inc.last_step if inc and inc.last_step is not None else NO_STEP
+        if at is not None:
+            number, last = at
+        else:
+            inc = self._incs.get(self._current)
+            number, last = self._current, inc.last_step if inc else None
+        step = last if last is not None else NO_STEP
         where = f"after step {step}" if step != NO_STEP else "before any step"
         self._emit(
-            kind, self._current or NO_INCARNATION, step, step,
+            kind, number or NO_INCARNATION, step, step,
             f"the follower {what} ({where}): {reason}",
             CRITICAL if kind == "auth_failure" else WARNING, now_ns,
         )

@@ -6,7 +6,8 @@ reads the store only through steptail.storage's read functions and holds it to:
 - every step servable for >= SERVABLE_SECONDS while the collector ran is recorded, exactly
   once, in the incarnation the trainer printed it in ("missed" otherwise);
 - every step not recorded that was servable at some moment while a collector ran lies inside a
-  recorded stream gap of its pod AND a gap finding ("lost unflagged" otherwise; "lost unseen":
+  recorded stream gap of its pod AND a gap finding, or after its incarnation's last recorded
+  step under an unread_tail finding of that incarnation ("lost unflagged" otherwise; "lost unseen":
   gone before any collector could look, and "unread at end": written less than 5 s before the
   collector stopped and still served, are counted, no offence);
 - no trainer (incarnation, step) recorded twice ("duplicated"), no store incarnation the trainer
@@ -33,6 +34,7 @@ from steptail.storage.reads import iter_loss_parts, list_findings, stream_gaps
 SERVABLE_SECONDS = 5.0
 TAKEOVER_SECONDS = 10.0
 GAP_KINDS = ("gap", "head_gap")
+UNREAD_TAIL = "unread_tail"  # the lost tail of a deleted pod: after its last step read (_in_unread_tail)
 COUNTS = ("servable", "recorded", "lost_flagged", "lost_unseen", "unread_at_end", "lost_unflagged", "missed", "duplicated",
           "false_incarnations", "false_critical", "double_follow", "slow_takeover")
 
@@ -190,6 +192,9 @@ def _judge_run(obs: Observation, store: Store, run: str, truth: list, v: Verdict
         v.offend("false_incarnations", f"{run}: stored step {step} (incarnation {inc}, ts {ts_ns}) "
                  "that process 0 never wrote")
     back = {ti: si for si, ti in mapping.items() if claimed.get(ti) == si}
+    last_recorded: dict[int, int] = {}  # store incarnation -> its highest recorded step
+    for inc, step, *_ in rows:
+        last_recorded[inc] = max(step, last_recorded.get(inc, step))
     gaps = stream_gaps(store, run)
     findings = list_findings(store, run)  # run, kind, incarnation, first_step, last_step, detail, severity, ns
     for t in truth:
@@ -218,7 +223,7 @@ def _judge_run(obs: Observation, store: Store, run: str, truth: list, v: Verdict
                             for s, a, b, _ in gaps)
         target = back.get(t.incarnation)
         in_finding = any(f[1] in GAP_KINDS and f[3] <= t.step <= f[4] and (target is None or f[2] == target)
-                         for f in findings)
+                         for f in findings) or _in_unread_tail(t.step, target, last_recorded, findings)
         if in_stream_gap and in_finding:
             v.counts["lost_flagged"] += 1
         else:
@@ -229,6 +234,16 @@ def _judge_run(obs: Observation, store: Store, run: str, truth: list, v: Verdict
     for f in findings:
         if f[6] == "critical" and f[1] not in justified:
             v.offend("false_critical", f"{run}: {f[1]} incarnation {f[2]} steps {f[3]}-{f[4]}: {f[5][:160]}")
+
+
+def _in_unread_tail(step: int, target: int | None, last_recorded: dict[int, int], findings: list) -> bool:
+    """A step lost after the last recorded step of its incarnation, which an unread_tail
+    finding of that incarnation flags: the tail of a pod deleted before its log was read to
+    the end (unknown by number; the caller also asks for the stream gap that covers it). An
+    incarnation never recorded (target None) is flagged by any unread_tail finding."""
+    if target is not None and step <= last_recorded.get(target, 0):
+        return False
+    return any(f[1] == UNREAD_TAIL and (target is None or (f[2] == target and step > f[3])) for f in findings)
 
 
 def _justified_critical(schedule: dict, truth: list) -> set[str]:

@@ -1,0 +1,57 @@
+"""Chaos seeds 102 and 110 (issue 19, defect 1 in discovery): failures of pod lists as
+`follow` starts must not make discovery wait past the pods. Its list/watch retries follow the
+follower's rule (collector.health.Backoff): doubling per kind of failure, from the start again
+when the kind changes or after a success, capped; a watch's 410 Gone relists at once.
+
+Real kubectl against the simulated cluster, checked against the simulator's truth."""
+
+from __future__ import annotations
+
+import pytest
+
+from steptail.collector.discovery import BACKOFF_MAX
+from steptail.collector.health import Backoff
+
+try:
+    from test_follow_support import assert_exactly_once, follow_sim, scenario
+except ImportError:  # tests/ imported as a package
+    from tests.test_follow_support import assert_exactly_once, follow_sim, scenario
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(autouse=True)
+def _account_env(monkeypatch):
+    monkeypatch.setenv("CLOUDSDK_CORE_ACCOUNT", "placeholder@example.invalid")
+
+
+def test_the_retry_rule_is_per_kind_reset_by_a_success_and_capped():
+    b = Backoff()
+    waits = []
+    for kind in ["server_error"] * 3 + ["forbidden"] * 2 + ["server_error"] * 6:
+        b.fail(kind)
+        waits.append(b.delay(BACKOFF_MAX))
+    assert waits == [0.25, 0.5, 1.0, 0.25, 0.5, 0.25, 0.5, 1.0, 2.0, 2.0, 2.0]
+    b.ok()
+    assert b.delay(BACKOFF_MAX) == 0.0
+    b.fail("server_error")
+    assert b.delay(BACKOFF_MAX) == 0.25
+
+
+def test_pod_list_failures_of_several_kinds_as_follow_starts_lose_no_pod(make_simcluster, tmp_path):
+    """503 x3, 403 x3, 503 x3 on the first pod lists, then a JobSet restart with a 1 s grace
+    10 s in. Waits carried over from kind to kind (0.2 … 5 s: 26 s before the first list)
+    let the first pod go unread; per kind (0.25+0.5+1 s three times) it is listed in ~5 s and
+    every step of both pods is recorded."""
+    sim = make_simcluster(scenario(
+        {"action": "restart_jobset", "at_step": 200, "grace_seconds": 1.0},
+        rate=20, jobsets=[{"name": "olmo3-sft", "hosts": 2, "trainer": {"steps": 400, "checkpoint_period": 50}}]))
+    for code in (503, 403, 503):  # queued before the collector's first request: its lists get them
+        sim.fail_next(3, code=code, path="/pods")
+    db = str(tmp_path / "s.db")
+    sup = follow_sim(sim, db, timeout=100)
+    r = assert_exactly_once(sim, db, "r")
+    assert {(1, s) for s in range(1, 201)} <= r["got"]  # the first pod, read before its deletion
+    assert {(2, s) for s in range(201, 401)} <= r["got"]
+    assert not r["lost"]
+    assert sup.discovery.health.counts == {"server_error": 6, "forbidden": 3}

@@ -1,0 +1,47 @@
+"""Chaos seed 114 (issue 19, new defect C): a pod deleted before its log was read to the end,
+while following. The steps lost after the last one read are unknown by number, but lost: a
+stream gap over the window and an `unread_tail` finding placed after the last step read (of
+that stream's incarnation), which the chaos oracle takes as flagging them.
+
+Real kubectl against the simulated cluster, checked against the simulator's truth."""
+
+from __future__ import annotations
+
+import pytest
+
+from steptail.runs.findings import NO_STEP
+
+try:
+    from test_follow_support import assert_exactly_once, follow_sim, rows, scenario
+except ImportError:  # tests/ imported as a package
+    from tests.test_follow_support import assert_exactly_once, follow_sim, rows, scenario
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(autouse=True)
+def _account_env(monkeypatch):
+    monkeypatch.setenv("CLOUDSDK_CORE_ACCOUNT", "placeholder@example.invalid")
+
+
+def test_a_pod_deleted_unread_while_following_is_a_gap_and_an_unread_tail_finding(make_simcluster, tmp_path):
+    """The stream ends at step 80 as a 4 s auth lapse begins; the JobSet restarts at step 100
+    with a 0.5 s grace, inside the lapse: steps 81-100 of the first pod are never read."""
+    sim = make_simcluster(scenario(
+        {"action": "eof_streams", "at_step": 80},
+        {"action": "auth_lapse", "at_step": 80, "seconds": 4.0},
+        {"action": "restart_jobset", "at_step": 100, "grace_seconds": 0.5},
+        rate=20, jobsets=[{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": 200, "checkpoint_period": 50}}]))
+    db = str(tmp_path / "s.db")
+    follow_sim(sim, db, timeout=90)
+    r = assert_exactly_once(sim, db, "r")  # every lost step lies inside a recorded stream gap
+    lost = sorted(s for i, s in {(t.incarnation, t.step) for t in r["truth"]} - r["got"] if i == 1)
+    read = max(s for i, s in r["got"] if i == 1)
+    assert lost and lost[-1] == 100 and lost[0] == read + 1  # the first pod's tail, never read
+    assert {(2, s) for s in range(101, 201)} <= r["got"]
+    tails = rows(db, "SELECT incarnation, first_step, last_step, detail FROM findings "
+                     "WHERE run = :r AND kind = 'unread_tail'", "r")
+    assert len(tails) == 1, tails
+    inc, first, last, detail = tails[0]
+    assert (inc, first, last) == (1, read, read) and first != NO_STEP  # after the last step read
+    assert "deleted before its log was read to the end" in detail and "lost" in detail
