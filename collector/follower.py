@@ -26,7 +26,7 @@ from steptail.collector.sink import RunSink
 from steptail.collector.watchdog import Pace, Watchdog
 from steptail.parsers.fast import line_ts
 from steptail.parsers.timestamps import format_ns
-from steptail.runs.model import Cursor, RunModel
+from steptail.runs.model import POD_STREAM, Cursor, RunModel
 from steptail.runs.rows import LOSS_PARTS
 from steptail.runs.stream_gap import StreamGap
 from steptail.storage.raw import RawLog
@@ -102,7 +102,6 @@ def readable(line: bytes) -> bool:
     return True
 
 
-POD_STREAM = re.compile(r"[0-9a-f-]{8,}/[^/]+/\d+")  # a stream_key (not an ingested file's stream)
 
 
 class _Overlap:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -60,6 +61,9 @@ STEP_JUMP_FACTOR = 1000
 STEP_JUMP_MIN = 10**6
 JUMPS_KEPT = 256  # digests of clock-jumped lines a cursor remembers; beyond, such lines are bad
 JUMPED = "clock:"  # prefix of those digests where the cursor is saved (cursors.at_hwm)
+# A followed pod's stream key (collector.follower.stream_key): pod uid/container/restart count.
+# Two such keys are two container instances, so two starts of the trainer.
+POD_STREAM = re.compile(r"[0-9a-f-]{8,}/[^/]+/\d+")
 
 
 @dataclass
@@ -541,6 +545,10 @@ class RunModel:
         first, hwm = block.first_ts, cursor.hwm_ns
         if self._pending is not None or (cursor.overlap and hwm is not None):
             return False  # a step held back, or a re-read's overlap: the lines decide
+        if block.loss and stream != self._step_stream and cur.last_step is not None:
+            self._stream = stream
+            if self._other_container():
+                return False  # another container's steps: a new incarnation, line by line
         if first is not None:
             if hwm is not None and (first <= hwm or (cursor.top_ns is not None and first <= cursor.top_ns)):
                 return False
@@ -711,11 +719,14 @@ class RunModel:
             self._step_jump("loss_parts", (self.run, cur.number if cur else 0, step, ts_ns, ce, ce_raw, parts_json),
                             cur, last, line)
             return
-        if cur is not None and cur.last_step is not None and step <= cur.last_step:
-            if not self._evidence and self._stream == self._step_stream:
-                self._hold(_Pending(ts_ns, step, ce, ce_raw, parts_json, line))
-                return
-            cur = None
+        if cur is not None and cur.last_step is not None:
+            if step <= cur.last_step:
+                if not self._evidence and self._stream == self._step_stream:
+                    self._hold(_Pending(ts_ns, step, ce, ce_raw, parts_json, line))
+                    return
+                cur = None
+            elif self._stream != self._step_stream and self._other_container():
+                cur = None
         if cur is None:
             cur = self._open(ts_ns)
         self._evidence, self._step_stream = False, self._stream
@@ -800,6 +811,15 @@ class RunModel:
         self._flag("step_jump", step, f"{what}: not recorded as a step nor taken for a restart; "
                    f"line: {_text(line) if line is not None else row}")
         self.batch.quarantine.append(quarantine_row(table, row, f"step_jump: {what}"))
+
+    def _other_container(self) -> bool:
+        """The stream fed now is another container instance than the one of the incarnation's
+        last step: the trainer started again, though its start-up lines were not read (rotated
+        away) and its first step is past the last one. Unknown after a resume (no stream of the
+        last step): no evidence, no new incarnation."""
+        prev = self._step_stream
+        return prev is not None and POD_STREAM.fullmatch(prev) is not None and \
+            POD_STREAM.fullmatch(self._stream) is not None
 
     # -- a step going back without evidence of a restart ---------------------------------
     def _hold(self, pending: _Pending) -> None:

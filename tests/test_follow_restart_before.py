@@ -77,9 +77,6 @@ def test_a_container_restarted_as_follow_opens_its_first_stream(make_simcluster,
     assert {(t.incarnation, t.step) for t in truth} == r["got"]
 
 
-@pytest.mark.xfail(strict=True, reason="runs/model.py (branch cursor): a new container's first step read after "
-                   "the previous container's last one, with no start-up or restore line read, continues the "
-                   "old incarnation; a new stream key of a pod must open one (see the fix2 report)")
 def test_a_restart_whose_start_up_rotated_away_before_follow_starts_is_a_new_incarnation(make_simcluster, tmp_path):
     """Seeds 102 and 112: the container restarts at step 60 (restoring from 50) and its log
     rotates after its start-up, restore line and 30 steps; follow starts later. --previous
