@@ -382,7 +382,8 @@ class FindingEngine:
                 CRITICAL,
             )
         # this incarnation has no step yet: the highest one so far is its predecessors'
-        gap = at_head(inc.number, inc.saw_start, inc.restored_from, step, self._max_step)
+        saved = max((i.saved for i in earlier if i.saved is not None), default=None)
+        gap = at_head(inc.number, inc.saw_start, inc.restored_from, step, self._max_step, saved)
         if gap is None:
             return
         if not gap.unread:
@@ -397,6 +398,8 @@ class FindingEngine:
             return
         before = (f"; the run's earlier incarnations reached step {self._max_step}"
                   if self._max_step is not None else "")
+        if saved is not None:
+            before += f" and saved a checkpoint at step {saved} (a restart resumes from it)"
         detail = (
             f"{step_range(gap.first_step, gap.last_step)} missing at the head of incarnation {inc.number} "
             f"({gap.count} steps): its log was read from step {step}, without the trainer's start-up or "

@@ -12,9 +12,9 @@ import threading
 import pytest
 
 try:
-    from test_follow_support import assert_exactly_once, follow_sim, scenario
+    from test_follow_support import assert_exactly_once, follow_sim, rows, scenario
 except ImportError:  # tests/ imported as a package
-    from tests.test_follow_support import assert_exactly_once, follow_sim, scenario
+    from tests.test_follow_support import assert_exactly_once, follow_sim, rows, scenario
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -90,3 +90,10 @@ def test_a_restart_whose_start_up_rotated_away_before_follow_starts_is_a_new_inc
     r = assert_exactly_once(sim, db, "r")
     assert {(1, s) for s in range(1, 61)} <= r["got"]
     assert {(2, s) for s in range(81, 201)} <= r["got"]
+    # seeds 105, 106: the steps lost are the restart's replay from the checkpoint saved at 50,
+    # 51-80, though incarnation 1 reached 60: the head gap says so, not 61-80 only
+    lost = sorted((t.incarnation, t.step) for t in r["lost"])
+    assert lost == [(2, s) for s in range(51, 81)], lost
+    heads = [k for k in rows(db, "SELECT kind, incarnation, first_step, last_step FROM findings WHERE run = :r",
+                             "r") if k[0] in ("gap", "head_gap")]
+    assert heads == [("head_gap", 2, 51, 80)]
