@@ -11,8 +11,9 @@ incarnation is known to start from ("head_gap"):
 - neither was read (following began late, the head of the log rotated away, a saved log that
   starts mid-way): the step after the highest checkpoint an earlier incarnation saved (a restart
   resumes from the latest checkpoint, so its replay of the steps after it is this incarnation's
-  too), else after the highest step recorded before this incarnation (step 1 for the run's
-  first). The steps in between were not read: lost, or run before a restart from a
+  too); none read while an earlier incarnation's own head was not read either (its saves
+  unknown): step 1; else after the highest step recorded before this incarnation (step 1 for
+  the run's first). The steps in between were not read: lost, or run before a restart from a
   checkpoint whose restore line was lost too — the log read cannot say which, so they count as
   missing (`unread` says so). A first step at or before that point is a restart from a
   checkpoint whose restore line was lost: nothing is known to be missing."""
@@ -67,6 +68,17 @@ def at_head(incarnation: int, saw_start: bool, restored_from: int | None,
     return None
 
 
+def resumed_after(saves: Iterable[int], unread_head_before: bool) -> int | None:
+    """The lowest checkpoint a restart whose start-up and restore lines were not read can have
+    resumed from (at_head's `saved`): the highest save its earlier incarnations printed; with
+    none read, 0 when one of them had an unread head (a save may have been in it); else None
+    (nothing known: the trainer may print no saves)."""
+    highest = max(saves, default=None)
+    if highest is None and unread_head_before:
+        return 0
+    return highest
+
+
 def missing_steps(steps: Iterable[tuple[int, int]],
                   heads: Iterable[tuple[int, bool, int | None, int | None]],
                   saves: Iterable[tuple[int, int]] = ()) -> list[StepGap]:
@@ -83,9 +95,12 @@ def missing_steps(steps: Iterable[tuple[int, int]],
             found.append(gap)
         prev_inc, prev_step = inc, step
         highest[inc] = step
+    heads = sorted(heads)
+    unread = {inc for inc, saw_start, restored_from, first_step in heads
+              if first_step is not None and not saw_start and restored_from is None}
     for inc, saw_start, restored_from, first_step in heads:
         before = max((s for i, s in highest.items() if i < inc), default=None)
-        saved = max((s for i, s in saves if i < inc), default=None)
+        saved = resumed_after((s for i, s in saves if i < inc), any(i < inc for i in unread))
         if (gap := at_head(inc, saw_start, restored_from, first_step, before, saved)) is not None:
             found.append(gap)
     return sorted(found, key=lambda g: (g.incarnation, g.first_step))
