@@ -71,6 +71,7 @@ class PodInfo:
     finished_ns: int | None  # current container's finishedAt
     started_ns: int | None  # current container's startedAt (whole seconds)
     previous_finished_ns: int | None  # lastState.terminated.finishedAt
+    previous_started_ns: int | None = None  # lastState.terminated.startedAt (whole seconds)
 
     @property
     def order(self) -> tuple:
@@ -94,6 +95,7 @@ def pod_info(pod) -> PodInfo:
         if c.name == container:
             cs = c
     state, reason, finished, prev_finished, rc, started = "waiting", "Pending", None, None, 0, None
+    prev_started = None
     if cs is not None:
         rc = cs.restart_count or 0
         if cs.state and cs.state.running:
@@ -106,6 +108,7 @@ def pod_info(pod) -> PodInfo:
             reason = cs.state.waiting.reason or "Waiting"
         if cs.last_state and cs.last_state.terminated:
             prev_finished = _ns(cs.last_state.terminated.finished_at)
+            prev_started = _ns(cs.last_state.terminated.started_at)
     value = labels.get(ATTEMPT, "0")
     attempt = int(value) if isinstance(value, str) and ATTEMPT_VALUE.match(value) else 0
     return PodInfo(
@@ -113,7 +116,7 @@ def pod_info(pod) -> PodInfo:
         created=str(meta.creation_timestamp), phase=(status.phase if status else "") or "",
         deleting=meta.deletion_timestamp is not None, container=container, restart_count=rc,
         state=state, reason=reason, finished_ns=finished, started_ns=started,
-        previous_finished_ns=prev_finished,
+        previous_finished_ns=prev_finished, previous_started_ns=prev_started,
     )
 
 

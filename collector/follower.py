@@ -475,7 +475,8 @@ class RunFollower:
                       f"container restarted {pod.restart_count - rc} times between reads")
             self._read_to_end(key)
             return True
-        check = self._check_for(key, since, None, skipping)
+        # --previous serves the container before the current one: its start is lastState's
+        check = self._check_for(key, since, None, skipping, started_ns=pod.previous_started_ns)
         argv = self.target.logs_argv(pod.name, pod.container, previous=True, since_ns=since)
         self._set_state("reading previous container", pod)
         code, err = await self._read_once(argv, key, check)
@@ -594,15 +595,18 @@ class RunFollower:
         return since, False
 
     def _check_for(self, key: str, since: int | None, pod: PodInfo | None = None,
-                   skipping: bool = False) -> _Overlap:
+                   skipping: bool = False, started_ns: int | None = None) -> _Overlap:
+        """The overlap check of a read from `since`; `started_ns`: the start of the container
+        read, when not the pod's current one (a head rotated away is lost from there)."""
         if skipping:  # the window skipped is a recorded gap already: nothing to check
             check = _Overlap(None)
             check.resolved = True
             return check
         check = self._pending_check.get(key)
         if check is None or check.hwm_ns != since:
-            started = pod.started_ns if pod is not None and key == stream_key(pod, pod.restart_count) else None
-            check = self._pending_check[key] = _Overlap(since, started, self.model.cursors.get(key))
+            if pod is not None and key == stream_key(pod, pod.restart_count):
+                started_ns = pod.started_ns
+            check = self._pending_check[key] = _Overlap(since, started_ns, self.model.cursors.get(key))
         return check
 
     def _feed(self, line: bytes, ts_ns: int | None, key: str, check: _Overlap) -> None:

@@ -127,7 +127,8 @@ GROUP BY run
 # tests/test_missing_step_definition.py): between two recorded steps of one incarnation, plus
 # head gaps: before an incarnation's first step and after the step it is known to start from
 # (its restored checkpoint, 0 for a fresh start, when the start-up or a restore line was read;
-# else the highest step of its earlier incarnations, 0 for the first: a head never read).
+# else the highest checkpoint its earlier incarnations saved, 0 when none was read and one of
+# them had an unread head, else their highest step, 0 for the first: a head never read).
 # (run, incarnation, step) is unique, so max - min + 1 - count is exactly the sum of the inner
 # gaps: one aggregate instead of a window over every row.
 ALERT_MISSING_STEPS = f"""
@@ -142,7 +143,11 @@ inner_gaps AS (
 heads AS (
   SELECT i.run, i.first_step, CASE WHEN i.saw_start OR i.restored_from IS NOT NULL
       THEN COALESCE(i.restored_from, 0)
-      ELSE COALESCE((SELECT MAX(p.hi) FROM per_inc p WHERE p.run = i.run AND p.incarnation < i.incarnation), 0)
+      ELSE COALESCE((SELECT MAX(c.step) FROM checkpoints c WHERE c.run = i.run AND c.kind = 'save'
+                       AND c.incarnation < i.incarnation),
+                    (SELECT MIN(0) FROM incarnations e WHERE e.run = i.run AND e.incarnation < i.incarnation
+                       AND e.first_step IS NOT NULL AND NOT e.saw_start AND e.restored_from IS NULL),
+                    (SELECT MAX(p.hi) FROM per_inc p WHERE p.run = i.run AND p.incarnation < i.incarnation), 0)
     END AS known
   FROM incarnations i WHERE i.run IN (SELECT run FROM active) AND i.first_step IS NOT NULL
 ),

@@ -32,7 +32,7 @@ from steptail.runs.findings import (
     Settings,
     step_range,
 )
-from steptail.runs.gaps import StepGap, at_head, between
+from steptail.runs.gaps import StepGap, at_head, between, resumed_after
 from steptail.runs.model import Batch
 from steptail.runs.rows import (
     CHECKPOINTS,
@@ -382,7 +382,9 @@ class FindingEngine:
                 CRITICAL,
             )
         # this incarnation has no step yet: the highest one so far is its predecessors'
-        gap = at_head(inc.number, inc.saw_start, inc.restored_from, step, self._max_step)
+        saved = resumed_after((i.saved for i in earlier if i.saved is not None),
+                              any(not i.saw_start and i.restored_from is None for i in earlier))
+        gap = at_head(inc.number, inc.saw_start, inc.restored_from, step, self._max_step, saved)
         if gap is None:
             return
         if not gap.unread:
@@ -397,6 +399,10 @@ class FindingEngine:
             return
         before = (f"; the run's earlier incarnations reached step {self._max_step}"
                   if self._max_step is not None else "")
+        if saved:
+            before += f" and saved a checkpoint at step {saved} (a restart resumes from it)"
+        elif saved == 0:
+            before += ", their own head unread (a checkpoint saved in it cannot be excluded)"
         detail = (
             f"{step_range(gap.first_step, gap.last_step)} missing at the head of incarnation {inc.number} "
             f"({gap.count} steps): its log was read from step {step}, without the trainer's start-up or "

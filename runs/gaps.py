@@ -9,7 +9,10 @@ incarnation is known to start from ("head_gap"):
 - the trainer's start-up or a restore line was read: step 1, or the step after the restored
   checkpoint (a first step at or before it is a replay: nothing missing);
 - neither was read (following began late, the head of the log rotated away, a saved log that
-  starts mid-way): the step after the highest one recorded before this incarnation (step 1 for
+  starts mid-way): the step after the highest checkpoint an earlier incarnation saved (a restart
+  resumes from the latest checkpoint, so its replay of the steps after it is this incarnation's
+  too); none read while an earlier incarnation's own head was not read either (its saves
+  unknown): step 1; else after the highest step recorded before this incarnation (step 1 for
   the run's first). The steps in between were not read: lost, or run before a restart from a
   checkpoint whose restore line was lost too — the log read cannot say which, so they count as
   missing (`unread` says so). A first step at or before that point is a restart from a
@@ -49,23 +52,41 @@ def between(incarnation: int, step: int, next_step: int) -> StepGap | None:
 
 
 def at_head(incarnation: int, saw_start: bool, restored_from: int | None,
-            first_step: int | None, before: int | None = None) -> StepGap | None:
+            first_step: int | None, before: int | None = None, saved: int | None = None) -> StepGap | None:
     """The steps missing before an incarnation's first recorded step; `before`: the highest
-    step recorded by the run's earlier incarnations (None: none)."""
+    step recorded by the run's earlier incarnations, `saved`: the highest checkpoint they saved
+    (None: none)."""
     if first_step is None:
         return None
     unread = not saw_start and restored_from is None
-    after = (before or 0) if unread else (restored_from or 0)  # restored from 0: a fresh start
+    if unread:
+        after = saved if saved is not None else (before or 0)
+    else:
+        after = restored_from or 0  # restored from 0: a fresh start
     if first_step > after + 1:
         return StepGap(HEAD_GAP, incarnation, after + 1, first_step - 1, unread)
     return None
 
 
+def resumed_after(saves: Iterable[int], unread_head_before: bool) -> int | None:
+    """The lowest checkpoint a restart whose start-up and restore lines were not read can have
+    resumed from (at_head's `saved`): the highest save its earlier incarnations printed; with
+    none read, 0 when one of them had an unread head (a save may have been in it); else None
+    (nothing known: the trainer may print no saves)."""
+    highest = max(saves, default=None)
+    if highest is None and unread_head_before:
+        return 0
+    return highest
+
+
 def missing_steps(steps: Iterable[tuple[int, int]],
-                  heads: Iterable[tuple[int, bool, int | None, int | None]]) -> list[StepGap]:
+                  heads: Iterable[tuple[int, bool, int | None, int | None]],
+                  saves: Iterable[tuple[int, int]] = ()) -> list[StepGap]:
     """Every gap of a run, by incarnation and first step. `steps`: (incarnation, step) of its
     LOSS-PARTS rows ordered by incarnation, step; `heads`: (incarnation, saw_start,
-    restored_from, first_step) of its incarnations."""
+    restored_from, first_step) of its incarnations; `saves`: (incarnation, step) of its
+    checkpoint saves."""
+    saves = list(saves)
     found = []
     highest: dict[int, int] = {}  # incarnation -> its highest step
     prev_inc = prev_step = None
@@ -74,8 +95,12 @@ def missing_steps(steps: Iterable[tuple[int, int]],
             found.append(gap)
         prev_inc, prev_step = inc, step
         highest[inc] = step
+    heads = sorted(heads)
+    unread = {inc for inc, saw_start, restored_from, first_step in heads
+              if first_step is not None and not saw_start and restored_from is None}
     for inc, saw_start, restored_from, first_step in heads:
         before = max((s for i, s in highest.items() if i < inc), default=None)
-        if (gap := at_head(inc, saw_start, restored_from, first_step, before)) is not None:
+        saved = resumed_after((s for i, s in saves if i < inc), any(i < inc for i in unread))
+        if (gap := at_head(inc, saw_start, restored_from, first_step, before, saved)) is not None:
             found.append(gap)
     return sorted(found, key=lambda g: (g.incarnation, g.first_step))

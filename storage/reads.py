@@ -194,7 +194,9 @@ def missing_steps(conn: sa.Connection, run: str) -> list[dict]:
     steps = conn.execute(
         sa.text("SELECT incarnation, step FROM loss_parts WHERE run = :run ORDER BY incarnation, step"),
         {"run": run}, execution_options={"stream_results": True, "yield_per": 20_000})
-    return [g.to_dict() for g in gaps.missing_steps(steps, heads)]
+    saves = conn.execute(sa.text(
+        "SELECT incarnation, step FROM checkpoints WHERE run = :run AND kind = 'save'"), {"run": run}).all()
+    return [g.to_dict() for g in gaps.missing_steps(steps, heads, saves)]
 
 
 def step_gaps(store: Store, run: str) -> list[dict]:

@@ -33,8 +33,11 @@ FOUND = {
     103: "4: the head rotated away before the first read is a stream gap but no gap finding; "
          "5: stamp_skew (LOSS-PARTS 5 ms before the line before it) drops servable steps",
     105: "B: a restart whose start-up lines rotated away (head_rotated) is merged into the previous "
-         "incarnation; 1: after an auth lapse + hang, servable steps missed; 4: head",
-    106: "4: head lost to rotation, no gap finding; B: head-rotated restart merged; 1: missed after an auth lapse",
+         "incarnation; 1: after an auth lapse + hang, servable steps missed; 4: head; then (s105) the "
+         "restart's replay from checkpoint 41 (step 42) unread, in no head gap",
+    106: "4: head lost to rotation, no gap finding; B: head-rotated restart merged; 1: missed after an auth lapse; "
+         "then (s105) a restart's replay from a checkpoint below the previous container's last step, "
+         "unread, in no head gap; --previous read first with its head rotated away: no stream gap",
     109: "4: head lost to a double rotation: stream gap, no gap finding",
     110: "1: 500 x5 on pod lists as follow starts (late, after a restart): backs off past the run; "
          "lost steps of the new pod without a stream gap",

@@ -12,9 +12,9 @@ import threading
 import pytest
 
 try:
-    from test_follow_support import assert_exactly_once, follow_sim, scenario
+    from test_follow_support import assert_exactly_once, follow_sim, rows, scenario
 except ImportError:  # tests/ imported as a package
-    from tests.test_follow_support import assert_exactly_once, follow_sim, scenario
+    from tests.test_follow_support import assert_exactly_once, follow_sim, rows, scenario
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -90,3 +90,34 @@ def test_a_restart_whose_start_up_rotated_away_before_follow_starts_is_a_new_inc
     r = assert_exactly_once(sim, db, "r")
     assert {(1, s) for s in range(1, 61)} <= r["got"]
     assert {(2, s) for s in range(81, 201)} <= r["got"]
+    # seeds 105, 106: the steps lost are the restart's replay from the checkpoint saved at 50,
+    # 51-80, though incarnation 1 reached 60: the head gap says so, not 61-80 only
+    lost = sorted((t.incarnation, t.step) for t in r["lost"])
+    assert lost == [(2, s) for s in range(51, 81)], lost
+    heads = [k for k in rows(db, "SELECT kind, incarnation, first_step, last_step FROM findings WHERE run = :r",
+                             "r") if k[0] in ("gap", "head_gap")]
+    assert heads == [("head_gap", 2, 51, 80)]
+
+
+def test_a_previous_container_whose_head_rotated_away_before_follow_starts(make_simcluster, tmp_path):
+    """Seed 106 (on PostgreSQL): the first container's log rotated twice (2 files kept) before
+    it restarted at step 40 (from checkpoint 0); follow starts later and reads it first with
+    --previous, which begins after a rotation. Its head is a stream gap from the container's
+    start (lastState.terminated.startedAt), not from the first line read, and a head gap."""
+    sim = make_simcluster(scenario({"action": "rotate", "at_step": 20}, {"action": "rotate", "at_step": 30},
+                                   {"action": "restart_container", "at_step": 40},
+                                   rate=20, jobsets=JOBSET, log_max_files=2))
+    sim.wait_step(60, timeout=30)
+    db = str(tmp_path / "s.db")
+    follow_sim(sim, db, timeout=90)
+    r = assert_exactly_once(sim, db, "r")
+    # what --previous serves begins after a rotation: the lost are the head, rotated away unread
+    first = min(s for i, s in r["got"] if i == 1)
+    assert first in (21, 31)
+    assert sorted((t.incarnation, t.step) for t in r["lost"]) == [(1, s) for s in range(1, first)]
+    assert all(t.rotated and not t.served for t in r["lost"])
+    assert [g[0].rsplit("/", 1)[1] for g in r["gaps"]] == ["0"]  # the previous container's head only
+    assert {(2, s) for s in range(1, 201)} <= r["got"]  # restored from no checkpoint
+    heads = [k for k in rows(db, "SELECT kind, incarnation, first_step, last_step FROM findings WHERE run = :r",
+                             "r") if k[0] in ("gap", "head_gap")]
+    assert heads == [("head_gap", 1, 1, first - 1)]

@@ -54,6 +54,12 @@ CASES = {
     "restore-read-late": ([("restore", 40), *steps(45, 50)], [("head_gap", 1, 41, 44)]),
     # a restart whose start-up and restore lines were lost: steps go back, nothing known missing
     "restart-unread": (["start", *steps(1, 30), *steps(21, 40)], []),
+    # a head unread (its saves unknown), then a restart with its restore line lost: from step 1
+    "restart-after-unread-head": ([*steps(11, 30), *steps(21, 40)],
+                                  [("head_gap", 1, 1, 10), ("head_gap", 2, 1, 20)]),
+    # ... after a checkpoint saved at 20: the restart resumed from it, its 21-24 were not read
+    "restart-unread-after-save": (["start", *steps(1, 20), ("save", 20), *steps(21, 30), *steps(25, 40)],
+                                  [("head_gap", 2, 21, 24)]),
 }
 
 
@@ -64,6 +70,8 @@ def write_log(path, events: list) -> None:
         t += 10_000_000_000
         if e == "start":
             body = START
+        elif isinstance(e, tuple) and e[0] == "save":
+            body = f"checkpointing.py:401] Saved a checkpoint at step {e[1]}."
         elif isinstance(e, tuple):
             body = f"checkpointing.py:613] Restoring checkpoint from step {e[1]}."
         else:
@@ -164,10 +172,31 @@ def test_head_gap(saw_start, restored_from, first_step, before, expected):
         assert gap.unread == (not saw_start and restored_from is None)
 
 
+@pytest.mark.parametrize("saw_start,restored_from,first_step,before,saved,expected", [
+    (False, None, 43, 51, 41, (42, 42)),  # chaos seed 105: restarted from 41, its 42 rotated away
+    (False, None, 42, 51, 41, None),  # its first step read is the one after the checkpoint
+    (False, None, 60, 51, 41, (42, 59)),
+    (False, 30, 43, 51, 41, (31, 42)),  # a restore line read says more than a save
+    (True, None, 5, 51, 41, (1, 4)),  # a start-up read: from step 1
+])
+def test_an_unread_head_starts_after_the_checkpoint_saved_before(saw_start, restored_from, first_step,
+                                                                  before, saved, expected):
+    gap = gaps.at_head(2, saw_start, restored_from, first_step, before, saved)
+    assert (None if gap is None else (gap.first_step, gap.last_step)) == expected
+
+
 def test_gaps_stay_within_an_incarnation():
     found = gaps.missing_steps([(1, 1), (1, 4), (2, 9), (2, 10), (2, 12)], [(2, True, 7, 9)])
     assert [(g.kind, g.incarnation, g.first_step, g.last_step, g.count) for g in found] == [
         ("gap", 1, 2, 3, 2), ("head_gap", 2, 8, 8, 1), ("gap", 2, 11, 11, 1)]
+
+
+def test_an_unread_head_after_an_unread_head_starts_at_step_1():
+    """Chaos seed 106: incarnation 1 read from step 13 (its save at 12 rotated away), the
+    restart from 12 read from 25: 13-24 of incarnation 2 may be lost, not 18-24 only."""
+    found = gaps.missing_steps([(1, s) for s in range(13, 18)] + [(2, 25)],
+                               [(1, False, None, 13), (2, False, None, 25)])
+    assert [(g.incarnation, g.first_step, g.last_step) for g in found] == [(1, 1, 12), (2, 1, 24)]
 
 
 def test_an_unread_head_starts_after_the_earlier_incarnations():
@@ -175,4 +204,7 @@ def test_an_unread_head_starts_after_the_earlier_incarnations():
     heads = [(1, False, None, 31), (2, False, None, 20), (3, False, None, 40)]
     found = gaps.missing_steps(steps_, heads)
     assert [(g.incarnation, g.first_step, g.last_step, g.unread) for g in found] == [
-        (1, 1, 30, True), (3, 33, 39, True)]
+        (1, 1, 30, True), (2, 1, 19, True), (3, 1, 39, True)]  # incarnation 1's head (saves?) unread
+    # incarnation 1 saved a checkpoint at 31: 2 and 3 restarted from it at the latest
+    found = gaps.missing_steps(steps_, heads, [(1, 31)])
+    assert [(g.incarnation, g.first_step, g.last_step) for g in found] == [(1, 1, 30), (3, 32, 39)]
