@@ -62,11 +62,6 @@ REGRESSIONS: dict[int, tuple[dict, tuple[str, ...], str]] = {
         "steps lost (stream gaps without a gap finding: 4)"),
 }
 
-# Fixed seeds that still fail on today's code (issue 19 stays open for them): run, shown as
+# Fixed seeds that fail on the code of the day (none now: 105 and 106 were fixed): run, shown as
 # xfail with what they find, so a fix shows as XPASS; remove the entry when one lands.
-STILL_FAILING = {
-    105: "a restart's incarnation 2 loses 1 step without a gap finding (head-rotated restart "
-         "under an auth lapse and an API hang)",
-    106: "a restart's incarnation 2 loses steps without a gap finding (head lost to rotation "
-         "while the stream was being recovered)",
-}
+STILL_FAILING: dict[int, str] = {}
