@@ -33,7 +33,9 @@ _PER_LAYER = re.compile(r"per_layer=\[([^\]]*)\]")
 # Numbers end at an ASCII blank (parsers.numbers: a U+00A0 or U+3000 is not a separator a log
 # prints, and int() would forgive it around digits): the token is judged whole.
 _CKPT = re.compile(r"(Restoring checkpoint from step|Saved a checkpoint at step)[ \t]+([^ \t]+?)\.?(?:[ \t]|$)")
-_PROC = re.compile(r"process_index=([^ \t,;]+)[ \t,;]+process_count=([^ \t,;]+?)[.,;]?(?:[ \t]|$)")
+# Each value runs to its separator; whatever it holds then goes to the number grammar (a count
+# like ";0" is a malformed start-up line, not one without counts).
+_PROC = re.compile(r"process_index=([^ \t]*?)[ \t,;]+process_count=([^ \t]*?)[.,;]?(?:[ \t]|$)")
 _CONFIG = re.compile(r"Config param (\S+?):(?: (.*))?$")
 
 # Tags that make a line a candidate; also used to pick candidate lines out of a chunk.
