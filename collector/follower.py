@@ -138,28 +138,44 @@ class _Overlap:
             return False
         return ts_ns is not None and ts_ns > mark
 
-    def see(self, ts_ns: int | None, line: bytes) -> tuple[int, int, str] | None:
-        """(start, end, reason) of a gap, at most once per read; else None."""
+    def see(self, ts_ns: int | None, line: bytes) -> list[tuple[int, int, str]]:
+        """The gaps (start, end, reason) this line opens: found at most once per read."""
         if self.resolved or ts_ns is None:
-            return None
+            return []
         if self.first_ns is None:
             self.first_ns = ts_ns
         if self.hwm_ns is not None:
             self.resolved = True
             mark = self._mark()
             cursor = self.cursor
-            if ts_ns <= mark or (cursor is not None and (
-                    cursor.seen(ts_ns, line) or (cursor.forgot_ns is not None and ts_ns <= cursor.forgot_ns))):
-                return None  # a line read before, or one it may have forgotten: the cursor tells
-            return (mark, ts_ns, self.ROTATED)
+            if cursor is None:
+                return [] if ts_ns <= mark else [(mark, ts_ns, self.ROTATED)]
+            if cursor.seen(ts_ns, line) or (cursor.forgot_ns is not None and ts_ns <= cursor.forgot_ns):
+                return []  # a line read before, or one it may have forgotten: the cursor tells
+            if ts_ns > mark:
+                return [(mark, ts_ns, self.ROTATED)]
+            # A new line stamped before the mark: the last line read is no longer served (else
+            # it would come first), and the clock stepped back since it was read.
+            return _stepped_back(mark, ts_ns, cursor.read_at_ns, self.ROTATED)
         if b"distributed system" in line:  # the trainer's start-up line (parsers.line.TAGS)
             self.resolved = True
         elif b"LOSS-PARTS" in line or b"completed step:" in line:
             self.resolved = True
             start = self.started_ns if self.started_ns is not None else self.first_ns
             if ts_ns > start:
-                return (start, ts_ns, self.HEAD)
-        return None
+                return [(start, ts_ns, self.HEAD)]
+            if ts_ns < start:  # stamped before its container started: the node clock stepped back
+                return _stepped_back(start, ts_ns, start, self.HEAD)
+        return []
+
+
+def _stepped_back(after_ns: int, first_ns: int, since_ns: int, reason: str) -> list[tuple[int, int, str]]:
+    """The windows of a loss across a node clock stepped back: lines written before the step are
+    stamped after `after_ns` (the last line read, or the container's start) up to now; lines
+    after it before `first_ns` (the first line read again), by at most the time since `since_ns`."""
+    now = time.time_ns()
+    why = f"{reason} (the node clock stepped back: two windows of stamps)"
+    return [(after_ns, max(now, after_ns + 1), why), (first_ns - max(0, now - since_ns), first_ns, why)]
 
 
 class RunFollower:
@@ -307,9 +323,10 @@ class RunFollower:
         self._set_state("following", pod)
         self._stream_started = time.monotonic()
         proc = await kubectl.spawn(argv, self.env)
+        size = kubectl.SizeWatch(proc, self.cfg.kubectl_max_rss)
         err_task = asyncio.create_task(proc.stderr.read())
         check = self._check_for(key, since, pod, skipping)
-        outcome, overlong, sized_at, why = "eof", False, 0.0, ""
+        outcome, overlong, why = "eof", False, ""
         last_line = time.monotonic()
         # a first read of the stream: nothing to compare its first line with, so the pod is
         # asked once whether the container is still the one the stream was opened for
@@ -325,11 +342,6 @@ class RunFollower:
                         line = await proc.stdout.readline()
                 except TimeoutError:
                     quiet = time.monotonic() - last_line
-                    if quiet - sized_at >= 0.5:  # kubectl is quiet: is it holding a line with no end?
-                        sized_at = quiet
-                        if (rss := kubectl.too_big(proc, self.cfg.kubectl_max_rss)) is not None:
-                            outcome, why = "oversized", self._too_big(rss)
-                            break
                     if not self._container_runs(pod):
                         if quiet >= 1.0:  # the container ended: do not wait for a slow EOF
                             outcome = "silent"
@@ -355,11 +367,12 @@ class RunFollower:
                     overlong = True
                     continue
                 if not line:
+                    if size.rss is not None:  # killed holding a line with no end
+                        outcome, why = "oversized", size.why
                     break
                 last_line = self._heard = time.monotonic()
                 self.sink.running = True
                 watchdog.reset()
-                sized_at = 0.0
                 ts_ns = line_ts(line)
                 if overlong:
                     overlong = False
@@ -376,6 +389,7 @@ class RunFollower:
         finally:
             if probe is not None:
                 probe.cancel()
+            size.close()
             await kubectl.stop(proc)  # by PID, on every exit path (cancel included)
         err = ""
         if err_task.done() or outcome != "silent":
@@ -504,9 +518,6 @@ class RunFollower:
                                       self.cfg.drain_timeout, max_rss=self.cfg.kubectl_max_rss,
                                       on_overlong=overlong)
 
-    def _too_big(self, rss: int) -> str:
-        return f"kubectl grew to {rss >> 20} MiB holding one line (limit {self.cfg.kubectl_max_rss >> 20} MiB)"
-
     async def _oversized(self, pod: PodInfo, key: str, why: str, previous: bool = False) -> None:
         """kubectl was killed holding a line with no end: the next read starts after it. Its
         start is learnt from a read of the first MiB from the cursor (limitBytes; a re-read
@@ -620,8 +631,7 @@ class RunFollower:
             self._unreadable = None
             self.content.ok()  # logs the end of a spell that was reported
         self.pace.see(ts_ns)
-        gap = check.see(ts_ns, line)
-        if gap is not None:
+        for gap in check.see(ts_ns, line):
             self._gap(key, *gap)
         if check.resolved:
             self._pending_check.pop(key, None)

@@ -8,7 +8,6 @@ import os
 import re
 import signal
 import sys
-import time
 from dataclasses import dataclass
 
 from steptail.parsers.timestamps import format_ns
@@ -198,21 +197,55 @@ def kill_all() -> None:
 
 
 def rss_bytes(pid: int) -> int | None:
-    """Resident memory of a process (Linux /proc), None when unknown."""
+    """Resident memory of a process (Linux /proc/PID/statm: half the cost of status), None
+    when unknown."""
     try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            for row in f:
-                if row.startswith(b"VmRSS:"):
-                    return int(row.split()[1]) * 1024
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            return int(f.read().split()[1]) * PAGE
     except (OSError, ValueError, IndexError):
-        pass
-    return None
+        return None
 
 
-def too_big(proc: asyncio.subprocess.Process, max_rss: int | None) -> int | None:
-    """kubectl's resident size when it is over max_rss (it is holding a line with no end)."""
-    rss = rss_bytes(proc.pid) if max_rss else None
-    return rss if rss is not None and rss > max_rss else None
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+class SizeWatch:
+    """Kills a kubectl that grows past max_rss: it is holding a line with no end (it prints a
+    line only whole). One task per event loop looks at every kubectl watched, every INTERVAL
+    s (a few µs each): the overshoot is what kubectl grows in that time, whatever the stream
+    does. `rss`: how big it was when killed (None: not killed)."""
+
+    INTERVAL = 0.1
+    _watched: dict[int, SizeWatch] = {}
+    _task: asyncio.Task | None = None
+
+    def __init__(self, proc: asyncio.subprocess.Process, max_rss: int | None) -> None:
+        self.proc, self.max_rss, self.rss = proc, max_rss, None
+        if not max_rss:
+            return
+        SizeWatch._watched[proc.pid] = self
+        task = SizeWatch._task
+        if task is None or task.done() or task.get_loop() is not asyncio.get_running_loop():
+            SizeWatch._task = asyncio.get_running_loop().create_task(SizeWatch._watch())
+
+    @property
+    def why(self) -> str:
+        return f"kubectl grew to {self.rss >> 20} MiB holding one line (limit {self.max_rss >> 20} MiB)"
+
+    def close(self) -> None:
+        if SizeWatch._watched.get(self.proc.pid) is self:
+            del SizeWatch._watched[self.proc.pid]
+
+    @classmethod
+    async def _watch(cls) -> None:
+        while cls._watched:
+            await asyncio.sleep(cls.INTERVAL)
+            for pid, w in list(cls._watched.items()):
+                rss = rss_bytes(pid) if w.proc.returncode is None else None
+                if rss is not None and rss > w.max_rss:
+                    w.rss = rss
+                    kill_group(pid)  # its stdout ends: the reader sees EOF, then asks `rss`
+                    w.close()
 
 
 async def run_once(argv: list[str], env: dict[str, str], line_cb, timeout: float, *,
@@ -221,32 +254,28 @@ async def run_once(argv: list[str], env: dict[str, str], line_cb, timeout: float
     A line over LINE_LIMIT is on_overlong() (its rest arrives as fragments); kubectl grown past
     max_rss is killed: (OVERSIZED, why)."""
     proc = await spawn(argv, env)
+    size = SizeWatch(proc, max_rss)
     err_task = asyncio.create_task(proc.stderr.read())
-    deadline = time.monotonic() + timeout
     try:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None, "timed out reading the log"
-            try:
-                # in slices: kubectl's size is looked at while it is quiet (holding a line)
-                line = await asyncio.wait_for(proc.stdout.readline(), min(left, 1.0))
-            except TimeoutError:
-                if (rss := too_big(proc, max_rss)) is not None:
-                    return OVERSIZED, f"kubectl grew to {rss >> 20} MiB holding one line (limit {max_rss >> 20} MiB)"
-                continue
-            except ValueError:  # over the reader's limit
-                if on_overlong is not None:
-                    on_overlong()
-                continue
-            if not line:
-                break
-            line_cb(line)
-        code = await asyncio.wait_for(proc.wait(), max(0.1, deadline - time.monotonic()))
+        async with asyncio.timeout(timeout):
+            while True:
+                try:
+                    line = await proc.stdout.readline()
+                except ValueError:  # over the reader's limit
+                    if on_overlong is not None:
+                        on_overlong()
+                    continue
+                if not line:
+                    break
+                line_cb(line)
+            code = await proc.wait()
+        if size.rss is not None:
+            return OVERSIZED, size.why
         return code, (await err_task).decode("utf-8", "replace")
     except TimeoutError:
         return None, "timed out reading the log"
     finally:
+        size.close()
         await stop(proc)
         if not err_task.done():
             err_task.cancel()

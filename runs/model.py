@@ -162,7 +162,7 @@ class Cursor:
     of pods gone meanwhile are complete)."""
 
     __slots__ = ("hwm_ns", "_recent", "_known", "last_ns", "jumped", "done", "forgot_ns", "overlap",
-                 "unsure", "held", "released", "behind_ns", "_read_at", "top_ns")
+                 "unsure", "held", "released", "behind_ns", "read_at_ns", "top_ns")
 
     def __init__(self, hwm_ns: int | None = None, at_hwm: set[str] | None = None, done: bool = False) -> None:
         self.hwm_ns = hwm_ns
@@ -203,7 +203,7 @@ class Cursor:
         # The stamp of a line the pod holds, unread, stamped before the mark (a probe's answer,
         # `seen`): the clock stepped back; the next re-read must reach back to it.
         self.behind_ns: int | None = None
-        self._read_at = time.time_ns()  # wall clock when the mark last moved
+        self.read_at_ns = time.time_ns()  # wall clock when the mark last moved
         self.held: list[bytes] = []  # overlap lines it cannot tell, until a later line proves what they are
         self.released: list[bytes] = []  # held lines proven new, and the line that proved it: read them again
 
@@ -256,7 +256,7 @@ class Cursor:
         if self.hwm_ns is not None and ts_ns < self.hwm_ns:
             # the step back happened after the last line read: its first line is stamped at most
             # the time since then before this one
-            behind = ts_ns - max(0, time.time_ns() - self._read_at)
+            behind = ts_ns - max(0, time.time_ns() - self.read_at_ns)
             self.behind_ns = behind if self.behind_ns is None else min(self.behind_ns, behind)
         return False
 
@@ -294,7 +294,7 @@ class Cursor:
             return self._jump(ts_ns, digest)
         last = self.last_ns
         self.hwm_ns = self.last_ns = ts_ns
-        self.behind_ns, self._read_at = None, time.time_ns()
+        self.behind_ns, self.read_at_ns = None, time.time_ns()
         self._remember(ts_ns, digest)
         if last is not None and last - ts_ns > CLOCK_JUMP_NS:
             # Far behind the line before: flagged, read as if stamped at it. The mark follows
@@ -327,10 +327,10 @@ class Cursor:
             del self._known[digest]
 
     def take_steady(self, last_ts: int, tail: list[bytes], forgot_ts: int | None) -> None:
-        self.behind_ns, self._read_at = None, time.time_ns()
         """A steady block taken whole (stamps rising from past the mark): `tail`, its lines
         stamped from remember_from(last_ts) on, is what the cursor remembers of it; `forgot_ts`
         the stamp of the line before them (None: none)."""
+        self.behind_ns, self.read_at_ns = None, time.time_ns()
         self.hwm_ns = self.last_ns = last_ts
         if forgot_ts is not None and (self.forgot_ns is None or forgot_ts > self.forgot_ns):
             self.forgot_ns = forgot_ts

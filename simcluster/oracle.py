@@ -6,7 +6,8 @@ reads the store only through steptail.storage's read functions and holds it to:
 - every step servable for >= SERVABLE_SECONDS while the collector ran is recorded, exactly
   once, in the incarnation the trainer printed it in ("missed" otherwise);
 - every step not recorded that was servable at some moment while a collector ran lies inside a
-  recorded stream gap of its pod AND a gap finding, or after its incarnation's last recorded
+  recorded stream gap of its pod (by its stamp, or by log order: between the steps recorded
+  either side of it) AND a gap finding, or after its incarnation's last recorded
   step under an unread_tail finding of that incarnation ("lost unflagged" otherwise; "lost unseen":
   gone before any collector could look, and "unread at end": written less than 5 s before the
   collector stopped and still served, are counted, no offence);
@@ -197,10 +198,15 @@ def _judge_run(obs: Observation, store: Store, run: str, truth: list, v: Verdict
         last_recorded[inc] = max(step, last_recorded.get(inc, step))
     gaps = stream_gaps(store, run)
     findings = list_findings(store, run)  # run, kind, incarnation, first_step, last_step, detail, severity, ns
+    def right_of(t) -> list[int]:
+        return [si for si in seen.get((t.incarnation, t.step), [])
+                if mapping.get(si) == t.incarnation and back.get(t.incarnation) == si]
+
+    bridges = _bridging(truth, right_of)
     for t in truth:
         key = (t.incarnation, t.step)
         got = seen.get(key, [])
-        right = [si for si in got if mapping.get(si) == t.incarnation and back.get(t.incarnation) == si]
+        right = right_of(t)
         if len(got) > 1:
             v.offend("duplicated", f"{run}: trainer incarnation {t.incarnation} step {t.step} recorded "
                      f"{len(got)} times (store incarnations {got})")
@@ -219,8 +225,11 @@ def _judge_run(obs: Observation, store: Store, run: str, truth: list, v: Verdict
         if must:
             v.offend("missed", f"{run}: incarnation {t.incarnation} step {t.step} (pod {t.pod}, ts "
                      f"{t.timestamp}) servable >= {SERVABLE_SECONDS:g} s while following, not recorded")
-        in_stream_gap = any(s.startswith(t.pod_uid + "/") and a < _ns(t.timestamp) and (b is None or _ns(t.timestamp) <= b)
-                            for s, a, b, _ in gaps)
+        lo, hi = bridges[id(t)]
+        in_stream_gap = any(s.startswith(t.pod_uid + "/") and (
+            a < _ns(t.timestamp) and (b is None or _ns(t.timestamp) <= b)  # by its stamp
+            or (lo is None or lo <= a) and (hi is None or (b is not None and b <= hi)))  # by log order
+            for s, a, b, _ in gaps)
         target = back.get(t.incarnation)
         in_finding = any(f[1] in GAP_KINDS and f[3] <= t.step <= f[4] and (target is None or f[2] == target)
                          for f in findings) or _in_unread_tail(t.step, target, last_recorded, findings)
@@ -234,6 +243,29 @@ def _judge_run(obs: Observation, store: Store, run: str, truth: list, v: Verdict
     for f in findings:
         if f[6] == "critical" and f[1] not in justified:
             v.offend("false_critical", f"{run}: {f[1]} incarnation {f[2]} steps {f[3]}-{f[4]}: {f[5][:160]}")
+
+
+def _bridging(truth: list, right_of) -> dict[int, tuple[int | None, int | None]]:
+    """For each step (by id): the stamps of the nearest steps recorded before and after it in
+    its pod's log (None: none). A stream gap between them is a hole in the reading where the
+    step was: it flags the step even when a node clock stepped back put its stamp outside the
+    gap's window (the stamps of the lines either side of the hole)."""
+    out: dict[int, tuple[int | None, int | None]] = {}
+    by_pod: dict[str, list] = defaultdict(list)
+    for t in truth:  # in write order
+        by_pod[t.pod_uid].append(t)
+    for steps in by_pod.values():
+        prev: int | None = None
+        for t in steps:
+            out[id(t)] = (prev, None)
+            if right_of(t):
+                prev = _ns(t.timestamp)
+        nxt: int | None = None
+        for t in reversed(steps):
+            out[id(t)] = (out[id(t)][0], nxt)
+            if right_of(t):
+                nxt = _ns(t.timestamp)
+    return out
 
 
 def _in_unread_tail(step: int, target: int | None, last_recorded: dict[int, int], findings: list) -> bool:

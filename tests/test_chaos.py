@@ -112,6 +112,27 @@ def test_the_oracle_sees_rows_deleted_from_a_clean_run(tmp_path):
     assert not broken.ok
     assert broken.counts["lost_unflagged"] == 3 and broken.counts["recorded"] == clean.counts["recorded"] - 3
 
+    # flagged by a gap finding and a stream gap between the steps recorded either side of them
+    # (a hole in the reading), the window not holding their stamps (a clock stepped back)
+    store = open_store(db)
+    try:
+        with store.engine.begin() as c:
+            (run, uid, lo, hi), = c.execute(sa.text(
+                "SELECT run, (SELECT stream FROM cursors LIMIT 1), (SELECT ts_ns FROM loss_parts WHERE step = 2), "
+                "(SELECT ts_ns FROM loss_parts WHERE step = 6) FROM loss_parts LIMIT 1")).all()
+            c.execute(sa.text("INSERT INTO findings (run, kind, incarnation, first_step, last_step, detail, "
+                              "severity, detected_ns) VALUES (:r, 'gap', 1, 3, 5, 'steps 3-5', 'warning', 1)"),
+                      {"r": run})
+            insert_gap = sa.text("INSERT INTO stream_gaps (run, stream, start_ns, end_ns, reason, detected_ns) "
+                                 "VALUES (:r, :s, :a, :b, 'hole', 1)")
+            c.execute(insert_gap, {"r": run, "s": uid, "a": hi + 1, "b": hi + 2})  # after the next step: not it
+            assert judge(obs, store).counts["lost_unflagged"] == 3
+            c.execute(insert_gap, {"r": run, "s": uid, "a": lo + 1, "b": lo + 2})  # holds none of their stamps
+        flagged = judge(obs, store)
+    finally:
+        store.dispose()
+    assert flagged.counts["lost_unflagged"] == 0 and flagged.counts["lost_flagged"] == 3, flagged.line()
+
 
 # ---- seeds against the follower, both stores
 def _seed_params():

@@ -258,3 +258,32 @@ def test_a_re_read_past_what_the_cursor_remembers_is_flagged_never_silent():
         assert [r[2] for r in batch.loss_parts] == list(range(25, 41)), case  # no step lost, none twice
         flags = [f for f in batch.flags if f[1] == "clock_jump"]
         assert len(flags) == (case == "cut short") == model.counters.flagged, case
+
+
+def test_a_re_read_after_a_rotation_and_a_clock_stepped_back_opens_both_windows():
+    """The file rotated between reads, 20 s ago, and the node clock stepped back 15 s meanwhile:
+    the re-read's first line is new yet stamped before the mark. The lines lost lie after the
+    mark (written before the step) or, by at most those 20 s, before that first line (after
+    it): a stream gap for each window."""
+    import time
+
+    from steptail.collector.follower import _Overlap
+
+    lines = log(60, stepped(30, 15 * S))
+    at = next(i for i, ln in enumerate(lines) if b"LOSS-PARTS step=25 " in ln)
+    model = RunModel("r")
+    for line in lines[:at]:
+        model.feed(line, stream=KEY)
+    model.take()
+    cursor = model.cursors[KEY]
+    mark = cursor.hwm_ns
+    cursor.read_at_ns = time.time_ns() - 20 * S  # the last line was read 20 s ago
+    cursor.new_read()
+    since = floor_second(cursor.since_ns)
+    first = next(ln for ln in lines if b"LOSS-PARTS step=36 " in ln)  # steps 25-35 rotated away
+    assert since <= line_ts(first) < mark
+    gaps = _Overlap(cursor.since_ns, None, cursor).see(line_ts(first), first)
+    assert len(gaps) == 2 and gaps[0][0] == mark and gaps[1][1] == line_ts(first)
+    assert all("clock stepped back" in g[2] for g in gaps)
+    lost = [line_ts(ln) for ln in lines if any(b"step=%d " % n in ln for n in range(25, 36))]
+    assert len(lost) == 22 and all(any(a < ts <= b for a, b, _ in gaps) for ts in lost)

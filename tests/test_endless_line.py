@@ -64,7 +64,7 @@ def test_a_line_with_no_end_is_bounded_skipped_and_flagged(make_simcluster, tmp_
     finally:
         stop.set()
         sampler.join(5)
-    # kubectl was killed near the limit (checked twice a second), far below what the line costs
+    # kubectl was killed near the limit (looked at every 0.1 s), far below what the line costs
     assert 0 < peak[0] < 2 * LIMIT, peak[0] / MiB
 
     with sim.lock:

@@ -2,7 +2,8 @@
 the process-0 log rotated (also after a JobSet restart), and `ingest` of a saved log that starts
 mid-way, record a head_gap finding that says what is known, count it in the missing-steps
 metric, and say which rules could not be checked for want of the head (the step-1 CE gate, the
-load-balance rule); `check` exits 1. A run mid-resume with its restore line read is not flagged,
+load-balance rule); `check` exits 1. A first line stamped before what it follows (a node clock
+stepped back) still opens the stream gap, in two windows. A run mid-resume with its restore line read is not flagged,
 and a collector restart neither repeats nor re-counts the finding. SQLite and PostgreSQL; the
 real kubectl against the simulated cluster."""
 
@@ -24,9 +25,9 @@ from steptail.collector.supervisor import Plan, Supervisor
 from steptail.storage.db import open_store
 
 try:
-    from test_follow_support import gaps, recorded, rows, scenario
+    from test_follow_support import gaps, in_gap, recorded, rows, scenario
 except ImportError:  # tests/ imported as a package
-    from tests.test_follow_support import gaps, recorded, rows, scenario
+    from tests.test_follow_support import gaps, in_gap, recorded, rows, scenario
 
 pytestmark = pytest.mark.timeout(180)
 CP4_LB = {"steps": 160, "checkpoint_period": 50, "context_parallelism": 4, "load_balance": True}
@@ -140,6 +141,44 @@ def test_follow_started_after_a_restart_whose_head_rotated_away(make_simcluster,
     assert ("step1_ce_gate", 1, 1, 1) in found  # cp unknown: its config line was never read
     assert _missing_metric(metrics) == 75
     assert _check(db_url).exit_code == 1
+
+
+def test_follow_started_after_a_rotation_past_a_clock_stepped_back(make_simcluster, db_url):
+    """The node clock stepped back an hour at step 30, the log rotated at step 40: the first
+    step read is stamped before its container started. Each step lost lies in a stream gap (one
+    window per side of the step), under the head finding."""
+    sim = _sim(make_simcluster, {"action": "clock_step", "at_step": 30, "seconds": -3601},
+               {"action": "rotate", "at_step": 40})
+    _wait_rotated_and_gone(sim, 60)
+    _follow(sim, db_url)
+
+    assert sorted(recorded(db_url, "r")) == [(1, s) for s in range(41, 161)]
+    g = gaps(db_url, "r")
+    assert len(g) == 2 and all("the node clock stepped back" in reason for *_, reason in g), g
+    lost = [t for t in sim.truth() if t.step <= 40]
+    assert len(lost) == 40 and all(in_gap(t, g) for t in lost)
+    assert ("head_gap", 1, 1, 40) in _findings(db_url)
+
+
+@pytest.mark.parametrize("back", [-10, -3601])
+def test_a_re_read_after_an_outage_a_clock_step_back_and_a_rotation(make_simcluster, db_url, back):
+    """Not the head, the same blind spot: the stream broke, log reads failed six times, the
+    node clock stepped back and the log rotated before the re-read. Its first line is new yet
+    stamped before the last line read: each step lost lies in one of two stream gaps (either
+    side of the step) and in a gap finding; every later step is recorded."""
+    sim = _sim(make_simcluster, {"action": "fail_next", "at_step": 39, "code": 503, "n": 6, "path": None},
+               {"action": "eof_streams", "at_step": 39}, {"action": "clock_step", "at_step": 41, "seconds": back},
+               {"action": "rotate", "at_step": 43})
+    _follow(sim, db_url)
+
+    got = set(recorded(db_url, "r"))
+    lost = [t for t in sim.truth() if (t.incarnation, t.step) not in got]
+    assert lost and all(t.step > 39 for t in lost) and max(t.step for t in lost) < 50
+    assert len(got) == 160 - len(lost)
+    g = gaps(db_url, "r")
+    assert len(g) == 2 and all("the node clock stepped back" in reason for *_, reason in g), g
+    assert all(in_gap(t, g) for t in lost)
+    assert ("gap", 1, min(t.step for t in lost), max(t.step for t in lost)) in _findings(db_url)
 
 
 def test_follow_started_mid_resume_with_its_restore_line_read_is_clean(make_simcluster, tmp_path):
