@@ -330,7 +330,7 @@ class RunFollower:
         last_line = time.monotonic()
         # a first read of the stream: nothing to compare its first line with, so the pod is
         # asked once whether the container is still the one the stream was opened for
-        unverified = self._since(key) is None
+        unverified = self._mark_since(key) is None
         watchdog = Watchdog(self.pace, self.cfg.silence)
         probe: asyncio.Task | None = None
         try:
@@ -598,6 +598,11 @@ class RunFollower:
         cursor.new_read()
         return cursor.since_ns
 
+    def _mark_since(self, key: str) -> int | None:
+        """Where a re-read of `key` would start (no read begins: the cursor is not told)."""
+        cursor = self.model.cursors.get(key)
+        return cursor.since_ns if cursor is not None else None
+
     def _read_since(self, key: str) -> tuple[int | None, bool]:
         """Where a read of the stream starts: the cursor, or past a line with no end (True)."""
         since, skip = self._since(key), self._skip.get(key)
@@ -676,7 +681,7 @@ class RunFollower:
             fresh = await self._fresh(pod)
             if fresh is None:  # the pod is gone: what it held after our last line is lost
                 self.gone.add(pod.uid)
-                self._unread_tail(key, pod.name, self._since(key), _upper(pod.finished_ns),
+                self._unread_tail(key, pod.name, self._since(key), _upper(pod.finished_ns),  # the read ends
                                   f"pod {pod.name} deleted before its log was read to the end ({reason})")
                 self.known.pop(pod.uid, None)
                 return
