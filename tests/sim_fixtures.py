@@ -1,5 +1,5 @@
 """Pytest fixtures for the simulated cluster. Use from a test module or conftest with
-`from tests.sim_fixtures import simcluster, make_simcluster  # noqa: F401`.
+`from sim_fixtures import simcluster, make_simcluster  # noqa: F401` (tests/ is on pytest's pythonpath).
 
 - ``simcluster``: a running simulator (one 4-host JobSet `olmo3-sft`, 50 steps/s, 300 steps,
   checkpoint every 50, small grace/pending times); stopped after the test.

@@ -16,14 +16,10 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from test_follow_support import follow_sim, recorded, scenario
 
 import steptail
 from steptail.storage.db import open_store
-
-try:
-    from test_follow_support import follow_sim, recorded, scenario
-except ImportError:  # tests/ imported as a package
-    from tests.test_follow_support import follow_sim, recorded, scenario
 
 pytestmark = pytest.mark.timeout(90)
 CLI = [sys.executable, "-c", "from steptail.cli import main; main()"]

@@ -13,6 +13,8 @@ import sys
 
 import pytest
 import sqlalchemy as sa
+from chaos_seeds import FOUND, REGRESSIONS, REPLICATED, SEEDS, SHORT, STILL_FAILING
+from store_fixtures import PG_ADMIN
 
 from steptail.simcluster.chaos import (
     KINDS,
@@ -25,13 +27,6 @@ from steptail.simcluster.chaos_run import run_schedule
 from steptail.simcluster.scenario import Scenario
 from steptail.storage.db import open_store
 from steptail.storage.scratch import scratch_database
-
-try:
-    from chaos_seeds import FOUND, REGRESSIONS, REPLICATED, SEEDS, SHORT, STILL_FAILING
-    from store_fixtures import PG_ADMIN
-except ImportError:  # tests/ imported as a package
-    from tests.chaos_seeds import FOUND, REGRESSIONS, REPLICATED, SEEDS, SHORT, STILL_FAILING
-    from tests.store_fixtures import PG_ADMIN
 
 
 def _judged(schedule: dict, db_url: str, tmp_path, found: str | None = None) -> None:

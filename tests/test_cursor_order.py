@@ -12,6 +12,10 @@ import json
 
 import pytest
 import sqlalchemy as sa
+from test_follow_support import assert_exactly_once, follow_sim, gaps
+from test_follow_support import findings as stored_findings
+from test_follow_support import scenario as follow_scenario
+from test_poison_lines import T0, findings, ingest_file, recorded, rows, write
 
 from steptail.collector.detect import Detectors
 from steptail.collector.sink import RunSink
@@ -20,11 +24,6 @@ from steptail.parsers.fast import line_ts
 from steptail.runs.model import RunModel, floor_second, line_digest
 from steptail.storage.findings import check_run
 from steptail.storage.sql import load_model
-
-try:
-    from test_poison_lines import T0, findings, ingest_file, recorded, rows, write
-except ImportError:
-    from tests.test_poison_lines import T0, findings, ingest_file, recorded, rows, write
 
 KEY = "uid/jax/0"
 S = 10**9
@@ -186,14 +185,6 @@ def test_overlapping_files_and_old_cursor_rows(store, tmp_path):
 
 
 # -- follow against the simulator, real kubectl: stamps going back, streams re-opened --------------------------
-try:
-    from test_follow_support import assert_exactly_once, follow_sim, gaps
-    from test_follow_support import findings as stored_findings
-    from test_follow_support import scenario as follow_scenario
-except ImportError:
-    from tests.test_follow_support import assert_exactly_once, follow_sim, gaps
-    from tests.test_follow_support import findings as stored_findings
-    from tests.test_follow_support import scenario as follow_scenario
 
 EOFS = [{"action": "eof_streams", "at_step": s} for s in (30, 61, 62, 95, 130)]  # re-reads from the mark
 

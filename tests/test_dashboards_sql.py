@@ -11,17 +11,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
+from store_fixtures import PG_ADMIN, ingest_sample, samples_dir
 
 from steptail.dashboards import queries as q
 from steptail.dashboards.macros import Context, MacroError, TimeRange, Variable, expand
 from steptail.dashboards.render import dashboards_json, rules_json
 from steptail.storage.db import open_store
 from steptail.storage.scratch import scratch_database
-
-try:
-    from store_fixtures import PG_ADMIN, ingest_sample, samples_dir
-except ImportError:
-    from tests.store_fixtures import PG_ADMIN, ingest_sample, samples_dir
 
 RUNS = ("clean-300", "resume-gap", "resume-mismatch", "cp4-lb-nan", "resume-from-zero")
 T0 = datetime(2026, 11, 30, 3, 0, tzinfo=UTC)  # the samples run 04:00-05:30 UTC

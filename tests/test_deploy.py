@@ -21,11 +21,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 import yaml
-
-try:
-    from test_follow_support import recorded, scenario
-except ImportError:  # tests/ imported as a package
-    from tests.test_follow_support import recorded, scenario
+from test_follow_support import recorded, scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"

@@ -8,14 +8,10 @@ Real kubectl against the simulated cluster, checked against the simulator's trut
 from __future__ import annotations
 
 import pytest
+from test_follow_support import assert_exactly_once, findings, follow_sim, scenario
 
 from steptail.collector.discovery import BACKOFF_MAX
 from steptail.collector.health import Backoff
-
-try:
-    from test_follow_support import assert_exactly_once, findings, follow_sim, scenario
-except ImportError:  # tests/ imported as a package
-    from tests.test_follow_support import assert_exactly_once, findings, follow_sim, scenario
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -14,14 +14,10 @@ import threading
 
 import psutil
 import pytest
+from test_follow_support import findings, follow_sim, gaps, in_gap, recorded, scenario
 
 from steptail.collector.kubectl import rss_bytes
 from steptail.collector.metrics import Metrics
-
-try:
-    from test_follow_support import findings, follow_sim, gaps, in_gap, recorded, scenario
-except ImportError:  # tests/ imported as a package
-    from tests.test_follow_support import findings, follow_sim, gaps, in_gap, recorded, scenario
 
 pytestmark = pytest.mark.timeout(150)
 MiB = 1 << 20

@@ -13,19 +13,9 @@ import sys
 import time
 
 import pytest
+from test_follow_support import assert_exactly_once, findings, follow_sim, recorded, scenario
 
 from steptail.runs.findings import Settings
-
-try:
-    from test_follow_support import assert_exactly_once, findings, follow_sim, recorded, scenario
-except ImportError:  # tests/ imported as a package
-    from tests.test_follow_support import (
-        assert_exactly_once,
-        findings,
-        follow_sim,
-        recorded,
-        scenario,
-    )
 
 pytestmark = pytest.mark.timeout(150)
 CLI = [sys.executable, "-c", "from steptail.cli import main; main()"]

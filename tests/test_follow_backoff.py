@@ -9,13 +9,9 @@ from __future__ import annotations
 import logging
 
 import pytest
+from test_follow_support import assert_exactly_once, follow_sim, gaps, scenario
 
 from steptail.collector.health import Health
-
-try:
-    from test_follow_support import assert_exactly_once, follow_sim, gaps, scenario
-except ImportError:  # tests/ imported as a package
-    from tests.test_follow_support import assert_exactly_once, follow_sim, gaps, scenario
 
 pytestmark = pytest.mark.timeout(120)
 

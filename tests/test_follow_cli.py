@@ -11,11 +11,7 @@ import time
 
 import pytest
 import sqlalchemy as sa
-
-try:
-    from test_follow_support import assert_exactly_once, kubectl_procs, recorded, scenario
-except ImportError:  # tests/ imported as a package
-    from tests.test_follow_support import assert_exactly_once, kubectl_procs, recorded, scenario
+from test_follow_support import assert_exactly_once, kubectl_procs, recorded, scenario
 
 pytestmark = pytest.mark.timeout(120)
 CLI = [sys.executable, "-c", "from steptail.cli import main; main()"]

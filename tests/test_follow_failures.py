@@ -19,11 +19,7 @@ import aiohttp
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
-
-try:
-    from test_follow_support import assert_exactly_once, findings, recorded, scenario
-except ImportError:  # tests/ imported as a package
-    from tests.test_follow_support import assert_exactly_once, findings, recorded, scenario
+from test_follow_support import assert_exactly_once, findings, recorded, scenario
 
 from steptail.collector.follower import FollowConfig
 from steptail.collector.kubectl import KubeTarget

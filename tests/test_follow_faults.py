@@ -5,25 +5,14 @@ against the simulated cluster, compared with the simulator's ground truth."""
 from __future__ import annotations
 
 import pytest
-
-try:
-    from test_follow_support import (
-        assert_exactly_once,
-        findings,
-        follow_sim,
-        kubectl_procs,
-        reconnects,
-        scenario,
-    )
-except ImportError:  # tests/ imported as a package
-    from tests.test_follow_support import (
-        assert_exactly_once,
-        findings,
-        follow_sim,
-        kubectl_procs,
-        reconnects,
-        scenario,
-    )
+from test_follow_support import (
+    assert_exactly_once,
+    findings,
+    follow_sim,
+    kubectl_procs,
+    reconnects,
+    scenario,
+)
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -5,20 +5,10 @@ quiet is left alone (no reconnect storm, no false stream gap)."""
 from __future__ import annotations
 
 import pytest
+from test_follow_support import assert_exactly_once, findings, follow_sim, reconnects, scenario
 
 from steptail.collector.follower import FollowConfig
 from steptail.collector.watchdog import FLOOR, Pace, Watchdog
-
-try:
-    from test_follow_support import assert_exactly_once, findings, follow_sim, reconnects, scenario
-except ImportError:  # tests/ imported as a package
-    from tests.test_follow_support import (
-        assert_exactly_once,
-        findings,
-        follow_sim,
-        reconnects,
-        scenario,
-    )
 
 LINES_PER_STEP = 6.7  # the simulated trainer's process 0 writes ~6-7 lines per step
 DEFAULT_SILENCE = FollowConfig().silence

@@ -5,11 +5,7 @@ is stored once, later commits are not blocked, and no false incarnation is opene
 from __future__ import annotations
 
 import pytest
-
-try:
-    from test_follow_support import assert_exactly_once, findings, follow_sim, rows, scenario
-except ImportError:  # tests/ imported as a package
-    from tests.test_follow_support import assert_exactly_once, findings, follow_sim, rows, scenario
+from test_follow_support import assert_exactly_once, findings, follow_sim, rows, scenario
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -10,11 +10,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-
-try:
-    from test_follow_support import assert_exactly_once, follow_sim, rows, scenario
-except ImportError:  # tests/ imported as a package
-    from tests.test_follow_support import assert_exactly_once, follow_sim, rows, scenario
+from test_follow_support import assert_exactly_once, follow_sim, rows, scenario
 
 pytestmark = pytest.mark.timeout(120)
 

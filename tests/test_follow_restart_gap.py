@@ -8,30 +8,19 @@ import asyncio
 import time
 
 import pytest
+from test_follow_support import (
+    assert_exactly_once,
+    findings,
+    follow_sim,
+    gaps,
+    recorded,
+    scenario,
+)
 
 from steptail.collector.follower import FollowConfig
 from steptail.collector.kubectl import KubeTarget
 from steptail.collector.supervisor import Plan, Supervisor
 from steptail.storage.db import open_store
-
-try:
-    from test_follow_support import (
-        assert_exactly_once,
-        findings,
-        follow_sim,
-        gaps,
-        recorded,
-        scenario,
-    )
-except ImportError:  # tests/ imported as a package
-    from tests.test_follow_support import (
-        assert_exactly_once,
-        findings,
-        follow_sim,
-        gaps,
-        recorded,
-        scenario,
-    )
 
 pytestmark = pytest.mark.timeout(120)
 

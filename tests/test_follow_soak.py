@@ -5,11 +5,7 @@ Per run: every written step recorded exactly once or inside a recorded stream ga
 from __future__ import annotations
 
 import pytest
-
-try:
-    from test_follow_support import FAST, assert_exactly_once, follow_sim, kubectl_procs
-except ImportError:  # tests/ imported as a package
-    from tests.test_follow_support import FAST, assert_exactly_once, follow_sim, kubectl_procs
+from test_follow_support import FAST, assert_exactly_once, follow_sim, kubectl_procs
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -9,17 +9,13 @@ import time
 
 import psutil
 import sqlalchemy as sa
+from sim_fixtures import FAST as SIM_FAST
 
 from steptail.collector.follower import FollowConfig
 from steptail.collector.kubectl import KubeTarget
 from steptail.collector.supervisor import Plan, Supervisor
 from steptail.parsers.timestamps import parse_rfc3339
 from steptail.storage.db import open_store
-
-try:
-    from sim_fixtures import FAST as SIM_FAST
-except ImportError:  # tests/ imported as a package
-    from tests.sim_fixtures import FAST as SIM_FAST
 
 # The simulator's fast scenario, smaller: fault tests need 160 steps on 2 hosts.
 FAST = {**SIM_FAST, "jobsets": [{"name": "olmo3-sft", "hosts": 2, "trainer": {"steps": 160, "checkpoint_period": 50}}]}

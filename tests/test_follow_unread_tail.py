@@ -8,13 +8,9 @@ Real kubectl against the simulated cluster, checked against the simulator's trut
 from __future__ import annotations
 
 import pytest
+from test_follow_support import assert_exactly_once, follow_sim, rows, scenario
 
 from steptail.runs.findings import NO_STEP
-
-try:
-    from test_follow_support import assert_exactly_once, follow_sim, rows, scenario
-except ImportError:  # tests/ imported as a package
-    from tests.test_follow_support import assert_exactly_once, follow_sim, rows, scenario
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -12,14 +12,10 @@ import threading
 import time
 
 import pytest
+from test_follow_support import assert_exactly_once, findings, follow_sim, scenario
 
 from steptail.collector.follower import readable
 from steptail.collector.metrics import Metrics
-
-try:
-    from test_follow_support import assert_exactly_once, findings, follow_sim, scenario
-except ImportError:  # tests/ imported as a package
-    from tests.test_follow_support import assert_exactly_once, findings, follow_sim, scenario
 
 pytestmark = pytest.mark.timeout(120)
 

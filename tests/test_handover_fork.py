@@ -17,6 +17,7 @@ import threading
 
 import pytest
 import sqlalchemy as sa
+from store_fixtures import PG_ADMIN, samples_dir
 
 from steptail.collector.detect import Detectors
 from steptail.collector.sink import RunSink
@@ -25,11 +26,6 @@ from steptail.storage.db import open_store
 from steptail.storage.replicas import NotOwner, fence, take_over
 from steptail.storage.scratch import scratch_database
 from steptail.storage.sql import SqlSink, load_model
-
-try:
-    from store_fixtures import PG_ADMIN, samples_dir
-except ImportError:  # tests/ imported as a package
-    from tests.store_fixtures import PG_ADMIN, samples_dir
 
 RUN, JOBSET, NS, STREAM = "fork", "fork", "default", "0000aaaa-0000/jax-tpu/0"
 

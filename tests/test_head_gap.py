@@ -15,6 +15,7 @@ import time
 
 import pytest
 from click.testing import CliRunner
+from test_follow_support import gaps, in_gap, recorded, rows, scenario
 
 from steptail.cli import main
 from steptail.collector.alerts import Alerter
@@ -23,11 +24,6 @@ from steptail.collector.kubectl import KubeTarget
 from steptail.collector.metrics import Metrics
 from steptail.collector.supervisor import Plan, Supervisor
 from steptail.storage.db import open_store
-
-try:
-    from test_follow_support import gaps, in_gap, recorded, rows, scenario
-except ImportError:  # tests/ imported as a package
-    from tests.test_follow_support import gaps, in_gap, recorded, rows, scenario
 
 pytestmark = pytest.mark.timeout(180)
 CP4_LB = {"steps": 160, "checkpoint_period": 50, "context_parallelism": 4, "load_balance": True}

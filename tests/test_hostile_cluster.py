@@ -15,13 +15,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+from test_follow_support import FAST, assert_exactly_once, rows
 
 from steptail.storage.paths import UnsafePath, inside, relative_inside
-
-try:
-    from test_follow_support import FAST, assert_exactly_once, rows
-except ImportError:  # tests/ imported as a package
-    from tests.test_follow_support import FAST, assert_exactly_once, rows
 
 pytestmark = pytest.mark.timeout(240)
 CLI = [sys.executable, "-c", "from steptail.cli import main; main()"]

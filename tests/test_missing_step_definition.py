@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 import sqlalchemy as sa
+from store_fixtures import PG_ADMIN, ingest_sample, samples_dir
 
 from steptail.api import Steptail
 from steptail.collector.files import open_source
@@ -21,11 +22,6 @@ from steptail.storage.export import export_run
 from steptail.storage.findings import check_run
 from steptail.storage.reads import step_gaps
 from steptail.storage.scratch import scratch_database
-
-try:
-    from store_fixtures import PG_ADMIN, ingest_sample, samples_dir
-except ImportError:
-    from tests.store_fixtures import PG_ADMIN, ingest_sample, samples_dir
 
 SAMPLES = ("clean-300", "resume-gap", "resume-mismatch", "resume-from-zero", "cp4-lb-nan")
 START = "max_utils.py:273] Attempting to initialize the jax distributed system..."

@@ -13,6 +13,20 @@ import re
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_follow_support import assert_exactly_once, follow_sim, scenario
+from test_follow_support import findings as follow_findings
+from test_follow_support import rows as follow_rows
+from test_poison_lines import (
+    STEPS,
+    T0,
+    all_good,
+    follow_lines,
+    good_log,
+    ingest_file,
+    recorded,
+    stamp,
+    write,
+)
 
 from steptail.parsers import (
     Checkpoint,
@@ -28,40 +42,6 @@ from steptail.parsers import numbers as N
 from steptail.parsers.fast import parse_fast
 from steptail.runs.model import RunModel
 from steptail.storage.findings import check_run, sync_findings
-
-try:
-    from test_poison_lines import (
-        STEPS,
-        T0,
-        all_good,
-        follow_lines,
-        good_log,
-        ingest_file,
-        recorded,
-        stamp,
-        write,
-    )
-except ImportError:  # tests/ imported as a package
-    from tests.test_poison_lines import (
-        STEPS,
-        T0,
-        all_good,
-        follow_lines,
-        good_log,
-        ingest_file,
-        recorded,
-        stamp,
-        write,
-    )
-
-try:
-    from test_follow_support import assert_exactly_once, follow_sim, scenario
-    from test_follow_support import findings as follow_findings
-    from test_follow_support import rows as follow_rows
-except ImportError:  # tests/ imported as a package
-    from tests.test_follow_support import assert_exactly_once, follow_sim, scenario
-    from tests.test_follow_support import findings as follow_findings
-    from tests.test_follow_support import rows as follow_rows
 
 native = B._native
 

@@ -9,16 +9,11 @@ both stores."""
 from __future__ import annotations
 
 import pytest
+from test_cursor_order import KEY, S, follow, log
+from test_poison_lines import T0, findings, ingest_file, quarantined, rows, write
 
 from steptail.runs.model import RunModel
 from steptail.storage.findings import check_run
-
-try:
-    from test_cursor_order import KEY, S, follow, log
-    from test_poison_lines import T0, findings, ingest_file, quarantined, rows, write
-except ImportError:
-    from tests.test_cursor_order import KEY, S, follow, log
-    from tests.test_poison_lines import T0, findings, ingest_file, quarantined, rows, write
 
 ODD = b"I1130 train_sft.py:301] LOSS-PARTS step=50 ce=9.000000 z_loss=1.2e-04 weights=1048576"
 CLOCK = lambda n, k: T0 + n * S + k * 1000  # noqa: E731

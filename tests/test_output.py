@@ -16,11 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-try:
-    from test_follow_support import recorded, scenario
-except ImportError:  # tests/ imported as a package
-    from tests.test_follow_support import recorded, scenario
+from test_follow_support import recorded, scenario
 
 pytestmark = pytest.mark.timeout(180)
 STEPTAIL = str(Path(sys.executable).with_name("steptail"))

@@ -405,12 +405,9 @@ def test_compact_cli(parted, tmp_path):
 def test_a_followed_run_is_compacted_at_the_end_with_the_same_rows(make_simcluster, tmp_path, monkeypatch):
     """follow --until-done: parts flushed every 2 s, then compacted when it stops; pandas and
     DuckDB read the same rows before (seen from inside the shutdown hook) and after."""
-    from steptail.collector.sink import RunSink
+    from test_follow_support import follow_sim, scenario
 
-    try:
-        from test_follow_support import follow_sim, scenario
-    except ImportError:  # tests/ imported as a package
-        from tests.test_follow_support import follow_sim, scenario
+    from steptail.collector.sink import RunSink
 
     db, out = str(tmp_path / "f.db"), tmp_path / "pq"
     seen = {}

@@ -19,15 +19,11 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from test_follow_support import follow_sim, recorded, rows, scenario
 
 from steptail.parsers.fast import line_ts
 from steptail.storage.db import open_store
 from steptail.storage.raw import RawLog, read_members, read_segment, scan
-
-try:
-    from test_follow_support import follow_sim, recorded, rows, scenario
-except ImportError:  # tests/ imported as a package
-    from tests.test_follow_support import follow_sim, recorded, rows, scenario
 
 pytestmark = pytest.mark.timeout(150)
 CLI = [sys.executable, "-c", "from steptail.cli import main; main()"]

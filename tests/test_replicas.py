@@ -17,17 +17,12 @@ import time
 from pathlib import Path
 
 import pytest
+from store_fixtures import PG_ADMIN
+from test_follow_support import assert_exactly_once, gaps, recorded, rows
 
 from steptail.collector.ownership import GRACE, Moves, fair_share, plan_moves
 from steptail.storage.replicas import Replica, SqliteFollowLock, Survey, run_key
 from steptail.storage.scratch import scratch_database
-
-try:
-    from store_fixtures import PG_ADMIN
-    from test_follow_support import assert_exactly_once, gaps, recorded, rows
-except ImportError:  # tests/ imported as a package
-    from tests.store_fixtures import PG_ADMIN
-    from tests.test_follow_support import assert_exactly_once, gaps, recorded, rows
 
 JOBSETS = 12
 STEPS = 400

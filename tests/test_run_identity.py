@@ -13,15 +13,11 @@ import sys
 
 import pytest
 import sqlalchemy as sa
+from test_follow_support import FAST, assert_exactly_once, rows
 
 from steptail.storage.db import SCHEMA_HEAD, open_store
 from steptail.storage.sources import FILES, SourceConflict, check_runs, kubernetes_source
 from steptail.storage.sql import SqlSink
-
-try:
-    from test_follow_support import FAST, assert_exactly_once, rows
-except ImportError:  # tests/ imported as a package
-    from tests.test_follow_support import FAST, assert_exactly_once, rows
 
 pytestmark = pytest.mark.timeout(120)
 CLI = [sys.executable, "-c", "from steptail.cli import main; main()"]

@@ -21,16 +21,12 @@ import pytest
 import sqlalchemy as sa
 import yarl
 from aiohttp import web
+from test_serve import running
 
 from steptail.collector.files import open_source
 from steptail.collector.ingest import ingest
 from steptail.collector.kubectl import KubeTarget
 from steptail.storage.export import ExportError, export_run
-
-try:
-    from test_serve import running
-except ImportError:  # tests/ imported as a package
-    from tests.test_serve import running
 
 pytestmark = pytest.mark.timeout(120)
 ROOT = Path(__file__).resolve().parent.parent

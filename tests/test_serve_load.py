@@ -19,11 +19,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-
-try:
-    from test_poison_lines import ingest_file, startup, step_lines, write
-except ImportError:  # tests/ imported as a package
-    from tests.test_poison_lines import ingest_file, startup, step_lines, write
+from test_poison_lines import ingest_file, startup, step_lines, write
 
 from steptail.storage.db import open_store
 

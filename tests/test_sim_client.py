@@ -103,10 +103,7 @@ def test_watch_sees_jobset_restart(make_simcluster, monkeypatch):
 
 
 def test_cli_with_scenario_file(tmp_path):
-    try:
-        from sim_fixtures import simcluster_subprocess
-    except ImportError:
-        from tests.sim_fixtures import simcluster_subprocess
+    from sim_fixtures import simcluster_subprocess
     scen = tmp_path / "scenario.yaml"
     scen.write_text(yaml.safe_dump({
         "namespace": "train", "rate": 50,

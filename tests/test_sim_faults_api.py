@@ -11,11 +11,7 @@ import pytest
 import urllib3
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
-
-try:
-    from test_sim_kubectl import LOSS, Follower, kubectl, wait_running
-except ImportError:
-    from tests.test_sim_kubectl import LOSS, Follower, kubectl, wait_running
+from test_sim_kubectl import LOSS, Follower, kubectl, wait_running
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -11,13 +11,9 @@ import uuid
 import psycopg
 import pytest
 import sqlalchemy as sa
+from store_fixtures import PG_ADMIN
 
 from steptail.simcluster.dbproxy import DbProxy
-
-try:
-    from store_fixtures import PG_ADMIN
-except ImportError:
-    from tests.store_fixtures import PG_ADMIN
 
 pytestmark = pytest.mark.timeout(60)
 

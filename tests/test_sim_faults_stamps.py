@@ -9,13 +9,9 @@ from datetime import UTC, datetime
 from itertools import pairwise
 
 import pytest
+from test_sim_kubectl import TS, kubectl
 
 from steptail.simcluster.kube import parse_rfc3339_ns, rfc3339
-
-try:
-    from test_sim_kubectl import TS, kubectl
-except ImportError:
-    from tests.test_sim_kubectl import TS, kubectl
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -10,14 +10,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_sim_kubectl import LOSS, kubectl, wait_running
 
 from steptail.simcluster.cluster import SimCluster
 from steptail.simcluster.dbproxy import DbProxy
-
-try:
-    from test_sim_kubectl import LOSS, kubectl, wait_running
-except ImportError:
-    from tests.test_sim_kubectl import LOSS, kubectl, wait_running
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -10,13 +10,9 @@ import threading
 import time
 
 import pytest
+from sim_fixtures import FAST
 
 from steptail.simcluster.kube import parse_rfc3339_ns
-
-try:
-    from sim_fixtures import FAST
-except ImportError:
-    from tests.sim_fixtures import FAST
 
 pytestmark = pytest.mark.timeout(60)
 

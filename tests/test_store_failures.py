@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from store_fixtures import PG_ADMIN
 
 from steptail.collector.detect import Detectors
 from steptail.collector.sink import RunSink
@@ -27,11 +28,6 @@ from steptail.runs.model import RunModel
 from steptail.simcluster.trainer import Trainer
 from steptail.storage.db import SCHEMA_HEAD, StoreError, open_store
 from steptail.storage.parquet import ParquetError, ParquetSink, read_table
-
-try:
-    from store_fixtures import PG_ADMIN
-except ImportError:  # tests/ imported as a package
-    from tests.store_fixtures import PG_ADMIN
 
 STEPTAIL = str(Path(sys.executable).with_name("steptail"))
 

@@ -13,6 +13,8 @@ import logging
 import time
 
 import pytest
+from store_fixtures import PG_ADMIN
+from test_follow_support import findings, gaps, recorded
 
 from steptail.collector.follower import FollowConfig
 from steptail.collector.kubectl import KubeTarget
@@ -22,13 +24,6 @@ from steptail.collector.view import summary
 from steptail.simcluster.dbproxy import DbProxy
 from steptail.storage.db import open_store
 from steptail.storage.scratch import scratch_database
-
-try:
-    from store_fixtures import PG_ADMIN
-    from test_follow_support import findings, gaps, recorded
-except ImportError:  # tests/ imported as a package
-    from tests.store_fixtures import PG_ADMIN
-    from tests.test_follow_support import findings, gaps, recorded
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -157,15 +152,12 @@ async def test_rows_buffered_through_an_outage_are_not_committed_when_another_re
     the run over (epoch 2) and commits steps 6-8 itself. When the store is back, A's fence
     refuses its buffered rows: nothing of A's lands, A is told (on_lost), its buffer is
     dropped — B goes on from its own commit (it re-reads from the pod what it has not)."""
+    from test_handover_fork import STREAM, log_lines
+
     from steptail.collector.detect import Detectors
     from steptail.collector.sink import RunSink
     from steptail.collector.supervisor import _claim_and_load
     from steptail.storage.replicas import NotOwner, fence
-
-    try:
-        from test_handover_fork import STREAM, log_lines
-    except ImportError:  # tests/ imported as a package
-        from tests.test_handover_fork import STREAM, log_lines
 
     lines = log_lines()
     upto = {s: next(i for i, ln in enumerate(lines) if f"LOSS-PARTS step={s} ".encode() in ln) + 1
