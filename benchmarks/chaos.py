@@ -8,6 +8,7 @@ time from a fault's end to rows flowing again — and the failing seeds.
 
     .venv/bin/python benchmarks/chaos.py --seeds 200 [--replicas 2] [--json]
     .venv/bin/python benchmarks/chaos.py --seeds 10 --duration 30 --first 1000
+    .venv/bin/python benchmarks/chaos.py --seeds 200 --duration 20 --jobs 2 --json
 
 SQLite by default; with --replicas (or --pg) a scratch database on PostgreSQL per seed.
 """
@@ -20,6 +21,8 @@ import os
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,7 +36,8 @@ from steptail.storage.scratch import scratch_database  # noqa: E402
 PG_ADMIN = os.environ.get("STEPTAIL_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 
 
-def one_seed(seed: int, args, work: Path, echo):
+def one_seed(seed: int, args, work: Path):
+    echo = (lambda s: print(s, file=sys.stderr, flush=True)) if args.json else (lambda s: print(s, flush=True))
     schedule = draw_schedule(seed, duration=args.duration, rates=(args.min_rate, args.max_rate),
                              jobsets=(1, args.max_jobsets), replicas=args.replicas,
                              faults_per_second=args.faults_per_second)
@@ -63,14 +67,19 @@ def main() -> None:
     ap.add_argument("--max-rate", type=float, default=50.0, help="lines/s, high end")
     ap.add_argument("--max-jobsets", type=int, default=12)
     ap.add_argument("--faults-per-second", type=float, default=0.15)
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="seeds at once, each in its own process (a simulator and followers each: "
+                         "more than the cores starves them and skews the verdicts)")
     ap.add_argument("--json", action="store_true", help="one JSON object (verdicts and the table) on stdout")
     args = ap.parse_args()
-    echo = (lambda s: print(s, file=sys.stderr)) if args.json else print
-    verdicts = []
     t0 = time.time()
+    seeds = range(args.first, args.first + args.seeds)
     with tempfile.TemporaryDirectory(prefix="steptail-chaos-") as d:
-        for seed in range(args.first, args.first + args.seeds):
-            verdicts.append(one_seed(seed, args, Path(d), echo))
+        if args.jobs > 1:
+            with ProcessPoolExecutor(args.jobs) as pool:
+                verdicts = list(pool.map(partial(one_seed, args=args, work=Path(d)), seeds))
+        else:
+            verdicts = [one_seed(seed, args, Path(d)) for seed in seeds]
     total = summarize(verdicts)
     total["wall_s"] = round(time.time() - t0, 1)
     if args.json:
