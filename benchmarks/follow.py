@@ -37,10 +37,10 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from steptail.collector.follower import FollowConfig  # noqa: E402
-from steptail.collector.kubectl import KubeTarget  # noqa: E402
-from steptail.collector.sink import RunSink  # noqa: E402
-from steptail.collector.supervisor import Plan, Supervisor  # noqa: E402
+from steptail.collector.cluster.kubectl import KubeTarget  # noqa: E402
+from steptail.collector.live.follower import FollowConfig  # noqa: E402
+from steptail.collector.live.sink import RunSink  # noqa: E402
+from steptail.collector.live.supervisor import Plan, Supervisor  # noqa: E402
 from steptail.runs.rows import COLUMNS, LOSS_PARTS  # noqa: E402
 from steptail.simcluster.cluster import SimCluster  # noqa: E402
 from steptail.storage.db import open_store  # noqa: E402

@@ -1,4 +1,4 @@
-"""Prometheus alert rules as code, from the metrics `follow` exports (steptail.collector.metrics),
+"""Prometheus alert rules as code, from the metrics `follow` exports (steptail.collector.notify.metrics),
 beside the Grafana ones (dashboards.alerts, which read SQL): missing steps, a stalled run, a
 follower or discovery down, no collector scraped at all, an auth failure.
 

@@ -61,7 +61,7 @@ STEP_JUMP_FACTOR = 1000
 STEP_JUMP_MIN = 10**6
 JUMPS_KEPT = 256  # digests of clock-jumped lines a cursor remembers; beyond, such lines are bad
 JUMPED = "clock:"  # prefix of those digests where the cursor is saved (cursors.at_hwm)
-# A followed pod's stream key (collector.follower.stream_key): pod uid/container/restart count.
+# A followed pod's stream key (collector.live.follower.stream_key): pod uid/container/restart count.
 # Two such keys are two container instances, so two starts of the trainer.
 POD_STREAM = re.compile(r"[0-9a-f-]{8,}/[^/]+/\d+")
 

@@ -1,6 +1,6 @@
 """Log output of `follow`: text for a terminal, or one JSON object per line for a
 Deployment's logs (Cloud Logging reads `severity`, `time` and `message`, and keeps the other
-fields: run, source, state, kind, reason of collector.health's state changes)."""
+fields: run, source, state, kind, reason of collector.notify.health's state changes)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 `alert_outbox` table (SqlOutbox, migration 0004) or, without a store, in memory (MemoryOutbox).
 
 Rows are added in the transaction that stores their findings (SqlOutbox.add), so no delivery
-is lost between that commit and the POST. The delivery worker (steptail.collector.webhooks)
+is lost between that commit and the POST. The delivery worker (steptail.collector.notify.webhooks)
 claims rows under a lease (two collectors sharing a store never send one row at once; a
 killed collector's lease simply expires) and marks each delivered, rejected, or still pending.
 

@@ -15,8 +15,8 @@ PG_ADMIN = os.environ.get("STEPTAIL_TEST_PG", "postgresql+psycopg://postgres@127
 
 def ingest_sample(store, samples: Path, run: str, name: str) -> None:
     """Ingest tests/samples/<name>.log into `run` (findings stored with the rows)."""
-    from steptail.collector.files import open_source
-    from steptail.collector.ingest import ingest
+    from steptail.collector.offline.files import open_source
+    from steptail.collector.offline.ingest import ingest
 
     src = open_source(str(samples / f"{name}.log"))
     try:

@@ -20,9 +20,9 @@ import pytest
 import sqlalchemy as sa
 from aiohttp import web
 
-from steptail.collector.alerts import Alerter
-from steptail.collector.detect import Detectors
-from steptail.collector.metrics import Metrics
+from steptail.collector.live.detect import Detectors
+from steptail.collector.notify.alerts import Alerter
+from steptail.collector.notify.metrics import Metrics
 from steptail.runs.findings import Finding
 
 pytestmark = pytest.mark.timeout(120)
@@ -176,8 +176,8 @@ async def test_a_hanging_webhook_does_not_slow_commits(store, caplog):
 
 KILLED_COLLECTOR = """
 import asyncio, sys
-from steptail.collector.alerts import Alerter
-from steptail.collector.detect import Detectors
+from steptail.collector.notify.alerts import Alerter
+from steptail.collector.live.detect import Detectors
 from steptail.runs.findings import Finding
 from steptail.storage.db import open_store
 

@@ -13,10 +13,10 @@ from aiohttp import web
 from findings_logs import feed_engine, keys, sample_lines
 from prometheus_client.parser import text_string_to_metric_families
 
-from steptail.collector.alerts import Alerter
-from steptail.collector.detect import Detectors
-from steptail.collector.metrics import Metrics, MetricsServer
-from steptail.collector.sink import RunSink
+from steptail.collector.live.detect import Detectors
+from steptail.collector.live.sink import RunSink
+from steptail.collector.notify.alerts import Alerter
+from steptail.collector.notify.metrics import Metrics, MetricsServer
 from steptail.runs.findings import Finding
 from steptail.storage.findings import load_findings
 from steptail.storage.sql import load_model

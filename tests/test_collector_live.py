@@ -11,10 +11,10 @@ import pytest
 import yaml
 from aiohttp import web
 
-from steptail.collector.follower import FollowConfig
-from steptail.collector.kubectl import KubeTarget, classify
-from steptail.collector.live import follow
-from steptail.collector.supervisor import Plan
+from steptail.collector.cluster.kubectl import KubeTarget, classify
+from steptail.collector.live.follower import FollowConfig
+from steptail.collector.live.supervisor import Plan
+from steptail.collector.live.wiring import follow
 from steptail.storage.db import open_store
 
 pytestmark = pytest.mark.timeout(90)
@@ -101,7 +101,7 @@ def test_stderr_is_classified_and_secrets_masked(stderr, kind):
 
 def test_follow_passes_detector_settings_to_the_live_engine(store):
     """`follow --reference-ce/--stall-k…` reach the same engine `check` uses."""
-    from steptail.collector.detect import Detectors
+    from steptail.collector.live.detect import Detectors
     from steptail.runs.findings import Settings
 
     det = Detectors("r", store, settings=Settings(stall_k=7.0), reference_ce={1: 3.5})
@@ -111,8 +111,8 @@ def test_follow_passes_detector_settings_to_the_live_engine(store):
 async def test_follow_all_gives_each_run_its_own_reference(store, tmp_path):
     """--reference-ce DIR: run a's gate gets a.json; a bad file for b is reported on b's
     status and b is followed without a reference; neither stops the other."""
-    from steptail.collector.follower import RunStatus
-    from steptail.collector.supervisor import Supervisor
+    from steptail.collector.live.follower import RunStatus
+    from steptail.collector.live.supervisor import Supervisor
 
     (tmp_path / "a.json").write_text('{"1": 3.5}')
     (tmp_path / "b.json").write_text("{oops")
@@ -127,7 +127,7 @@ async def test_follow_all_gives_each_run_its_own_reference(store, tmp_path):
 async def test_shutdown_outlasts_a_follower_that_absorbs_a_cancel():
     """A cancel can be swallowed (3.11's wait_for race, a library's except): shutdown cancels
     again instead of waiting forever on a follower that keeps reading."""
-    from steptail.collector.supervisor import cancel_all
+    from steptail.collector.live.supervisor import cancel_all
 
     cancels = []
 

@@ -17,8 +17,8 @@ from test_follow_support import findings as stored_findings
 from test_follow_support import scenario as follow_scenario
 from test_poison_lines import T0, findings, ingest_file, recorded, rows, write
 
-from steptail.collector.detect import Detectors
-from steptail.collector.sink import RunSink
+from steptail.collector.live.detect import Detectors
+from steptail.collector.live.sink import RunSink
 from steptail.parsers import format_ns
 from steptail.parsers.fast import line_ts
 from steptail.runs.model import RunModel, floor_second, line_digest
@@ -258,7 +258,7 @@ def test_a_re_read_after_a_rotation_and_a_clock_stepped_back_opens_both_windows(
     it): a stream gap for each window."""
     import time
 
-    from steptail.collector.follower import _Overlap
+    from steptail.collector.live.follower import _Overlap
 
     lines = log(60, stepped(30, 15 * S))
     at = next(i for i, ln in enumerate(lines) if b"LOSS-PARTS step=25 " in ln)

@@ -1,6 +1,6 @@
 """Chaos seeds 102 and 110 (issue 19, defect 1 in discovery): failures of pod lists as
 `follow` starts must not make discovery wait past the pods. Its list/watch retries follow the
-follower's rule (collector.health.Backoff): doubling per kind of failure, from the start again
+follower's rule (collector.notify.health.Backoff): doubling per kind of failure, from the start again
 when the kind changes or after a success, capped; a watch's 410 Gone relists at once.
 
 Real kubectl against the simulated cluster, checked against the simulator's truth."""
@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 from test_follow_support import assert_exactly_once, findings, follow_sim, scenario
 
-from steptail.collector.discovery import BACKOFF_MAX
-from steptail.collector.health import Backoff
+from steptail.collector.cluster.discovery import BACKOFF_MAX
+from steptail.collector.notify.health import Backoff
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -16,8 +16,8 @@ import psutil
 import pytest
 from test_follow_support import findings, follow_sim, gaps, in_gap, recorded, scenario
 
-from steptail.collector.kubectl import rss_bytes
-from steptail.collector.metrics import Metrics
+from steptail.collector.cluster.kubectl import rss_bytes
+from steptail.collector.notify.metrics import Metrics
 
 pytestmark = pytest.mark.timeout(150)
 MiB = 1 << 20

@@ -11,7 +11,7 @@ import logging
 import pytest
 from test_follow_support import assert_exactly_once, follow_sim, gaps, scenario
 
-from steptail.collector.health import Health
+from steptail.collector.notify.health import Health
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -96,7 +96,7 @@ def test_a_gap_is_recorded_once_while_the_watch_is_stale(make_simcluster, tmp_pa
 
 
 def test_repeated_log_lines_are_collapsed_with_a_count(caplog):
-    from steptail.collector.health import Repeats
+    from steptail.collector.notify.health import Repeats
 
     logger = logging.getLogger("steptail.test-repeats")
     logger.addFilter(Repeats(window=60.0))

@@ -21,10 +21,10 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from test_follow_support import assert_exactly_once, findings, recorded, scenario
 
-from steptail.collector.follower import FollowConfig
-from steptail.collector.kubectl import KubeTarget
-from steptail.collector.live import follow
-from steptail.collector.supervisor import Plan
+from steptail.collector.cluster.kubectl import KubeTarget
+from steptail.collector.live.follower import FollowConfig
+from steptail.collector.live.supervisor import Plan
+from steptail.collector.live.wiring import follow
 from steptail.storage.db import open_store
 
 pytestmark = pytest.mark.timeout(120)
@@ -236,7 +236,7 @@ async def test_undeserializable_pods_are_logged_counted_and_in_metrics(make_simc
     assert "creationTimestamp" in reason and "not-a-timestamp" in reason, reason
 
     assert sup.discovery.health.counts["deserialize"] >= 1
-    from steptail.collector.view import summary
+    from steptail.collector.live.view import summary
 
     report = summary(sup.status, sup.discovery.health)
     assert report["discovery"]["errors"]["deserialize"] == report["discovery"]["failures"] >= 1

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from test_follow_support import assert_exactly_once, findings, follow_sim, reconnects, scenario
 
-from steptail.collector.follower import FollowConfig
-from steptail.collector.watchdog import FLOOR, Pace, Watchdog
+from steptail.collector.live.follower import FollowConfig
+from steptail.collector.live.watchdog import FLOOR, Pace, Watchdog
 
 LINES_PER_STEP = 6.7  # the simulated trainer's process 0 writes ~6-7 lines per step
 DEFAULT_SILENCE = FollowConfig().silence

@@ -17,9 +17,9 @@ from test_follow_support import (
     scenario,
 )
 
-from steptail.collector.follower import FollowConfig
-from steptail.collector.kubectl import KubeTarget
-from steptail.collector.supervisor import Plan, Supervisor
+from steptail.collector.cluster.kubectl import KubeTarget
+from steptail.collector.live.follower import FollowConfig
+from steptail.collector.live.supervisor import Plan, Supervisor
 from steptail.storage.db import open_store
 
 pytestmark = pytest.mark.timeout(120)

@@ -11,9 +11,9 @@ import psutil
 import sqlalchemy as sa
 from sim_fixtures import FAST as SIM_FAST
 
-from steptail.collector.follower import FollowConfig
-from steptail.collector.kubectl import KubeTarget
-from steptail.collector.supervisor import Plan, Supervisor
+from steptail.collector.cluster.kubectl import KubeTarget
+from steptail.collector.live.follower import FollowConfig
+from steptail.collector.live.supervisor import Plan, Supervisor
 from steptail.parsers.timestamps import parse_rfc3339
 from steptail.storage.db import open_store
 

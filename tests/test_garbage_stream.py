@@ -14,8 +14,8 @@ import time
 import pytest
 from test_follow_support import assert_exactly_once, findings, follow_sim, scenario
 
-from steptail.collector.follower import readable
-from steptail.collector.metrics import Metrics
+from steptail.collector.live.follower import readable
+from steptail.collector.notify.metrics import Metrics
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -19,9 +19,9 @@ import pytest
 import sqlalchemy as sa
 from store_fixtures import PG_ADMIN, samples_dir
 
-from steptail.collector.detect import Detectors
-from steptail.collector.sink import RunSink
-from steptail.collector.supervisor import _claim_and_load
+from steptail.collector.live.detect import Detectors
+from steptail.collector.live.sink import RunSink
+from steptail.collector.live.supervisor import _claim_and_load
 from steptail.storage.db import open_store
 from steptail.storage.replicas import NotOwner, fence, take_over
 from steptail.storage.scratch import scratch_database

@@ -18,11 +18,11 @@ from click.testing import CliRunner
 from test_follow_support import gaps, in_gap, recorded, rows, scenario
 
 from steptail.cli import main
-from steptail.collector.alerts import Alerter
-from steptail.collector.follower import FollowConfig
-from steptail.collector.kubectl import KubeTarget
-from steptail.collector.metrics import Metrics
-from steptail.collector.supervisor import Plan, Supervisor
+from steptail.collector.cluster.kubectl import KubeTarget
+from steptail.collector.live.follower import FollowConfig
+from steptail.collector.live.supervisor import Plan, Supervisor
+from steptail.collector.notify.alerts import Alerter
+from steptail.collector.notify.metrics import Metrics
 from steptail.storage.db import open_store
 
 pytestmark = pytest.mark.timeout(180)

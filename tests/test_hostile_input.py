@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from steptail.collector.files import open_source
-from steptail.collector.ingest import ingest
+from steptail.collector.offline.files import open_source
+from steptail.collector.offline.ingest import ingest
 from steptail.parsers import LossParts, Malformed, RequiredRbf, parse_line
 from steptail.storage.reads import iter_steps
 

@@ -9,8 +9,8 @@ import sys
 import pytest
 import sqlalchemy as sa
 
-from steptail.collector.files import open_source
-from steptail.collector.ingest import ingest
+from steptail.collector.offline.files import open_source
+from steptail.collector.offline.ingest import ingest
 
 
 def counts(store, run: str) -> dict[str, int]:
@@ -93,7 +93,7 @@ def test_gzip_and_stdin(store, samples, tmp_path, monkeypatch):
 def test_worker_processes_give_the_same_rows(store, samples, monkeypatch, tmp_path, compressed):
     """Big inputs are parsed in worker processes (reading their own ranges of a plain file,
     or sent blocks of a compressed one): same rows, same order, same counts."""
-    import steptail.collector.ingest as ingest_module
+    import steptail.collector.offline.ingest as ingest_module
 
     path = samples / "resume-gap.log"
     if compressed:
@@ -115,7 +115,7 @@ def test_worker_processes_give_the_same_rows(store, samples, monkeypatch, tmp_pa
 def test_ranges_read_like_pieces(tmp_path, samples):
     """Ranges read by workers give the same blocks, line counts and bad lines as read_pieces;
     a line too long to find a boundary in sends the file back to read_pieces."""
-    from steptail.collector.files import line_ranges, read_pieces, read_range
+    from steptail.collector.offline.files import line_ranges, read_pieces, read_range
 
     head = (samples / "clean-300.log").read_bytes()[:50_000]
     path = tmp_path / "h.log"
@@ -147,7 +147,7 @@ def test_ingest_workers_die_with_a_killed_ingest(tmp_path):
     script.write_text(
         "import multiprocessing as mp, os, time\n"
         "from concurrent.futures import ProcessPoolExecutor\n"
-        "from steptail.collector.files import worker_init\n"
+        "from steptail.collector.offline.files import worker_init\n"
         "def pid(_):\n"
         "    time.sleep(0.2)\n"
         "    return os.getpid()\n"

@@ -5,7 +5,11 @@ package-dir) and is one layer; bottom to top:
 
     parsers < runs < storage < dashboards < collector < simcluster < steptail (CLI, API)
 
-An import may point to its own layer or a lower one, never up. The simulated cluster is for
+An import may point to its own layer or a lower one, never up. Inside `collector/` the same
+holds for its rooms (collector/__init__.py), bottom to top:
+
+    notify < offline < cluster < live < archive
+ The simulated cluster is for
 the CLI's `demo` and `simcluster` commands only. No two modules may import each other, even
 through others or inside functions. `steptail` itself (the namespace root: `__version__` and
 a lazy `open`) may be imported from anywhere.
@@ -37,6 +41,8 @@ RANK = {pkg: i for i, pkg in enumerate(LAYERS.values())}
 NAMESPACE_ROOT = "steptail"
 SIMULATOR = "steptail.simcluster"
 SIMULATOR_USERS = {"steptail.commands.demo", "steptail.commands.simcluster"}
+COLLECTOR = "steptail.collector"
+ROOMS = ["notify", "offline", "cluster", "live", "archive"]  # collector's rooms, bottom first
 
 
 @dataclass(frozen=True)
@@ -124,6 +130,26 @@ def test_imports_point_down():
         if there is not None and RANK[there] > RANK[here]:
             wrong.append(f"{_where(i)}  ({here} imports {there}, a higher layer)")
     assert not wrong, "imports from a lower layer to a higher one:\n" + "\n".join(wrong)
+
+
+def room(module: str) -> str | None:
+    """The collector room a module is in (None: not in the collector, or its __init__)."""
+    parts = module.split(".")
+    return parts[2] if module.startswith(COLLECTOR + ".") and len(parts) > 3 else None
+
+
+def test_every_collector_module_is_in_a_room():
+    loose = [str(p.relative_to(ROOT)) for m, p in MODULES.items()
+             if layer(m) == COLLECTOR and m != COLLECTOR and room(m) is None and p.name != "__init__.py"]
+    assert not loose, f"collector modules outside its rooms {ROOMS}: {loose}"
+    assert {room(m) for m in MODULES if room(m)} == set(ROOMS)
+
+
+def test_collector_rooms_point_down():
+    wrong = [f"{_where(i)}  ({room(i.module)} imports {room(i.target)}, a higher room)"
+             for i in IMPORTS if room(i.module) and room(i.target)
+             and ROOMS.index(room(i.target)) > ROOMS.index(room(i.module))]
+    assert not wrong, "imports from a lower collector room to a higher one:\n" + "\n".join(wrong)
 
 
 def test_only_the_cli_commands_import_the_simulator():

@@ -15,11 +15,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from store_fixtures import ingest_sample
 from test_prometheus_rules import run_promtool
 
-from steptail.collector.follower import FollowConfig, RunStatus
-from steptail.collector.kubectl import KubeTarget
-from steptail.collector.live import follow
-from steptail.collector.metrics import COMPLETED_STATE, DISCOVERY_ERRORS, Metrics, MetricsServer
-from steptail.collector.supervisor import Plan
+from steptail.collector.cluster.kubectl import KubeTarget
+from steptail.collector.live.follower import FollowConfig, RunStatus
+from steptail.collector.live.supervisor import Plan
+from steptail.collector.live.wiring import follow
+from steptail.collector.notify.metrics import (
+    COMPLETED_STATE,
+    DISCOVERY_ERRORS,
+    Metrics,
+    MetricsServer,
+)
 from steptail.runs.findings import KINDS, Finding
 from steptail.serve import StoreCollector, serve
 from steptail.storage.db import open_store
@@ -258,7 +263,7 @@ def test_serve_labels_at_most_max_runs(loaded):
 def test_a_resumed_run_shows_its_last_stored_step(store, samples):
     """A collector that restarts or takes a run over: the step gauges hold the store's last
     step and its time before anything new is read (a stalled run is seen as stalled)."""
-    from steptail.collector.detect import Detectors
+    from steptail.collector.live.detect import Detectors
 
     ingest_sample(store, samples, "rg", "resume-gap")
     ingest_sample(store, samples, "untimed", "cp4-lb-nan")  # logged without kubelet timestamps

@@ -11,8 +11,8 @@ import sqlalchemy as sa
 from store_fixtures import PG_ADMIN, ingest_sample, samples_dir
 
 from steptail.api import Steptail
-from steptail.collector.files import open_source
-from steptail.collector.ingest import ingest
+from steptail.collector.offline.files import open_source
+from steptail.collector.offline.ingest import ingest
 from steptail.dashboards import queries as q
 from steptail.dashboards.macros import Context, TimeRange, expand
 from steptail.parsers import format_ns

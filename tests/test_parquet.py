@@ -10,8 +10,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 import sqlalchemy as sa
 
-from steptail.collector.files import open_source
-from steptail.collector.ingest import ingest
+from steptail.collector.offline.files import open_source
+from steptail.collector.offline.ingest import ingest
 from steptail.storage.parquet import dataset_schema, read_table
 
 

@@ -24,8 +24,8 @@ import pytest
 import sqlalchemy as sa
 
 import steptail.storage.compact as compact_mod
-from steptail.collector.files import open_source
-from steptail.collector.ingest import ingest
+from steptail.collector.offline.files import open_source
+from steptail.collector.offline.ingest import ingest
 from steptail.runs.model import Batch
 from steptail.storage.catchup import catch_up
 from steptail.storage.compact import compact, recover, write_snapshots
@@ -407,7 +407,7 @@ def test_a_followed_run_is_compacted_at_the_end_with_the_same_rows(make_simclust
     DuckDB read the same rows before (seen from inside the shutdown hook) and after."""
     from test_follow_support import follow_sim, scenario
 
-    from steptail.collector.sink import RunSink
+    from steptail.collector.live.sink import RunSink
 
     db, out = str(tmp_path / "f.db"), tmp_path / "pq"
     seen = {}

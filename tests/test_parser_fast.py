@@ -128,7 +128,7 @@ def test_rbf_and_pod_agree(step, layers, mx):
 # -- whole blocks: the steady-state path gives the run model exactly what line by line gives --
 from unittest.mock import patch  # noqa: E402
 
-from steptail.collector.ingest import apply_parsed  # noqa: E402
+from steptail.collector.offline.ingest import apply_parsed  # noqa: E402
 from steptail.parsers import block as block_module  # noqa: E402
 from steptail.parsers.block import MIN_PART, line_by_line, parse_block  # noqa: E402
 from steptail.runs.model import RunModel  # noqa: E402

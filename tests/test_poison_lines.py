@@ -18,10 +18,10 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from steptail.collector.detect import Detectors
-from steptail.collector.files import open_source
-from steptail.collector.ingest import apply_parsed, ingest
-from steptail.collector.sink import RunSink
+from steptail.collector.live.detect import Detectors
+from steptail.collector.live.sink import RunSink
+from steptail.collector.offline.files import open_source
+from steptail.collector.offline.ingest import apply_parsed, ingest
 from steptail.parsers import Malformed, bounds, format_ns, parse_line
 from steptail.parsers import block as block_module
 from steptail.parsers.block import line_by_line, parse_block

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from steptail.collector.follower import RunStatus
-from steptail.collector.metrics import Metrics
+from steptail.collector.live.follower import RunStatus
+from steptail.collector.notify.metrics import Metrics
 from steptail.dashboards import prometheus
 
 STEPTAIL = str(Path(sys.executable).parent / "steptail")

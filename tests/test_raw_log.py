@@ -72,7 +72,7 @@ def loss_lines(lines: list[bytes]) -> set[tuple[int, int]]:
 
 
 def test_follow_raw_keeps_every_committed_line_and_reparse_equals_the_run(make_simcluster, tmp_path, db_url):
-    from steptail.collector.reparse import reparse
+    from steptail.collector.offline.reparse import reparse
     from steptail.storage.durable import file_sha256
 
     sim = make_simcluster(RESTART)
@@ -109,8 +109,8 @@ def test_follow_raw_keeps_every_committed_line_and_reparse_equals_the_run(make_s
 
 def test_a_changed_parser_shows_in_the_report_and_replace_is_one_transaction(make_simcluster, tmp_path,
                                                                               monkeypatch, db_url):
-    from steptail.collector import ingest as ingest_mod
-    from steptail.collector.reparse import reparse
+    from steptail.collector.offline import ingest as ingest_mod
+    from steptail.collector.offline.reparse import reparse
     from steptail.parsers import block, fast
 
     sim = make_simcluster(RESTART)
@@ -190,7 +190,7 @@ def _follow(sim, db: str, raw: Path, *extra: str) -> subprocess.Popen:
 
 
 def test_sigkilled_follower_leaves_whole_segments_and_no_row_without_its_line(make_simcluster, tmp_path):
-    from steptail.collector.reparse import reparse
+    from steptail.collector.offline.reparse import reparse
 
     sim = make_simcluster(scenario(rate=40, jobsets=[{"name": "olmo3-sft", "hosts": 2,
                                                       "trainer": {"steps": 400, "checkpoint_period": 50}}]))
@@ -260,8 +260,8 @@ def test_a_cut_off_last_member_is_left_out_and_the_writer_never_appends(tmp_path
 
 
 def test_a_raw_write_failure_keeps_the_rows_uncommitted_until_it_clears(tmp_path, db_url):
-    from steptail.collector.detect import Detectors
-    from steptail.collector.sink import RunSink
+    from steptail.collector.live.detect import Detectors
+    from steptail.collector.live.sink import RunSink
     from steptail.runs.model import RunModel
 
     store = open_store(db_url)
@@ -339,8 +339,8 @@ def test_export_carries_the_raw_segments_and_the_archive_manifest(make_simcluste
 
 
 def test_ingest_records_each_source_files_sha256(tmp_path, db_url, samples, monkeypatch):
-    from steptail.collector import ingest as ingest_mod
-    from steptail.collector.ingest import ingest_paths
+    from steptail.collector.offline import ingest as ingest_mod
+    from steptail.collector.offline.ingest import ingest_paths
 
     plain = samples / "clean-300.log"
     gz = tmp_path / "clean.log.gz"
@@ -371,7 +371,7 @@ def test_ingest_records_each_source_files_sha256(tmp_path, db_url, samples, monk
 
 def test_an_untimestamped_log_plain_then_gzipped_is_ingested_once(tmp_path, db_url):
     """Its identity is its content; each file's own sha256 is still what is recorded."""
-    from steptail.collector.ingest import ingest_paths
+    from steptail.collector.offline.ingest import ingest_paths
 
     untimed = tmp_path / "untimed.log"
     untimed.write_bytes(b"LOSS-PARTS step=1 ce=2.5\nLOSS-PARTS step=2 ce=2.4\n")

@@ -201,7 +201,7 @@ def test_documented_routes_are_the_servers(tmp_path):
 def test_documented_metrics_are_the_exposed_ones(tmp_path):
     from prometheus_client import generate_latest
 
-    from steptail.collector.metrics import Metrics
+    from steptail.collector.notify.metrics import Metrics
     from steptail.serve import StoreCollector
 
     names = set()

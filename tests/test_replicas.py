@@ -1,4 +1,4 @@
-"""Replicas of `follow` sharing the runs through the real PostgreSQL (collector.ownership,
+"""Replicas of `follow` sharing the runs through the real PostgreSQL (collector.live.ownership,
 storage.replicas), against the simulated cluster with the real kubectl.
 
 Two and three replicas follow 12 JobSets; one is killed with SIGKILL mid-run (its whole
@@ -20,7 +20,7 @@ import pytest
 from store_fixtures import PG_ADMIN
 from test_follow_support import assert_exactly_once, gaps, recorded, rows
 
-from steptail.collector.ownership import GRACE, Moves, fair_share, plan_moves
+from steptail.collector.live.ownership import GRACE, Moves, fair_share, plan_moves
 from steptail.storage.replicas import Replica, SqliteFollowLock, Survey, run_key
 from steptail.storage.scratch import scratch_database
 

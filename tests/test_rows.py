@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from steptail.collector.ingest import apply_parsed
+from steptail.collector.offline.ingest import apply_parsed
 from steptail.parsers.block import parse_block
 from steptail.parsers.fast import line_ts, ts_of
 from steptail.parsers.records import BlockKind

@@ -23,9 +23,9 @@ import yarl
 from aiohttp import web
 from test_serve import running
 
-from steptail.collector.files import open_source
-from steptail.collector.ingest import ingest
-from steptail.collector.kubectl import KubeTarget
+from steptail.collector.cluster.kubectl import KubeTarget
+from steptail.collector.offline.files import open_source
+from steptail.collector.offline.ingest import ingest
 from steptail.storage.export import ExportError, export_run
 
 pytestmark = pytest.mark.timeout(120)

@@ -20,8 +20,8 @@ import pytest
 import sqlalchemy as sa
 from store_fixtures import PG_ADMIN
 
-from steptail.collector.detect import Detectors
-from steptail.collector.sink import RunSink
+from steptail.collector.live.detect import Detectors
+from steptail.collector.live.sink import RunSink
 from steptail.parsers import format_ns
 from steptail.runs.findings import Settings
 from steptail.runs.model import RunModel
@@ -37,8 +37,8 @@ STEPTAIL = str(Path(sys.executable).with_name("steptail"))
 FULL_DISK = """
 import errno, sys
 import pyarrow.parquet as pq
-import steptail.collector.ingest
-steptail.collector.ingest.FLUSH_ROWS, steptail.collector.ingest.READ_BLOCK = 32, 16384
+import steptail.collector.offline.ingest
+steptail.collector.offline.ingest.FLUSH_ROWS, steptail.collector.offline.ingest.READ_BLOCK = 32, 16384
 method, after = sys.argv[1], int(sys.argv[2])
 calls = [0]
 def failing(self, *args, **kwargs):

@@ -16,11 +16,11 @@ import pytest
 from store_fixtures import PG_ADMIN
 from test_follow_support import findings, gaps, recorded
 
-from steptail.collector.follower import FollowConfig
-from steptail.collector.kubectl import KubeTarget
-from steptail.collector.metrics import Metrics
-from steptail.collector.supervisor import Plan, Supervisor
-from steptail.collector.view import summary
+from steptail.collector.cluster.kubectl import KubeTarget
+from steptail.collector.live.follower import FollowConfig
+from steptail.collector.live.supervisor import Plan, Supervisor
+from steptail.collector.live.view import summary
+from steptail.collector.notify.metrics import Metrics
 from steptail.simcluster.dbproxy import DbProxy
 from steptail.storage.db import open_store
 from steptail.storage.scratch import scratch_database
@@ -154,9 +154,9 @@ async def test_rows_buffered_through_an_outage_are_not_committed_when_another_re
     dropped — B goes on from its own commit (it re-reads from the pod what it has not)."""
     from test_handover_fork import STREAM, log_lines
 
-    from steptail.collector.detect import Detectors
-    from steptail.collector.sink import RunSink
-    from steptail.collector.supervisor import _claim_and_load
+    from steptail.collector.live.detect import Detectors
+    from steptail.collector.live.sink import RunSink
+    from steptail.collector.live.supervisor import _claim_and_load
     from steptail.storage.replicas import NotOwner, fence
 
     lines = log_lines()

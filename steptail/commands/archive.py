@@ -56,12 +56,12 @@ def command(jobset, namespace, out, kubeconfig, context, account, parallel, run_
 
     Exit 0: everything read; 1: some log could not be read (each pod is listed; a pod
     deleted meanwhile, say); 2: bad options, kubeconfig, API unreachable or refused."""
-    from steptail.collector.archive import ArchiveError, archive
-    from steptail.collector.archive_manifest import ManifestError
-    from steptail.collector.archive_pods import ListError
-    from steptail.collector.kubeclient import KubeconfigError
-    from steptail.collector.kubeclient import check as check_kubeconfig
-    from steptail.collector.kubectl import AccountMissing, KubeTarget, resolve_account
+    from steptail.collector.archive.job import ArchiveError, archive
+    from steptail.collector.archive.manifest import ManifestError
+    from steptail.collector.archive.pods import ListError
+    from steptail.collector.cluster.kubeclient import KubeconfigError
+    from steptail.collector.cluster.kubeclient import check as check_kubeconfig
+    from steptail.collector.cluster.kubectl import AccountMissing, KubeTarget, resolve_account
     from steptail.runs.names import RunNameError, check_run_name
     from steptail.storage.sources import SourceConflict, check_runs, kubernetes_source
 
@@ -124,9 +124,9 @@ def command(jobset, namespace, out, kubeconfig, context, account, parallel, run_
 
 def _ingest(store, db, run, result, parquet, append, settings, reference):
     """Process 0 into the store and the manifest recorded; one line and exit 2 on failure."""
-    from steptail.collector.archive_ingest import ingest_archive, record_manifest
-    from steptail.collector.files import SourceError
-    from steptail.collector.ingest import IngestError, NoRecords
+    from steptail.collector.archive.ingest import ingest_archive, record_manifest
+    from steptail.collector.offline.files import SourceError
+    from steptail.collector.offline.ingest import IngestError, NoRecords
     from steptail.storage.db import StoreError
     from steptail.storage.sources import SourceConflict, sources_of
 
@@ -180,7 +180,7 @@ def _terminal() -> bool:
 @contextmanager
 def _progress(jobset: str, show: bool):
     """A transient bar on stderr (a terminal only): logs done of those to read, MB read."""
-    from steptail.collector.archive import Progress
+    from steptail.collector.archive.job import Progress
 
     if not show:
         yield Progress()

@@ -59,10 +59,10 @@ def command(out_dir: str, seconds: float, port: int, no_view: bool, output: Outp
     """Start a simulated GKE cluster with two training JobSets and scripted faults (rotation
     hang, EOF, JobSet restart, auth lapse, lost lines), follow them with the real kubectl
     into DIR (SQLite + Parquet), then print what was recorded and flagged."""
-    from steptail.collector.follower import FollowConfig
-    from steptail.collector.kubectl import KubeTarget
-    from steptail.collector.live import follow
-    from steptail.collector.supervisor import Plan
+    from steptail.collector.cluster.kubectl import KubeTarget
+    from steptail.collector.live.follower import FollowConfig
+    from steptail.collector.live.supervisor import Plan
+    from steptail.collector.live.wiring import follow
     from steptail.simcluster.cluster import SimCluster
     from steptail.storage.db import StoreError, open_store
 

@@ -69,13 +69,13 @@ def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parq
     REQUIRED_RBF row), stream gap and finding, each follower state change, and the summary
     last (`event`: step, rbf, gap, finding, state, summary)."""
     from steptail import logs
-    from steptail.collector.follower import FollowConfig
-    from steptail.collector.kubeclient import KubeconfigError
-    from steptail.collector.kubeclient import check as check_kubeconfig
-    from steptail.collector.kubectl import AccountMissing, KubeTarget, resolve_account
-    from steptail.collector.live import follow
-    from steptail.collector.supervisor import Plan
-    from steptail.collector.view import by_kind, summary
+    from steptail.collector.cluster.kubeclient import KubeconfigError
+    from steptail.collector.cluster.kubeclient import check as check_kubeconfig
+    from steptail.collector.cluster.kubectl import AccountMissing, KubeTarget, resolve_account
+    from steptail.collector.live.follower import FollowConfig
+    from steptail.collector.live.supervisor import Plan
+    from steptail.collector.live.view import by_kind, summary
+    from steptail.collector.live.wiring import follow
     from steptail.runs.names import RunNameError, check_cluster_name, check_run_name
     from steptail.storage.replicas import SqliteFollowLock, StoreBusy
     from steptail.storage.sources import SourceConflict, check_runs, kubernetes_source

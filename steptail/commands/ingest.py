@@ -9,8 +9,8 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
-from steptail.collector.files import SourceError
-from steptail.collector.ingest import IngestError, NoRecords, ingest_paths
+from steptail.collector.offline.files import SourceError
+from steptail.collector.offline.ingest import IngestError, NoRecords, ingest_paths
 from steptail.commands._common import db_option, fail, warn
 from steptail.commands._detect_options import detector_options, detector_settings
 from steptail.output import Output, output_option

@@ -36,8 +36,8 @@ def command(run: str, raw: str, into: str | None, replace: bool, examples: int, 
     through the path `ingest` takes (run model, dedupe cursors, detectors): into a new run,
     or in place with --replace. Reports what changed by record kind (rows added, removed,
     changed, with examples). Parquet is not rewritten."""
-    from steptail.collector.ingest import IngestError, NoRecords
-    from steptail.collector.reparse import reparse
+    from steptail.collector.offline.ingest import IngestError, NoRecords
+    from steptail.collector.offline.reparse import reparse
     from steptail.runs.names import RunNameError, check_run_name
     from steptail.storage.reads import UnknownRun
 

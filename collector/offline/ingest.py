@@ -20,7 +20,7 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from steptail.collector.files import (
+from steptail.collector.offline.files import (
     BLOCK,
     Piece,
     Source,
@@ -103,7 +103,7 @@ def order_sources(sources: list[Source]) -> list[Source]:
 
 
 def _read_by_workers(source: Source) -> bool:
-    """Whether workers may read this source's ranges themselves (collector.files.line_ranges)."""
+    """Whether workers may read this source's ranges themselves (collector.offline.files.line_ranges)."""
     return source.stream is source.raw and source.name != "<stdin>" and source.size is not None
 
 

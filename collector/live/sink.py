@@ -12,8 +12,8 @@ import logging
 import threading
 import time
 
-from steptail.collector import events
-from steptail.collector.health import Health
+from steptail.collector.notify import events
+from steptail.collector.notify.health import Health
 from steptail.runs.model import Batch, RunModel
 from steptail.runs.rows import LOSS_PARTS, POD_METRICS
 from steptail.runs.stream_gap import StreamGap
@@ -83,7 +83,7 @@ class RunSink:
         self.on_event: events.Hook | None = None  # committed rows and gaps, as they commit
         self.step_seconds: float | None = None  # from the last per-pod step line
         self._lock = asyncio.Lock()
-        # replicas (collector.ownership): each commit first checks the run is still ours; when it
+        # replicas (collector.live.ownership): each commit first checks the run is still ours; when it
         # is not, nothing is committed, ever again, and on_lost is told
         self.fence = None  # callable(conn), raises NotOwner
         self.on_lost = None  # callable(NotOwner)

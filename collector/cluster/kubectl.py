@@ -10,6 +10,7 @@ import signal
 import sys
 from dataclasses import dataclass
 
+from steptail.collector.notify.health import mask
 from steptail.parsers.timestamps import format_ns
 
 ACCOUNT_VAR = "CLOUDSDK_CORE_ACCOUNT"
@@ -119,14 +120,6 @@ _RULES = (
     (NETWORK, re.compile(r"Unable to connect|connection refused|connection reset|EOF|"
                          r"i/o timeout|no route|TLS", re.I)),
 )
-_SECRET = re.compile(r"(Bearer|token[\"':= ]+)\s*[A-Za-z0-9._~+/=-]{8,}", re.I)
-
-
-def mask(text: str) -> str:
-    """Bearer tokens and token values replaced by ***: nothing logged carries a credential."""
-    return _SECRET.sub(r"\1 ***", text)
-
-
 def classify(stderr: str) -> tuple[str, str]:
     """(kind, one-line reason) for kubectl's stderr; tokens are masked."""
     text = mask(stderr.strip())

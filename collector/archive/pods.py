@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from steptail.collector.discovery import ATTEMPT, JOBSET, reason_of
-from steptail.collector.kubeclient import api_client
-from steptail.collector.kubectl import KubeTarget
+from steptail.collector.cluster.discovery import ATTEMPT, JOBSET, reason_of
+from steptail.collector.cluster.kubeclient import api_client
+from steptail.collector.cluster.kubectl import KubeTarget
 from steptail.runs.names import RunNameError, check_cluster_name
 
 JOB_INDEX = "jobset.sigs.k8s.io/job-index"

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from steptail.collector.metrics import Metrics
+from steptail.collector.notify.metrics import Metrics
 from steptail.storage.outbox import (
     DELIVERED,
     HOST_MAX,

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from steptail.collector.archive import ArchiveResult
-from steptail.collector.ingest import IngestResult, Origin, ingest_paths
+from steptail.collector.archive.job import ArchiveResult
+from steptail.collector.offline.ingest import IngestResult, Origin, ingest_paths
 from steptail.parsers.timestamps import parse_rfc3339
 from steptail.runs.findings import Settings
 from steptail.storage.db import Store

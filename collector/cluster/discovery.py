@@ -30,9 +30,9 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config import ConfigException
 from urllib3.exceptions import HTTPError, MaxRetryError
 
-from steptail.collector.health import Backoff, Health
-from steptail.collector.kubeclient import KubeconfigError, api_client, exec_failure
-from steptail.collector.kubectl import KubeTarget, classify
+from steptail.collector.cluster.kubeclient import KubeconfigError, api_client, exec_failure
+from steptail.collector.cluster.kubectl import KubeTarget, classify
+from steptail.collector.notify.health import Backoff, Health
 from steptail.parsers.timestamps import parse_rfc3339
 from steptail.runs.names import RunNameError, check_cluster_name, check_run_name, shown
 

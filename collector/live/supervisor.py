@@ -14,16 +14,17 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from steptail.collector import events, kubectl
-from steptail.collector.alerts import Alerter
-from steptail.collector.detect import Detectors
-from steptail.collector.discovery import PAGE_SIZE, REFUSED_LOGGED, Discovery, Refusal
-from steptail.collector.follower import FollowConfig, RunFollower, RunStatus
-from steptail.collector.health import Health
-from steptail.collector.kubectl import KubeTarget
-from steptail.collector.metrics import Metrics
-from steptail.collector.ownership import INTERVAL, LOOK_TIMEOUT, OUTAGE_RETRY_MAX, Ownership
-from steptail.collector.sink import RunSink
+from steptail.collector.cluster import kubectl
+from steptail.collector.cluster.discovery import PAGE_SIZE, REFUSED_LOGGED, Discovery, Refusal
+from steptail.collector.cluster.kubectl import KubeTarget
+from steptail.collector.live.detect import Detectors
+from steptail.collector.live.follower import FollowConfig, RunFollower, RunStatus
+from steptail.collector.live.ownership import INTERVAL, LOOK_TIMEOUT, OUTAGE_RETRY_MAX, Ownership
+from steptail.collector.live.sink import RunSink
+from steptail.collector.notify import events
+from steptail.collector.notify.alerts import Alerter
+from steptail.collector.notify.health import Health
+from steptail.collector.notify.metrics import Metrics
 from steptail.runs.findings import NO_STEP, WARNING, Finding, Settings
 from steptail.runs.model import RunModel
 from steptail.runs.reference import ReferenceError, reference_for
@@ -49,8 +50,8 @@ class Plan:
     selector: str | None = None
     parquet: str | None = None
     config: FollowConfig = field(default_factory=FollowConfig)
-    alerts: Alerter | None = None  # findings to logs and webhooks (collector.live sets it)
-    metrics: Metrics | None = None  # Prometheus (collector.live sets it)
+    alerts: Alerter | None = None  # findings to logs and webhooks (collector.live.wiring sets it)
+    metrics: Metrics | None = None  # Prometheus (collector.live.wiring sets it)
     settings: Settings | None = None  # the detectors' knobs (None: defaults)
     # HF reference CE per step for the step-1 gate, or a directory of per-run files
     reference_ce: dict[int, float] | Path | None = None
@@ -60,7 +61,7 @@ class Plan:
     # giving up: that is a configuration error (RBAC, credentials, address), not an outage
     give_up: float = 30.0
     # called with each step, rbf row, stream gap and finding once committed, and each follower
-    # state change (collector.events); None costs nothing
+    # state change (collector.notify.events); None costs nothing
     on_event: events.Hook | None = None
     # bounds on what a namespace can make us do: runs known (--all; beyond, one line and
     # steptail_errors_total{source="discovery",reason="max_runs"}) and pods per list request
@@ -85,8 +86,8 @@ class Supervisor:
         self.detectors: dict[str, Detectors] = {}
         self.tasks: dict[str, asyncio.Task] = {}
         self.stopping = asyncio.Event()
-        # PostgreSQL: replicas share the runs, each following those it owns (collector.ownership);
-        # SQLite has one writer (collector.live refuses a second follow on the file)
+        # PostgreSQL: replicas share the runs, each following those it owns (collector.live.ownership);
+        # SQLite has one writer (collector.live.wiring refuses a second follow on the file)
         self.ownership = None if store.is_sqlite else Ownership(store)
         self.candidates: dict[str, str] = {}  # run -> jobset: found, to follow here or elsewhere
         self._balancer: asyncio.Task | None = None
@@ -231,7 +232,7 @@ class Supervisor:
     # -- replicas (PostgreSQL) -----------------------------------------------------------------
     async def _balance(self) -> None:
         """Every INTERVAL (or at once when a run is found): heartbeat, then take, give back and
-        drop runs as collector.ownership decides.
+        drop runs as collector.live.ownership decides.
 
         The connection failing (a store outage) stops no run: each goes on reading, its rows
         wait in memory (RunSink, bounded) and commit once the store is back — only while the
@@ -438,7 +439,7 @@ def _claim_and_load(store: Store, run: str, jobset: str, namespace: str, append:
     with store.engine.begin() as conn:
         if replica is not None:
             before, epoch = take_over(conn, run, replica)
-        # read-only: the run's row is written with its first record (collector.sink)
+        # read-only: the run's row is written with its first record (collector.live.sink)
         check_source(conn, run, kubernetes_source(namespace, jobset), append=append)
         model = load_model(conn, run)
         if replica is not None:

@@ -1,5 +1,5 @@
 """The one place where the live path hands data to the detectors (steptail.runs.detectors)
-and the alerts (steptail.collector.alerts, .metrics): committed batches, stream gaps, follower
+and the alerts (steptail.collector.notify.alerts, .metrics): committed batches, stream gaps, follower
 failures, the clock. Stream failures are also kept here (with their reason) for the view and
 the demo."""
 
@@ -10,9 +10,9 @@ import threading
 import time
 from dataclasses import dataclass
 
-from steptail.collector import events
-from steptail.collector.alerts import Alerter
-from steptail.collector.metrics import Metrics
+from steptail.collector.notify import events
+from steptail.collector.notify.alerts import Alerter
+from steptail.collector.notify.metrics import Metrics
 from steptail.runs.detectors import FindingEngine
 from steptail.runs.findings import Finding, Settings
 from steptail.storage.db import Store

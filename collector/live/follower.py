@@ -3,7 +3,7 @@
 One loop per run. Each pass looks at the JobSet's process-0 pods (oldest attempt first):
 old pods are drained (a non-follow read from the last timestamp) before the newest one is
 followed; an in-place container restart is caught up with `--previous`. A stream quieter
-than its own pace is checked against the pod's newest line (collector.watchdog); when the
+than its own pace is checked against the pod's newest line (collector.live.watchdog); when the
 pod holds lines the stream did not deliver (kubelet rotation hang) the stream is killed
 and re-opened with `--since-time`; the model's cursor drops the overlap. When a re-read does
 not reach back to the last line read, the lines in between are gone: a stream gap is
@@ -17,13 +17,14 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from steptail.collector import events, kubectl
-from steptail.collector.detect import Detectors
-from steptail.collector.discovery import Discovery, PodInfo, reason_of
-from steptail.collector.health import Health
-from steptail.collector.kubectl import KubeTarget
-from steptail.collector.sink import RunSink
-from steptail.collector.watchdog import Pace, Watchdog
+from steptail.collector.cluster import kubectl
+from steptail.collector.cluster.discovery import Discovery, PodInfo, reason_of
+from steptail.collector.cluster.kubectl import KubeTarget
+from steptail.collector.live.detect import Detectors
+from steptail.collector.live.sink import RunSink
+from steptail.collector.live.watchdog import Pace, Watchdog
+from steptail.collector.notify import events
+from steptail.collector.notify.health import Health
 from steptail.parsers.fast import line_ts
 from steptail.parsers.timestamps import format_ns
 from steptail.runs.model import POD_STREAM, Cursor, RunModel
@@ -48,7 +49,7 @@ class FollowConfig:
     # a stream delivering only unreadable lines (binary garbage) this long is a failure
     unreadable_after: float = 10.0
     # kubectl's resident size past which it is killed (it holds a line with no end; see
-    # collector.kubectl.MAX_RSS); None: unbounded
+    # collector.cluster.kubectl.MAX_RSS); None: unbounded
     kubectl_max_rss: int | None = kubectl.MAX_RSS
 
 
@@ -69,7 +70,7 @@ class RunStatus:
     reconnects: int = 0
     gaps: int = 0
     failures: int = 0
-    errors: dict[str, int] = field(default_factory=dict)  # failures by kind (collector.health)
+    errors: dict[str, int] = field(default_factory=dict)  # failures by kind (collector.notify.health)
     last_error: str | None = None
     done: bool = False
 

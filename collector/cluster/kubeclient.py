@@ -22,7 +22,7 @@ from kubernetes.config.exec_provider import ExecProvider
 from kubernetes.config.kube_config import FileOrData, KubeConfigLoader, KubeConfigMerger
 from urllib3.util.retry import Retry
 
-from steptail.collector.kubectl import KubeTarget, classify
+from steptail.collector.cluster.kubectl import KubeTarget, classify
 
 # No retry of a refused connection or an error status; one of a read, for a pooled
 # connection the server closed meanwhile (a one-off, not a failure worth a log line).

@@ -13,8 +13,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from steptail.collector.files import open_source
-from steptail.collector.ingest import IngestError, IngestResult, Origin, ingest
+from steptail.collector.offline.files import open_source
+from steptail.collector.offline.ingest import IngestError, IngestResult, Origin, ingest
 from steptail.runs.findings import Settings
 from steptail.runs.names import check_run_name
 from steptail.storage.db import Store

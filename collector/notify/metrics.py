@@ -3,10 +3,10 @@ them (GET /metrics; /healthz: ready once discovery listed pods; /livez).
 
     metrics = Metrics()
     server = MetricsServer(metrics, port=9464, ready=lambda: sup.discovery.listed); await server.start()
-    metrics.run_started(run, status)           # every counter of the run at 0 (collector.supervisor)
+    metrics.run_started(run, status)           # every counter of the run at 0 (collector.live.supervisor)
     metrics.step(run, last_step); metrics.reconnect(run, "eof"); metrics.bad_lines(run, n)
-    metrics.error(run, "follower", "auth"); metrics.up(run, "follower", False)   # collector.health
-    metrics.finding(f)                                                            # collector.alerts
+    metrics.error(run, "follower", "auth"); metrics.up(run, "follower", False)   # collector.notify.health
+    metrics.finding(f)                                                            # collector.notify.alerts
     metrics.owned(n); metrics.run_stopped(run)  # replicas: runs this one holds, one handed over
     await server.stop()
 
@@ -35,12 +35,12 @@ from steptail.runs.findings import KINDS, Finding
 from steptail.runs.gaps import GAP, HEAD_GAP
 
 MISSING_KINDS = (GAP, HEAD_GAP)  # steptail.runs.gaps: the one definition of a missing step
-RECONNECT_REASONS = ("eof", "silence")  # collector.follower
+RECONNECT_REASONS = ("eof", "silence")  # collector.live.follower
 # A run is done once its follower is (--until-done), or while process 0 completed and its log
-# was read to the end (collector.follower's state then): never a stall, whatever its age.
+# was read to the end (collector.live.follower's state then): never a stall, whatever its age.
 COMPLETED_STATE = "container Completed; waiting"
 # The failures counted from 0 for each run (the alert rules match auth and forbidden):
-# kubectl's kinds (collector.kubectl.classify; a 403 is "auth" there) and the store's.
+# kubectl's kinds (collector.cluster.kubectl.classify; a 403 is "auth" there) and the store's.
 RUN_ERRORS = (("follower", "auth"), ("follower", "network"), ("follower", "server_error"), ("store", "store"),
               ("stream content", "unreadable"))
 DISCOVERY_ERRORS = ("auth", "forbidden", "network", "server_error", "deserialize")

@@ -1,6 +1,6 @@
 """Live alerts for `follow`: every new finding goes to a structured log line, to optional
 webhooks (JSON POST through a durable outbox, retried with backoff until delivered, each
-finding sent once per webhook) and to the Prometheus metrics (steptail.collector.metrics).
+finding sent once per webhook) and to the Prometheus metrics (steptail.collector.notify.metrics).
 
 Typical use (inside the follower's event loop):
 
@@ -23,8 +23,8 @@ from collections.abc import Iterable
 
 import sqlalchemy as sa
 
-from steptail.collector.metrics import Metrics
-from steptail.collector.webhooks import DeliveryWorker
+from steptail.collector.notify.metrics import Metrics
+from steptail.collector.notify.webhooks import DeliveryWorker
 from steptail.runs.findings import CRITICAL, Finding, finding_id
 from steptail.storage.db import Store
 from steptail.storage.outbox import MemoryOutbox, Row, SqlOutbox
@@ -38,7 +38,7 @@ class Alerter:
     Webhook deliveries go through an outbox (steptail.storage.outbox): with a store, the
     alert_outbox table, written by record() in the transaction that stores the findings, so
     they survive a crash and a dead receiver; without one, memory. A background worker
-    (steptail.collector.webhooks) sends them; publish() never waits on the network. A delivery is retried on connection errors, timeouts, 408, 429
+    (steptail.collector.notify.webhooks) sends them; publish() never waits on the network. A delivery is retried on connection errors, timeouts, 408, 429
     and 5xx with exponential backoff (backoff, 2 x backoff, … capped at max_backoff) until it
     is delivered; other answers are final."""
 

@@ -6,8 +6,8 @@ import math
 
 from rich.table import Table
 
-from steptail.collector.follower import RunStatus
-from steptail.collector.health import Health
+from steptail.collector.live.follower import RunStatus
+from steptail.collector.notify.health import Health
 
 
 def _num(v, fmt: str) -> str:

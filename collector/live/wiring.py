@@ -11,11 +11,11 @@ import logging
 from rich.console import Console
 from rich.live import Live
 
-from steptail.collector import kubectl
-from steptail.collector.alerts import Alerter
-from steptail.collector.metrics import Metrics, MetricsServer
-from steptail.collector.supervisor import Plan, Supervisor
-from steptail.collector.view import table
+from steptail.collector.cluster import kubectl
+from steptail.collector.live.supervisor import Plan, Supervisor
+from steptail.collector.live.view import table
+from steptail.collector.notify.alerts import Alerter
+from steptail.collector.notify.metrics import Metrics, MetricsServer
 from steptail.storage.db import Store
 
 log = logging.getLogger("steptail.follow")

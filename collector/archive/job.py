@@ -1,10 +1,10 @@
 """`steptail archive`: every pod log of a JobSet saved before it is deleted.
 
-The pods are listed once (collector.archive_pods); each container instance's log is read
+The pods are listed once (collector.archive.pods); each container instance's log is read
 with the real kubectl (`kubectl logs POD -c C --timestamps [--previous]`, read-only), a few
 at once, gzipped on worker threads into DIR/<jobset>/<pod>/<container>[.previous].log.gz
-under a temporary name and renamed when complete (collector.archive_files); manifest.json
-lists pods and files (collector.archive_manifest). A second archive reads only what is not
+under a temporary name and renamed when complete (collector.archive.files); manifest.json
+lists pods and files (collector.archive.manifest). A second archive reads only what is not
 final and verified, and rewrites nothing whose content did not change."""
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from steptail.collector import kubectl
-from steptail.collector.archive_files import GzipLog, LogStats, remove_stale
-from steptail.collector.archive_manifest import NAME, FileEntry, Manifest, load
-from steptail.collector.archive_pods import LogTask, list_pods, log_tasks, unsafe
-from steptail.collector.kubectl import KubeTarget
+from steptail.collector.archive.files import GzipLog, LogStats, remove_stale
+from steptail.collector.archive.manifest import NAME, FileEntry, Manifest, load
+from steptail.collector.archive.pods import LogTask, list_pods, log_tasks, unsafe
+from steptail.collector.cluster import kubectl
+from steptail.collector.cluster.kubectl import KubeTarget
 from steptail.runs.names import shown
 from steptail.storage.paths import UnsafePath, inside, relative_inside
 

@@ -9,9 +9,16 @@ Prometheus (errors by kind, the up gauges)."""
 from __future__ import annotations
 
 import logging
+import re
 import time
 
-from steptail.collector.kubectl import mask
+_SECRET = re.compile(r"(Bearer|token[\"':= ]+)\s*[A-Za-z0-9._~+/=-]{8,}", re.I)
+
+
+def mask(text: str) -> str:
+    """Bearer tokens and token values replaced by ***: nothing logged carries a credential."""
+    return _SECRET.sub(r"\1 ***", text)
+
 
 BACKOFF_START = 0.25  # seconds before the first retry of a failure
 
@@ -88,7 +95,7 @@ class Backoff:
 class Health:
     def __init__(self, source: str, run: str = "", metrics=None, status=None) -> None:
         self.source, self.run = source, run
-        self.metrics = metrics  # steptail.collector.metrics.Metrics
+        self.metrics = metrics  # steptail.collector.notify.metrics.Metrics
         self.status = status  # the run's RunStatus: failures and errors by kind
         self.failing: tuple[str, str] | None = None  # (kind, reason)
         self.last: tuple[str, str] | None = None  # the latest failure, cleared or not

@@ -10,8 +10,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from steptail import __version__
-from steptail.collector.archive_files import LogStats, sha256_file, write_json
-from steptail.collector.archive_pods import LogTask, PodRecord
+from steptail.collector.archive.files import LogStats, sha256_file, write_json
+from steptail.collector.archive.pods import LogTask, PodRecord
 from steptail.parsers.timestamps import format_ns, parse_rfc3339
 from steptail.storage.paths import relative_inside
 
