@@ -164,7 +164,7 @@ async def follow_lines(store, lines, alerter=None, metrics=None, finish=False) -
             model.feed(line)
         await sink.flush(model)
     if finish:
-        sink.detectors.finishing = True  # the run ended: the end-of-data checks
+        sink.detectors.finish()  # the run ended: the end-of-data checks
         await sink.flush(model)
 
 

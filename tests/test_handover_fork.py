@@ -57,8 +57,7 @@ def waiting_on_a_lock(store) -> int:
 def owner(store, replica: str):
     """A replica's model and sink of the run, as Supervisor.assemble_run builds them."""
     model, epoch = _claim_and_load(store, RUN, JOBSET, NS, False, replica)
-    sink = RunSink(store, RUN, None, Detectors(RUN, store))
-    sink.fence = lambda conn: fence(conn, RUN, epoch)
+    sink = RunSink(store, RUN, None, Detectors(RUN, store), fence=lambda conn: fence(conn, RUN, epoch))
     return model, sink
 
 
@@ -129,8 +128,7 @@ async def test_an_old_owners_commit_during_a_take_over_never_forks_the_run(pg_st
     assert isinstance(sink_a.lost, NotOwner), "A committed after B had loaded the run"
 
     # B re-reads from its cursor and commits the line after it (a step metric, no LOSS-PARTS)
-    sink_b = RunSink(pg_store, RUN, None, Detectors(RUN, pg_store))
-    sink_b.fence = lambda conn: fence(conn, RUN, epoch_b)
+    sink_b = RunSink(pg_store, RUN, None, Detectors(RUN, pg_store), fence=lambda conn: fence(conn, RUN, epoch_b))
     feed(model_b, lines[lp8 - 3: done8 + 1])
     await sink_b.flush(model_b)
 

@@ -268,8 +268,7 @@ def test_a_raw_write_failure_keeps_the_rows_uncommitted_until_it_clears(tmp_path
     try:
         blocked = tmp_path / "raw"
         blocked.write_text("a file where the raw log's directory should be")
-        sink = RunSink(store, "r", None, Detectors("r", store))
-        sink.raw = RawLog(blocked, "r")
+        sink = RunSink(store, "r", None, Detectors("r", store), raw=RawLog(blocked, "r"))
         model = RunModel("r")
         line = b"2026-01-01T00:00:01.000000000Z LOSS-PARTS step=1 ce=2.5\n"
         sink.raw.add("uid/c/0", line, None, "p")

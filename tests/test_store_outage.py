@@ -165,15 +165,15 @@ async def test_rows_buffered_through_an_outage_are_not_committed_when_another_re
     with scratch_database(PG_ADMIN, "steptail_outage") as db, DbProxy() as proxy:
         via_proxy, direct = open_store(proxy.url(db)), open_store(db)
         try:
-            def owner(store, replica):
+            lost: list = []
+
+            def owner(store, replica, on_lost=None):
                 model, epoch = _claim_and_load(store, RUN, "olmo3-sft", "default", False, replica)
-                sink = RunSink(store, RUN, None, Detectors(RUN, store))
-                sink.fence = lambda conn: fence(conn, RUN, epoch)
+                sink = RunSink(store, RUN, None, Detectors(RUN, store),
+                               fence=lambda conn: fence(conn, RUN, epoch), on_lost=on_lost)
                 return model, sink
 
-            model_a, sink_a = await asyncio.to_thread(owner, via_proxy, "A")
-            lost: list = []
-            sink_a.on_lost = lost.append
+            model_a, sink_a = await asyncio.to_thread(owner, via_proxy, "A", lost.append)
             for ln in lines[: upto[5]]:
                 model_a.feed(ln, stream=STREAM)
             assert await sink_a.flush(model_a) > 0

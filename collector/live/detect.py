@@ -62,7 +62,7 @@ def _seed_metrics(metrics: Metrics, store: Store, run: str) -> None:
 class Detectors:
     def __init__(self, run: str, store: Store | None = None, alerts: Alerter | None = None,
                  metrics: Metrics | None = None, settings: Settings | None = None,
-                 reference_ce: dict[int, float] | None = None) -> None:
+                 reference_ce: dict[int, float] | None = None, on_event: events.Hook | None = None) -> None:
         self.run = run
         self.metrics = metrics
         self.engine = _engine(store, run, settings, reference_ce) if store is not None else None
@@ -73,12 +73,12 @@ class Detectors:
         self.flagged: list = []  # every finding raised by this collector
         self._seen_failures = 0  # failures handed to the engine so far
         self.finishing = False  # the run ended: end-of-data checks at the next commit
-        # Set by the follower (the stall clock, FindingEngine.tick): wall time until which the
+        # The follower says (heard, paused; the stall clock, FindingEngine.tick): wall time until which the
         # stream is known to have held back nothing, and whether the collector was just not
         # running (a pause: judged again only from now on).
         self.heard_ns: int | None = None
         self._paused = False
-        self.on_event: events.Hook | None = None
+        self.on_event = on_event
         self._lock = threading.Lock()
 
     # -- inputs ------------------------------------------------------------------------------
@@ -94,6 +94,14 @@ class Detectors:
         # the engine is used from the commit thread only: queue, handled at the next tick
         with self._lock:
             self.failures.append(Failure(kind, reason, time.time_ns(), at))
+
+    def heard(self, ns: int) -> None:
+        """The follower's word: until `ns` (wall time) the stream held back nothing."""
+        self.heard_ns = ns
+
+    def finish(self) -> None:
+        """Process 0 completed: the end-of-data checks run at the next commit."""
+        self.finishing = True
 
     def paused(self) -> None:
         """The collector was not running for a while (SIGSTOP, a starved event loop): that time

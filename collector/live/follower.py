@@ -30,7 +30,6 @@ from steptail.parsers.timestamps import format_ns
 from steptail.runs.model import POD_STREAM, Cursor, RunModel
 from steptail.runs.rows import LOSS_PARTS
 from steptail.runs.stream_gap import StreamGap
-from steptail.storage.raw import RawLog
 
 log = logging.getLogger("steptail.follow")
 
@@ -182,14 +181,12 @@ def _stepped_back(after_ns: int, first_ns: int, since_ns: int, reason: str) -> l
 class RunFollower:
     def __init__(self, run: str, jobset: str, target: KubeTarget, discovery: Discovery,
                  model: RunModel, sink: RunSink, detectors: Detectors, cfg: FollowConfig,
-                 status: RunStatus, health: Health | None = None) -> None:
+                 status: RunStatus, health: Health | None = None, on_event: events.Hook | None = None) -> None:
         self.run, self.jobset, self.target = run, jobset, target
         self.discovery, self.model, self.sink = discovery, model, sink
         self.detectors, self.cfg, self.status = detectors, cfg, status
         # kubectl and API reads of this run: failing until a read delivers again
         self.health = health or Health("follower", run, detectors.metrics, status)
-        sink.health = Health("store", run, detectors.metrics, status)
-        sink.buffer_health = Health("buffer", run, detectors.metrics, status)
         # what process 0 prints: failing while a stream delivers only lines no parser can read
         self.content = Health("stream content", run, detectors.metrics, status)
         self._unreadable: list | None = None  # [monotonic start, lines, bytes] of such a spell
@@ -211,8 +208,8 @@ class RunFollower:
         # line, or a probe that found nothing unread (the stall clock counts quiet up to it only)
         self._heard: float | None = None
         self.pauses = 0  # times the collector was found not running (a jump of the loop's clock)
-        self.on_event: events.Hook | None = None
-        self.raw = sink.raw = RawLog(cfg.raw, run) if cfg.raw else None
+        self.on_event = on_event
+        self.raw = sink.raw  # follow --raw: the lines as read
 
     # ------------------------------------------------------------------------ main loop
     async def run_forever(self) -> None:
@@ -372,7 +369,7 @@ class RunFollower:
                         outcome, why = "oversized", size.why
                     break
                 last_line = self._heard = time.monotonic()
-                self.sink.running = True
+                self.sink.delivering(True)
                 watchdog.reset()
                 ts_ns = line_ts(line)
                 if overlong:
@@ -740,7 +737,7 @@ class RunFollower:
             events.state_changed(self.on_event, self.run, state, pod_name)
         self.status.state = state
         if state != "following":  # stalls are judged only while a stream delivers (_stream sets it)
-            self.sink.running = False
+            self.sink.delivering(False)
         if pod is not None:
             self.status.pod = pod.name
         if state == "following":
@@ -759,7 +756,7 @@ class RunFollower:
                 log.warning("%s: the collector was not running for %.1f s (stopped or starved): that time "
                          "is not judged as the trainer's", self.run, late)
             if self._heard is not None:
-                self.detectors.heard_ns = time.time_ns() - int((now - self._heard) * 1e9)
+                self.detectors.heard(time.time_ns() - int((now - self._heard) * 1e9))
             # shielded: a commit in flight at shutdown completes before the final flush
             await asyncio.shield(self._flush())
 
@@ -768,14 +765,14 @@ class RunFollower:
         self.status.rows += rows
         self._update_view()
 
-    async def _final_flush(self) -> None:
+    async def final_flush(self) -> None:
         await self._flush(parquet=True)
         await self.sink.close_raw()  # segments closed, their sha256 recorded
 
     async def _finish(self, pod: PodInfo) -> None:
         """Process 0 completed: end-of-data checks, everything committed, done."""
-        self.detectors.finishing = True
-        await self._final_flush()
+        self.detectors.finish()
+        await self.final_flush()
         self.status.done = True
         self._set_state("done", pod)
 

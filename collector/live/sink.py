@@ -50,7 +50,11 @@ class RunSink:
 
     def __init__(self, store: Store, run: str, parquet_root: str | None, detectors,
                  parquet_every: float = 30.0, jobset: str | None = None, namespace: str | None = None,
-                 source: str | None = None, append: bool = False):
+                 source: str | None = None, append: bool = False, *, status=None, fence=None,
+                 on_lost=None, raw: RawLog | None = None, on_event: events.Hook | None = None):
+        """`detectors` (their metrics, if any, count the store's failures; `status` the run's);
+        with replicas `fence(conn)` raises NotOwner once another replica took the run, and
+        `on_lost(exc)` is told; `raw`: follow --raw's log; `on_event`: rows and gaps as they commit."""
         self.store, self.run = store, run
         self.sql = SqlSink(store)
         self.detectors = detectors
@@ -62,16 +66,17 @@ class RunSink:
         self.parquet_last = time.monotonic()
         self.tick_every = 1.0  # stall checks run on the clock even when no line arrives
         self.last_tick = 0.0
-        # set by the follower once a stream of process 0 delivers (stalls are judged only then)
+        # while a stream of process 0 delivers (the follower says: delivering); stalls are judged only then
         self.running = False
         self.parquet_files = 0
         self.committed_rows = 0
         self.bad_lines = 0  # model.counters.bad_lines already reported to the metrics
         self.last_commit_ns: int | None = None
         self.error: str | None = None
-        self.health = Health("store", run)  # the follower's, with metrics, replaces it
+        metrics = getattr(detectors, "metrics", None)
+        self.health = Health("store", run, metrics, status)
         self.buffer_rows = BUFFER_ROWS
-        self.buffer_health = Health("buffer", run)  # past the bound: reading paused (the follower's replaces it)
+        self.buffer_health = Health("buffer", run, metrics, status)  # past the bound: reading paused
         self._committing_since: float | None = None  # a commit that hangs (a stalled connection) counts as failing
         self.retry_at = 0.0  # monotonic: while the store refuses writes, no commit before this
         self._retry_delay = 0.0
@@ -80,16 +85,16 @@ class RunSink:
         self._parquet_behind = False  # rows dropped after a Parquet failure: catch_up rewrites them from SQL
         self._snapshots_due = False  # findings, stream gaps or reconnects committed since the last Parquet write
         self.last_loss: tuple | None = None  # last LOSS-PARTS row committed
-        self.on_event: events.Hook | None = None  # committed rows and gaps, as they commit
+        self.on_event = on_event  # committed rows and gaps, as they commit
         self.step_seconds: float | None = None  # from the last per-pod step line
         self._lock = asyncio.Lock()
         # replicas (collector.live.ownership): each commit first checks the run is still ours; when it
         # is not, nothing is committed, ever again, and on_lost is told
-        self.fence = None  # callable(conn), raises NotOwner
-        self.on_lost = None  # callable(NotOwner)
+        self.fence = fence  # callable(conn), raises NotOwner
+        self.on_lost = on_lost  # callable(NotOwner)
         self.lost: NotOwner | None = None
         # follow --raw: the lines read, written to a segment before the rows they made commit
-        self.raw: RawLog | None = None  # set by the follower
+        self.raw = raw
         self.raw_pending: list[RawChunk] = []  # taken with the batches; written by _commit
         # the run's row (and its source's claim) commits with its first record, never before:
         # a namespace of 20,000 pods that print nothing makes no run
@@ -97,6 +102,10 @@ class RunSink:
         self._run_written = False
         if parquet_root:
             self._catch_up()
+
+    def delivering(self, running: bool) -> None:
+        """The follower's word: a stream of process 0 delivers (True) or no longer does."""
+        self.running = running
 
     def _catch_up(self) -> None:
         """Rows a killed collector committed but never flushed to Parquet go there now."""

@@ -12,6 +12,7 @@ import logging
 import signal
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from steptail.collector.cluster import kubectl
@@ -29,6 +30,7 @@ from steptail.runs.findings import NO_STEP, WARNING, Finding, Settings
 from steptail.runs.model import RunModel
 from steptail.runs.reference import ReferenceError, reference_for
 from steptail.storage.db import Store
+from steptail.storage.raw import RawLog
 from steptail.storage.replicas import fence, take_over
 from steptail.storage.sources import SourceConflict, check_source, kubernetes_source
 from steptail.storage.sql import load_model
@@ -141,7 +143,7 @@ class Supervisor:
         kubectl.kill_all()
         for run, f in self.followers.items():
             try:
-                await f._final_flush()
+                await f.final_flush()
             except Exception as exc:  # noqa: BLE001 - report, flush the others
                 log.error("%s: final flush failed: %s", run, exc)
             else:
@@ -330,7 +332,7 @@ class Supervisor:
             await cancel_all([task])
         if follower is not None:
             try:
-                await follower._final_flush()
+                await follower.final_flush()
             except Exception as exc:  # noqa: BLE001 - the next owner re-reads from the last commit
                 log.warning("%s: final flush before the handover failed: %s", run, exc)
             else:
@@ -373,17 +375,20 @@ class Supervisor:
             log.error("%s: %s", run, exc)
             status.last_error, reference = str(exc), None
         detectors = self.detectors[run] = await asyncio.to_thread(  # also told when discovery fails
-            Detectors, run, store, plan.alerts, plan.metrics, plan.settings, reference)
-        # the sink: SQL, then the detectors, then Parquet (catching up what a killed collector left)
-        sink = await asyncio.to_thread(RunSink, store, run, plan.parquet, detectors, plan.config.parquet_every,
-                                       jobset, ns, kubernetes_source(ns, jobset), plan.append)
-        if self.ownership is not None:  # every commit checks this replica still owns the run
-            sink.fence = lambda conn: fence(conn, run, epoch)
-            sink.on_lost = lambda exc: self._lose_soon(run, str(exc))
+            partial(Detectors, run, store, plan.alerts, plan.metrics, plan.settings, reference,
+                    on_event=plan.on_event))
+        # the sink: SQL, then the detectors, then Parquet (catching up what a killed collector left);
+        # with replicas every commit checks this replica still owns the run
+        owned = self.ownership is not None
+        sink = await asyncio.to_thread(partial(
+            RunSink, store, run, plan.parquet, detectors, plan.config.parquet_every, jobset, ns,
+            kubernetes_source(ns, jobset), plan.append, status=status,
+            fence=(lambda conn: fence(conn, run, epoch)) if owned else None,
+            on_lost=(lambda exc: self._lose_soon(run, str(exc))) if owned else None,
+            raw=RawLog(plan.config.raw, run) if plan.config.raw else None, on_event=plan.on_event))
         # the follower: process 0's pods, from discovery, read into the model
         follower = RunFollower(run, jobset, plan.target, self.discovery, model, sink, detectors, plan.config,
-                               status, self.health.get(run))
-        follower.on_event = sink.on_event = detectors.on_event = plan.on_event
+                               status, self.health.get(run), on_event=plan.on_event)
         self.followers[run] = follower  # flushed at shutdown
         return follower
 
