@@ -122,7 +122,7 @@ class KubeApi:
             if user is None or faults.lapsed():
                 fail = 401
             else:
-                fail = faults.take_failure(path)
+                fail = faults.take_failure(str(request.rel_url))  # path and query, as slow_api
         if fail == 401:
             resp = status(401, "Unauthorized")
         elif fail is not None:

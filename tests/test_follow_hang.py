@@ -84,3 +84,35 @@ def test_checks_of_a_quiet_stream_back_off_to_the_cap():
     assert all(b - a == 30 for a, b in zip(checks[4:], checks[5:], strict=False))
     w.reset()
     assert w.next_check == FLOOR
+
+
+def test_a_look_the_api_refused_is_tried_again_soon():
+    w = Watchdog(Pace(), cap=30)
+    checks = []
+    for _ in range(5):  # the pod cannot be asked: soon again, doubling, at most a threshold
+        checks.append(w.next_check)
+        w.unknown(w.next_check)
+    assert checks == [2, 2.5, 3.5, 5.5, 7.5]
+    w.quiet_confirmed(w.next_check)  # then it answers: the quiet back-off starts where it was
+    assert w.next_check == 9.5 + 4
+    w.unknown(w.next_check)
+    assert w.next_check == 13.5 + 0.5
+
+
+@pytest.mark.timeout(150)
+def test_a_rotation_hang_while_the_pod_cannot_be_asked_loses_nothing(make_simcluster, tmp_path):
+    """The log rotates (the stream hangs) and the first three looks at the pod answer 502; a
+    second rotation follows 10 s later. The looks are tried again within seconds, so the
+    stream is re-opened before the second rotation, not after --silence: nothing is lost."""
+    rate = 20 / LINES_PER_STEP
+    steps = int(rate * 24)
+    sim = make_simcluster(scenario({"action": "rotate", "at": 4.0}, {"action": "rotate", "at": 14.0},
+                                   {"action": "fail_next", "at": 4.0, "code": 502, "n": 3, "path": "tailLines"},
+                                   rate=rate, jobsets=[{"name": "olmo3-sft", "hosts": 1,
+                                                        "trainer": {"steps": steps, "checkpoint_period": 1000}}]))
+    db = str(tmp_path / "s.db")
+    follow_sim(sim, db, silence=DEFAULT_SILENCE, timeout=90)
+    assert [o for o in sim.truth.unavailable() if o.kind == "fail_next"][0].to_ns is not None  # all 3 answered
+    r = assert_exactly_once(sim, db, "r")
+    assert len(r["got"]) == steps, f"lost {sorted(set(range(1, steps + 1)) - {s for _, s in r['got']})}"
+    assert not [k for k, _ in findings(db, "r") if k in ("gap", "head_gap")]

@@ -356,6 +356,9 @@ class RunFollower:
                     if unread or (unread is None and quiet >= self.cfg.silence):
                         outcome = "silent"  # hung (or unknowable for too long): re-open
                         break
+                    if unread is None:  # the pod could not be asked: ask again soon, vouch for nothing
+                        watchdog.unknown(quiet)
+                        continue
                     watchdog.quiet_confirmed(quiet)
                     self._heard = max(self._heard or probe_at, probe_at)  # the quiet is the trainer's
                     continue

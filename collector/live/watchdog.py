@@ -6,7 +6,8 @@ every few seconds, a long one lets a chatty stream rotate again meanwhile and lo
 So the follower asks the pod (a cheap non-follow read of its last line) once the stream is
 quieter than usual — max(FLOOR, K × the median interval between its bursts of lines) —
 and re-opens the stream only when the pod holds a line the stream has not delivered. While
-the container stays quiet the checks back off, doubling up to `cap` (`--silence`)."""
+the container stays quiet the checks back off, doubling up to `cap` (`--silence`); a look
+the API refused is tried again within a second or two, never left until `cap`."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ FLOOR = 2.0  # seconds: below this, scheduling noise alone would trigger checks
 K = 1.5  # "quieter than usual": 1.5 x the usual interval between bursts
 BURST_NS = 100_000_000  # lines closer than this belong to one burst (one step's lines)
 HISTORY = 32  # intervals kept for the median
+UNKNOWN_RETRY = 0.5  # seconds: a look at the pod that failed is tried again this soon
 
 
 class Pace:
@@ -58,9 +60,18 @@ class Watchdog:
     def reset(self) -> None:
         """A line arrived: the next check comes after one threshold of quiet."""
         self._interval = self.threshold()
+        self._unknown = 0.0
         self.next_check = self._interval
+
+    def unknown(self, quiet: float) -> None:
+        """The pod could not be asked (the API failed): ask again after UNKNOWN_RETRY, doubling
+        while it keeps failing, at most one threshold later. A hung stream is not left until
+        `cap` because the API refused one look."""
+        self._unknown = min(self._unknown * 2, self.threshold()) if self._unknown else UNKNOWN_RETRY
+        self.next_check = quiet + self._unknown
 
     def quiet_confirmed(self, quiet: float) -> None:
         """The pod holds nothing new: check again later, twice as late each time."""
         self._interval = min(self._interval * 2, self.cap)
+        self._unknown = 0.0
         self.next_check = quiet + self._interval
