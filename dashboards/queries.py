@@ -128,7 +128,8 @@ GROUP BY run
 # head gaps: before an incarnation's first step and after the step it is known to start from
 # (its restored checkpoint, 0 for a fresh start, when the start-up or a restore line was read;
 # else the highest checkpoint its earlier incarnations saved, 0 when none was read and one of
-# them had an unread head, else their highest step, 0 for the first: a head never read).
+# them had an unread head, else the last multiple of the config's checkpoint_period at or below
+# their highest step, else their highest step, 0 for the first: a head never read).
 # (run, incarnation, step) is unique, so max - min + 1 - count is exactly the sum of the inner
 # gaps: one aggregate instead of a window over every row.
 ALERT_MISSING_STEPS = f"""
@@ -140,6 +141,12 @@ per_inc AS (
 inner_gaps AS (
   SELECT run, SUM(hi - lo + 1 - n) AS missing FROM per_inc GROUP BY run
 ),
+periods AS (
+  SELECT run, incarnation, CASE WHEN v <> '' AND LENGTH(v) <= 9 AND LTRIM(v, '0123456789') = ''
+      THEN NULLIF(CAST(v AS INTEGER), 0) END AS period
+  FROM (SELECT run, incarnation, TRIM(value) AS v FROM config
+        WHERE name = 'checkpoint_period' AND run IN (SELECT run FROM active)) c
+),
 heads AS (
   SELECT i.run, i.first_step, CASE WHEN i.saw_start OR i.restored_from IS NOT NULL
       THEN COALESCE(i.restored_from, 0)
@@ -147,6 +154,11 @@ heads AS (
                        AND c.incarnation < i.incarnation),
                     (SELECT MIN(0) FROM incarnations e WHERE e.run = i.run AND e.incarnation < i.incarnation
                        AND e.first_step IS NOT NULL AND NOT e.saw_start AND e.restored_from IS NULL),
+                    (SELECT MAX(p.hi) FROM per_inc p WHERE p.run = i.run AND p.incarnation < i.incarnation)
+                      / (SELECT k.period FROM periods k WHERE k.run = i.run AND k.incarnation <= i.incarnation
+                           AND k.period IS NOT NULL ORDER BY k.incarnation DESC LIMIT 1)
+                      * (SELECT k.period FROM periods k WHERE k.run = i.run AND k.incarnation <= i.incarnation
+                           AND k.period IS NOT NULL ORDER BY k.incarnation DESC LIMIT 1),
                     (SELECT MAX(p.hi) FROM per_inc p WHERE p.run = i.run AND p.incarnation < i.incarnation), 0)
     END AS known
   FROM incarnations i WHERE i.run IN (SELECT run FROM active) AND i.first_step IS NOT NULL

@@ -32,7 +32,14 @@ from steptail.runs.findings import (
     Settings,
     step_range,
 )
-from steptail.runs.gaps import StepGap, at_head, between, resumed_after
+from steptail.runs.gaps import (
+    PERIOD_PARAM,
+    StepGap,
+    at_head,
+    between,
+    checkpoint_period,
+    resumed_after,
+)
 from steptail.runs.model import Batch
 from steptail.runs.rows import (
     CHECKPOINTS,
@@ -333,6 +340,13 @@ class FindingEngine:
                 CRITICAL,
             )
 
+    def _period(self, inc: _Inc) -> int | None:
+        """The run's checkpoint period as its config printed it, latest incarnation first."""
+        for i in sorted(self._incs.values(), key=lambda i: -i.number):
+            if i.number <= inc.number and (period := checkpoint_period(i.config.get(PERIOD_PARAM))):
+                return period
+        return None
+
     def _checkpoint(self, inc: _Inc, kind: str, step: int) -> None:
         if kind == "restore":
             inc.restored_from = step
@@ -382,8 +396,10 @@ class FindingEngine:
                 CRITICAL,
             )
         # this incarnation has no step yet: the highest one so far is its predecessors'
-        saved = resumed_after((i.saved for i in earlier if i.saved is not None),
-                              any(not i.saw_start and i.restored_from is None for i in earlier))
+        printed = [i.saved for i in earlier if i.saved is not None]
+        period = self._period(inc)
+        saved = resumed_after(printed, any(not i.saw_start and i.restored_from is None for i in earlier),
+                              self._max_step, period)
         gap = at_head(inc.number, inc.saw_start, inc.restored_from, step, self._max_step, saved)
         if gap is None:
             return
@@ -399,8 +415,11 @@ class FindingEngine:
             return
         before = (f"; the run's earlier incarnations reached step {self._max_step}"
                   if self._max_step is not None else "")
-        if saved:
+        if printed:
             before += f" and saved a checkpoint at step {saved} (a restart resumes from it)"
+        elif saved is not None and period and any(i.saw_start or i.restored_from is not None for i in earlier):
+            before += (f"; with {PERIOD_PARAM} {period} their last checkpoint is at step {saved}"
+                       + (" (none: a restart starts from step 1)" if saved == 0 else ""))
         elif saved == 0:
             before += ", their own head unread (a checkpoint saved in it cannot be excluded)"
         detail = (

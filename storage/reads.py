@@ -196,7 +196,10 @@ def missing_steps(conn: sa.Connection, run: str) -> list[dict]:
         {"run": run}, execution_options={"stream_results": True, "yield_per": 20_000})
     saves = conn.execute(sa.text(
         "SELECT incarnation, step FROM checkpoints WHERE run = :run AND kind = 'save'"), {"run": run}).all()
-    return [g.to_dict() for g in gaps.missing_steps(steps, heads, saves)]
+    periods = [(inc, period) for inc, value in conn.execute(sa.text(
+        "SELECT incarnation, value FROM config WHERE run = :run AND name = :name"),
+        {"run": run, "name": gaps.PERIOD_PARAM}) if (period := gaps.checkpoint_period(value))]
+    return [g.to_dict() for g in gaps.missing_steps(steps, heads, saves, periods)]
 
 
 def step_gaps(store: Store, run: str) -> list[dict]:

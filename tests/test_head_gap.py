@@ -139,6 +139,30 @@ def test_follow_started_after_a_restart_whose_head_rotated_away(make_simcluster,
     assert _check(db_url).exit_code == 1
 
 
+def test_a_restart_before_the_first_save_whose_head_rotated_away_misses_step_1(make_simcluster, db_url):
+    """Chaos seed 105: incarnation 1 read from its start, then a restart before the first
+    checkpoint (period 50) whose start-up and steps 1-3 rotated away before they were read:
+    with no save there is nothing to resume from, so the head of incarnation 2 is step 1, not
+    the step after incarnation 1's last (a restart from a checkpoint whose restore was lost)."""
+    sim = make_simcluster(scenario(
+        {"action": "restart_jobset", "at_step": 40, "grace_seconds": 1, "head_rotated": 3}, rate=10,
+        jobsets=[{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": 80, "checkpoint_period": 50}}]))
+    old = sim.process0()
+    _follow(sim, db_url, until_step=20)  # stopped before the restart (at step 40, 2 s later)
+    sim.wait_step(10, incarnation=2, timeout=30)
+    _wait_rotated_and_gone(sim, 10, old)
+    _follow(sim, db_url)
+
+    first = {i: min(s for j, s in recorded(db_url, "r") if j == i) for i, _ in recorded(db_url, "r")}
+    assert first[1] == 1 and first[2] == 4  # incarnation 2 read from step 4: its 1-3 rotated away
+    truth = {t.step for t in sim.truth() if t.incarnation == 2}
+    assert min(truth) == 1  # the trainer restarted from scratch: no checkpoint before step 40
+    found = _findings(db_url)
+    assert ("head_gap", 2, 1, 3) in found, sorted(found)
+    assert "checkpoint_period 50" in found[("head_gap", 2, 1, 3)][1]
+    assert _check(db_url).exit_code == 1
+
+
 def test_follow_started_after_a_rotation_past_a_clock_stepped_back(make_simcluster, db_url):
     """The node clock stepped back an hour at step 30, the log rotated at step 40: the first
     step read is stamped before its container started. Each step lost lies in a stream gap (one

@@ -56,6 +56,17 @@ CASES = {
     # ... after a checkpoint saved at 20: the restart resumed from it, its 21-24 were not read
     "restart-unread-after-save": (["start", *steps(1, 20), ("save", 20), *steps(21, 30), *steps(25, 40)],
                                   [("head_gap", 2, 21, 24)]),
+    # chaos seed 105: the config's checkpoint period says no save came before step 39, so the
+    # restart started from scratch and its unread head (step 1) is missing
+    "restart-unread-before-a-save": (["start", ("period", 41), *steps(1, 39), *steps(2, 10)],
+                                     [("head_gap", 2, 1, 1)]),
+    # ... past one period: it resumed from 20 at the least, its 21-23 were not read
+    "restart-unread-past-a-period": (["start", ("period", 10), *steps(1, 25), *steps(24, 30)],
+                                     [("head_gap", 2, 21, 23)]),
+    "restart-unread-at-a-period": (["start", ("period", 10), *steps(1, 25), *steps(21, 30)], []),
+    # a period that is no number is no evidence: as without one
+    "restart-unread-odd-period": (["start", ("period", "4x"), *steps(1, 39), *steps(2, 10)], []),
+    "restart-unread-zero-period": (["start", ("period", "000"), *steps(1, 39), *steps(2, 10)], []),
 }
 
 
@@ -68,6 +79,8 @@ def write_log(path, events: list) -> None:
             body = START
         elif isinstance(e, tuple) and e[0] == "save":
             body = f"checkpointing.py:401] Saved a checkpoint at step {e[1]}."
+        elif isinstance(e, tuple) and e[0] == "period":
+            body = f"pyconfig.py:584] Config param checkpoint_period: {e[1]}"
         elif isinstance(e, tuple):
             body = f"checkpointing.py:613] Restoring checkpoint from step {e[1]}."
         else:
@@ -179,6 +192,27 @@ def test_an_unread_head_starts_after_the_checkpoint_saved_before(saw_start, rest
                                                                   before, saved, expected):
     gap = gaps.at_head(2, saw_start, restored_from, first_step, before, saved)
     assert (None if gap is None else (gap.first_step, gap.last_step)) == expected
+
+
+@pytest.mark.parametrize("saves,unread_before,before,period,expected", [
+    ([], False, 39, 41, 0),  # chaos seed 105: no save reached, a restart starts from step 1
+    ([], False, 82, 41, 82),
+    ([], False, 90, 41, 82),
+    ([30], False, 90, 41, 30),  # a save printed says more than the period
+    ([], True, 90, 41, 0),  # an unread head before: a save may be in it
+    ([], False, 90, None, None),  # no period, no save: nothing known
+    ([], False, None, 41, None),
+])
+def test_the_checkpoint_period_bounds_where_an_unread_restart_resumed(saves, unread_before, before, period,
+                                                                       expected):
+    assert gaps.resumed_after(saves, unread_before, before, period) == expected
+
+
+@pytest.mark.parametrize("value,expected", [
+    ("41", 41), (" 41 ", 41), ("041", 41), ("0", None), ("-41", None), ("+41", None), ("4x", None),
+    ("٤١", None), ("1000000000", None), ("999999999", 999999999), (None, None)])
+def test_a_checkpoint_period_is_read_as_the_alert_sql_reads_it(value, expected):
+    assert gaps.checkpoint_period(value) == expected
 
 
 def test_gaps_stay_within_an_incarnation():
