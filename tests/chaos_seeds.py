@@ -34,7 +34,9 @@ FOUND = {
          "5: stamp_skew (LOSS-PARTS 5 ms before the line before it) drops servable steps",
     105: "B: a restart whose start-up lines rotated away (head_rotated) is merged into the previous "
          "incarnation; 1: after an auth lapse + hang, servable steps missed; 4: head; then (s105) the "
-         "restart's replay from checkpoint 41 (step 42) unread, in no head gap",
+         "restart's replay from checkpoint 41 (step 42) unread, in no head gap; then (CI, under load) a restart "
+         "before the first save (period 41) whose step 1 rotated away: its head taken to start after the last "
+         "step read, step 1 in no gap finding",
     106: "4: head lost to rotation, no gap finding; B: head-rotated restart merged; 1: missed after an auth lapse; "
          "then (s105) a restart's replay from a checkpoint below the previous container's last step, "
          "unread, in no head gap; --previous read first with its head rotated away: no stream gap",
