@@ -120,115 +120,136 @@ def _sha256(source: Source) -> str:
     return h.hexdigest()
 
 
-def ingest(
-    store: Store,
-    run: str,
-    sources: list[Source],
-    parquet: str | Path | None = None,
-    progress: Callable[[int], None] | None = None,
-    pool: Workers | None = None,
-    append: bool = False,
-    settings: Settings | None = None,
-    reference_ce: dict[int, float] | None = None,
-    origin: Origin | None = None,
-    prepare: Callable[[object], None] | None = None,
-    before_commit: Callable[[object], None] | None = None,
-) -> IngestResult:
-    """Ingest `sources` into `run`. `pool`: workers from start_workers(), started before the
-    store was opened so that they boot while the schema is checked (else started here).
-    A run that holds data of another source (a followed JobSet) raises SourceConflict and
-    nothing is written, unless `append` says it is the same run. The run's findings are
-    stored as `check` with these `settings` and `reference_ce` would store them. Sources
-    without a record line are left out (`no_records`); if none has one, NoRecords.
-    `prepare(conn)` runs first in the transaction, `before_commit(conn)` last (reparse: the
-    run's old rows cleared, what changed read back, all in this one transaction)."""
-    check_run_name(run)
-    origin = origin or Origin()
-    sink = SqlSink(store)
-    pq_sink = ParquetSink(parquet, run) if parquet else None
-    result = IngestResult(run=run)
-    detectors = _Detectors(run, settings, reference_ce)
-    own_pool = pool is None
-    if own_pool:
-        pool = start_workers(sources)
-    hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="steptail-sha256")
-    # The rows in flight are acyclic; the cyclic collector would only rescan them (~20%).
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        # The writer threads stop before the transaction ends, committed or rolled back: none
-        # may write to the connection or to a Parquet file after that.
-        with store.engine.begin() as conn, _Writer(sink, pq_sink, conn, run, detectors.observe) as writer:
-            if prepare is not None:
-                prepare(conn)
-            sink.ensure_run(conn, run, origin.jobset, origin.namespace, source=origin.source, append=append)
-            model = load_model(conn, run)
-            detectors.replay(conn)
-            done = 0
-            for source in order_sources(sources):
-                tick = (lambda pos, base=done: progress(base + pos)) if progress else None
-                started = time.time_ns()
-                model.counters = Counters()
-                stream = origin.streams.get(source.name, "log")
-                model.new_read(stream)  # a clock jump is measured within one file
-                digest = content = None
-                if first_timestamp(source) is None:
-                    # Untimestamped lines have no identity of their own: dedupe whole files.
-                    # (its content's: the same log plain or gzipped is one log)
-                    content = _sha256(source)
-                    digest = source.sha256()  # the file's own (a .gz: as stored)
-                    if ingested_before(conn, run, content):
-                        result.skipped.append(source.name)
-                        continue
-                cursors_before = {k: c.copy() for k, c in model.cursors.items()}
-                submitted = writer.submitted
-                # workers read a big plain file's ranges themselves: hash it meanwhile, in a thread
-                hashing = hasher.submit(_file_sha256, source.name) if pool is not None and \
-                    source.sha256() is None and _read_by_workers(source) else None
-                if source.pod is not None:
-                    model.pod = source.pod
-                _feed(model, source, writer, tick, pool, stream)
-                model.settle()  # the file ended: a step still held back has no step after it
-                if stream in origin.finished:
-                    model.finish_stream(stream)
-                done += source.size or 0
-                if writer.submitted == submitted and not _holds_records(model):
-                    result.no_records.append(source.name)
-                    model.take()  # what it left holds no row: its cursor move and bad-line count
-                    model.cursors = cursors_before
-                    continue
-                _flush(model, writer)
-                writer.drain()
-                for table, _, why in sink.take_refused():
-                    model.counters.bad(f"store refused a {table} row (quarantined): {why}")
-                digest = digest or source.sha256() or (hashing.result() if hashing else None) \
-                    or _file_sha256(source.name)
-                result.sha256[source.label or source.name] = digest
-                record_ingest(conn, run, source.label or source.name, digest, started, model.counters, content)
-                result.add(model.counters)
-            if len(result.no_records) == len(sources):
-                raise NoRecords(result.no_records)  # rolls back the run row ensure_run made
-            result.incarnations = incarnation_count(conn, run)
-            result.findings = detectors.store(conn)
-            result.findings_error = detectors.error
-            if before_commit is not None:
-                before_commit(conn)
+def ingest(store: Store, run: str, sources: list[Source], parquet: str | Path | None = None,
+           progress: Callable[[int], None] | None = None, pool: Workers | None = None, append: bool = False,
+           settings: Settings | None = None, reference_ce: dict[int, float] | None = None,
+           origin: Origin | None = None) -> IngestResult:
+    """Ingest `sources` into `run` (Ingest with these options)."""
+    return Ingest(store, run, parquet=parquet, progress=progress, pool=pool, append=append, settings=settings,
+                  reference_ce=reference_ce, origin=origin or Origin())(sources)
+
+
+@dataclass
+class Ingest:
+    """One ingest: `sources` into `run`, one transaction. `pool`: workers from start_workers(),
+    started before the store was opened so that they boot while the schema is checked (else
+    started here). A run that holds data of another source (a followed JobSet) raises
+    SourceConflict and nothing is written, unless `append` says it is the same run. The run's
+    findings are stored as `check` with these `settings` and `reference_ce` would store them.
+    Sources without a record line are left out (`no_records`); if none has one, NoRecords.
+
+    `reparse` composes it (a subclass whose `prepare` and `before_commit` add to the
+    transaction), `archive` through ingest_paths (an Origin naming each file's stream)."""
+
+    store: Store
+    run: str
+    parquet: str | Path | None = None
+    progress: Callable[[int], None] | None = None  # bytes read of all sources
+    pool: Workers | None = None
+    append: bool = False
+    settings: Settings | None = None
+    reference_ce: dict[int, float] | None = None
+    origin: Origin = field(default_factory=Origin)
+
+    def prepare(self, conn) -> None:
+        """First in the transaction, before the run's row and model are read."""
+
+    def before_commit(self, conn) -> None:
+        """Last in the transaction, after the findings were stored."""
+
+    def __call__(self, sources: list[Source]) -> IngestResult:
+        """The sources read into the run, committed whole or not at all."""
+        check_run_name(self.run)
+        sink = SqlSink(self.store)
+        pq_sink = ParquetSink(self.parquet, self.run) if self.parquet else None
+        result = IngestResult(run=self.run)
+        detectors = _Detectors(self.run, self.settings, self.reference_ce)
+        pool = self.pool if self.pool is not None else start_workers(sources)
+        hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="steptail-sha256")
+        # The rows in flight are acyclic; the cyclic collector would only rescan them (~20%).
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            # The writer threads stop before the transaction ends, committed or rolled back: none
+            # may write to the connection or to a Parquet file after that.
+            with self.store.engine.begin() as conn, \
+                    _Writer(sink, pq_sink, conn, self.run, detectors.observe) as writer:
+                self.prepare(conn)
+                origin = self.origin
+                sink.ensure_run(conn, self.run, origin.jobset, origin.namespace, source=origin.source,
+                                append=self.append)
+                model = load_model(conn, self.run)
+                detectors.replay(conn)
+                done = 0
+                for source in order_sources(sources):
+                    tick = (lambda pos, base=done: self.progress(base + pos)) if self.progress else None
+                    self._source(conn, sink, model, writer, source, tick, pool, hasher, result)
+                    done += source.size or 0
+                if len(result.no_records) == len(sources):
+                    raise NoRecords(result.no_records)  # rolls back the run row ensure_run made
+                result.incarnations = incarnation_count(conn, self.run)
+                result.findings = detectors.store(conn)
+                result.findings_error = detectors.error
+                self.before_commit(conn)
+                if pq_sink:
+                    pq_sink.finish()  # a full disk fails here, before the SQL commit
+        except BaseException:
             if pq_sink:
-                pq_sink.finish()  # a full disk fails here, before the SQL commit
-    except BaseException:
+                pq_sink.abort()
+            raise
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+            if self.pool is None and pool is not None:
+                pool.shutdown()
+            hasher.shutdown(cancel_futures=True)
         if pq_sink:
-            pq_sink.abort()
-        raise
-    finally:
-        if gc_was_enabled:
-            gc.enable()
-        if own_pool and pool is not None:
-            pool.shutdown()
-        hasher.shutdown(cancel_futures=True)
-    if pq_sink:
-        pq_sink.commit()
-        _write_snapshots(store, run, parquet)
-    return result
+            pq_sink.commit()
+            _write_snapshots(self.store, self.run, self.parquet)
+        return result
+
+    def _source(self, conn, sink: SqlSink, model: RunModel, writer: _Writer, source: Source, tick, pool,
+                hasher, result: IngestResult) -> None:
+        """One source read into the model and written, its ingest recorded (or skipped: read
+        whole before; or left out: not one record line)."""
+        started = time.time_ns()
+        model.counters = Counters()
+        stream = self.origin.streams.get(source.name, "log")
+        model.new_read(stream)  # a clock jump is measured within one file
+        digest = content = None
+        if first_timestamp(source) is None:
+            # Untimestamped lines have no identity of their own: dedupe whole files.
+            # (its content's: the same log plain or gzipped is one log)
+            content = _sha256(source)
+            digest = source.sha256()  # the file's own (a .gz: as stored)
+            if ingested_before(conn, self.run, content):
+                result.skipped.append(source.name)
+                return
+        cursors_before = {k: c.copy() for k, c in model.cursors.items()}
+        submitted = writer.submitted
+        # workers read a big plain file's ranges themselves: hash it meanwhile, in a thread
+        hashing = hasher.submit(_file_sha256, source.name) if pool is not None and \
+            source.sha256() is None and _read_by_workers(source) else None
+        if source.pod is not None:
+            model.pod = source.pod
+        _feed(model, source, writer, tick, pool, stream)
+        model.settle()  # the file ended: a step still held back has no step after it
+        if stream in self.origin.finished:
+            model.finish_stream(stream)
+        if writer.submitted == submitted and not _holds_records(model):
+            result.no_records.append(source.name)
+            model.take()  # what it left holds no row: its cursor move and bad-line count
+            model.cursors = cursors_before
+            return
+        _flush(model, writer)
+        writer.drain()
+        for table, _, why in sink.take_refused():
+            model.counters.bad(f"store refused a {table} row (quarantined): {why}")
+        digest = digest or source.sha256() or (hashing.result() if hashing else None) \
+            or _file_sha256(source.name)
+        result.sha256[source.label or source.name] = digest
+        record_ingest(conn, self.run, source.label or source.name, digest, started, model.counters, content)
+        result.add(model.counters)
 
 
 def ingest_paths(db: str | None, run: str, paths: Sequence[str], *, parquet: str | Path | None = None,

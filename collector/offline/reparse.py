@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from steptail.collector.offline.files import open_source
-from steptail.collector.offline.ingest import IngestError, IngestResult, Origin, ingest
+from steptail.collector.offline.ingest import Ingest, IngestError, IngestResult, Origin
 from steptail.runs.findings import Settings
 from steptail.runs.names import check_run_name
 from steptail.storage.db import Store
@@ -95,18 +95,6 @@ def reparse(store: Store, run: str, raw_root: str | Path, *, into: str | None = 
     streams = find_streams(store, run, raw_root)
     result = ReparseResult(run, target, replace, streams=len(streams),
                            segments=sum(len(s.segments) for s in streams))
-    state: dict[str, dict] = {}
-
-    def prepare(conn) -> None:
-        state["before"] = snapshot(conn, run)
-        if replace:
-            clear_rows(conn, run)
-        else:
-            copy_read_facts(conn, run, target)
-
-    def before_commit(conn) -> None:
-        state["after"] = snapshot(conn, target)
-
     with tempfile.TemporaryDirectory(prefix="steptail-reparse-") as tmp:
         opened, keys = [], {}
         try:
@@ -124,10 +112,33 @@ def reparse(store: Store, run: str, raw_root: str | Path, *, into: str | None = 
                 keys[src.name] = s.stream
             origin = Origin(source=sources[0] if sources else FILES, jobset=jobset, namespace=namespace,
                             streams=keys, finished=frozenset(done & set(keys.values())))
-            result.ingest = ingest(store, target, opened, settings=settings, reference_ce=reference_ce,
-                                   origin=origin, prepare=prepare, before_commit=before_commit)
+            rebuild = _Rebuild(store, target, settings=settings, reference_ce=reference_ce, origin=origin,
+                               source=run, replace=replace)
+            result.ingest = rebuild(opened)
         finally:
             for src in opened:
                 src.close()
-    result.changes = diff(state["before"], state["after"], examples)
+    result.changes = diff(rebuild.before, rebuild.after, examples)
     return result
+
+
+@dataclass
+class _Rebuild(Ingest):
+    """The offline ingest into the reparsed run, which first clears the run's rows (replace)
+    or copies what only follow knew (a new run), and reads both sides for the diff, all in
+    its one transaction."""
+
+    source: str = ""  # the run reparsed
+    replace: bool = False
+    before: dict = field(default_factory=dict)  # the source run's rows, by kind, before
+    after: dict = field(default_factory=dict)  # the rebuilt run's, after
+
+    def prepare(self, conn) -> None:
+        self.before = snapshot(conn, self.source)
+        if self.replace:
+            clear_rows(conn, self.source)
+        else:
+            copy_read_facts(conn, self.source, self.run)
+
+    def before_commit(self, conn) -> None:
+        self.after = snapshot(conn, self.run)

@@ -4,14 +4,14 @@ logs ingested into the store."""
 from __future__ import annotations
 
 import asyncio
-import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
 import click
 
-from steptail.commands._common import db_option, fail, store_or_exit, warn
+from steptail.commands._common import db_option, fail, warn
 from steptail.commands._detect_options import detector_options, detector_settings
+from steptail.commands._preflight import checked_store, cluster_target
 from steptail.output import Output, output_option
 
 
@@ -59,39 +59,16 @@ def command(jobset, namespace, out, kubeconfig, context, account, parallel, run_
     from steptail.collector.archive.job import ArchiveError, archive
     from steptail.collector.archive.manifest import ManifestError
     from steptail.collector.archive.pods import ListError
-    from steptail.collector.cluster.kubeclient import KubeconfigError
-    from steptail.collector.cluster.kubeclient import check as check_kubeconfig
-    from steptail.collector.cluster.kubectl import AccountMissing, KubeTarget, resolve_account
-    from steptail.runs.names import RunNameError, check_run_name
-    from steptail.storage.sources import SourceConflict, check_runs, kubernetes_source
 
-    run = run_name or jobset
-    try:
-        check_run_name(jobset)  # a folder name too
-        check_run_name(run)
-        acct = resolve_account(account)
-    except (RunNameError, AccountMissing) as exc:
-        fail(str(exc))
-    settings, reference = detector_settings(reference_ce, gate_tolerance, resume_tolerance, stall_k, run)
-    if not 1 <= parallel <= 64:
+    run = run_name or jobset  # complete
+    if not 1 <= parallel <= 64:  # validate
         fail(f"--parallel must be 1 to 64, not {parallel}")
     if no_ingest and (parquet or run_name or append):
         fail("--no-ingest excludes --run, --parquet and --append")
-    if shutil.which("kubectl") is None:
-        fail("kubectl not found on PATH")
-    target = KubeTarget(namespace, acct, kubeconfig, context)
-    try:
-        check_kubeconfig(target)
-    except KubeconfigError as exc:
-        fail(str(exc))
-    store = None
-    if not no_ingest:  # a bad store or a run of another source: refused before anything is read
-        store = store_or_exit(db)
-        try:
-            check_runs(store, {run: kubernetes_source(namespace, jobset)}, append=append)
-        except SourceConflict as exc:
-            store.dispose()
-            fail(str(exc))
+    target = cluster_target(namespace, kubeconfig, context, account, (jobset, run))
+    settings, reference = detector_settings(reference_ce, gate_tolerance, resume_tolerance, stall_k, run)
+    # a bad store or a run of another source: refused before anything is read
+    store = None if no_ingest else checked_store(db, namespace, {run: jobset}, append)
     try:
         with _progress(jobset, show=_terminal() and not output.machine) as progress:
             result = asyncio.run(archive(target, jobset, out, parallel=parallel, progress=progress))

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
+import os
+from dataclasses import dataclass
+from pathlib import Path
 
 import click
 
-from steptail.commands._common import db_option, fail, store_or_exit
+from steptail.commands._common import db_option, fail
 from steptail.commands._detect_options import detector_options, detector_settings
+from steptail.commands._preflight import checked_store, cluster_target
 from steptail.commands._webhooks import read_webhooks, webhook_file_option
 from steptail.output import Output, output_option
 
@@ -58,9 +61,7 @@ from steptail.output import Output, output_option
               help="stderr as text, or one JSON object per line with `severity` (for Cloud Logging).")
 @detector_options
 @output_option()
-def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parquet, raw, until_done, follow_all,
-            selector, silence, parquet_every, webhooks, webhook_file, metrics_port, metrics_host, duration, no_view, append,
-            give_up, max_runs, list_page_size, log_format, reference_ce, gate_tolerance, resume_tolerance, stall_k, output: Output) -> None:
+def command(output: Output, **options) -> None:
     """Follow JAX process 0 of JobSets with `kubectl logs -f`, surviving rotation hangs, EOFs,
     JobSet and container restarts and auth lapses; rows committed within ~0.1 s, stream gaps
     and findings recorded. SIGTERM/SIGINT: flush, commit, stop every kubectl.
@@ -68,129 +69,157 @@ def command(jobsets, namespace, kubeconfig, context, account, run_name, db, parq
     -o ndjson streams one JSON object per line as it happens: each committed step (and
     REQUIRED_RBF row), stream gap and finding, each follower state change, and the summary
     last (`event`: step, rbf, gap, finding, state, summary)."""
-    from steptail import logs
-    from steptail.collector.cluster.kubeclient import KubeconfigError
-    from steptail.collector.cluster.kubeclient import check as check_kubeconfig
-    from steptail.collector.cluster.kubectl import AccountMissing, KubeTarget, resolve_account
-    from steptail.collector.live.follower import FollowConfig
-    from steptail.collector.live.supervisor import Plan
-    from steptail.collector.live.view import by_kind, summary
-    from steptail.collector.live.wiring import follow
-    from steptail.runs.names import RunNameError, check_cluster_name, check_run_name
-    from steptail.storage.replicas import SqliteFollowLock, StoreBusy
-    from steptail.storage.sources import SourceConflict, check_runs, kubernetes_source
+    follow = Follow(output=output, **options)  # complete
+    follow.validate()
+    follow.report(follow.run())
 
-    logs.configure(log_format)  # first: every line after this one is in that format
-    if not jobsets and not follow_all:
-        fail("give --jobset NAME (repeatable) or --all")
-    if jobsets and follow_all:
-        fail("--jobset and --all exclude each other")
-    if selector and not follow_all:
-        fail("--selector needs --all")
-    if run_name and len(jobsets) != 1:
-        fail("--run needs exactly one --jobset")
-    if silence <= 0 or parquet_every <= 0:
-        fail("--silence and --parquet-every must be positive")
-    webhooks = read_webhooks(webhooks, webhook_file)
-    if give_up <= 0:
-        fail("--give-up must be positive")
-    try:
-        for name in (run_name, *jobsets):
-            if name:
-                check_run_name(name)
-        check_cluster_name("namespace", namespace)
-        acct = resolve_account(account)
-    except (RunNameError, AccountMissing) as exc:
-        fail(str(exc))
-    settings, reference = detector_settings(reference_ce, gate_tolerance, resume_tolerance, stall_k)
-    if raw is not None:  # a directory the segments cannot go to: one line now, not a retried outage
-        import os
 
+@dataclass
+class Follow:
+    """`follow` in three steps, as stern's Complete/Validate/Run: the options completed into
+    this object, validated (the first bad one is one line and exit 2, nothing started), run."""
+
+    output: Output
+    jobsets: tuple[str, ...]
+    namespace: str
+    kubeconfig: str | None
+    context: str | None
+    account: str | None
+    run_name: str | None
+    db: str | None
+    parquet: str | None
+    raw: str | None
+    until_done: bool
+    follow_all: bool
+    selector: str | None
+    silence: float
+    parquet_every: float
+    webhooks: tuple[str, ...]
+    webhook_file: Path | None
+    metrics_port: int | None
+    metrics_host: str
+    duration: float | None
+    no_view: bool
+    append: bool
+    give_up: float
+    max_runs: int
+    list_page_size: int
+    log_format: str
+    reference_ce: str | None
+    gate_tolerance: float
+    resume_tolerance: float
+    stall_k: float
+    settings: object = None  # validated: runs.findings.Settings
+    reference: object = None  # validated: the reference CE (per run, or a folder of them)
+    target: object = None  # validated: the KubeTarget
+
+    def validate(self) -> None:
+        from steptail import logs
+
+        logs.configure(self.log_format)  # first: every line after this one is in that format
+        if not self.jobsets and not self.follow_all:
+            fail("give --jobset NAME (repeatable) or --all")
+        if self.jobsets and self.follow_all:
+            fail("--jobset and --all exclude each other")
+        if self.selector and not self.follow_all:
+            fail("--selector needs --all")
+        if self.run_name and len(self.jobsets) != 1:
+            fail("--run needs exactly one --jobset")
+        if self.silence <= 0 or self.parquet_every <= 0:
+            fail("--silence and --parquet-every must be positive")
+        self.webhooks = read_webhooks(self.webhooks, self.webhook_file)
+        if self.give_up <= 0:
+            fail("--give-up must be positive")
+        self.settings, self.reference = detector_settings(self.reference_ce, self.gate_tolerance,
+                                                          self.resume_tolerance, self.stall_k)
+        if self.raw is not None:  # a directory the segments cannot go to: one line now, not a retried outage
+            try:
+                os.makedirs(self.raw, exist_ok=True)
+                if not os.access(self.raw, os.W_OK | os.X_OK):
+                    raise PermissionError(13, "Permission denied")
+            except OSError as exc:
+                fail(f"cannot write the raw log under {self.raw}: {exc.strerror or exc}")
+        self.target = cluster_target(self.namespace, self.kubeconfig, self.context, self.account,
+                                     (self.run_name, *self.jobsets))
+
+    def runs(self) -> dict[str, str]:
+        """JobSet -> run, of the JobSets named (--all finds its own)."""
+        return {j: (self.run_name or j) for j in self.jobsets}
+
+    def run(self):
+        """The Supervisor, once every run stopped (exit 2 on a fatal error)."""
+        from steptail.collector.live.follower import FollowConfig
+        from steptail.collector.live.supervisor import Plan
+        from steptail.collector.live.wiring import follow
+        from steptail.storage.replicas import SqliteFollowLock, StoreBusy
+
+        store = checked_store(self.db, self.namespace, {r: j for j, r in self.runs().items()}, self.append)
+        database = store.engine.url.database
+        single = SqliteFollowLock(database) if store.is_sqlite and database not in (None, "", ":memory:") else None
+        try:  # SQLite has one writer: a second follow of the same file is refused (replicas: PostgreSQL)
+            if single is not None:
+                single.acquire()
+        except StoreBusy as exc:
+            store.dispose()
+            fail(str(exc))
+        output, started = self.output, []  # the Supervisor, once running
+
+        def stream(event: dict) -> None:
+            output.event(event)
+            if output.closed and started:  # the reader went away (jq quit): stop as on SIGTERM
+                started[0].stop()
+
+        plan = Plan(
+            self.target, jobsets=self.runs(), follow_all=self.follow_all, selector=self.selector,
+            parquet=self.parquet, settings=self.settings, reference_ce=self.reference, append=self.append,
+            config=FollowConfig(silence=self.silence, until_done=self.until_done,
+                                parquet_every=self.parquet_every, raw=self.raw),
+            give_up=self.give_up, max_runs=self.max_runs, page_size=self.list_page_size,
+            on_event=stream if output.format == "ndjson" else None,
+        )
+        view = output.console.is_terminal and not self.no_view and not output.machine
         try:
-            os.makedirs(raw, exist_ok=True)
-            if not os.access(raw, os.W_OK | os.X_OK):
-                raise PermissionError(13, "Permission denied")
+            sup = asyncio.run(follow(store, plan, view=view, webhooks=self.webhooks, metrics_port=self.metrics_port,
+                                     metrics_host=self.metrics_host, duration=self.duration,
+                                     console=output.console, on_start=lambda s, _url: started.append(s)))
         except OSError as exc:
-            fail(f"cannot write the raw log under {raw}: {exc.strerror or exc}")
-    if shutil.which("kubectl") is None:
-        fail("kubectl not found on PATH")
-    try:  # a missing or invalid kubeconfig, an unknown context: one line now, nothing started
-        check_kubeconfig(KubeTarget(namespace, acct, kubeconfig, context))
-    except KubeconfigError as exc:
-        fail(str(exc))
-    store = store_or_exit(db)
-    single = SqliteFollowLock(store.engine.url.database) if store.is_sqlite and store.engine.url.database \
-        not in (None, "", ":memory:") else None
-    try:  # SQLite has one writer: a second follow of the same file is refused (replicas: PostgreSQL)
-        if single is not None:
-            single.acquire()
-    except StoreBusy as exc:
-        store.dispose()
-        fail(str(exc))
-    try:  # a named JobSet clashing with another source's run: refused before anything starts
-        check_runs(store, {(run_name or j): kubernetes_source(namespace, j) for j in jobsets}, append=append)
-    except SourceConflict as exc:
-        store.dispose()
-        fail(str(exc))
-    target = KubeTarget(namespace, acct, kubeconfig, context)
-    started = []  # the Supervisor, once running
+            fail(f"cannot start: {exc}")
+        finally:
+            store.dispose()
+            if single is not None:
+                single.release()
+        if sup.fatal:
+            fail(sup.fatal)
+        return sup
 
-    def stream(event: dict) -> None:
-        output.event(event)
-        if output.closed and started:  # the reader went away (jq quit): stop as on SIGTERM
-            started[0].stop()
+    def report(self, sup) -> None:
+        from steptail.collector.live.view import by_kind, summary
 
-    plan = Plan(
-        target,
-        jobsets={j: (run_name or j) for j in jobsets},
-        follow_all=follow_all,
-        selector=selector,
-        parquet=parquet,
-        config=FollowConfig(silence=silence, until_done=until_done, parquet_every=parquet_every, raw=raw),
-        settings=settings,
-        reference_ce=reference,
-        append=append,
-        give_up=give_up,
-        max_runs=max_runs,
-        page_size=list_page_size,
-        on_event=stream if output.format == "ndjson" else None,
-    )
-    console = output.console
-    view = console.is_terminal and not no_view and not output.machine
-    try:
-        sup = asyncio.run(follow(store, plan, view=view, webhooks=webhooks, metrics_port=metrics_port,
-                                 metrics_host=metrics_host, duration=duration, console=console,
-                                 on_start=lambda s, _url: started.append(s)))
-    except OSError as exc:
-        fail(f"cannot start: {exc}")
-    finally:
-        store.dispose()
-        if single is not None:
-            single.release()
-    if sup.fatal:
-        fail(sup.fatal)
-    report = summary(sup.status, sup.discovery.health, sup.ownership_health)
-    # what the cluster sent that was not followed: unsafe names (never a run), JobSets over --max-runs
-    report["discovery"] |= {"refused": [{"name": k, "reason": v} for k, v in sup.discovery.refused.items()],
-                            "refused_count": sup.discovery.refused_count, "over_max_runs": sup.over_max_runs}
-    if output.format == "ndjson":
-        output.event({"event": "summary", **report})
-        return
-    if output.machine:
-        output.data(report, report["runs"])
-        return
-    for r in report["runs"]:
-        output.print(f"[bold]{r['run']}[/]: {r['state']}, last step {r['last_step']}, {r['rows']} rows, "
-                     f"{r['reconnects']} reconnects, {r['gaps']} stream gaps, {r['failures']} failures"
-                     + (f" ({by_kind(r['errors'])})" if r["errors"] else "")
-                     + (f" (last: {r['last_error']})" if r["last_error"] else ""), highlight=False, soft_wrap=True)
-    d = report["discovery"]
-    if d["refused_count"] or d["over_max_runs"]:
-        output.print(f"[bold]pod discovery[/]: {d['refused_count']} names refused (unsafe), "
-                     f"{d['over_max_runs']} JobSets over --max-runs={max_runs}: not followed",
-                     highlight=False, soft_wrap=True)
-    for key, name in (("discovery", "pod discovery"), ("ownership", "ownership connection")):
-        d = report.get(key)
-        if d and d["failures"]:
-            output.print(f"[bold]{name}[/]: {d['state']}, {d['failures']} failures ({by_kind(d['errors'])}) "
-                         f"(last: {d['last_error']})", highlight=False, soft_wrap=True)
+        output = self.output
+        report = summary(sup.status, sup.discovery.health, sup.ownership_health)
+        # what the cluster sent that was not followed: unsafe names (never a run), JobSets over --max-runs
+        report["discovery"] |= {"refused": [{"name": k, "reason": v} for k, v in sup.discovery.refused.items()],
+                                "refused_count": sup.discovery.refused_count,
+                                "over_max_runs": sup.over_max_runs}
+        if output.format == "ndjson":
+            output.event({"event": "summary", **report})
+            return
+        if output.machine:
+            output.data(report, report["runs"])
+            return
+        for r in report["runs"]:
+            output.print(f"[bold]{r['run']}[/]: {r['state']}, last step {r['last_step']}, {r['rows']} rows, "
+                         f"{r['reconnects']} reconnects, {r['gaps']} stream gaps, {r['failures']} failures"
+                         + (f" ({by_kind(r['errors'])})" if r["errors"] else "")
+                         + (f" (last: {r['last_error']})" if r["last_error"] else ""), highlight=False,
+                         soft_wrap=True)
+        d = report["discovery"]
+        if d["refused_count"] or d["over_max_runs"]:
+            output.print(f"[bold]pod discovery[/]: {d['refused_count']} names refused (unsafe), "
+                         f"{d['over_max_runs']} JobSets over --max-runs={self.max_runs}: not followed",
+                         highlight=False, soft_wrap=True)
+        for key, name in (("discovery", "pod discovery"), ("ownership", "ownership connection")):
+            d = report.get(key)
+            if d and d["failures"]:
+                output.print(f"[bold]{name}[/]: {d['state']}, {d['failures']} failures ({by_kind(d['errors'])}) "
+                             f"(last: {d['last_error']})", highlight=False, soft_wrap=True)
