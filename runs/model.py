@@ -47,10 +47,9 @@ from steptail.parsers.line import MAX_LINE, message
 from steptail.parsers.numbers import parse_unsigned
 from steptail.parsers.records import ItemKind, to_json
 from steptail.runs.findings import NO_STEP  # a flag not tied to a step
-from steptail.runs.rows import INCARNATION, RUN, TABLES
+from steptail.runs.rows import INCARNATION, ROW_TABLES, RUN, TABLES
 
 BAD_SAMPLES = 5
-ROW_TABLES = ("loss_parts", "required_rbf", "pod_metrics", "config", "checkpoints")
 # Findings the model raises while reading lines (ingest or follow); the stored rows do not show
 # them, so `check` keeps the stored ones.
 FLAG_KINDS = frozenset({"step_jump", "clock_jump"})

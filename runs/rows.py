@@ -39,6 +39,9 @@ COLUMNS = {
     "config": CONFIG,
     "checkpoints": CHECKPOINTS,
 }
+ROW_TABLES = tuple(COLUMNS)
+# Of those, the rows of one step each: keyed by (incarnation, step).
+STEP_TABLES = ("loss_parts", "required_rbf", "pod_metrics")
 # Batch.incarnations values (Incarnation.row).
 INCARNATIONS = Columns(
     "run", "incarnation", "started_ns", "saw_start", "first_step", "last_step", "restored_from",
@@ -46,8 +49,10 @@ INCARNATIONS = Columns(
 )
 # Batch.quarantine: rows kept out of their table, and why.
 QUARANTINE = Columns("run", "kind", "incarnation", "step", "ts_ns", "reason", "data", "digest", "detected_ns")
-# Batch.flags: lines the model flagged, as findings rows (steptail.storage.findings.FINDING_COLUMNS).
-FLAGS = Columns("run", "kind", "incarnation", "first_step", "last_step", "detail", "severity", "detected_ns")
+# The findings table, every reader's and writer's column order.
+FINDINGS = Columns("run", "kind", "incarnation", "first_step", "last_step", "detail", "severity", "detected_ns")
+# Batch.flags: lines the model flagged, as findings rows.
+FLAGS = FINDINGS
 # Batch.reconnects: streams re-opened (live path).
 RECONNECTS = Columns("run", "stream", "ts_ns", "reason")
 # Any table a row can be refused from, by name.

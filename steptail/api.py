@@ -34,7 +34,7 @@ __all__ = ["CompareRefused", "Steptail", "UnknownRun", "open"]
 STEP_COLUMNS = ("incarnation", "step", "ts", "ce", "ce_raw")
 _NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 _INT64 = range(-(2**63), 2**63)
-# The findings frame: reads.FINDING_FIELDS in order, detected_ns as a timestamp.
+# The findings frame: runs.rows.FINDINGS in order, detected_ns as a timestamp.
 FINDING_COLUMNS = (("run", "string"), ("kind", "string"), ("incarnation", "int64"),
                    ("first_step", "int64"), ("last_step", "int64"), ("detail", "string"),
                    ("severity", "string"), ("detected", "ns"))

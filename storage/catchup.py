@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import sqlalchemy as sa
 
 from steptail.runs.model import Batch
+from steptail.runs.rows import STEP_TABLES
 from steptail.storage.compact import recover, write_snapshots
 from steptail.storage.parquet import SCHEMAS, ParquetSink, run_folder, visible_files
 from steptail.storage.sql import COLUMNS
@@ -23,7 +24,6 @@ from steptail.storage.sql import COLUMNS
 # Per-step tables are written in (incarnation, step) order, so what a killed collector did
 # not flush is everything in SQL past the last key in Parquet. The small tables are compared
 # key by key.
-_STEP_TABLES = ("loss_parts", "required_rbf", "pod_metrics")
 _SMALL_KEYS = {"config": ("incarnation", "name"), "checkpoints": ("incarnation", "kind", "step")}
 _JSON = {"parts", "per_layer", "extra"}
 
@@ -44,7 +44,7 @@ def catch_up(store, run: str, root: str | Path, chunk: int = 50_000) -> int:
                 have = _parquet_keys(run_folder(root, table, run), table)
                 sql = f"SELECT {', '.join(cols)} FROM {table} WHERE run = :run"
                 params: dict = {"run": run}
-                if table in _STEP_TABLES and have:
+                if table in STEP_TABLES and have:
                     sql += " AND (incarnation > :inc OR (incarnation = :inc AND step > :step))"
                     params |= dict(zip(("inc", "step"), max(have), strict=True))
                 key_at = [cols.index(k) for k in _SMALL_KEYS.get(table, ())]
@@ -74,11 +74,11 @@ def _parquet_keys(folder: Path, table: str) -> set[tuple]:
     files = visible_files(folder)
     if not files:
         return set()
-    keys = ("incarnation", "step") if table in _STEP_TABLES else _SMALL_KEYS[table]
+    keys = ("incarnation", "step") if table in STEP_TABLES else _SMALL_KEYS[table]
     data = pq.read_table(files, columns=list(keys), schema=pa.schema([SCHEMAS[table].field(k) for k in keys]))
     if data.num_rows == 0:
         return set()
-    if table in _STEP_TABLES:
+    if table in STEP_TABLES:
         inc = pc.max(data["incarnation"]).as_py()
         steps = pc.filter(data["step"], pc.equal(data["incarnation"], inc))
         return {(inc, pc.max(steps).as_py())}

@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import sqlalchemy as sa
 
+from steptail.runs.rows import FINDINGS
 from steptail.storage.durable import fsync_path
 from steptail.storage.parquet import (
     DICTIONARY,
@@ -212,7 +213,7 @@ def compact(root: str | Path, run: str | None = None, row_group_rows: int = ROW_
 
 
 _SNAPSHOT_SQL = {
-    "findings": "SELECT kind, incarnation, first_step, last_step, detail, severity, detected_ns"
+    "findings": f"SELECT {', '.join(FINDINGS[1:])}"
                 " FROM findings WHERE run = :run ORDER BY detected_ns, kind, incarnation, first_step",
     "stream_gaps": "SELECT stream, start_ns, end_ns, reason, detected_ns FROM stream_gaps"
                    " WHERE run = :run ORDER BY start_ns, stream",

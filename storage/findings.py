@@ -8,13 +8,10 @@ import sqlalchemy as sa
 from steptail.runs.detectors import FindingEngine
 from steptail.runs.findings import LIVE_KINDS, Finding, Settings, sort_key
 from steptail.runs.model import FLAG_KINDS, Batch
+from steptail.runs.rows import FINDINGS
 from steptail.runs.stream_gap import StreamGap
 from steptail.storage.db import Store
 from steptail.storage.sql import INCARNATION_COLUMNS
-
-FINDING_COLUMNS = (
-    "run", "kind", "incarnation", "first_step", "last_step", "detail", "severity", "detected_ns",
-)
 
 
 def _incarnation_batches(conn: sa.Connection, run: str):
@@ -93,7 +90,7 @@ def _upsert_sql(store_or_conn) -> str:
     dialect = store_or_conn.engine.dialect if hasattr(store_or_conn, "engine") else store_or_conn.dialect
     ph = "?" if dialect.paramstyle == "qmark" else "%s"
     return (
-        f"INSERT INTO findings ({', '.join(FINDING_COLUMNS)}) VALUES ({', '.join([ph] * 8)}) "
+        f"INSERT INTO findings ({', '.join(FINDINGS)}) VALUES ({', '.join([ph] * len(FINDINGS))}) "
         "ON CONFLICT (run, kind, incarnation, first_step) DO UPDATE SET "
         "last_step = excluded.last_step, detail = excluded.detail, severity = excluded.severity "
         "WHERE findings.last_step <> excluded.last_step OR findings.detail <> excluded.detail "
@@ -114,9 +111,9 @@ def save_findings(conn: sa.Connection, findings: list[Finding]) -> int:
 
 def load_findings(conn: sa.Connection, run: str) -> list[Finding]:
     rows = conn.execute(
-        sa.text(f"SELECT {', '.join(FINDING_COLUMNS)} FROM findings WHERE run = :run"), {"run": run}
+        sa.text(f"SELECT {', '.join(FINDINGS)} FROM findings WHERE run = :run"), {"run": run}
     )
-    return sorted((Finding(**dict(zip(FINDING_COLUMNS, r, strict=True))) for r in rows), key=sort_key)
+    return sorted((Finding(**dict(zip(FINDINGS, r, strict=True))) for r in rows), key=sort_key)
 
 
 def stored_findings(store: Store, run: str) -> list[Finding]:

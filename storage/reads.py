@@ -9,6 +9,7 @@ import sqlalchemy as sa
 
 from steptail.parsers import format_ns
 from steptail.runs import gaps
+from steptail.runs.rows import FINDINGS
 from steptail.storage.db import Store
 from steptail.storage.sources import sources_of
 
@@ -170,13 +171,11 @@ def iter_required_rbf(store: Store, run: str, incarnation: int | None = None, lo
             yield (row.incarnation, row.step, row.ts_ns, row.max, json_value(row.per_layer), row.program)
 
 
-FINDING_FIELDS = ("run", "kind", "incarnation", "first_step", "last_step", "detail", "severity",
-                  "detected_ns")
 
 
 def list_findings(store: Store, run: str | None = None) -> list[tuple]:
-    """Stored findings (FINDING_FIELDS) of one run or of all, in `check`'s order."""
-    sql = f"SELECT {', '.join(FINDING_FIELDS)} FROM findings"
+    """Stored findings (FINDINGS) of one run or of all, in `check`'s order."""
+    sql = f"SELECT {', '.join(FINDINGS)} FROM findings"
     params = {}
     if run is not None:
         sql += " WHERE run = :run"

@@ -10,6 +10,7 @@ import json
 import sqlalchemy as sa
 
 from steptail.runs.findings import LIVE_KINDS
+from steptail.runs.rows import FINDINGS, ROW_TABLES
 from steptail.storage.reads import json_value
 
 # kind -> (SELECT of key columns, then value columns; number of key columns)
@@ -29,8 +30,7 @@ _KINDS: dict[str, tuple[str, int]] = {
 # same rows from the same lines, another high-water mark), ingest_stats (per source).
 KINDS = tuple(_KINDS)
 # rows rebuilt from the lines (findings: all but the live-only kinds)
-_CLEARED = ("loss_parts", "required_rbf", "pod_metrics", "config", "checkpoints", "incarnations",
-            "quarantine", "cursors", "ingest_stats")
+_CLEARED = (*ROW_TABLES, "incarnations", "quarantine", "cursors", "ingest_stats")
 
 
 def _plain(value):
@@ -113,8 +113,7 @@ def copy_read_facts(conn: sa.Connection, src: str, dst: str) -> None:
         "INSERT INTO stream_reconnects (run, stream, ts_ns, reason)"
         " SELECT :dst, stream, ts_ns, reason FROM stream_reconnects WHERE run = :src"), p)
     conn.execute(sa.text(
-        "INSERT INTO findings (run, kind, incarnation, first_step, last_step, detail, severity, detected_ns)"
-        " SELECT :dst, kind, incarnation, first_step, last_step, detail, severity, detected_ns FROM findings"
+        f"INSERT INTO findings ({', '.join(FINDINGS)}) SELECT :dst, {', '.join(FINDINGS[1:])} FROM findings"
         " WHERE run = :src AND kind IN :live").bindparams(sa.bindparam("live", expanding=True)),
         {**p, "live": sorted(LIVE_KINDS)})
     conn.execute(sa.text(
