@@ -1,6 +1,7 @@
 """A run's sinks on the live path: SQL in small transactions (rows, cursors, stream gaps and
-findings together, so a SIGKILL loses nothing committed and repeats nothing), Parquet row
-groups flushed periodically and at shutdown.
+findings together, so a SIGKILL loses nothing committed and repeats nothing), then the rows
+committed handed to Parquet (collector/live/parquet_feed.py: row groups flushed periodically
+and at shutdown).
 
 Batches are taken from the model on the event loop and written on a worker thread. The
 model's Cursor objects keep moving while a write is in flight, so each batch carries a copy."""
@@ -12,23 +13,20 @@ import logging
 import threading
 import time
 
+from steptail.collector.live.parquet_feed import ParquetFeed
 from steptail.collector.notify import events
 from steptail.collector.notify.health import Health
 from steptail.runs.model import Batch, RunModel
 from steptail.runs.rows import LOSS_PARTS, POD_METRICS
 from steptail.runs.stream_gap import StreamGap
-from steptail.storage.catchup import catch_up
-from steptail.storage.compact import compact, write_snapshots
 from steptail.storage.db import Store
-from steptail.storage.parquet import ParquetSink
 from steptail.storage.raw import RawChunk, RawLog
 from steptail.storage.replicas import NotOwner
 from steptail.storage.run_files import record_file
-from steptail.storage.sql import COLUMNS, SqlSink
+from steptail.storage.sql import SqlSink
 from steptail.storage.streams import record_reconnects, record_stream_gaps
 
 log = logging.getLogger("steptail.follow")
-_TABLES = tuple(COLUMNS)
 # A store that refuses writes is retried after 0.2 s, then twice as long each time up to 5 s
 # (not at every ~50 ms flush); the rows wait in memory meanwhile.
 RETRY_FIRST, RETRY_MAX = 0.2, 5.0
@@ -58,17 +56,13 @@ class RunSink:
         self.store, self.run = store, run
         self.sql = SqlSink(store)
         self.detectors = detectors
-        self.parquet_root, self.parquet_every = parquet_root, parquet_every
         self.pending: list[tuple[Batch, list[StreamGap]]] = []
         self.gaps: list[StreamGap] = []
         self.reconnects: list[tuple] = []  # (run, stream, ts_ns, reason) not committed yet
-        self.parquet_rows: dict[str, list[tuple]] = {t: [] for t in _TABLES}
-        self.parquet_last = time.monotonic()
         self.tick_every = 1.0  # stall checks run on the clock even when no line arrives
         self.last_tick = 0.0
         # while a stream of process 0 delivers (the follower says: delivering); stalls are judged only then
         self.running = False
-        self.parquet_files = 0
         self.committed_rows = 0
         self.bad_lines = 0  # model.counters.bad_lines already reported to the metrics
         self.last_commit_ns: int | None = None
@@ -81,9 +75,6 @@ class RunSink:
         self.retry_at = 0.0  # monotonic: while the store refuses writes, no commit before this
         self._retry_delay = 0.0
         self._unsaved: list = []  # findings of a commit that failed: the engine will not raise them again
-        self.parquet_health = Health("parquet", run)
-        self._parquet_behind = False  # rows dropped after a Parquet failure: catch_up rewrites them from SQL
-        self._snapshots_due = False  # findings, stream gaps or reconnects committed since the last Parquet write
         self.last_loss: tuple | None = None  # last LOSS-PARTS row committed
         self.on_event = on_event  # committed rows and gaps, as they commit
         self.step_seconds: float | None = None  # from the last per-pod step line
@@ -100,24 +91,14 @@ class RunSink:
         # a namespace of 20,000 pods that print nothing makes no run
         self._run_row = (jobset, namespace, source, append)
         self._run_written = False
-        if parquet_root:
-            self._catch_up()
+        self.parquet = ParquetFeed(store, run, parquet_root, parquet_every,
+                                   lambda kind, reason: self.detectors.failure(kind, reason)) if parquet_root else None
+        if self.parquet is not None:
+            self.error = self.parquet.catch_up()
 
     def delivering(self, running: bool) -> None:
         """The follower's word: a stream of process 0 delivers (True) or no longer does."""
         self.running = running
-
-    def _catch_up(self) -> None:
-        """Rows a killed collector committed but never flushed to Parquet go there now."""
-        try:
-            n = catch_up(self.store, self.run, self.parquet_root)
-        except Exception as exc:  # noqa: BLE001 - follow anyway; SQL has the rows
-            self.error = f"Parquet catch-up failed: {str(exc).splitlines()[0][:200]}"
-            log.warning("%s: %s", self.run, self.error)
-            self._parquet_behind = True  # tried again at each Parquet flush
-            return
-        if n:
-            log.info("%s: %d rows committed before a restart written to Parquet", self.run, n)
 
     def waiting(self, model: RunModel) -> int:
         """Rows read and not committed yet (the model's batch and the failed commits)."""
@@ -204,24 +185,18 @@ class RunSink:
                         self.detectors.step(self.last_loss[LOSS_PARTS.STEP], self.last_loss[LOSS_PARTS.TS_NS])
                     if b.pod_metrics:
                         self.step_seconds = b.pod_metrics[-1][POD_METRICS.SECONDS]
-                    if self.parquet_root:
-                        for t in _TABLES:
-                            self.parquet_rows[t].extend(getattr(b, t))
+                    if self.parquet is not None:
+                        self.parquet.add(b)
                 self.committed_rows += written
                 bad = model.counters.bad_lines
                 if bad > self.bad_lines:
                     self.detectors.bad_lines(bad - self.bad_lines)
                     self.bad_lines = bad
-                if findings or any(g or b.reconnects for b, g in todo):
-                    self._snapshots_due = True
+                if self.parquet is not None and (findings or any(g or b.reconnects for b, g in todo)):
+                    self.parquet.snapshots_due = True
                 await self.detectors.committed(findings)
-            if self.parquet_root and (parquet or time.monotonic() - self.parquet_last >= self.parquet_every):
-                try:
-                    await asyncio.to_thread(self._write_parquet)
-                except Exception as exc:  # noqa: BLE001 - SQL has the rows: keep following
-                    self._parquet_failed(exc)
-                else:
-                    self.parquet_health.ok()
+            if self.parquet is not None and self.parquet.due(parquet):
+                await self.parquet.write()
             return written
 
     async def stop(self, reason: str) -> None:
@@ -315,45 +290,10 @@ class RunSink:
             for f in {f.path: f for f in files}.values():  # the latest state of each
                 record_file(conn, f)
 
-    def _write_parquet(self) -> None:
-        self.parquet_last = time.monotonic()
-        rows, self.parquet_rows = self.parquet_rows, {t: [] for t in _TABLES}
-        if self._parquet_behind:  # these rows are in SQL too: catch_up writes them with the missed ones
-            catch_up(self.store, self.run, self.parquet_root)  # the snapshots too
-            self._parquet_behind = self._snapshots_due = False
-            return
-        if self._snapshots_due:
-            write_snapshots(self.store, self.run, self.parquet_root)
-            self._snapshots_due = False
-        if not any(rows.values()):
-            return
-        sink = ParquetSink(self.parquet_root, self.run)
-        try:
-            sink.write(Batch(**rows))  # one row group per table for the whole period
-            self.parquet_files += len(sink.commit())
-        except Exception:
-            sink.abort()
-            raise
-
     def compact_parquet(self) -> None:
-        """At shutdown, after the final flush: the run's parts become one file per table.
-        A failure leaves the parts as they were (readable), so it is only logged."""
-        if not self.parquet_root or self._parquet_behind:
-            return
-        try:
-            compact(self.parquet_root, self.run)
-        except Exception as exc:  # noqa: BLE001 - the parts stay readable as they are
-            log.warning("%s: Parquet compaction failed: %s", self.run, str(exc).splitlines()[0][:200])
-
-    def _parquet_failed(self, exc: Exception) -> None:
-        """Parquet cannot be written (a full disk): the rows are in SQL, so memory does not
-        hold them until it works again (catch_up writes them then). Said once per spell, as a
-        parquet_failure: the log itself is read fine."""
-        self._parquet_behind = True
-        self.parquet_rows = {t: [] for t in _TABLES}
-        reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-        if self.parquet_health.fail("parquet", reason):
-            self.detectors.failure("parquet", reason)
+        """At shutdown, after the final flush (ParquetFeed.compact)."""
+        if self.parquet is not None:
+            self.parquet.compact()
 
 
 class RawWriteFailed(OSError):
