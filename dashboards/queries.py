@@ -8,13 +8,13 @@ their own line instead of zig-zagging back over the first recording."""
 
 from __future__ import annotations
 
-from steptail.runs.findings import Settings
+from steptail.runs.findings import CRITICAL, NONFINITE_CE, RESUME_MISMATCH, STEP1_CE_GATE, Settings
 
 # Finding kinds written by the detectors (steptail.runs.findings.KINDS). A step-1 gate that could
 # not run for want of a reference is a warning, not a failed gate. "divergence" also matches
 # an arm-vs-control kind should one be stored.
-GATE_KINDS = "f.kind = 'step1_ce_gate' AND f.severity = 'critical'"
-DIVERGENCE_KINDS = "(f.kind IN ('resume_mismatch', 'nonfinite_ce') OR f.kind LIKE '%diverg%')"
+GATE_KINDS = f"f.kind = '{STEP1_CE_GATE}' AND f.severity = '{CRITICAL}'"
+DIVERGENCE_KINDS = f"(f.kind IN ('{RESUME_MISMATCH}', '{NONFINITE_CE}') OR f.kind LIKE '%diverg%')"
 STALL_FACTOR = Settings().stall_k  # stalled: no step for k x the median step time
 ALERT_WINDOW_S = 6 * 3600  # alerts consider runs that logged a step in the last 6 h
 

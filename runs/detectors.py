@@ -24,9 +24,20 @@ from operator import itemgetter
 from steptail.parsers import format_ns
 from steptail.parsers.numbers import parse_integer
 from steptail.runs.findings import (
+    AUTH_FAILURE,
     CRITICAL,
+    LOAD_BALANCE_RULE,
+    MISSING_RBF,
     NO_INCARNATION,
     NO_STEP,
+    NONFINITE_CE,
+    PARQUET_FAILURE,
+    RESUME_FROM_ZERO,
+    RESUME_MISMATCH,
+    STALL,
+    STEP1_CE_GATE,
+    STREAM_FAILURE,
+    UNREAD_TAIL,
     WARNING,
     Finding,
     Settings,
@@ -57,10 +68,10 @@ CP_PARAM = "ici_context_parallelism"
 LB_PARAM = "context_parallel_load_balance"
 # Follower failure kinds and what each means for the run.
 FAILURES = {
-    "stream_failure": "cannot read the log",
-    "auth_failure": "cannot authenticate to the cluster",
-    "parquet_failure": "cannot write Parquet (SQL has the rows; they go to Parquet once it works)",
-    "unread_tail": "could not read the end of a pod's log",
+    STREAM_FAILURE: "cannot read the log",
+    AUTH_FAILURE: "cannot authenticate to the cluster",
+    PARQUET_FAILURE: "cannot write Parquet (SQL has the rows; they go to Parquet once it works)",
+    UNREAD_TAIL: "could not read the end of a pod's log",
 }
 
 
@@ -243,7 +254,7 @@ class FindingEngine:
         self._emit(
             kind, number or NO_INCARNATION, step, step,
             f"the follower {what} ({where}): {reason}",
-            CRITICAL if kind == "auth_failure" else WARNING, now_ns,
+            CRITICAL if kind == AUTH_FAILURE else WARNING, now_ns,
         )
         return self._flush()
 
@@ -273,7 +284,7 @@ class FindingEngine:
         if waited > self.settings.stall_k * median:
             nxt = inc.last_step + 1
             self._emit(
-                "stall", inc.number, nxt, nxt,
+                STALL, inc.number, nxt, nxt,
                 f"no new step for {waited:.0f} s after step {inc.last_step} (median step time "
                 f"{median:.1f} s, k={self.settings.stall_k:g})",
                 WARNING, now_ns,
@@ -294,7 +305,7 @@ class FindingEngine:
         if self._gate_needed() and not self._step1 and self._incs:
             first = min(self._incs)
             self._emit(
-                "step1_ce_gate", first, 1, 1,
+                STEP1_CE_GATE, first, 1, 1,
                 f"step-1 CE gate could not run: step 1 was never recorded ({CP_PARAM}={self._cp})",
                 WARNING,
             )
@@ -331,10 +342,10 @@ class FindingEngine:
             return
         inc.lb_checked = True
         if inc.first_read is not None:  # "could not be checked" at its unread head: it now is
-            self.findings.pop((self.run, "load_balance_rule", inc.number, inc.first_read), None)
+            self.findings.pop((self.run, LOAD_BALANCE_RULE, inc.number, inc.first_read), None)
         if cp > 1 and _truthy(lb):
             self._emit(
-                "load_balance_rule", inc.number, NO_STEP, NO_STEP,
+                LOAD_BALANCE_RULE, inc.number, NO_STEP, NO_STEP,
                 f"{CP_PARAM}={cp} with {LB_PARAM}={lb}: the runbook forbids load balancing with "
                 "context parallelism (it moved step-1 CE by +0.39 at cp4 and +1.98 at cp8)",
                 CRITICAL,
@@ -363,7 +374,7 @@ class FindingEngine:
         else:
             return  # not a new step of this incarnation (the model never sends one)
         if ce is None:
-            self._grow("nonfinite_ce", inc.number, step, CRITICAL, self._nonfinite_detail, raw=ce_raw)
+            self._grow(NONFINITE_CE, inc.number, step, CRITICAL, self._nonfinite_detail, raw=ce_raw)
         first = self._first.get(step)
         if first is None:
             self._first.add(step, inc.number, ce, ce_raw)
@@ -390,7 +401,7 @@ class FindingEngine:
             saved = max((i.saved for i in earlier if i.saved is not None), default=None)
             ckpt = f"; a checkpoint had been saved at step {saved}" if saved is not None else ""
             self._emit(
-                "resume_from_zero", inc.number, step, step,
+                RESUME_FROM_ZERO, inc.number, step, step,
                 f"incarnation {inc.number} restarted at step {step} after the run had reached step "
                 f"{self._max_step}{ckpt} (no checkpoint restored)",
                 CRITICAL,
@@ -449,7 +460,7 @@ class FindingEngine:
         cp = self._cp if cp is None else cp
         cp_known = f"{CP_PARAM}={cp}" if cp is not None else f"{CP_PARAM} unknown"
         if gap.first_step == 1 and not self._step1 and (1 in self.reference_ce or cp is None or cp > 1):
-            self._emit("step1_ce_gate", inc.number, 1, 1,
+            self._emit(STEP1_CE_GATE, inc.number, 1, 1,
                        f"step-1 CE gate could not run: step 1 was never read ({head}; {cp_known})", WARNING)
         unread = [p for p in (CP_PARAM, LB_PARAM) if p not in inc.config]
         read_before = any(i.lb_checked or i.saw_start for i in self._incs.values() if i is not inc)
@@ -457,7 +468,7 @@ class FindingEngine:
             # keyed at the first step read, not NO_STEP: the rule's own finding, should the config
             # still come, is another one (and alerted)
             inc.first_read = step
-            self._emit("load_balance_rule", inc.number, step, step,
+            self._emit(LOAD_BALANCE_RULE, inc.number, step, step,
                        f"load-balance rule could not be checked: {' and '.join(unread)} never read ({head}; "
                        f"{cp_known})", WARNING)
 
@@ -489,7 +500,7 @@ class FindingEngine:
         if median is not None and per_step > self.settings.stall_k * median:
             nxt = inc.last_step + 1
             self._emit(
-                "stall", inc.number, nxt, nxt,
+                STALL, inc.number, nxt, nxt,
                 f"step {step} came {(ts - inc.last_ts) / 1e9:.0f} s after step {inc.last_step} "
                 f"({per_step:.1f} s per step; median step time {median:.1f} s, "
                 f"k={self.settings.stall_k:g})",
@@ -513,7 +524,7 @@ class FindingEngine:
         else:
             delta = float("nan")
         self._grow(
-            "resume_mismatch", inc.number, step, CRITICAL, self._mismatch_detail,
+            RESUME_MISMATCH, inc.number, step, CRITICAL, self._mismatch_detail,
             delta=delta, ce=_fmt_ce(ce, raw), first=_fmt_ce(first_ce, first_raw),
             first_inc=first_inc, restored=inc.restored_from,
         )
@@ -527,14 +538,14 @@ class FindingEngine:
                 return
             diff = f"by {ce - ref:+.6f}" if ce is not None else "(not finite)"
             self._emit(
-                "step1_ce_gate", inc.number, 1, 1,
+                STEP1_CE_GATE, inc.number, 1, 1,
                 f"step-1 ce {_fmt_ce(ce, raw)} differs from the HF reference {ref:.6f} {diff} "
                 f"(tolerance {self.settings.gate_tolerance:g}; {CP_PARAM}={cp})",
                 CRITICAL,
             )
         elif cp is not None and cp > 1:
             self._emit(
-                "step1_ce_gate", inc.number, 1, 1,
+                STEP1_CE_GATE, inc.number, 1, 1,
                 f"step-1 CE gate cannot run: no HF reference CE for step 1 ({CP_PARAM}={cp}, "
                 f"step-1 ce {_fmt_ce(ce, raw)}); give one with --reference-ce VALUE or FILE",
                 WARNING,
@@ -544,7 +555,7 @@ class FindingEngine:
         return 1 in self.reference_ce or (self._cp is not None and self._cp > 1)
 
     def _missing_rbf(self, inc: _Inc, step: int) -> None:
-        self._grow("missing_rbf", inc.number, step, WARNING, self._rbf_detail)
+        self._grow(MISSING_RBF, inc.number, step, WARNING, self._rbf_detail)
 
     def _rbf(self, inc: _Inc, step: int) -> None:
         if not self._probe:

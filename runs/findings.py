@@ -16,14 +16,22 @@ from steptail.parsers import format_ns
 CRITICAL = "critical"
 WARNING = "warning"
 
+# The kinds of finding, each named once here (the code compares with these, never a literal).
+GAP, HEAD_GAP = "gap", "head_gap"
+STALL, NONFINITE_CE, STEP1_CE_GATE, LOAD_BALANCE_RULE = "stall", "nonfinite_ce", "step1_ce_gate", "load_balance_rule"
+RESUME_FROM_ZERO, RESUME_MISMATCH, MISSING_RBF = "resume_from_zero", "resume_mismatch", "missing_rbf"
+STREAM_FAILURE, AUTH_FAILURE, PARQUET_FAILURE = "stream_failure", "auth_failure", "parquet_failure"
+STEP_JUMP, CLOCK_JUMP, UNREAD_TAIL = "step_jump", "clock_jump", "unread_tail"
 KINDS = (
-    "gap", "head_gap", "stall", "nonfinite_ce", "step1_ce_gate", "load_balance_rule",
-    "resume_from_zero", "resume_mismatch", "missing_rbf", "stream_failure", "auth_failure",
-    "parquet_failure", "step_jump", "clock_jump", "unread_tail",
+    GAP, HEAD_GAP, STALL, NONFINITE_CE, STEP1_CE_GATE, LOAD_BALANCE_RULE,
+    RESUME_FROM_ZERO, RESUME_MISMATCH, MISSING_RBF, STREAM_FAILURE, AUTH_FAILURE,
+    PARQUET_FAILURE, STEP_JUMP, CLOCK_JUMP, UNREAD_TAIL,
 )
+# The collector's own finding (run ""): a name from the cluster refused as unsafe, never a run.
+UNSAFE_NAME = "unsafe_name"
 # Kinds that only the live follower can see (the clock, the stream): `check` keeps the stored
 # ones instead of recomputing them.
-LIVE_KINDS = frozenset({"stall", "stream_failure", "auth_failure", "parquet_failure", "unread_tail"})
+LIVE_KINDS = frozenset({STALL, STREAM_FAILURE, AUTH_FAILURE, PARQUET_FAILURE, UNREAD_TAIL})
 NO_STEP = -1  # first/last_step of a finding not tied to a step
 NO_INCARNATION = 0
 

@@ -26,8 +26,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from steptail.parsers.numbers import parse_integer
+from steptail.runs.findings import GAP, HEAD_GAP
 
-GAP, HEAD_GAP = "gap", "head_gap"
 PERIOD_PARAM = "checkpoint_period"  # MaxText's config: a checkpoint every this many steps
 
 

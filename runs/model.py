@@ -46,13 +46,17 @@ from steptail.parsers.fast import (
 from steptail.parsers.line import MAX_LINE, message
 from steptail.parsers.numbers import parse_unsigned
 from steptail.parsers.records import ItemKind, to_json
-from steptail.runs.findings import NO_STEP  # a flag not tied to a step
+from steptail.runs.findings import (  # NO_STEP: a flag not tied to a step
+    CLOCK_JUMP,
+    NO_STEP,
+    STEP_JUMP,
+)
 from steptail.runs.rows import INCARNATION, ROW_TABLES, RUN, TABLES
 
 BAD_SAMPLES = 5
 # Findings the model raises while reading lines (ingest or follow); the stored rows do not show
 # them, so `check` keeps the stored ones.
-FLAG_KINDS = frozenset({"step_jump", "clock_jump"})
+FLAG_KINDS = frozenset({STEP_JUMP, CLOCK_JUMP})
 # A step is absurd when it passes the run's configured `steps`, or is more than STEP_JUMP_FACTOR
 # times the step before it and more than STEP_JUMP_MIN above it (a corrupted number, not a
 # resume: a resume goes back, and is a new incarnation).
@@ -637,7 +641,7 @@ class RunModel:
             hours = (jump.stamped_ns - ref) / 3.6e12
             span = f"{abs(hours):.1f} h" if abs(hours) < 48 else f"{abs(hours) / 24:.0f} days"
             where = f"{span} {'after' if hours > 0 else 'before'} the line before it ({format_ns(ref)})"
-        self._flag("clock_jump", step, f"a line stamped {format_ns(jump.stamped_ns)}, {where}: read in "
+        self._flag(CLOCK_JUMP, step, f"a line stamped {format_ns(jump.stamped_ns)}, {where}: read in "
                    f"log order, the cursor not moved by it; line: {_text(line)}")
 
     def _untracked_jump(self, jump: ClockJump, line: bytes) -> None:
@@ -807,7 +811,7 @@ class RunModel:
         after = f"after step {ref}" if ref is not None else "as the first step"
         planned = f" (the run is configured for {self.planned_steps} steps)" if self.planned_steps else ""
         what = f"step {step} {after}{planned}"
-        self._flag("step_jump", step, f"{what}: not recorded as a step nor taken for a restart; "
+        self._flag(STEP_JUMP, step, f"{what}: not recorded as a step nor taken for a restart; "
                    f"line: {_text(line) if line is not None else row}")
         self.batch.quarantine.append(quarantine_row(table, row, f"step_jump: {what}"))
 
@@ -855,7 +859,7 @@ class RunModel:
         cur = self.current
         inc, last = (cur.number, cur.last_step) if cur is not None else (0, None)
         what = f"step {p.step} after step {last}, with no restart evidence and no step going on from it"
-        self._flag("step_jump", p.step, f"{what}: not recorded as a step nor taken for a restart; "
+        self._flag(STEP_JUMP, p.step, f"{what}: not recorded as a step nor taken for a restart; "
                    f"line: {_text(p.line) if p.line is not None else p.step}")
         row = (self.run, inc, p.step, p.ts_ns, p.ce, p.ce_raw, p.parts_json)
         self.batch.quarantine.append(quarantine_row("loss_parts", row, f"step_back: {what}"))
@@ -897,6 +901,6 @@ class RunModel:
                   f"stamped {format_ns(first)} to {format_ns(last)} were repeats: not read; the next re-read "
                   "serves them again, if the pod still holds them")
         inc = self.current.number if self.current is not None else 0
-        batch.flags.append((self.run, "clock_jump", inc, NO_STEP, NO_STEP, printable(detail), "warning",
+        batch.flags.append((self.run, CLOCK_JUMP, inc, NO_STEP, NO_STEP, printable(detail), "warning",
                             time.time_ns()))
         self.counters.flagged += 1

@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-from steptail.runs.findings import CRITICAL, Finding
+from steptail.runs.findings import CRITICAL, NONFINITE_CE, RESUME_MISMATCH, STEP1_CE_GATE, Finding
 
 # A failed step-1 CE gate is critical; one that could not run (no reference) is only a warning.
-STOP_KINDS = ("resume_mismatch", "nonfinite_ce")
+STOP_KINDS = (RESUME_MISMATCH, NONFINITE_CE)
 
 
 def stop_worthy(f: Finding) -> bool:
-    return f.kind in STOP_KINDS or (f.kind == "step1_ce_gate" and f.severity == CRITICAL)
+    return f.kind in STOP_KINDS or (f.kind == STEP1_CE_GATE and f.severity == CRITICAL)
 
 
 def stop_command(workload: str, namespace: str) -> str:

@@ -14,7 +14,14 @@ from steptail.collector.notify import events
 from steptail.collector.notify.alerts import Alerter
 from steptail.collector.notify.metrics import Metrics
 from steptail.runs.detectors import FindingEngine
-from steptail.runs.findings import Finding, Settings
+from steptail.runs.findings import (
+    AUTH_FAILURE,
+    PARQUET_FAILURE,
+    STREAM_FAILURE,
+    UNREAD_TAIL,
+    Finding,
+    Settings,
+)
 from steptail.storage.db import Store
 from steptail.storage.findings import load_engine, save_findings
 from steptail.storage.status import last_recorded
@@ -45,10 +52,10 @@ def failure_kind(kind: str) -> str:
     """The finding of a follower or discovery failure: refused credentials (401) and denied
     permissions (403) are auth failures, anything else keeps the log from being read."""
     if kind == "parquet":  # the log is read and SQL has the rows; only Parquet lags
-        return "parquet_failure"
-    if kind == "unread_tail":  # a pod deleted while the collector was down
+        return PARQUET_FAILURE
+    if kind == UNREAD_TAIL:  # a pod deleted while the collector was down
         return kind
-    return "auth_failure" if kind in ("auth", "forbidden") else "stream_failure"
+    return AUTH_FAILURE if kind in ("auth", "forbidden") else STREAM_FAILURE
 
 
 def _seed_metrics(metrics: Metrics, store: Store, run: str) -> None:

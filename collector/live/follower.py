@@ -27,6 +27,7 @@ from steptail.collector.notify import events
 from steptail.collector.notify.health import Health
 from steptail.parsers.fast import line_ts
 from steptail.parsers.timestamps import format_ns
+from steptail.runs.findings import UNREAD_TAIL
 from steptail.runs.model import POD_STREAM, Cursor, RunModel
 from steptail.runs.rows import LOSS_PARTS
 from steptail.runs.stream_gap import StreamGap
@@ -583,7 +584,7 @@ class RunFollower:
             at = (cur.number, cur.last_step)
         window = (f"lines from {format_ns(start_ns) if start_ns else 'its start'} to "
                   f"{format_ns(end_ns) if end_ns else 'its end'} lost")
-        self.detectors.failure("unread_tail", f"{reason}: {window}", at)
+        self.detectors.failure(UNREAD_TAIL, f"{reason}: {window}", at)
         self._read_to_end(key)
 
     # ------------------------------------------------------------------------ lines

@@ -26,7 +26,7 @@ from steptail.collector.notify import events
 from steptail.collector.notify.alerts import Alerter
 from steptail.collector.notify.health import Health
 from steptail.collector.notify.metrics import Metrics
-from steptail.runs.findings import NO_STEP, WARNING, Finding, Settings
+from steptail.runs.findings import NO_STEP, UNSAFE_NAME, WARNING, Finding, Settings
 from steptail.runs.model import RunModel
 from steptail.runs.reference import ReferenceError, reference_for
 from steptail.storage.db import Store
@@ -204,7 +204,7 @@ class Supervisor:
         n = self.discovery.refused_count
         if self.plan.alerts is None or n > REFUSED_LOGGED:
             return
-        f = Finding("unsafe_name", "", n, NO_STEP, NO_STEP, f"{refusal.key} refused: {refusal.reason}"[:500],
+        f = Finding(UNSAFE_NAME, "", n, NO_STEP, NO_STEP, f"{refusal.key} refused: {refusal.reason}"[:500],
                     WARNING, time.time_ns())
         task = asyncio.get_running_loop().create_task(self.plan.alerts.publish([f]))
         self._publishing.add(task)  # held until done: the loop keeps only weak references
