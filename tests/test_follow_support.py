@@ -15,7 +15,9 @@ from steptail.collector.cluster.kubectl import KubeTarget
 from steptail.collector.live.follower import FollowConfig
 from steptail.collector.live.supervisor import Plan, Supervisor
 from steptail.parsers.timestamps import parse_rfc3339
+from steptail.runs.rows import FINDINGS
 from steptail.storage.db import open_store
+from steptail.storage.reads import iter_loss_parts, list_findings, stream_gaps
 
 # The simulator's fast scenario, smaller: fault tests need 160 steps on 2 hosts.
 FAST = {**SIM_FAST, "jobsets": [{"name": "olmo3-sft", "hosts": 2, "trainer": {"steps": 160, "checkpoint_period": 50}}]}
@@ -69,16 +71,25 @@ def rows(db: str, sql: str, run: str) -> list[tuple]:
         store.dispose()
 
 
+def read(db: str, fn, *args) -> list:
+    """What one of steptail.storage.reads' functions returns, from a store opened for the purpose."""
+    store = open_store(db)
+    try:
+        return list(fn(store, *args))
+    finally:
+        store.dispose()
+
+
 def recorded(db: str, run: str) -> list[tuple[int, int]]:
-    return rows(db, "SELECT incarnation, step FROM loss_parts WHERE run = :r", run)
+    return [(inc, step) for inc, step, *_ in read(db, iter_loss_parts, run)]
 
 
 def gaps(db: str, run: str) -> list[tuple[str, int, int | None, str]]:
-    return rows(db, "SELECT stream, start_ns, end_ns, reason FROM stream_gaps WHERE run = :r", run)
+    return read(db, stream_gaps, run)
 
 
 def findings(db: str, run: str) -> list[tuple[str, str]]:
-    return rows(db, "SELECT kind, detail FROM findings WHERE run = :r", run)
+    return [(f[FINDINGS.KIND], f[FINDINGS.DETAIL]) for f in read(db, list_findings, run)]
 
 
 def reconnects(db: str, run: str) -> list[tuple[str, int]]:

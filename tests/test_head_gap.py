@@ -15,7 +15,7 @@ import time
 
 import pytest
 from click.testing import CliRunner
-from test_follow_support import gaps, in_gap, recorded, rows, scenario
+from test_follow_support import gaps, in_gap, read, recorded, rows, scenario
 
 from steptail.cli import main
 from steptail.collector.cluster.kubectl import KubeTarget
@@ -23,7 +23,9 @@ from steptail.collector.live.follower import FollowConfig
 from steptail.collector.live.supervisor import Plan, Supervisor
 from steptail.collector.notify.alerts import Alerter
 from steptail.collector.notify.metrics import Metrics
+from steptail.runs.findings import STALL
 from steptail.storage.db import open_store
+from steptail.storage.reads import list_findings
 
 pytestmark = pytest.mark.timeout(180)
 CP4_LB = {"steps": 160, "checkpoint_period": 50, "context_parallelism": 4, "load_balance": True}
@@ -73,9 +75,7 @@ def _missing_metric(metrics: Metrics) -> float:
 def _findings(db: str) -> dict[tuple, tuple[str, str]]:
     """(kind, incarnation, first_step, last_step) -> (severity, detail), as stored. Stalls left
     out: a busy machine delays the simulator's steps by more than 3 of its 40 ms intervals."""
-    return {(k, i, a, b): (sev, d) for k, i, a, b, sev, d in rows(
-        db, "SELECT kind, incarnation, first_step, last_step, severity, detail FROM findings WHERE run = :r"
-        " AND kind <> 'stall'", "r")}
+    return {(k, i, a, b): (sev, d) for _, k, i, a, b, d, sev, _ in read(db, list_findings, "r") if k != STALL}
 
 
 def _check(db: str):
