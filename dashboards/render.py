@@ -17,6 +17,7 @@ from steptail.dashboards.provisioning_files import (
     Database,
     provisioning_files,
 )
+from steptail.storage.durable import hidden_name
 
 
 def to_plain(model) -> dict:
@@ -37,7 +38,7 @@ def rules_json() -> dict[str, dict]:
 def _write(path: Path, data: dict | str) -> None:
     """JSON (a dict) or text, written then renamed: a reader never sees half a file. 0644, not
     mkstemp's 0600: Grafana (or a ConfigMap built from the folder) reads as another user."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=hidden_name(path, "").name)
     try:
         with os.fdopen(fd, "w") as fh:
             if isinstance(data, str):

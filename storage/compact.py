@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 import sqlalchemy as sa
 
 from steptail.runs.rows import FINDINGS
-from steptail.storage.durable import fsync_path
+from steptail.storage.durable import fsync_path, hidden_name
 from steptail.storage.parquet import (
     DICTIONARY,
     SCHEMAS,
@@ -72,10 +72,6 @@ def folder_lock(folder: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def _hidden(folder: Path, name: str, suffix: str) -> Path:
-    return folder / f".{name}.{suffix}"
-
-
 def recover(folder: Path) -> None:
     """Finish a swap a killed process left half-done in `folder` (nothing to do usually)."""
     if not folder.is_dir():
@@ -102,7 +98,7 @@ def _recover_locked(folder: Path) -> None:
             continue
         for part in replaces:
             if (folder / part).exists():
-                (folder / part).rename(_hidden(folder, part, "replaced"))
+                (folder / part).rename(hidden_name(folder / part, "replaced"))
         ready.rename(folder / name[1:-len(".ready")])
     fsync_path(folder, directory=True)
     for hidden in folder.glob(".*.replaced"):
@@ -113,7 +109,7 @@ def _swap(folder: Path, replaced: list[Path], write: Callable[[Path, dict], None
     """Publish the file `write` makes in place of `replaced` (steps 1-4 above). The caller
     holds the folder's lock. An error before publishing puts everything back."""
     final = folder / f"part-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}.parquet"
-    writing, ready = _hidden(folder, final.name, "compacting"), _hidden(folder, final.name, "ready")
+    writing, ready = hidden_name(final, "compacting"), hidden_name(final, "ready")
     hidden: list[tuple[Path, Path]] = []
     try:
         write(writing, {REPLACES_KEY: json.dumps([p.name for p in replaced]).encode()})
@@ -122,7 +118,7 @@ def _swap(folder: Path, replaced: list[Path], write: Callable[[Path, dict], None
         fsync_path(folder, directory=True)
         _crash_point("ready")
         for part in replaced:
-            to = _hidden(folder, part.name, "replaced")
+            to = hidden_name(part, "replaced")
             part.rename(to)
             hidden.append((part, to))
         _crash_point("hidden")

@@ -22,7 +22,7 @@ import steptail
 from steptail.parsers import format_ns
 from steptail.runs.names import RunNameError, check_run_name
 from steptail.storage.db import Store
-from steptail.storage.durable import file_sha256
+from steptail.storage.durable import file_sha256, hidden_name
 from steptail.storage.export_files import (
     BundleFileError,
     add_archives,
@@ -258,7 +258,7 @@ def export_run(store: Store, run: str, out: str | Path, *, force: bool = False,
         raise ExportError(f"directory {out.parent} does not exist")
     tmp = None
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=hidden_name(out, "tmp-").name, dir=out.parent))
         manifest = _build(store, run, tmp)
         os.chmod(tmp, 0o755)
         _swap_into_place(tmp, out)
@@ -287,7 +287,7 @@ def _swap_into_place(tmp: Path, out: Path) -> None:
     if not out.exists():
         tmp.rename(out)
         return
-    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+    old = Path(tempfile.mkdtemp(prefix=hidden_name(out, "old-").name, dir=out.parent))
     old.rmdir()
     out.rename(old)
     try:

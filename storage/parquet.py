@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from steptail.runs.model import Batch
 from steptail.runs.rows import COLUMNS
+from steptail.storage.durable import hidden_name
 from steptail.storage.paths import inside
 
 _TS = pa.timestamp("ns", tz="UTC")
@@ -246,7 +247,7 @@ class ParquetSink:
                 self._made_dirs.append(missing)
             folder.mkdir(parents=True, exist_ok=True)
             name = f"part-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}.parquet"
-            tmp = folder / f".{name}.tmp"
+            tmp = hidden_name(folder / name, "tmp")
             self._files.append((tmp, folder / name))
             self._writers[table] = pq.ParquetWriter(tmp, SCHEMAS[table], compression="zstd",
                                                     use_dictionary=list(DICTIONARY[table]))

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, unquote
 
-from steptail.storage.durable import fsync_path
+from steptail.storage.durable import fsync_path, hidden_name
 from steptail.storage.paths import inside
 from steptail.storage.run_files import RAW_SEGMENT, RunFile
 
@@ -165,7 +165,7 @@ class RawLog:
             folder.mkdir(parents=True, exist_ok=True)
             meta = folder / META
             if not meta.exists():
-                tmp = folder / f".{META}.{os.getpid()}"
+                tmp = hidden_name(meta, str(os.getpid()))
                 tmp.write_text(json.dumps({"run": self.run, "stream": stream, "pod": pod}) + "\n")
                 fsync_path(tmp)
                 tmp.rename(meta)

@@ -13,15 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from steptail.parsers.timestamps import split_timestamp
-from steptail.storage.durable import file_sha256, fsync_path
+from steptail.storage.durable import fsync_path, hidden_name
 
 LEVEL = 1  # fastest: ~8:1 on trainer logs at ~270 MB/s a core (6, the default, ~9:1 at ~100 MB/s)
 HEAD = 40  # bytes of a line that hold its kubelet timestamp
-TMP_MARK = ".part-"  # in temporary names: `.<name>.part-<random>`
+TMP_MARK = ".part-"  # in temporary names: `.<name>.part-<random>` (storage.durable.hidden_name)
 
 
 def tmp_name(final: Path) -> Path:
-    return final.with_name(f".{final.name}{TMP_MARK}{secrets.token_hex(4)}")
+    return hidden_name(final, f"{TMP_MARK[1:]}{secrets.token_hex(4)}")
 
 
 def remove_stale(folder: Path) -> int:
@@ -31,14 +31,6 @@ def remove_stale(folder: Path) -> int:
         p.unlink(missing_ok=True)
         n += 1
     return n
-
-
-def sha256_file(path: Path) -> str | None:
-    """None when the file cannot be read."""
-    try:
-        return file_sha256(path)
-    except OSError:
-        return None
 
 
 def write_json(path: Path, doc: dict) -> tuple[str, int]:

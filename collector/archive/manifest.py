@@ -10,9 +10,10 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from steptail import __version__
-from steptail.collector.archive.files import LogStats, sha256_file, write_json
+from steptail.collector.archive.files import LogStats, write_json
 from steptail.collector.archive.pods import LogTask, PodRecord
 from steptail.parsers.timestamps import format_ns, parse_rfc3339
+from steptail.storage.durable import sha256_or_none
 from steptail.storage.paths import relative_inside
 
 NAME = "manifest.json"
@@ -64,13 +65,13 @@ class Manifest:
         e = self.files.get(task.path)
         if e is None or not e.final or not e.same_instance(task):
             return None
-        return e if sha256_file(_at(folder, e.path)) == e.sha256 else None
+        return e if sha256_or_none(_at(folder, e.path)) == e.sha256 else None
 
     def unchanged(self, folder: Path, task: LogTask, stats: LogStats) -> bool:
         """A re-read that holds what the file holds already (the file verifies)."""
         e = self.files.get(task.path)
         return (e is not None and e.same_instance(task) and e.content_sha256 == stats.content_sha256
-                and sha256_file(_at(folder, e.path)) == e.sha256)
+                and sha256_or_none(_at(folder, e.path)) == e.sha256)
 
     def to_dict(self) -> dict:
         pods = sorted(self.pods.values(), key=lambda p: (p.restart_attempt or 0, p.name))

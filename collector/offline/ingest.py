@@ -113,11 +113,10 @@ def _file_sha256(path: str) -> str | None:
 
 
 def _sha256(source: Source) -> str:
-    h = hashlib.sha256()
-    while chunk := source.stream.read(1 << 22):
-        h.update(chunk)
+    """sha256 of the source's content (a .gz: decompressed), read from its start; rewound."""
+    digest = hashlib.file_digest(source.stream, "sha256").hexdigest()
     source.stream.seek(0)
-    return h.hexdigest()
+    return digest
 
 
 def ingest(store: Store, run: str, sources: list[Source], parquet: str | Path | None = None,
