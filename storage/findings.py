@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
+
 import sqlalchemy as sa
 
 from steptail.runs.detectors import FindingEngine
@@ -10,7 +13,7 @@ from steptail.runs.findings import LIVE_KINDS, Finding, Settings, sort_key
 from steptail.runs.model import FLAG_KINDS, Batch
 from steptail.runs.rows import FINDINGS
 from steptail.runs.stream_gap import StreamGap
-from steptail.storage.db import Store
+from steptail.storage.db import Store, StoreFailure
 from steptail.storage.sql import INCARNATION_COLUMNS
 
 
@@ -84,6 +87,63 @@ def load_engine(store: Store, run: str, settings: Settings | None = None,
     with store.engine.connect() as conn:
         replay(conn, engine)
     return engine
+
+
+class FindingsFeed:
+    """The one adapter between the findings engine and the paths that feed it: ingest's
+    (collector/offline/ingest.py) and follow's (collector/live/detect.py `Detectors`, which adds
+    the clock, failures, alerts and metrics around it). Every call into the engine is guarded:
+    a detector that raises costs findings, never the rows or the run (a store failure is the
+    store's: raised). Each error is logged and the first kept (`error`); with `stop_on_error`
+    (ingest: its findings are then left as they were) no call follows one."""
+
+    def __init__(self, run: str, settings: Settings | None = None, reference_ce: dict[int, float] | None = None,
+                 *, engine: FindingEngine | None = None, stop_on_error: bool = False) -> None:
+        self.run = run
+        self.engine = engine if engine is not None else FindingEngine(run, settings, reference_ce)
+        self.stop_on_error = stop_on_error
+        self.error: str | None = None
+
+    def guard(self, fn, *args):
+        """fn(*args), or None when it raised (not a store failure)."""
+        if self.stop_on_error and self.error is not None:
+            return None
+        try:
+            return fn(*args)
+        except StoreFailure:
+            raise  # the store failed, not a detector
+        except Exception as exc:  # noqa: BLE001 - a detector bug must not cost the rows
+            name = getattr(fn, "__name__", fn)
+            self.error = self.error or f"{name}: {exc}"
+            _log.warning("%s: detector %s failed: %s", self.run, name, exc)
+            return None
+
+    def replay(self, conn: sa.Connection) -> None:
+        """What the store holds for the run, seen first (its findings are the engine's history)."""
+        self.guard(replay, conn, self.engine)
+
+    def observe(self, batch: Batch, gaps: list[StreamGap] = ()) -> list[Finding]:
+        """The findings a committed batch (and the stream gaps committed with it) raise or grow."""
+        out = []
+        for g in gaps:  # first: gap findings in this batch name the window
+            out += self.guard(self.engine.observe_stream_gap, g) or []
+        return out + list(self.guard(self.engine.observe, batch) or [])
+
+    def finish(self) -> list[Finding]:
+        """The end-of-data checks (the run ended, or the file did)."""
+        return self.guard(self.engine.finish) or []
+
+    def sync(self, conn: sa.Connection) -> dict[str, int]:
+        """Finish and store what `check` would (the offline path's end); the run's findings by
+        kind, after (none when a detector failed: the stored ones are left as they were)."""
+        self.finish()
+        if self.error is not None:
+            return {}
+        stored = sync_findings(conn, self.run, list(self.engine.findings.values()))
+        return dict(sorted(Counter(f.kind for f in stored).items()))
+
+
+_log = logging.getLogger("steptail.findings")
 
 
 def _upsert_sql(store_or_conn) -> str:

@@ -1,5 +1,5 @@
-"""The one place where the live path hands data to the detectors (steptail.runs.detectors)
-and the alerts (steptail.collector.notify.alerts, .metrics): committed batches, stream gaps, follower
+"""The one place where the live path hands data to the detectors (through the adapter
+ingest uses too, steptail.storage.findings.FindingsFeed) and the alerts (steptail.collector.notify.alerts, .metrics): committed batches, stream gaps, follower
 failures, the clock. Stream failures are also kept here (with their reason) for the view and
 the demo."""
 
@@ -23,7 +23,7 @@ from steptail.runs.findings import (
     Settings,
 )
 from steptail.storage.db import Store
-from steptail.storage.findings import load_engine, save_findings
+from steptail.storage.findings import FindingsFeed, load_engine, save_findings
 from steptail.storage.status import last_recorded
 
 log = logging.getLogger("steptail.follow")
@@ -73,6 +73,7 @@ class Detectors:
         self.run = run
         self.metrics = metrics
         self.engine = _engine(store, run, settings, reference_ce) if store is not None else None
+        self.feed = FindingsFeed(run, engine=self.engine) if self.engine is not None else None
         if metrics is not None and store is not None:  # a resumed run: its last step is known
             self._guard(_seed_metrics, metrics, store, run)
         self.alerts = alerts
@@ -90,12 +91,7 @@ class Detectors:
 
     # -- inputs ------------------------------------------------------------------------------
     def observe(self, batch, gaps) -> list:
-        if self.engine is None:
-            return []
-        out = []
-        for g in gaps:  # first: gap findings in this batch name the window
-            out += self._guard(self.engine.observe_stream_gap, g) or []
-        return out + list(self._guard(self.engine.observe, batch) or [])
+        return self.feed.observe(batch, gaps) if self.feed is not None else []
 
     def failure(self, kind: str, reason: str, at: tuple[int, int | None] | None = None) -> None:
         # the engine is used from the commit thread only: queue, handled at the next tick
@@ -123,14 +119,13 @@ class Detectors:
             todo, self._seen_failures = self.failures[self._seen_failures:], len(self.failures)
             paused, self._paused = self._paused, False
         out = []
-        if self.engine is not None:
+        if (feed := self.feed) is not None:
             for f in todo:
-                out += self._guard(self.engine.observe_failure, failure_kind(f.kind), f.reason, f.at_ns,
-                                   f.at) or []
+                out += feed.guard(feed.engine.observe_failure, failure_kind(f.kind), f.reason, f.at_ns, f.at) or []
             if self.finishing:
                 self.finishing = False
-                out += self._guard(self.engine.finish) or []
-            out += self._guard(self.engine.tick, now_ns, running and not paused, self.heard_ns) or []
+                out += feed.finish()
+            out += feed.guard(feed.engine.tick, now_ns, running and not paused, self.heard_ns) or []
         return out
 
     @property
@@ -170,6 +165,7 @@ class Detectors:
                 log.warning("%s: alert publish failed: %s", self.run, exc)
 
     def _guard(self, fn, *args):
+        """The metrics' calls: a failure is logged, never raised (the engine's: FindingsFeed)."""
         try:
             return fn(*args)
         except Exception as exc:  # noqa: BLE001

@@ -14,7 +14,7 @@ import multiprocessing as mp
 import os
 import time
 import zlib
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -34,14 +34,13 @@ from steptail.collector.offline.files import (
 )
 from steptail.parsers.block import line_by_line, parse_block
 from steptail.parsers.records import BlockKind
-from steptail.runs.detectors import FindingEngine
 from steptail.runs.findings import Settings
 from steptail.runs.model import Batch, Counters, RunModel
 from steptail.runs.names import check_run_name
 from steptail.storage.compact import write_snapshots
-from steptail.storage.db import DatabaseFailure, Store, StoreFailure, failure_reason, open_store
+from steptail.storage.db import DatabaseFailure, Store, failure_reason, open_store
 from steptail.storage.durable import file_sha256
-from steptail.storage.findings import replay, sync_findings
+from steptail.storage.findings import FindingsFeed
 from steptail.storage.ingests import incarnation_count, ingested_before, record_ingest
 from steptail.storage.parquet import ParquetError, ParquetSink
 from steptail.storage.sources import FILES
@@ -162,7 +161,7 @@ class Ingest:
         sink = SqlSink(self.store)
         pq_sink = ParquetSink(self.parquet, self.run) if self.parquet else None
         result = IngestResult(run=self.run)
-        detectors = _Detectors(self.run, self.settings, self.reference_ce)
+        detectors = FindingsFeed(self.run, self.settings, self.reference_ce, stop_on_error=True)
         pool = self.pool if self.pool is not None else start_workers(sources)
         hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="steptail-sha256")
         # The rows in flight are acyclic; the cyclic collector would only rescan them (~20%).
@@ -187,7 +186,7 @@ class Ingest:
                 if len(result.no_records) == len(sources):
                     raise NoRecords(result.no_records)  # rolls back the run row ensure_run made
                 result.incarnations = incarnation_count(conn, self.run)
-                result.findings = detectors.store(conn)
+                result.findings = detectors.sync(conn)
                 result.findings_error = detectors.error
                 self.before_commit(conn)
                 if pq_sink:
@@ -308,42 +307,6 @@ def _holds_records(model: RunModel) -> bool:
     c, batch = model.counters, model.batch
     return bool(c.loss_parts or c.required_rbf or c.pod_steps or c.flagged or c.duplicates
                 or len(batch) or batch.incarnations or batch.flags)
-
-
-class _Detectors:
-    """The findings engine, fed on the SQL writer thread each batch just written with the rows
-    the store refused left out, as `follow` feeds it. It first replays what the run already
-    holds, so more files extend the run's findings as `check` would. A detector that fails
-    costs this ingest its findings update, never its rows."""
-
-    def __init__(self, run: str, settings: Settings | None, reference_ce: dict[int, float] | None) -> None:
-        self.run = run
-        self.engine = FindingEngine(run, settings, reference_ce)
-        self.error: str | None = None
-
-    def replay(self, conn) -> None:
-        self._guard(replay, conn, self.engine)
-
-    def observe(self, batch: Batch) -> None:
-        if self.error is None:
-            self._guard(self.engine.observe, batch)
-
-    def store(self, conn) -> dict[str, int]:
-        """Finish and store what `check` would; the run's findings by kind, after."""
-        if self.error is None:
-            self._guard(self.engine.finish)
-        if self.error is not None:
-            return {}
-        stored = sync_findings(conn, self.run, list(self.engine.findings.values()))
-        return dict(sorted(Counter(f.kind for f in stored).items()))
-
-    def _guard(self, fn, *args) -> None:
-        try:
-            fn(*args)
-        except StoreFailure:
-            raise  # the store failed, not a detector: the ingest fails
-        except Exception as exc:  # noqa: BLE001 - a detector bug must not cost the rows
-            self.error = f"{getattr(fn, '__name__', fn)}: {exc}"
 
 
 def _feed(model, source, writer, progress, pool, stream: str = "log") -> None:
