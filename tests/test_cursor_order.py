@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from test_follow_support import assert_exactly_once, follow_sim, gaps
 from test_follow_support import findings as stored_findings
 from test_follow_support import scenario as follow_scenario
-from test_poison_lines import T0, findings, ingest_file, recorded, rows, write
+from test_poison_lines import T0, findings, ingest_file, recorded, write
 
 from steptail.collector.live.detect import Detectors
 from steptail.collector.live.sink import RunSink
@@ -23,6 +23,7 @@ from steptail.parsers import format_ns
 from steptail.parsers.fast import line_ts
 from steptail.runs.model import RunModel, floor_second, line_digest
 from steptail.storage.findings import check_run
+from steptail.storage.reads import iter_loss_parts
 from steptail.storage.sql import load_model
 
 KEY = "uid/jax/0"
@@ -89,7 +90,7 @@ def follow(store, run: str, lines: list[bytes], rereads: tuple[int, ...] = (), c
 
 
 def steps_of(store, run: str) -> list[tuple]:
-    return rows(store, "SELECT incarnation, step FROM loss_parts WHERE run = :run ORDER BY 1, 2", run=run)
+    return [(inc, step) for inc, step, *_ in iter_loss_parts(store, run)]
 
 
 def assert_all(store, run: str, steps: int) -> None:

@@ -10,7 +10,10 @@ from __future__ import annotations
 import threading
 
 import pytest
-from test_follow_support import assert_exactly_once, follow_sim, rows, scenario
+from test_follow_support import assert_exactly_once, follow_sim, read, scenario
+
+from steptail.runs.findings import GAP, HEAD_GAP
+from steptail.storage.reads import list_findings
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -90,8 +93,7 @@ def test_a_restart_whose_start_up_rotated_away_before_follow_starts_is_a_new_inc
     # 51-80, though incarnation 1 reached 60: the head gap says so, not 61-80 only
     lost = sorted((t.incarnation, t.step) for t in r["lost"])
     assert lost == [(2, s) for s in range(51, 81)], lost
-    heads = [k for k in rows(db, "SELECT kind, incarnation, first_step, last_step FROM findings WHERE run = :r",
-                             "r") if k[0] in ("gap", "head_gap")]
+    heads = [tuple(f[1:5]) for f in read(db, list_findings, "r") if f[1] in (GAP, HEAD_GAP)]
     assert heads == [("head_gap", 2, 51, 80)]
 
 
@@ -114,6 +116,5 @@ def test_a_previous_container_whose_head_rotated_away_before_follow_starts(make_
     assert all(t.rotated and not t.served for t in r["lost"])
     assert [g[0].rsplit("/", 1)[1] for g in r["gaps"]] == ["0"]  # the previous container's head only
     assert {(2, s) for s in range(1, 201)} <= r["got"]  # restored from no checkpoint
-    heads = [k for k in rows(db, "SELECT kind, incarnation, first_step, last_step FROM findings WHERE run = :r",
-                             "r") if k[0] in ("gap", "head_gap")]
+    heads = [tuple(f[1:5]) for f in read(db, list_findings, "r") if f[1] in (GAP, HEAD_GAP)]
     assert heads == [("head_gap", 1, 1, first - 1)]

@@ -8,9 +8,11 @@ Real kubectl against the simulated cluster, checked against the simulator's trut
 from __future__ import annotations
 
 import pytest
-from test_follow_support import assert_exactly_once, follow_sim, rows, scenario
+from test_follow_support import assert_exactly_once, follow_sim, scenario
+from test_follow_support import read as read_store
 
-from steptail.runs.findings import NO_STEP
+from steptail.runs.findings import NO_STEP, UNREAD_TAIL
+from steptail.storage.reads import list_findings
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -35,8 +37,7 @@ def test_a_pod_deleted_unread_while_following_is_a_gap_and_an_unread_tail_findin
     read = max(s for i, s in r["got"] if i == 1)
     assert lost and lost[-1] == 100 and lost[0] == read + 1  # the first pod's tail, never read
     assert {(2, s) for s in range(101, 201)} <= r["got"]
-    tails = rows(db, "SELECT incarnation, first_step, last_step, detail FROM findings "
-                     "WHERE run = :r AND kind = 'unread_tail'", "r")
+    tails = [(f[2], f[3], f[4], f[5]) for f in read_store(db, list_findings, "r") if f[1] == UNREAD_TAIL]
     assert len(tails) == 1, tails
     inc, first, last, detail = tails[0]
     assert (inc, first, last) == (1, read, read) and first != NO_STEP  # after the last step read

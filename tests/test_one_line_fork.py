@@ -14,6 +14,7 @@ from test_poison_lines import T0, findings, ingest_file, quarantined, rows, writ
 
 from steptail.runs.model import RunModel
 from steptail.storage.findings import check_run
+from steptail.storage.reads import iter_loss_parts
 
 ODD = b"I1130 train_sft.py:301] LOSS-PARTS step=50 ce=9.000000 z_loss=1.2e-04 weights=1048576"
 CLOCK = lambda n, k: T0 + n * S + k * 1000  # noqa: E731
@@ -33,7 +34,7 @@ def restarted() -> list[bytes]:
 
 
 def loss(store, run: str) -> list[tuple]:
-    return rows(store, "SELECT incarnation, step, ce_raw FROM loss_parts WHERE run = :run ORDER BY 1, 2", run=run)
+    return [(inc, step, ce_raw) for inc, step, _, _, ce_raw, _ in iter_loss_parts(store, run)]
 
 
 def table_steps(store, run: str, table: str) -> list[tuple]:

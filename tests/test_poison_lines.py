@@ -27,8 +27,10 @@ from steptail.parsers import block as block_module
 from steptail.parsers.block import line_by_line, parse_block
 from steptail.parsers.fast import parse_fast
 from steptail.runs.model import RunModel
+from steptail.runs.rows import FINDINGS
 from steptail.storage.db import open_store
 from steptail.storage.findings import check_run, sync_findings
+from steptail.storage.reads import iter_loss_parts, iter_required_rbf, list_findings
 from steptail.storage.sql import load_model
 
 STEPS = 300
@@ -94,8 +96,8 @@ def recorded(store, run: str) -> dict:
     """What the store holds for `run`, reduced to what the tests compare."""
     q = {"run": run}
     return {
-        "loss": rows(store, "SELECT incarnation, step, ce_raw FROM loss_parts WHERE run = :run ORDER BY 1, 2", **q),
-        "rbf": rows(store, "SELECT incarnation, step, program FROM required_rbf WHERE run = :run ORDER BY 1, 2", **q),
+        "loss": [(inc, step, ce_raw) for inc, step, _, _, ce_raw, _ in iter_loss_parts(store, run)],
+        "rbf": [(inc, step, program) for inc, step, _, _, _, program in iter_required_rbf(store, run)],
         "pod": rows(store, "SELECT incarnation, step FROM pod_metrics WHERE run = :run ORDER BY 1, 2", **q),
         "incarnations": rows(store, "SELECT incarnation FROM incarnations WHERE run = :run ORDER BY 1", **q),
         "config": rows(store, "SELECT name, value FROM config WHERE run = :run ORDER BY 1", **q),
@@ -113,8 +115,8 @@ def all_good(store, run: str, incarnation: int = 1) -> bool:
 
 
 def findings(store, run: str, kind: str) -> list[tuple]:
-    return rows(store, "SELECT incarnation, first_step, detail FROM findings WHERE run = :run AND kind = :kind",
-                run=run, kind=kind)
+    return [(f[FINDINGS.INCARNATION], f[FINDINGS.FIRST_STEP], f[FINDINGS.DETAIL]) for f in list_findings(store, run)
+            if f[FINDINGS.KIND] == kind]
 
 
 def quarantined(store, run: str) -> list[tuple]:

@@ -19,11 +19,12 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from test_follow_support import follow_sim, recorded, rows, scenario
+from test_follow_support import follow_sim, read, recorded, rows, scenario
 
 from steptail.parsers.fast import line_ts
 from steptail.storage.db import open_store
 from steptail.storage.raw import RawLog, read_members, read_segment, scan
+from steptail.storage.reads import iter_loss_parts
 
 pytestmark = pytest.mark.timeout(150)
 CLI = [sys.executable, "-c", "from steptail.cli import main; main()"]
@@ -83,7 +84,7 @@ def test_follow_raw_keeps_every_committed_line_and_reparse_equals_the_run(make_s
     # every committed LOSS-PARTS row's line is in a segment, as kubectl printed it (timestamped)
     lines = raw_lines(raw, "r")
     have = loss_lines(lines)
-    for step, ts in rows(db_url, "SELECT step, ts_ns FROM loss_parts WHERE run = :r", "r"):
+    for step, ts in [(s, ts) for _, s, ts, *_ in read(db_url, iter_loss_parts, "r")]:
         assert (step, ts) in have, f"step {step} committed without its line"
     assert all(line_ts(m) is not None for m in lines)  # each as kubectl printed it: timestamped
     assert len(lines) > len(have)  # every line read, not only the records
@@ -211,7 +212,7 @@ def test_sigkilled_follower_leaves_whole_segments_and_no_row_without_its_line(ma
     finally:
         if proc.poll() is None:
             proc.kill()
-    committed = rows(db, "SELECT step, ts_ns FROM loss_parts WHERE run = :r", "r")
+    committed = [(s, ts) for _, s, ts, *_ in read(db, iter_loss_parts, "r")]
     assert len(committed) >= 80
     # every segment reads back: its complete members, a cut-off tail at most
     have = loss_lines(raw_lines(raw, "r"))
