@@ -181,8 +181,8 @@ class Ingest:
                 done = 0
                 for source in order_sources(sources):
                     tick = (lambda pos, base=done: self.progress(base + pos)) if self.progress else None
-                    self._source(conn, sink, model, writer, source, tick, pool, hasher, result)
-                    done += source.size or 0
+                    if self._source(conn, sink, model, writer, source, tick, pool, hasher, result):
+                        done += source.size or 0
                 if len(result.no_records) == len(sources):
                     raise NoRecords(result.no_records)  # rolls back the run row ensure_run made
                 result.incarnations = incarnation_count(conn, self.run)
@@ -207,9 +207,9 @@ class Ingest:
         return result
 
     def _source(self, conn, sink: SqlSink, model: RunModel, writer: _Writer, source: Source, tick, pool,
-                hasher, result: IngestResult) -> None:
-        """One source read into the model and written, its ingest recorded (or skipped: read
-        whole before; or left out: not one record line)."""
+                hasher, result: IngestResult) -> bool:
+        """One source read into the model and written, its ingest recorded (or left out: not
+        one record line); False when it was skipped unread (ingested whole before)."""
         started = time.time_ns()
         model.counters = Counters()
         stream = self.origin.streams.get(source.name, "log")
@@ -222,7 +222,7 @@ class Ingest:
             digest = source.sha256()  # the file's own (a .gz: as stored)
             if ingested_before(conn, self.run, content):
                 result.skipped.append(source.name)
-                return
+                return False
         cursors_before = {k: c.copy() for k, c in model.cursors.items()}
         submitted = writer.submitted
         # workers read a big plain file's ranges themselves: hash it meanwhile, in a thread
@@ -238,7 +238,7 @@ class Ingest:
             result.no_records.append(source.name)
             model.take()  # what it left holds no row: its cursor move and bad-line count
             model.cursors = cursors_before
-            return
+            return True
         _flush(model, writer)
         writer.drain()
         for table, _, why in sink.take_refused():
@@ -248,6 +248,7 @@ class Ingest:
         result.sha256[source.label or source.name] = digest
         record_ingest(conn, self.run, source.label or source.name, digest, started, model.counters, content)
         result.add(model.counters)
+        return True
 
 
 def ingest_paths(db: str | None, run: str, paths: Sequence[str], *, parquet: str | Path | None = None,
