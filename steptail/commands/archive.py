@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -33,8 +34,7 @@ from steptail.output import Output, output_option
                    "same run. Without it such a run is refused (exit 2) before anything is read.")
 @detector_options
 @output_option()
-def command(jobset, namespace, out, kubeconfig, context, account, parallel, run_name, db, parquet, no_ingest,
-            append, reference_ce, gate_tolerance, resume_tolerance, stall_k, output: Output) -> None:
+def command(output: Output, **options) -> None:
     """Save every pod log of a JobSet before it is deleted: all replicated jobs, job indices
     and restart attempts still present, the current container's log and, after a restart,
     the previous one's, with kubelet timestamps (`kubectl logs --timestamps`, read-only).
@@ -56,47 +56,95 @@ def command(jobset, namespace, out, kubeconfig, context, account, parallel, run_
 
     Exit 0: everything read; 1: some log could not be read (each pod is listed; a pod
     deleted meanwhile, say); 2: bad options, kubeconfig, API unreachable or refused."""
-    from steptail.collector.archive.job import ArchiveError, archive
-    from steptail.collector.archive.manifest import ManifestError
-    from steptail.collector.archive.pods import ListError
+    archive = Archive(output=output, **options)  # complete
+    archive.validate()
+    archive.report(*archive.run())
 
-    run = run_name or jobset  # complete
-    if not 1 <= parallel <= 64:  # validate
-        fail(f"--parallel must be 1 to 64, not {parallel}")
-    if no_ingest and (parquet or run_name or append):
-        fail("--no-ingest excludes --run, --parquet and --append")
-    target = cluster_target(namespace, kubeconfig, context, account, (jobset, run))
-    settings, reference = detector_settings(reference_ce, gate_tolerance, resume_tolerance, stall_k, run)
-    # a bad store or a run of another source: refused before anything is read
-    store = None if no_ingest else checked_store(db, namespace, {run: jobset}, append)
-    try:
-        with _progress(jobset, show=_terminal() and not output.machine) as progress:
-            result = asyncio.run(archive(target, jobset, out, parallel=parallel, progress=progress))
-    except (ArchiveError, ListError, ManifestError) as exc:
-        _dispose(store)
-        fail(str(exc))
-    except OSError as exc:
-        _dispose(store)
-        fail(f"cannot write the archive under {out}: {exc.strerror or exc}; no partial file left")
-    for e in result.errors:
-        warn(f"{e['pod']}: {e['container']}{' --previous' if e['previous'] else ''}: {e['reason']}")
-    ingested = None
-    if store is not None:
+
+@dataclass
+class Archive:
+    """`archive` in three steps, as `follow`: the options completed into this object,
+    validated (the first bad one is one line and exit 2, nothing read), run."""
+
+    output: Output
+    jobset: str
+    namespace: str
+    out: Path
+    kubeconfig: str | None
+    context: str | None
+    account: str | None
+    parallel: int
+    run_name: str | None
+    db: str | None
+    parquet: str | None
+    no_ingest: bool
+    append: bool
+    reference_ce: str | None
+    gate_tolerance: float
+    resume_tolerance: float
+    stall_k: float
+    target: object = None  # validated: the KubeTarget
+    settings: object = None  # validated: runs.findings.Settings
+    reference: object = None  # validated: the run's reference CE
+
+    @property
+    def run_to(self) -> str:
+        """The run process 0 is ingested into."""
+        return self.run_name or self.jobset
+
+    def validate(self) -> None:
+        if not 1 <= self.parallel <= 64:
+            fail(f"--parallel must be 1 to 64, not {self.parallel}")
+        if self.no_ingest and (self.parquet or self.run_name or self.append):
+            fail("--no-ingest excludes --run, --parquet and --append")
+        self.target = cluster_target(self.namespace, self.kubeconfig, self.context, self.account,
+                                     (self.jobset, self.run_to))
+        self.settings, self.reference = detector_settings(self.reference_ce, self.gate_tolerance,
+                                                          self.resume_tolerance, self.stall_k, self.run_to)
+
+    def run(self):
+        """(the archive's result, what was ingested: None with --no-ingest or no process-0 log)."""
+        from steptail.collector.archive.job import ArchiveError, archive
+        from steptail.collector.archive.manifest import ManifestError
+        from steptail.collector.archive.pods import ListError
+
+        run, output = self.run_to, self.output
+        # a bad store or a run of another source: refused before anything is read
+        store = None if self.no_ingest else checked_store(self.db, self.namespace, {run: self.jobset}, self.append)
         try:
-            ingested = _ingest(store, db, run, result, parquet, append, settings, reference)
-        finally:
-            store.dispose()
-    summary = result.summary() | {"run": None if no_ingest else run,
-                                  "ingest": None if ingested is None else ingested.summary()
-                                  | {"duplicates": ingested.duplicates, "no_records": ingested.no_records}}
-    if output.machine:
-        output.data(summary)
-    else:
-        _print(output, result, run, ingested, no_ingest)
-    if result.errors:
-        pods = result.failed_pods()
-        fail(f"could not read {len(result.errors)} log(s) of {len(pods)} pod(s): {', '.join(pods)} "
-             f"(the manifest lists them; run again to retry)", code=1)
+            with _progress(self.jobset, show=_terminal() and not output.machine) as progress:
+                result = asyncio.run(archive(self.target, self.jobset, self.out, parallel=self.parallel,
+                                             progress=progress))
+        except (ArchiveError, ListError, ManifestError) as exc:
+            _dispose(store)
+            fail(str(exc))
+        except OSError as exc:
+            _dispose(store)
+            fail(f"cannot write the archive under {self.out}: {exc.strerror or exc}; no partial file left")
+        for e in result.errors:
+            warn(f"{e['pod']}: {e['container']}{' --previous' if e['previous'] else ''}: {e['reason']}")
+        ingested = None
+        if store is not None:
+            try:
+                ingested = _ingest(store, self.db, run, result, self.parquet, self.append, self.settings,
+                                   self.reference)
+            finally:
+                store.dispose()
+        return result, ingested
+
+    def report(self, result, ingested) -> None:
+        output, run = self.output, self.run_to
+        summary = result.summary() | {"run": None if self.no_ingest else run,
+                                      "ingest": None if ingested is None else ingested.summary()
+                                      | {"duplicates": ingested.duplicates, "no_records": ingested.no_records}}
+        if output.machine:
+            output.data(summary)
+        else:
+            _print(output, result, run, ingested, self.no_ingest)
+        if result.errors:
+            pods = result.failed_pods()
+            fail(f"could not read {len(result.errors)} log(s) of {len(pods)} pod(s): {', '.join(pods)} "
+                 f"(the manifest lists them; run again to retry)", code=1)
 
 
 def _ingest(store, db, run, result, parquet, append, settings, reference):
