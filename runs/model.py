@@ -64,6 +64,11 @@ STEP_JUMP_FACTOR = 1000
 STEP_JUMP_MIN = 10**6
 JUMPS_KEPT = 256  # digests of clock-jumped lines a cursor remembers; beyond, such lines are bad
 JUMPED = "clock:"  # prefix of those digests where the cursor is saved (cursors.at_hwm)
+# A node clock stepped ahead and staying there, not one bad stamp: this many lines in a row that
+# far ahead, their stamps going on together over at least JUMP_CONFIRM_NS (one stamp repeated is
+# no clock). The mark then moves to them: the server filters a re-read by the node's stamps.
+JUMP_CONFIRM_LINES = 8
+JUMP_CONFIRM_NS = 10**9
 # A followed pod's stream key (collector.live.follower.stream_key): pod uid/container/restart count.
 # Two such keys are two container instances, so two starts of the trainer.
 POD_STREAM = re.compile(r"[0-9a-f-]{8,}/[^/]+/\d+")
@@ -158,14 +163,16 @@ class Cursor:
 
     A line stamped far ahead of the mark and of the wall clock (a clock jump) does not move
     the mark: one line stamped 2099 would otherwise have the server filter out every later
-    line. It is remembered by digest (saved in at_hwm with the JUMPED prefix). A line far
-    behind the line before it is a clock jump too (flagged), but the mark follows it.
+    line. It is remembered by digest (saved in at_hwm with the JUMPED prefix). Lines that go on
+    from it (JUMP_CONFIRM_LINES in a row, their stamps advancing over JUMP_CONFIRM_NS) are the
+    node's clock stepped ahead: the mark moves to them (`ahead`). A line far behind the line
+    before it is a clock jump too (flagged), but the mark follows it.
 
     `done`: the stream was read to its end (a follower that starts again knows which streams
     of pods gone meanwhile are complete)."""
 
     __slots__ = ("hwm_ns", "_recent", "_known", "last_ns", "jumped", "done", "forgot_ns", "overlap",
-                 "unsure", "held", "released", "behind_ns", "read_at_ns", "top_ns")
+                 "unsure", "held", "released", "behind_ns", "read_at_ns", "top_ns", "ahead")
 
     def __init__(self, hwm_ns: int | None = None, at_hwm: set[str] | None = None, done: bool = False) -> None:
         self.hwm_ns = hwm_ns
@@ -208,6 +215,7 @@ class Cursor:
         self.behind_ns: int | None = None
         self.read_at_ns = time.time_ns()  # wall clock when the mark last moved
         self.held: list[bytes] = []  # overlap lines it cannot tell, until a later line proves what they are
+        self.ahead: list[tuple[int, str]] = []  # (ts, digest) of the clock-jumped lines in a row, lately
         self.released: list[bytes] = []  # held lines proven new, and the line that proved it: read them again
 
     @property
@@ -294,7 +302,9 @@ class Cursor:
                 hwm is None and ts_ns - time.time_ns() > CLOCK_JUMP_NS:
             # Ahead of the mark and of the wall clock: a genuine pause (a restart after hours
             # in a queue) lands in the past, a broken clock does not.
-            return self._jump(ts_ns, digest)
+            jump = self._jump(ts_ns, digest)
+            return True if self._clock_stepped(ts_ns, digest) else jump
+        self.ahead = []
         last = self.last_ns
         self.hwm_ns = self.last_ns = ts_ns
         self.behind_ns, self.read_at_ns = None, time.time_ns()
@@ -339,6 +349,24 @@ class Cursor:
             self.forgot_ns = forgot_ts
         for line in tail:
             self._remember(line_ts(line) or last_ts, line_digest(line.rstrip(b"\r\n")))
+
+    def _clock_stepped(self, ts_ns: int, digest: str) -> bool:
+        """Whether this clock-jumped line confirms the node's clock stepped ahead (see the class):
+        then the mark and the lines remembered move to the new clock, the line is read as it is."""
+        ahead = self.ahead
+        if ahead and ts_ns < ahead[-1][0] - JUMP_CONFIRM_NS:
+            ahead.clear()  # not going on from the line before: another stamp, not one clock
+        ahead.append((ts_ns, digest))
+        if len(ahead) < JUMP_CONFIRM_LINES or ahead[-1][0] - ahead[0][0] < JUMP_CONFIRM_NS:
+            del ahead[:-JUMPS_KEPT]
+            return False
+        self.hwm_ns = self.last_ns = ts_ns
+        self.behind_ns, self.read_at_ns = None, time.time_ns()
+        for ts, d in ahead:
+            self.jumped.discard(d)
+            self._remember(ts, d)
+        self.ahead = []
+        return True
 
     def _jump(self, ts_ns: int, digest: str) -> ClockJump:
         if len(self.jumped) >= JUMPS_KEPT:

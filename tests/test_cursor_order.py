@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 import sqlalchemy as sa
@@ -21,7 +22,7 @@ from steptail.collector.live.detect import Detectors
 from steptail.collector.live.sink import RunSink
 from steptail.parsers import format_ns
 from steptail.parsers.fast import line_ts
-from steptail.runs.model import RunModel, floor_second, line_digest
+from steptail.runs.model import JUMP_CONFIRM_LINES, RunModel, floor_second, line_digest
 from steptail.storage.findings import check_run
 from steptail.storage.reads import iter_loss_parts
 from steptail.storage.sql import load_model
@@ -141,6 +142,28 @@ def test_node_clock_stepped_back_an_hour_and_a_second(store, tmp_path):
         (inc, step, _), = findings(store, run, "clock_jump")  # the step back, flagged once
         assert (inc, step) == (1, 100)
     assert model.cursors[KEY].hwm_ns < T0  # the mark followed the clock back
+
+
+def test_node_clock_stepped_two_hours_ahead_and_staying_there(store, tmp_path):
+    """Chaos seed 1190 (benchmark): a node clock stepped 2 h ahead of the wall clock and kept
+    it. Each line so far ahead is a clock jump that must not move the mark (one line stamped
+    2099 would have the server filter out the rest), but lines that go on from it in the new
+    clock are the node's clock: the mark moves to it, after a few lines flagged. Before, every
+    line stayed a jump until the cursor's 256 were spent, then each was dropped as bad."""
+    base = time.time_ns() - 600 * S  # step n at base + n s: in the past until the step
+
+    def ahead(n, k):
+        return base + n * S + k * 1000 + (7200 * S if n >= 100 else 0)
+
+    lines = log(600, ahead)
+    at = lines.index(next(ln for ln in lines if b"LOSS-PARTS step=100 " in ln))
+    model = follow(store, "f", lines, rereads=(at + 3, at + 60, at + 1000))
+    ingest_file(store, "i", write(tmp_path / "i.log", lines))
+    for run in ("f", "i"):
+        assert_all(store, run, 600)
+        flagged = findings(store, run, "clock_jump")
+        assert 1 <= len(flagged) <= JUMP_CONFIRM_LINES, flagged  # until the new clock is confirmed
+    assert model.cursors[KEY].hwm_ns > time.time_ns() + 3600 * S  # the mark followed the clock ahead
 
 
 def test_one_first_line_two_hours_ahead_in_ingest(store, tmp_path):
