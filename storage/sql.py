@@ -23,6 +23,7 @@ from steptail.runs.rows import COLUMNS, FLAGS, INCARNATIONS, QUARANTINE
 from steptail.storage.db import Store
 from steptail.storage.reads import json_value
 from steptail.storage.sources import claim_source
+from steptail.storage.summary import after_write, before_write
 
 # The columns of the model's row tuples (steptail.runs.rows, where the rows are defined) are
 # the tables' columns: COLUMNS per table, and these.
@@ -104,6 +105,7 @@ class SqlSink:
         if batch.incarnations:
             tables.append(("incarnations", list(batch.incarnations.values())))
         refused = len(self.refused)
+        counted = before_write(conn, batch.loss_parts) if batch.loss_parts else []
         try:
             if tables:
                 with self._savepoint(conn):
@@ -114,6 +116,8 @@ class SqlSink:
                 raise
             for table, rows in tables:
                 self._insert_apart(conn, table, rows)
+        if counted:
+            after_write(conn, counted)
         kept = batch.quarantine + [quarantine_row(t, row, f"store refused: {why}")
                                    for t, row, why in self.refused[refused:]]
         if kept:

@@ -1,0 +1,101 @@
+"""`loss_summary` (storage.summary) is exactly what `loss_parts` holds, per incarnation, after
+any sequence of writes: overlapping and repeated batches, several incarnations in one batch,
+rows without a timestamp, rows the store refuses, a reparse that rebuilds the run; on SQLite
+and PostgreSQL. The alerts read it in place of the rows (tests/test_missing_step_definition.py
+holds them to the definition)."""
+
+from __future__ import annotations
+
+import random
+
+import sqlalchemy as sa
+from store_fixtures import ingest_sample, samples_dir
+
+from steptail.runs.model import Batch
+from steptail.storage.sql import SqlSink
+
+AGGREGATE = ("SELECT run, incarnation, COUNT(*), MIN(step), MAX(step), MIN(ts_ns), MAX(ts_ns)"
+             " FROM loss_parts GROUP BY run, incarnation ORDER BY run, incarnation")
+SUMMARY = ("SELECT run, incarnation, steps, lo, hi, first_ts_ns, last_ts_ns FROM loss_summary"
+           " ORDER BY run, incarnation")
+
+
+def _both(store) -> tuple[list, list]:
+    with store.engine.connect() as conn:
+        return ([tuple(r) for r in conn.execute(sa.text(AGGREGATE))],
+                [tuple(r) for r in conn.execute(sa.text(SUMMARY))])
+
+
+def _row(run: str, inc: int, step: int, ts: int | None, ce_raw: str | None = None) -> tuple:
+    return (run, inc, step, ts, 3.0 - step / 1e4, ce_raw or f"{3.0 - step / 1e4:.6f}", "{}")
+
+
+def test_the_summary_follows_random_overlapping_writes(store):
+    rng = random.Random(22)
+    sink = SqlSink(store)
+    for n in range(60):
+        run = rng.choice(["a", "b"])
+        rows = []
+        for _ in range(rng.randint(1, 40)):
+            inc, step = rng.randint(1, 3), rng.randint(1, 300)
+            ts = None if rng.random() < 0.1 else 10**18 + rng.randint(0, 10**12)
+            rows.append(_row(run, inc, step, ts))
+        rows = list({r[:3]: r for r in rows}.values())  # one row per key in a batch, as the model's
+        with store.engine.begin() as conn:
+            sink.ensure_run(conn, run)
+            sink.write(conn, run, Batch(loss_parts=rows))
+        aggregate, summary = _both(store)
+        assert summary == aggregate, f"after write {n}"
+
+
+def test_a_repeated_batch_changes_nothing_and_a_refused_row_is_not_counted(store):
+    sink = SqlSink(store)
+    rows = [_row("r", 1, s, 10**18 + s) for s in range(1, 11)]
+    for _ in range(2):
+        with store.engine.begin() as conn:
+            sink.ensure_run(conn, "r")
+            sink.write(conn, "r", Batch(loss_parts=rows))
+    assert _both(store)[1] == [("r", 1, 10, 1, 10, 10**18 + 1, 10**18 + 10)]
+    # PostgreSQL refuses a ce_raw longer than its column (SQLite keeps it): either way the
+    # summary holds what the table holds
+    odd = [_row("r", 1, 11, 10**18 + 11, "9" * 100), _row("r", 1, 12, 10**18 + 12)]
+    with store.engine.begin() as conn:
+        refused = sink.write(conn, "r", Batch(loss_parts=odd))
+    aggregate, summary = _both(store)
+    assert summary == aggregate
+    assert summary[0][2] == (11 if refused else 12)
+
+
+def test_the_summary_survives_a_rebuild_of_the_run(store, tmp_path):
+    from steptail.storage.reparse import clear_rows
+
+    ingest_sample(store, samples_dir(), "resume-gap", "resume-gap")
+    aggregate, summary = _both(store)
+    assert summary == aggregate and [r[1] for r in summary] == [1, 2]
+    with store.engine.begin() as conn:
+        clear_rows(conn, "resume-gap")
+    assert _both(store) == ([], [])
+
+
+def test_a_store_of_0008_gets_its_summary_from_the_rows_it_holds(db_url):
+    from alembic import command
+    from alembic.config import Config
+
+    from steptail.storage.db import MIGRATIONS, _engine, open_store
+
+    engine = _engine(sa.make_url(db_url))
+    with engine.begin() as conn:
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS))
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0008")
+        conn.execute(sa.text("INSERT INTO runs (run, created_ns, updated_ns) VALUES ('old', 1, 1)"))
+        for inc, step, ts in ((1, 1, 5), (1, 2, None), (1, 4, 9), (2, 3, 12)):
+            conn.execute(sa.text("INSERT INTO loss_parts (run, incarnation, step, ts_ns, ce, ce_raw, parts)"
+                                 " VALUES ('old', :i, :s, :t, 1.0, '1.0', '{}')"), {"i": inc, "s": step, "t": ts})
+    engine.dispose()
+    store = open_store(db_url)
+    try:
+        assert _both(store)[1] == [("old", 1, 3, 1, 4, 5, 9), ("old", 2, 1, 3, 3, 12, 12)]
+    finally:
+        store.dispose()
