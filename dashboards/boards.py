@@ -60,6 +60,17 @@ def run_variable() -> db.QueryVariable:
     )
 
 
+def points_variable() -> db.CustomVariable:
+    """Points per series in the by-step panels (queries.POINTS_VARIABLE): their width in
+    buckets; "every step" (0) is the raw series, one click away."""
+    default = str(q.POINTS_DEFAULT)
+    return (
+        db.CustomVariable(q.POINTS_VARIABLE).label("Points per series")
+        .values(f"{default},4000,every step : 0").allow_custom_value(False)  # goes into SQL
+        .current(dm.VariableOption(selected=True, text=default, value=default))
+    )
+
+
 class SqlAnnotationQuery(dm.AnnotationQuery):
     """An annotation whose target is a SQL query (the SDK types only Grafana's built-in one)."""
 
@@ -134,9 +145,12 @@ def run_dashboard() -> dm.Dashboard:
         _dashboard(RUN_UID, "steptail / Run",
                    "Per-step CE of process 0, one series per run incarnation; findings as annotations.")
         .with_variable(namespace_variable()).with_variable(run_variable())
+        .with_variable(points_variable())
         .annotation(findings_annotation())
         .with_panel(_step_xy("CE by step", q.CE_BY_STEP, "ce", "none", ids)
-                    .description("LOSS-PARTS ce against step; a restore starts a new series."))
+                    .description("LOSS-PARTS ce against step; a restore starts a new series. Each point"
+                                 " is a bucket's lowest or highest CE (Points per series; 'every"
+                                 " step' for the raw series); a NaN or missing steps break the line."))
         .with_panel(_over_time("CE over time", q.CE_OVER_TIME, "none", ids, span=24))
         .with_panel(_over_time("Step time (per-pod metrics)", q.STEP_SECONDS, "s", ids))
         .with_panel(_over_time("Tokens/s/device (per-pod metrics)", q.TOKENS_PER_S, "none", ids))
@@ -159,6 +173,7 @@ def rbf_dashboard() -> dm.Dashboard:
         _dashboard(RBF_UID, "steptail / REQUIRED_RBF",
                    "MoE ragged-buffer-factor probe: max per step and per layer.")
         .with_variable(namespace_variable()).with_variable(run_variable())
+        .with_variable(points_variable())
         .annotation(findings_annotation())
         .with_panel(rbf_max)
         .with_panel(layers)

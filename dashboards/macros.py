@@ -48,6 +48,15 @@ class TimeRange:
 class Context:
     time: TimeRange
     variables: dict[str, Variable] = field(default_factory=dict)
+    # The panel's width in points (Grafana's maxDataPoints): sets $__interval_ms.
+    max_data_points: int = 1000
+
+    @property
+    def interval_ms(self) -> int:
+        """Grafana's $__interval_ms: the time range over the panel's points, at least 1 ms
+        (Grafana then rounds it to a familiar step; any width serves the SQL alike)."""
+        span_ms = (self.time.end_ns - self.time.start_ns) // 1_000_000
+        return max(1, span_ms // max(1, self.max_data_points))
 
 
 def _ns(t: datetime) -> int:
@@ -132,4 +141,6 @@ def expand_macros(sql: str, time: TimeRange) -> str:
 
 
 def expand(sql: str, ctx: Context) -> str:
-    return expand_macros(interpolate(sql, ctx.variables), ctx.time)
+    builtins = {"__interval_ms": Variable([str(ctx.interval_ms)]),
+                "__interval": Variable([f"{ctx.interval_ms}ms"])}
+    return expand_macros(interpolate(sql, builtins | ctx.variables), ctx.time)

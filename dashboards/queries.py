@@ -27,19 +27,86 @@ VAR_RUN = (
 )
 
 # -- Run dashboard ----------------------------------------------------------------------
-CE_BY_STEP = f"""
+# A panel gets what it can draw, not every step: the steps of the selected runs are cut into
+# at most $points buckets of equal width (`points` dashboard variable; 0 = every step, the raw
+# series), and each bucket gives its lowest and highest value (at its first and last step, so
+# a line through them draws the band the raw series fills). A non-finite value (stored as
+# NULL) and missing steps stay visible: each adds a NULL point where it is, which breaks the
+# line there. The width comes from `loss_summary`, so no pass over the rows is needed for it.
+POINTS_VARIABLE = "points"
+POINTS_DEFAULT = 1000  # a full-width panel is ~1,000-2,000 px: at most 2 points per pixel
+
+_BUCKETED_BY_STEP = """
+WITH span AS (
+  SELECT MIN(lo) AS lo, CASE WHEN $points > 0
+      THEN GREATEST(1, CEIL((MAX(hi) - MIN(lo) + 1) / $points::numeric))::int ELSE 1 END AS width
+  FROM loss_summary WHERE run IN ($run)
+),
+b AS (
+  SELECT t.run, t.incarnation, (t.step - span.lo) / span.width AS bucket,
+         MIN(t.step) AS s0, MAX(t.step) AS s1, COUNT(*) AS n,
+         MIN(t.{y}) AS y_lo, MAX(t.{y}) AS y_hi, MIN(t.step) FILTER (WHERE t.{y} IS NULL) AS nan_step
+  FROM {table} t CROSS JOIN span
+  WHERE t.run IN ($run)
+  GROUP BY t.run, t.incarnation, 3
+),
+g AS (
+  SELECT b.*, LAG(s1) OVER (PARTITION BY run, incarnation ORDER BY bucket) AS prev FROM b
+)
+SELECT run || ' #' || incarnation AS series, step, {y} FROM (
+  SELECT run, incarnation, s0 AS step, y_lo AS {y}, 0 AS k FROM g WHERE y_lo IS NOT NULL
+  UNION ALL
+  SELECT run, incarnation, s1, y_hi, 1 FROM g WHERE y_hi IS NOT NULL AND s1 > s0
+  UNION ALL
+  SELECT run, incarnation, nan_step, NULL, 2 FROM g WHERE nan_step IS NOT NULL
+  UNION ALL  -- missing steps before the bucket, or inside it
+  SELECT run, incarnation, prev + 1, NULL, 3 FROM g WHERE s0 > prev + 1
+  UNION ALL
+  SELECT run, incarnation, s0 + 1, NULL, 4 FROM g WHERE n < s1 - s0 + 1
+) p
+ORDER BY run, incarnation, step, k
+""".strip()
+
+# The same over time: buckets of Grafana's $__interval_ms (the time range over the panel's
+# width), each bucket's lowest and highest CE at its first and last timestamp.
+_BUCKETED_OVER_TIME = """
+WITH b AS (
+  SELECT run, incarnation, ts_ns / ($__interval_ms::bigint * 1000000) AS bucket,
+         MIN(ts_ns) AS t0, MAX(ts_ns) AS t1, MIN(step) AS s0, MAX(step) AS s1, COUNT(*) AS n,
+         MIN({y}) AS y_lo, MAX({y}) AS y_hi, MIN(ts_ns) FILTER (WHERE {y} IS NULL) AS nan_ts
+  FROM {table}
+  WHERE run IN ($run) AND $__unixEpochNanoFilter(ts_ns)
+  GROUP BY run, incarnation, 3
+),
+g AS (
+  SELECT b.*, LAG(s1) OVER w AS prev_step, LAG(t1) OVER w AS prev_t
+  FROM b WINDOW w AS (PARTITION BY run, incarnation ORDER BY bucket)
+)
+SELECT to_timestamp(t / 1e9) AS time, run || ' #' || incarnation AS metric, value FROM (
+  SELECT run, incarnation, t0 AS t, y_lo AS value FROM g WHERE y_lo IS NOT NULL
+  UNION ALL
+  SELECT run, incarnation, t1, y_hi FROM g WHERE y_hi IS NOT NULL AND t1 > t0
+  UNION ALL
+  SELECT run, incarnation, nan_ts, NULL FROM g WHERE nan_ts IS NOT NULL
+  UNION ALL  -- missing steps: a break just after the last step before them
+  SELECT run, incarnation, prev_t + 1, NULL FROM g WHERE s0 > prev_step + 1
+  UNION ALL
+  SELECT run, incarnation, t0 + 1, NULL FROM g WHERE n < s1 - s0 + 1 AND t1 > t0
+) p
+ORDER BY 1, 2
+""".strip()
+
+CE_BY_STEP = _BUCKETED_BY_STEP.format(table="loss_parts", y="ce")
+
+# Every step, for "raw" (points = 0 gives the same rows, plus the breaks).
+CE_BY_STEP_RAW = f"""
 SELECT {SERIES} AS series, step, ce
 FROM loss_parts
 WHERE run IN ($run)
 ORDER BY run, incarnation, step
 """.strip()
 
-CE_OVER_TIME = f"""
-SELECT to_timestamp(ts_ns / 1e9) AS time, {SERIES} AS metric, ce AS value
-FROM loss_parts
-WHERE run IN ($run) AND $__unixEpochNanoFilter(ts_ns)
-ORDER BY 1, 2
-""".strip()
+CE_OVER_TIME = _BUCKETED_OVER_TIME.format(table="loss_parts", y="ce")
 
 STEP_SECONDS = f"""
 SELECT to_timestamp(ts_ns / 1e9) AS time, {SERIES} AS metric, seconds AS value
@@ -80,12 +147,7 @@ ORDER BY 1
 """.strip()
 
 # -- REQUIRED_RBF dashboard ----------------------------------------------------------------
-RBF_MAX_BY_STEP = f"""
-SELECT {SERIES} AS series, step, max
-FROM required_rbf
-WHERE run IN ($run)
-ORDER BY run, incarnation, step
-""".strip()
+RBF_MAX_BY_STEP = _BUCKETED_BY_STEP.format(table="required_rbf", y="max")
 
 # One series per layer (zero-padded so that buckets sort), as the heatmap's y buckets.
 RBF_PER_LAYER = """
@@ -117,10 +179,13 @@ ORDER BY r.run
 """.strip()
 
 # -- alert rules (table format: string columns become labels, the number is the value) ----
+# Runs that logged a step in the window, from the per-incarnation summary kept at commit
+# (storage.summary) and its index on the latest timestamp: a range scan over the live runs,
+# whatever the history. "In the window" is read as "its steps span reaches into it": the same
+# for any run whose clock runs forward.
 _ACTIVE = """
-SELECT run FROM loss_parts
-WHERE ts_ns BETWEEN $__unixEpochNanoFrom() AND $__unixEpochNanoTo()
-GROUP BY run
+SELECT DISTINCT run FROM loss_summary
+WHERE last_ts_ns >= $__unixEpochNanoFrom() AND first_ts_ns <= $__unixEpochNanoTo()
 """.strip()
 
 # The steps missing per run, as steptail.runs.gaps defines them (held to it on both stores by
@@ -130,13 +195,12 @@ GROUP BY run
 # else the highest checkpoint its earlier incarnations saved, 0 when none was read and one of
 # them had an unread head, else the last multiple of the config's checkpoint_period at or below
 # their highest step, else their highest step, 0 for the first: a head never read).
-# (run, incarnation, step) is unique, so max - min + 1 - count is exactly the sum of the inner
-# gaps: one aggregate instead of a window over every row.
+# (run, incarnation, step) is unique, so hi - lo + 1 - steps (loss_summary, kept at commit) is
+# exactly the sum of the inner gaps: no pass over the rows at all.
 ALERT_MISSING_STEPS = f"""
 WITH active AS ({_ACTIVE}),
 per_inc AS (
-  SELECT run, incarnation, MIN(step) AS lo, MAX(step) AS hi, COUNT(*) AS n FROM loss_parts
-  WHERE run IN (SELECT run FROM active) GROUP BY run, incarnation
+  SELECT run, incarnation, lo, hi, steps AS n FROM loss_summary WHERE run IN (SELECT run FROM active)
 ),
 inner_gaps AS (
   SELECT run, SUM(hi - lo + 1 - n) AS missing FROM per_inc GROUP BY run
@@ -171,22 +235,25 @@ FROM active a LEFT JOIN inner_gaps g ON g.run = a.run LEFT JOIN head_gaps h ON h
 ORDER BY a.run
 """.strip()
 
-# Time since the last step, in median step intervals of the current incarnation's last 100.
+# Time since the last step, in median step intervals of the current incarnation's last 100:
+# each active run reads its last 101 timestamped steps backwards along the key, no more.
 ALERT_STALL = f"""
 WITH active AS ({_ACTIVE}),
 cur AS (
-  SELECT run, MAX(incarnation) AS incarnation FROM loss_parts
+  SELECT run, MAX(incarnation) AS incarnation FROM loss_summary
   WHERE run IN (SELECT run FROM active) GROUP BY run
 ),
 recent AS (
-  SELECT l.run, l.step, l.ts_ns,
-         ROW_NUMBER() OVER (PARTITION BY l.run ORDER BY l.step DESC) AS k
-  FROM loss_parts l JOIN cur c ON c.run = l.run AND c.incarnation = l.incarnation
-  WHERE l.ts_ns IS NOT NULL
+  SELECT c.run, x.step, x.ts_ns, ROW_NUMBER() OVER (PARTITION BY c.run ORDER BY x.step DESC) AS k
+  FROM cur c CROSS JOIN LATERAL (
+    SELECT l.step, l.ts_ns FROM loss_parts l
+    WHERE l.run = c.run AND l.incarnation = c.incarnation AND l.ts_ns IS NOT NULL
+    ORDER BY l.step DESC LIMIT 101
+  ) x
 ),
 intervals AS (
   SELECT run, ts_ns - LEAD(ts_ns) OVER (PARTITION BY run ORDER BY step DESC) AS dt
-  FROM recent WHERE k <= 101
+  FROM recent
 )
 SELECT i.run,
        (($__unixEpochNanoTo() - MAX(r.ts_ns))
@@ -197,13 +264,17 @@ GROUP BY i.run
 ORDER BY i.run
 """.strip()
 
+# The runs in scope: the active ones, and those with a finding of the kinds detected in the
+# window (ix_findings_detected): an active run counts all its findings of the kinds, another
+# only the recent ones.
 _FINDINGS_OF_ACTIVE = """
-SELECT r.run, COUNT(f.id)::float8 AS {column}
-FROM runs r
-LEFT JOIN findings f ON f.run = r.run AND {kinds}
-WHERE r.run IN (SELECT run FROM active) OR f.detected_ns >= $__unixEpochNanoFrom()
-GROUP BY r.run
-ORDER BY r.run
+SELECT s.run, COUNT(f.id)::float8 AS {column}
+FROM (SELECT run FROM active
+      UNION SELECT f.run FROM findings f WHERE {kinds} AND f.detected_ns >= $__unixEpochNanoFrom()) s
+LEFT JOIN findings f ON f.run = s.run AND {kinds}
+  AND (s.run IN (SELECT run FROM active) OR f.detected_ns >= $__unixEpochNanoFrom())
+GROUP BY s.run
+ORDER BY s.run
 """.strip()
 
 ALERT_STEP1_GATE = f"WITH active AS ({_ACTIVE})\n" + _FINDINGS_OF_ACTIVE.format(

@@ -76,11 +76,14 @@ def truth(run: str) -> dict:
     return json.loads((samples_dir() / f"{run}.truth.json").read_text())
 
 
-def ctx(runs=("resume-gap",), namespaces=("-", "team-a"), start=T0, end=T1) -> Context:
+def ctx(runs=("resume-gap",), namespaces=("-", "team-a"), start=T0, end=T1, points=q.POINTS_DEFAULT,
+        max_data_points=1000) -> Context:
     return Context(
         TimeRange(start, end),
         {"run": Variable(list(runs), multi=True),
-         "namespace": Variable(list(namespaces), multi=True, include_all=True)},
+         "namespace": Variable(list(namespaces), multi=True, include_all=True),
+         q.POINTS_VARIABLE: Variable([str(points)])},
+        max_data_points,
     )
 
 
@@ -119,15 +122,83 @@ def _loss_truth(run):
     return [(f"{run} #{r['incarnation']}", r["step"], r["ce"]) for r in truth(run)["loss_parts"]]
 
 
+def bucketed(rows: list[tuple], points: int, lo: int, hi: int) -> list[tuple]:
+    """What the by-step panels draw (queries._BUCKETED_BY_STEP), from (run, incarnation, step,
+    y) rows: per bucket of the steps lo..hi its lowest y at its first step and highest at its
+    last, and a None where a y is not finite or steps are missing."""
+    width = 1 if points == 0 else max(1, -(-(hi - lo + 1) // points))
+    buckets: dict = {}
+    for run, inc, step, y in rows:
+        buckets.setdefault((run, inc, (step - lo) // width), []).append((step, y))
+    out, prev = [], {}
+    for (run, inc, _), got in sorted(buckets.items()):
+        steps_ = [st for st, _ in got]
+        ys = [y for _, y in got if y is not None]
+        s0, s1 = min(steps_), max(steps_)
+        if ys:
+            out.append((run, inc, s0, min(ys), 0))
+            if s1 > s0:
+                out.append((run, inc, s1, max(ys), 1))
+        if len(ys) < len(got):
+            out.append((run, inc, min(st for st, y in got if y is None), None, 2))
+        if (run, inc) in prev and s0 > prev[(run, inc)] + 1:
+            out.append((run, inc, prev[(run, inc)] + 1, None, 3))
+        if len(got) < s1 - s0 + 1:
+            out.append((run, inc, s0 + 1, None, 4))
+        prev[(run, inc)] = s1
+    return [(f"{r} #{i}", st, y) for r, i, st, y, _ in sorted(out, key=lambda t: t[:3] + (t[4],))]
+
+
+def _truth_rows(runs, table="loss_parts", y="ce") -> list[tuple]:
+    return [(run, r["incarnation"], r["step"], r[y]) for run in runs for r in truth(run)[table]]
+
+
+def _by_step_reference(runs, points, table="loss_parts", y="ce") -> list[tuple]:
+    steps_ = [st for *_, st, _ in _truth_rows(runs)]
+    return bucketed(_truth_rows(runs, table, y), points, min(steps_), max(steps_))
+
+
+def _drawn(rows, y="ce") -> list[tuple]:
+    return [(r["series"], r["step"], r[y]) for r in rows]
+
+
 @pytest.mark.parametrize("run", RUNS)
-def test_ce_by_step_returns_exactly_the_runs_steps(pg, run):
-    rows = run_sql(pg, q.CE_BY_STEP, ctx((run,)))
-    got = [(r["series"], r["step"], r["ce"]) for r in rows]
-    assert got == sorted(_loss_truth(run), key=lambda t: (int(t[0].rsplit("#")[1]), t[1]))
+def test_ce_by_step_every_step_is_the_raw_series_with_its_breaks(pg, run):
+    got = _drawn(run_sql(pg, q.CE_BY_STEP, ctx((run,), points=0)))
+    assert got == _by_step_reference((run,), 0)
+    finite = [(f"{run} #{i}", st, ce) for _, i, st, ce in _truth_rows((run,)) if ce is not None]
+    assert [g for g in got if g[2] is not None] == sorted(finite, key=lambda t: (int(t[0].rsplit("#")[1]), t[1]))
+    raw = _drawn(run_sql(pg, q.CE_BY_STEP_RAW, ctx((run,))))
+    assert [g for g in raw if g[2] is not None] == [g for g in got if g[2] is not None]
+
+
+def test_ce_by_step_breaks_the_line_at_a_nan_and_at_missing_steps(pg):
+    gap = _drawn(run_sql(pg, q.CE_BY_STEP, ctx(("resume-gap",), points=0)))
+    assert ("resume-gap #1", 60, None) in gap  # steps 60-63 missing: the line breaks at 60
+    nan = _drawn(run_sql(pg, q.CE_BY_STEP, ctx(("cp4-lb-nan",), points=0)))
+    assert ("cp4-lb-nan #1", 77, None) in nan
+    # ... and still when a bucket holds many steps
+    assert any(st is not None and ce is None and 60 <= st <= 64 for _, st, ce in
+               _drawn(run_sql(pg, q.CE_BY_STEP, ctx(("resume-gap",), points=20))))
+    assert any(ce is None and 70 <= st <= 84 for _, st, ce in
+               _drawn(run_sql(pg, q.CE_BY_STEP, ctx(("cp4-lb-nan",), points=20))))
+
+
+@pytest.mark.parametrize("points", [7, 40, 1000])
+def test_ce_by_step_downsampled_keeps_each_buckets_extremes(pg, points):
+    runs = ("resume-gap", "clean-300", "cp4-lb-nan")
+    got = _drawn(run_sql(pg, q.CE_BY_STEP, ctx(runs, points=points)))
+    assert got == _by_step_reference(runs, points)
+    for series in {g[0] for g in got}:  # at most 2 values per bucket, plus the breaks
+        assert len([g for g in got if g[0] == series and g[2] is not None]) <= 2 * points
+    values = [ce for *_, ce in _truth_rows(runs) if ce is not None]
+    drawn = [ce for *_, ce in got if ce is not None]
+    assert (min(drawn), max(drawn)) == (min(values), max(values))  # no spike lost
 
 
 def test_ce_by_step_multi_run_selection(pg):
-    rows = run_sql(pg, q.CE_BY_STEP, ctx(("resume-gap", "clean-300")))
+    rows = [r for r in run_sql(pg, q.CE_BY_STEP, ctx(("resume-gap", "clean-300"), points=0))
+            if r["ce"] is not None]
     assert {r["series"] for r in rows} == {"clean-300 #1", "resume-gap #1", "resume-gap #2"}
     assert len(rows) == len(_loss_truth("resume-gap")) + len(_loss_truth("clean-300"))
     steps_inc2 = [r["step"] for r in rows if r["series"] == "resume-gap #2"]
@@ -135,15 +206,36 @@ def test_ce_by_step_multi_run_selection(pg):
 
 
 def test_ce_over_time_is_time_filtered_series_per_incarnation(pg):
-    rows = run_sql(pg, q.CE_OVER_TIME, ctx(("resume-gap",)))
-    assert len(rows) == len(truth("resume-gap")["loss_parts"])
+    fine = ctx(("resume-gap",), max_data_points=10**9)  # 1 ms buckets: every step
+    rows = run_sql(pg, q.CE_OVER_TIME, fine)
+    values = [r for r in rows if r["value"] is not None]
+    assert len(values) == len(truth("resume-gap")["loss_parts"])
+    assert len(rows) - len(values) == 1  # steps 60-63 missing: one break
     assert [r["time"] for r in rows] == sorted(r["time"] for r in rows)
     assert {r["metric"] for r in rows} == {"resume-gap #1", "resume-gap #2"}
-    half = run_sql(pg, q.CE_OVER_TIME, ctx(("resume-gap",), end=datetime(2026, 11, 30, 4, 30, tzinfo=UTC)))
+    half = run_sql(pg, q.CE_OVER_TIME, ctx(("resume-gap",), end=datetime(2026, 11, 30, 4, 30, tzinfo=UTC),
+                                           max_data_points=10**9))
     assert 0 < len(half) < len(rows)
     assert all(r["time"] <= datetime(2026, 11, 30, 4, 30, tzinfo=UTC) for r in half)
     # cp4-lb-nan has no kubelet timestamps: nothing to place on a time axis
     assert run_sql(pg, q.CE_OVER_TIME, ctx(("cp4-lb-nan",))) == []
+
+
+def test_ce_over_time_draws_at_most_two_points_per_interval(pg):
+    c = ctx(("resume-gap", "clean-300"), max_data_points=50)
+    rows = run_sql(pg, q.CE_OVER_TIME, c)
+    width_ns = c.interval_ms * 1_000_000
+    per_bucket: dict = {}
+    for r in rows:
+        if r["value"] is not None:
+            key = (r["metric"], int(r["time"].timestamp() * 1e9) // width_ns)
+            per_bucket[key] = per_bucket.get(key, 0) + 1
+    assert per_bucket and max(per_bucket.values()) <= 2
+    values = [r["ce"] for run in ("resume-gap", "clean-300") for r in truth(run)["loss_parts"]
+              if r["ce"] is not None]
+    drawn = [r["value"] for r in rows if r["value"] is not None]
+    assert (min(drawn), max(drawn)) == (min(values), max(values))
+    assert any(r["value"] is None for r in rows if r["metric"] == "resume-gap #1")  # the gap
 
 
 def test_step_time_and_tokens_per_s_come_from_pod_metrics(pg):
@@ -157,10 +249,13 @@ def test_step_time_and_tokens_per_s_come_from_pod_metrics(pg):
 
 
 def test_rbf_max_by_step_and_per_layer_heatmap(pg):
-    rows = run_sql(pg, q.RBF_MAX_BY_STEP, ctx(("resume-gap",)))
+    rows = run_sql(pg, q.RBF_MAX_BY_STEP, ctx(("resume-gap",), points=0))
     want = sorted((f"resume-gap #{r['incarnation']}", r["step"], r["max"])
                   for r in truth("resume-gap")["required_rbf"])
-    assert sorted((r["series"], r["step"], r["max"]) for r in rows) == want
+    assert sorted((r["series"], r["step"], r["max"]) for r in rows if r["max"] is not None) == want
+    for points in (0, 30):
+        assert _drawn(run_sql(pg, q.RBF_MAX_BY_STEP, ctx(("resume-gap",), points=points)), "max") == \
+            _by_step_reference(("resume-gap",), points, "required_rbf", "max")
     cells = run_sql(pg, q.RBF_PER_LAYER, ctx(("resume-gap",)))
     with pg.engine.connect() as conn:
         n_cells = conn.execute(sa.text(
@@ -172,7 +267,7 @@ def test_rbf_max_by_step_and_per_layer_heatmap(pg):
     by_time: dict = {}
     for r in cells:
         by_time.setdefault(r["time"], []).append(r["value"])
-    assert max(max(v) for v in by_time.values()) == pytest.approx(max(r["max"] for r in rows))
+    assert max(max(v) for v in by_time.values()) == pytest.approx(max(r["max"] for r in rows if r["max"] is not None))
 
 
 def test_findings_annotations_span_the_steps_they_cover(pg):
