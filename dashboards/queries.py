@@ -35,20 +35,50 @@ VAR_RUN = (
 # line there. The width comes from `loss_summary`, so no pass over the rows is needed for it.
 POINTS_VARIABLE = "points"
 POINTS_DEFAULT = 1000  # a full-width panel is ~1,000-2,000 px: at most 2 points per pixel
+BLOCK = 16  # steps per loss_rollup block (storage.summary)
 
-_BUCKETED_BY_STEP = """
-WITH span AS (
+def _span(blocks: str) -> str:
+    """The CTEs `span` (the selected runs' steps, from loss_summary) and `width` (the buckets'
+    width and first step; `blocks`: SQL that says whether they are made of loss_rollup blocks)."""
+    return f"""
+span AS (
   SELECT MIN(lo) AS lo, CASE WHEN $points > 0
-      THEN GREATEST(1, CEIL((MAX(hi) - MIN(lo) + 1) / $points::numeric))::int ELSE 1 END AS width
+      THEN GREATEST(1, CEIL((MAX(hi) - MIN(lo) + 1) / $points::numeric))::int ELSE 1 END AS w
   FROM loss_summary WHERE run IN ($run)
 ),
+width AS (
+  SELECT {blocks} AS blocks,
+         CASE WHEN {blocks} THEN lo / {BLOCK} * {BLOCK} ELSE lo END AS lo,
+         CASE WHEN {blocks} THEN (w + {BLOCK - 1}) / {BLOCK} * {BLOCK} ELSE w END AS width
+  FROM span
+)""".strip()
+
+
+# Once a bucket holds 16 steps or more it is made of whole loss_rollup blocks (the width
+# rounded up to a multiple of 16, the first bucket starting on a block): the panel reads one
+# row per block, not per step. Below that, or with a step below 0 (block 0 holds -15..15), the
+# rows themselves.
+_BLOCKS_WHEN = f"w >= {BLOCK} AND lo >= 0"
+
+_BUCKETS_OF_ROWS = """
+  SELECT t.run, t.incarnation, (t.step - width.lo) / width.width AS bucket,
+         MIN(t.step) AS s0, MAX(t.step) AS s1, COUNT(*) AS n, MIN(t.{y}) AS y_lo, MAX(t.{y}) AS y_hi,
+         MIN(CASE WHEN t.{y} IS NULL THEN t.step END) AS nan_step
+  FROM {table} t CROSS JOIN width
+  WHERE t.run IN ($run) AND {rows_when}
+  GROUP BY t.run, t.incarnation, 3""".strip("\n")
+
+_BUCKETS_OF_BLOCKS = """
+  SELECT r.run, r.incarnation, (r.s0 - width.lo) / width.width AS bucket,
+         MIN(r.s0), MAX(r.s1), SUM(r.steps), MIN(r.ce_lo), MAX(r.ce_hi), MIN(r.nan_step)
+  FROM loss_rollup r CROSS JOIN width
+  WHERE r.run IN ($run) AND (SELECT blocks FROM width)
+  GROUP BY r.run, r.incarnation, 3""".strip("\n")
+
+_BUCKETED_BY_STEP = """
+WITH {span},
 b AS (
-  SELECT t.run, t.incarnation, (t.step - span.lo) / span.width AS bucket,
-         MIN(t.step) AS s0, MAX(t.step) AS s1, COUNT(*) AS n,
-         MIN(t.{y}) AS y_lo, MAX(t.{y}) AS y_hi, MIN(t.step) FILTER (WHERE t.{y} IS NULL) AS nan_step
-  FROM {table} t CROSS JOIN span
-  WHERE t.run IN ($run)
-  GROUP BY t.run, t.incarnation, 3
+{buckets}
 ),
 g AS (
   SELECT b.*, LAG(s1) OVER (PARTITION BY run, incarnation ORDER BY bucket) AS prev FROM b
@@ -96,7 +126,9 @@ SELECT to_timestamp(t / 1e9) AS time, run || ' #' || incarnation AS metric, valu
 ORDER BY 1, 2
 """.strip()
 
-CE_BY_STEP = _BUCKETED_BY_STEP.format(table="loss_parts", y="ce")
+CE_BY_STEP = _BUCKETED_BY_STEP.format(span=_span(_BLOCKS_WHEN), y="ce", buckets=(
+    _BUCKETS_OF_ROWS.format(table="loss_parts", y="ce", rows_when="(SELECT NOT blocks FROM width)")
+    + "\n  UNION ALL\n" + _BUCKETS_OF_BLOCKS))
 
 # Every step, for "raw" (points = 0 gives the same rows, plus the breaks).
 CE_BY_STEP_RAW = f"""
@@ -147,7 +179,10 @@ ORDER BY 1
 """.strip()
 
 # -- REQUIRED_RBF dashboard ----------------------------------------------------------------
-RBF_MAX_BY_STEP = _BUCKETED_BY_STEP.format(table="required_rbf", y="max")
+# REQUIRED_RBF has no rollup: its buckets are made of rows at any width.
+RBF_MAX_BY_STEP = _BUCKETED_BY_STEP.format(
+    span=_span("false"), y="max",
+    buckets=_BUCKETS_OF_ROWS.format(table="required_rbf", y="max", rows_when="true"))
 
 # One series per layer (zero-padded so that buckets sort), as the heatmap's y buckets.
 RBF_PER_LAYER = """

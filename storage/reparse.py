@@ -30,7 +30,7 @@ _KINDS: dict[str, tuple[str, int]] = {
 # same rows from the same lines, another high-water mark), ingest_stats (per source).
 KINDS = tuple(_KINDS)
 # rows rebuilt from the lines (findings: all but the live-only kinds)
-_CLEARED = (*ROW_TABLES, "loss_summary", "incarnations", "quarantine", "cursors", "ingest_stats")
+_CLEARED = (*ROW_TABLES, "loss_summary", "loss_rollup", "incarnations", "quarantine", "cursors", "ingest_stats")
 
 
 def _plain(value):

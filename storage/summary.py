@@ -1,10 +1,12 @@
-"""`loss_summary`: per incarnation, its LOSS-PARTS row count, lowest and highest step and
-earliest and latest timestamp, kept in the same transaction as the rows.
+"""`loss_summary` (per incarnation: its LOSS-PARTS row count, lowest and highest step and
+earliest and latest timestamp) and `loss_rollup` (the same per block of 16 steps, with the
+CE extremes), kept in the same transaction as the rows.
 
 Counted from the table around each write, not from the batch: a duplicate (ON CONFLICT DO
 NOTHING) or a refused row changes nothing, so the summary is exactly what `loss_parts` holds.
-Each count is a range scan over the batch's steps only: the cost follows the batch, not the
-incarnation's history. Alerts and panels read it instead of aggregating every step stored."""
+Each count is a range scan over the batch's steps only (and a block's worth around them): the
+cost follows the batch, not the incarnation's history. Alerts and panels read these instead
+of aggregating every step stored."""
 
 from __future__ import annotations
 
@@ -23,6 +25,15 @@ _UPSERT = sa.text(
     " VALUES (:run, :inc, :steps, :lo, :hi, :t0, :t1) ON CONFLICT (run, incarnation) DO UPDATE SET"
     " steps = excluded.steps, lo = excluded.lo, hi = excluded.hi,"
     " first_ts_ns = excluded.first_ts_ns, last_ts_ns = excluded.last_ts_ns")
+
+# A block's rows counted again whole (SQL's integer division truncates: block 0 holds -15..15).
+_BLOCKS = sa.text(
+    "INSERT INTO loss_rollup (run, incarnation, block, steps, s0, s1, ce_lo, ce_hi, nan_step)"
+    " SELECT run, incarnation, step / 16, COUNT(*), MIN(step), MAX(step), MIN(ce), MAX(ce),"
+    " MIN(CASE WHEN ce IS NULL THEN step END)" + _IN_SPAN + " GROUP BY run, incarnation, step / 16"
+    " ON CONFLICT (run, incarnation, block) DO UPDATE SET steps = excluded.steps, s0 = excluded.s0,"
+    " s1 = excluded.s1, ce_lo = excluded.ce_lo, ce_hi = excluded.ce_hi, nan_step = excluded.nan_step")
+BLOCK = 16
 
 Span = tuple[str, int, int, int]  # run, incarnation, lowest step, highest step
 
@@ -63,6 +74,19 @@ def after_write(conn: sa.Connection, counted: list[tuple[Span, int]]) -> None:
             t0, t1 = _least(t0, old_t0), _greatest(t1, old_t1)
         conn.execute(_UPSERT, {"run": p["run"], "inc": p["inc"], "steps": n, "lo": lo, "hi": hi,
                                "t0": t0, "t1": t1})
+        run, inc, lo, hi = span
+        conn.execute(_BLOCKS, _params((run, inc, _block_start(lo), _block_end(hi))))
+
+
+def _block_start(step: int) -> int:
+    """The lowest step of the block holding `step`, as SQL's `step / 16` groups them."""
+    block = int(step / BLOCK)
+    return block * BLOCK - (BLOCK - 1 if block <= 0 else 0)
+
+
+def _block_end(step: int) -> int:
+    block = int(step / BLOCK)
+    return block * BLOCK + (BLOCK - 1 if block >= 0 else 0)
 
 
 def _params(span: Span) -> dict:

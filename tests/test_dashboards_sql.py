@@ -122,11 +122,14 @@ def _loss_truth(run):
     return [(f"{run} #{r['incarnation']}", r["step"], r["ce"]) for r in truth(run)["loss_parts"]]
 
 
-def bucketed(rows: list[tuple], points: int, lo: int, hi: int) -> list[tuple]:
+def bucketed(rows: list[tuple], points: int, lo: int, hi: int, blocks: bool) -> list[tuple]:
     """What the by-step panels draw (queries._BUCKETED_BY_STEP), from (run, incarnation, step,
     y) rows: per bucket of the steps lo..hi its lowest y at its first step and highest at its
-    last, and a None where a y is not finite or steps are missing."""
+    last, and a None where a y is not finite or steps are missing. With `blocks` (CE: its
+    loss_rollup), a bucket of 16 steps or more is made of whole blocks of 16."""
     width = 1 if points == 0 else max(1, -(-(hi - lo + 1) // points))
+    if blocks and width >= q.BLOCK and lo >= 0:  # whole loss_rollup blocks
+        lo, width = lo // q.BLOCK * q.BLOCK, -(-width // q.BLOCK) * q.BLOCK
     buckets: dict = {}
     for run, inc, step, y in rows:
         buckets.setdefault((run, inc, (step - lo) // width), []).append((step, y))
@@ -155,7 +158,7 @@ def _truth_rows(runs, table="loss_parts", y="ce") -> list[tuple]:
 
 def _by_step_reference(runs, points, table="loss_parts", y="ce") -> list[tuple]:
     steps_ = [st for *_, st, _ in _truth_rows(runs)]
-    return bucketed(_truth_rows(runs, table, y), points, min(steps_), max(steps_))
+    return bucketed(_truth_rows(runs, table, y), points, min(steps_), max(steps_), table == "loss_parts")
 
 
 def _drawn(rows, y="ce") -> list[tuple]:
@@ -184,7 +187,7 @@ def test_ce_by_step_breaks_the_line_at_a_nan_and_at_missing_steps(pg):
                _drawn(run_sql(pg, q.CE_BY_STEP, ctx(("cp4-lb-nan",), points=20))))
 
 
-@pytest.mark.parametrize("points", [7, 40, 1000])
+@pytest.mark.parametrize("points", [7, 19, 40, 1000])  # 7, 19: buckets of rollup blocks
 def test_ce_by_step_downsampled_keeps_each_buckets_extremes(pg, points):
     runs = ("resume-gap", "clean-300", "cp4-lb-nan")
     got = _drawn(run_sql(pg, q.CE_BY_STEP, ctx(runs, points=points)))

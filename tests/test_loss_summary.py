@@ -18,6 +18,11 @@ AGGREGATE = ("SELECT run, incarnation, COUNT(*), MIN(step), MAX(step), MIN(ts_ns
              " FROM loss_parts GROUP BY run, incarnation ORDER BY run, incarnation")
 SUMMARY = ("SELECT run, incarnation, steps, lo, hi, first_ts_ns, last_ts_ns FROM loss_summary"
            " ORDER BY run, incarnation")
+BLOCKS = ("SELECT run, incarnation, step / 16, COUNT(*), MIN(step), MAX(step), MIN(ce), MAX(ce),"
+          " MIN(CASE WHEN ce IS NULL THEN step END) FROM loss_parts GROUP BY run, incarnation, step / 16"
+          " ORDER BY 1, 2, 3")
+ROLLUP = ("SELECT run, incarnation, block, steps, s0, s1, ce_lo, ce_hi, nan_step FROM loss_rollup"
+          " ORDER BY 1, 2, 3")
 
 
 def _both(store) -> tuple[list, list]:
@@ -26,8 +31,16 @@ def _both(store) -> tuple[list, list]:
                 [tuple(r) for r in conn.execute(sa.text(SUMMARY))])
 
 
-def _row(run: str, inc: int, step: int, ts: int | None, ce_raw: str | None = None) -> tuple:
-    return (run, inc, step, ts, 3.0 - step / 1e4, ce_raw or f"{3.0 - step / 1e4:.6f}", "{}")
+def _blocks(store) -> tuple[list, list]:
+    with store.engine.connect() as conn:
+        return ([tuple(r) for r in conn.execute(sa.text(BLOCKS))],
+                [tuple(r) for r in conn.execute(sa.text(ROLLUP))])
+
+
+def _row(run: str, inc: int, step: int, ts: int | None, ce_raw: str | None = None,
+         nan: bool = False) -> tuple:
+    ce = None if nan else 3.0 - step / 1e4
+    return (run, inc, step, ts, ce, ce_raw or ("nan" if nan else f"{ce:.6f}"), "{}")
 
 
 def test_the_summary_follows_random_overlapping_writes(store):
@@ -37,15 +50,17 @@ def test_the_summary_follows_random_overlapping_writes(store):
         run = rng.choice(["a", "b"])
         rows = []
         for _ in range(rng.randint(1, 40)):
-            inc, step = rng.randint(1, 3), rng.randint(1, 300)
+            inc, step = rng.randint(1, 3), rng.randint(0, 300)
             ts = None if rng.random() < 0.1 else 10**18 + rng.randint(0, 10**12)
-            rows.append(_row(run, inc, step, ts))
+            rows.append(_row(run, inc, step, ts, nan=rng.random() < 0.05))
         rows = list({r[:3]: r for r in rows}.values())  # one row per key in a batch, as the model's
         with store.engine.begin() as conn:
             sink.ensure_run(conn, run)
             sink.write(conn, run, Batch(loss_parts=rows))
         aggregate, summary = _both(store)
         assert summary == aggregate, f"after write {n}"
+        blocks, rollup = _blocks(store)
+        assert rollup == blocks, f"after write {n}"
 
 
 def test_a_repeated_batch_changes_nothing_and_a_refused_row_is_not_counted(store):
@@ -64,6 +79,7 @@ def test_a_repeated_batch_changes_nothing_and_a_refused_row_is_not_counted(store
     aggregate, summary = _both(store)
     assert summary == aggregate
     assert summary[0][2] == (11 if refused else 12)
+    assert _blocks(store)[1] == _blocks(store)[0]
 
 
 def test_the_summary_survives_a_rebuild_of_the_run(store, tmp_path):
@@ -72,9 +88,10 @@ def test_the_summary_survives_a_rebuild_of_the_run(store, tmp_path):
     ingest_sample(store, samples_dir(), "resume-gap", "resume-gap")
     aggregate, summary = _both(store)
     assert summary == aggregate and [r[1] for r in summary] == [1, 2]
+    assert _blocks(store)[1] == _blocks(store)[0]
     with store.engine.begin() as conn:
         clear_rows(conn, "resume-gap")
-    assert _both(store) == ([], [])
+    assert _both(store) == ([], []) and _blocks(store) == ([], [])
 
 
 def test_a_store_of_0008_gets_its_summary_from_the_rows_it_holds(db_url):
@@ -97,5 +114,7 @@ def test_a_store_of_0008_gets_its_summary_from_the_rows_it_holds(db_url):
     store = open_store(db_url)
     try:
         assert _both(store)[1] == [("old", 1, 3, 1, 4, 5, 9), ("old", 2, 1, 3, 3, 12, 12)]
+        assert _blocks(store)[1] == _blocks(store)[0] == [
+            ("old", 1, 0, 3, 1, 4, 1.0, 1.0, None), ("old", 2, 0, 1, 3, 3, 1.0, 1.0, None)]
     finally:
         store.dispose()

@@ -1,9 +1,15 @@
-"""`loss_summary`: per incarnation, how many LOSS-PARTS rows it holds, its lowest and highest
-step, and its earliest and latest kubelet timestamp, kept at each commit (storage.summary).
-The alert and panel queries read these instead of aggregating every step ever stored, so
-their cost follows the live runs, not the store's history; `last_ts_ns` is indexed so that
-"runs that logged a step in the window" is a range scan; so is "findings detected in the
-window" (ix_findings_detected). Filled from the rows already stored.
+"""Per-run state kept at each commit (storage.summary), so that alerts and panels read it
+instead of aggregating every step ever stored: their cost follows the live runs, not the
+store's history.
+
+- `loss_summary`: per incarnation, its LOSS-PARTS row count, lowest and highest step, and
+  earliest and latest kubelet timestamp; `last_ts_ns` indexed: "runs that logged a step in
+  the window" is a range scan.
+- `loss_rollup`: per block of 16 steps, its count, extremes and first NaN: what a by-step
+  panel reads once a point stands for 16 steps or more.
+- `ix_findings_detected`: "findings detected in the window" is a range scan too.
+
+All filled from the rows already stored.
 
 Revision ID: 0009
 Revises: 0008
@@ -32,6 +38,20 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("run", "incarnation"),
     )
     op.create_index("ix_loss_summary_last_ts", "loss_summary", ["last_ts_ns"])
+    # Blocks of 16 steps: what a by-step panel needs once a point stands for 16 steps or more.
+    op.create_table(
+        "loss_rollup",
+        sa.Column("run", sa.String(128), nullable=False),
+        sa.Column("incarnation", sa.Integer, nullable=False),
+        sa.Column("block", sa.Integer, nullable=False),  # step / 16
+        sa.Column("steps", sa.Integer, nullable=False),
+        sa.Column("s0", sa.Integer, nullable=False),  # its lowest and highest step
+        sa.Column("s1", sa.Integer, nullable=False),
+        sa.Column("ce_lo", sa.Float(53)),  # lowest and highest finite CE, NULL when none
+        sa.Column("ce_hi", sa.Float(53)),
+        sa.Column("nan_step", sa.Integer),  # its first step whose CE is not finite
+        sa.PrimaryKeyConstraint("run", "incarnation", "block"),
+    )
     # The alerts' "findings detected in the window", without reading every finding stored.
     op.create_index("ix_findings_detected", "findings", ["detected_ns"])
     if op.get_bind().dialect.name == "postgresql":
@@ -43,11 +63,17 @@ def upgrade() -> None:
         " SELECT run, incarnation, COUNT(*), MIN(step), MAX(step), MIN(ts_ns), MAX(ts_ns)"
         " FROM loss_parts GROUP BY run, incarnation"
     )
+    op.execute(
+        "INSERT INTO loss_rollup (run, incarnation, block, steps, s0, s1, ce_lo, ce_hi, nan_step)"
+        " SELECT run, incarnation, step / 16, COUNT(*), MIN(step), MAX(step), MIN(ce), MAX(ce),"
+        " MIN(CASE WHEN ce IS NULL THEN step END) FROM loss_parts GROUP BY run, incarnation, step / 16"
+    )
 
 
 def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
         op.create_index("ix_loss_parts_ts", "loss_parts", ["ts_ns"])
     op.drop_index("ix_findings_detected", "findings")
+    op.drop_table("loss_rollup")
     op.drop_index("ix_loss_summary_last_ts", "loss_summary")
     op.drop_table("loss_summary")
