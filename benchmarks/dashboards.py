@@ -50,11 +50,11 @@ it finds (the same numbers the sink keeps at commit)."""
     raw = store.engine.raw_connection()
     try:
         cur = raw.cursor()
-        now = time.time_ns()
         names = [f"run-{r:05d}" for r in range(first, last)]
         with cur.copy("COPY runs (run, jobset, namespace, created_ns, updated_ns) FROM STDIN") as cp:
-            for run in names:
-                cp.write_row((run, f"js-{run}", "bench", now, now))
+            for r, run in zip(range(first, last), names, strict=True):  # last written at its last step
+                t0 = _t0(r, steps, live, t_end)
+                cp.write_row((run, f"js-{run}", "bench", t0, t0 + steps * STEP_NS))
         with cur.copy("COPY incarnations (run, incarnation, started_ns, saw_start, first_step,"
                       " last_step) FROM STDIN") as cp:
             for r, run in zip(range(first, last), names, strict=True):

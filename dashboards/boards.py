@@ -192,7 +192,7 @@ def fleet_dashboard() -> dm.Dashboard:
     )
     return (
         _dashboard(FLEET_UID, "steptail / Fleet",
-                   "Every run: last step, seconds since it, reconnects, stream gaps, open findings.")
+                   "The runs seen in the time range: last step, seconds since it, reconnects, stream gaps, open findings.")
         .with_variable(namespace_variable())
         .with_panel(fleet)
         .build()

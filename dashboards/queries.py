@@ -195,19 +195,26 @@ ORDER BY 1, 2
 """.strip()
 
 # -- Fleet dashboard ---------------------------------------------------------------------
-# "reconnects": streams the follower re-opened (silence, EOF); "stream gaps": stretches of
-# log that could not be read back; "open findings": every finding recorded for the run
-# (findings carry no resolution state).
+# The runs seen since the start of the time range: a step logged in it (loss_summary's index
+# on the last timestamp) or written to since (ix_runs_updated: a run with no step yet). The
+# fleet table costs the fleet's size, not the store's history. "reconnects": streams the
+# follower re-opened (silence, EOF); "stream gaps": stretches of log that could not be read
+# back; "open findings": every finding recorded for the run (findings carry no resolution
+# state).
 FLEET = """
-SELECT r.run, r.namespace, r.jobset, last.incarnation, last.step AS last_step,
-       EXTRACT(EPOCH FROM now()) - last.ts_ns / 1e9 AS seconds_since_last_step,
+WITH seen AS (
+  SELECT run FROM loss_summary WHERE last_ts_ns >= $__unixEpochNanoFrom()
+  UNION SELECT run FROM runs WHERE updated_ns >= $__unixEpochNanoFrom()
+)
+SELECT r.run, r.namespace, r.jobset, last.incarnation, last.hi AS last_step,
+       EXTRACT(EPOCH FROM now()) - last.last_ts_ns / 1e9 AS seconds_since_last_step,
        (SELECT COUNT(*) FROM stream_reconnects c WHERE c.run = r.run) AS reconnects,
        (SELECT COUNT(*) FROM stream_gaps g WHERE g.run = r.run) AS stream_gaps,
        (SELECT COUNT(*) FROM findings f WHERE f.run = r.run) AS open_findings
-FROM runs r
+FROM runs r JOIN seen ON seen.run = r.run
 LEFT JOIN LATERAL (
-  SELECT l.incarnation, l.step, l.ts_ns FROM loss_parts l WHERE l.run = r.run
-  ORDER BY l.incarnation DESC, l.step DESC LIMIT 1
+  SELECT s.incarnation, s.hi, s.last_ts_ns FROM loss_summary s WHERE s.run = r.run
+  ORDER BY s.incarnation DESC LIMIT 1
 ) last ON true
 WHERE COALESCE(r.namespace, '-') IN ($namespace)
 ORDER BY r.run

@@ -305,6 +305,22 @@ def test_fleet_lists_every_run(pg):
     assert [r["run"] for r in only_a] == ["clean-300"]
 
 
+def test_fleet_lists_the_runs_seen_since_the_range_began(pg):
+    """A run neither written to nor logging a step since the range's start is history."""
+    with pg.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE runs SET updated_ns = :t WHERE run IN ('clean-300', 'cp4-lb-nan')"),
+                     {"t": _ns(T0 - timedelta(days=2))})
+    try:
+        since_t0 = {r["run"] for r in run_sql(pg, q.FLEET, ctx())}
+        assert since_t0 == set(RUNS) - {"cp4-lb-nan"}  # clean-300 logged steps in the range
+        later = {r["run"] for r in run_sql(pg, q.FLEET, ctx(start=T1, end=T1 + timedelta(hours=1)))}
+        assert later == set(RUNS) - {"cp4-lb-nan", "clean-300"}  # the others were written today
+    finally:
+        with pg.engine.begin() as conn:
+            conn.execute(sa.text("UPDATE runs SET updated_ns = :t WHERE run IN ('clean-300', 'cp4-lb-nan')"),
+                         {"t": time.time_ns()})
+
+
 def test_variables(pg):
     assert [r for (r,) in (tuple(x.values()) for x in run_sql(pg, q.VAR_NAMESPACE, ctx()))] == ["-", "team-a"]
     runs = [tuple(x.values())[0] for x in run_sql(pg, q.VAR_RUN, ctx(namespaces=("team-a",)))]

@@ -30,6 +30,7 @@ def test_migrations_build_the_schema(store):
         assert "ix_loss_parts_ts" not in indexes  # loss_summary's index serves "recent" (0009)
     summary = {ix["name"] for ix in sa.inspect(store.engine).get_indexes("loss_summary")}
     assert summary == {"ix_loss_summary_last_ts"}
+    assert "ix_runs_updated" in {ix["name"] for ix in sa.inspect(store.engine).get_indexes("runs")}
     # Opening again is a no-op upgrade.
     again = open_store(store.engine.url.render_as_string(hide_password=False))
     assert set(again.tables) == set(store.tables)

@@ -7,7 +7,8 @@ store's history.
   the window" is a range scan.
 - `loss_rollup`: per block of 16 steps, its count, extremes and first NaN: what a by-step
   panel reads once a point stands for 16 steps or more.
-- `ix_findings_detected`: "findings detected in the window" is a range scan too.
+- `ix_findings_detected`, `ix_runs_updated`: "findings detected in the window" and "runs
+  written to since" are range scans too.
 
 All filled from the rows already stored.
 
@@ -54,6 +55,7 @@ def upgrade() -> None:
     )
     # The alerts' "findings detected in the window", without reading every finding stored.
     op.create_index("ix_findings_detected", "findings", ["detected_ns"])
+    op.create_index("ix_runs_updated", "runs", ["updated_ns"])
     if op.get_bind().dialect.name == "postgresql":
         # Its one reader was the alerts' scan for recent steps, now ix_loss_summary_last_ts:
         # one index less to keep up on every row written.
@@ -73,6 +75,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
         op.create_index("ix_loss_parts_ts", "loss_parts", ["ts_ns"])
+    op.drop_index("ix_runs_updated", "runs")
     op.drop_index("ix_findings_detected", "findings")
     op.drop_table("loss_rollup")
     op.drop_index("ix_loss_summary_last_ts", "loss_summary")
