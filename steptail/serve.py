@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import errno
 import functools
+import hashlib
 import hmac
 import json
 import logging
@@ -32,6 +33,7 @@ import time
 import zipfile
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import unquote_to_bytes, urlencode
 
 from aiohttp import web
@@ -40,8 +42,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from steptail.jsonsafe import strict
-from steptail.storage.db import Store
-from steptail.storage.reads import iter_steps, list_runs, run_exists
+from steptail.storage.api_reads import run_state, step_rows, steps_json
+from steptail.storage.db import DatabaseFailure, Store
+from steptail.storage.reads import list_runs, run_exists
 from steptail.storage.status import reachable, run_gauges
 
 PAGE_DEFAULT = 1000
@@ -61,6 +64,7 @@ REGISTRY = web.AppKey("registry", CollectorRegistry)
 PROBE = web.AppKey("probe", object)  # StoreProbe
 EXPORTS = web.AppKey("exports", object)  # Lane
 READS = web.AppKey("reads", object)  # Lane
+CONNECTIONS = web.AppKey("connections", object)  # LaneConnections of the read lane
 OPEN_ROUTES = ("/healthz", "/livez")  # no token needed: probes
 ANSWERING = web.AppKey("answering", set)  # connections whose request is being handled
 # Lanes: (threads, requests waiting beyond them, Retry-After seconds of a 503)
@@ -74,12 +78,44 @@ _INTEGER = re.compile(r"-?[0-9]{1,19}\Z")  # ASCII digits only: int() also takes
 
 
 # -- JSON ------------------------------------------------------------------------------
-def _json(data, status: int = 200) -> web.Response:
+def _dumps(data) -> str:
     try:  # fast path: stored values are finite almost always
-        body = json.dumps(data, allow_nan=False, separators=(",", ":"))
+        return json.dumps(data, allow_nan=False, separators=(",", ":"))
     except ValueError:
-        body = json.dumps(strict(data), allow_nan=False, separators=(",", ":"))
-    return web.Response(text=body, status=status, content_type="application/json")
+        return json.dumps(strict(data), allow_nan=False, separators=(",", ":"))
+
+
+def _json(data, status: int = 200) -> web.Response:
+    return web.Response(text=_dumps(data), status=status, content_type="application/json")
+
+
+# -- ETags: a run's routes answer 304 to a client holding the current answer ---------------
+def _etag(*parts) -> str:
+    return '"' + hashlib.blake2b(repr(parts).encode(), digest_size=12).hexdigest() + '"'
+
+
+def _matches(if_none_match: str | None, tag: str) -> bool:
+    """If-None-Match's weak comparison (RFC 9110 13.1.2): any listed tag, `W/` or not, or `*`."""
+    if not if_none_match:
+        return False
+    given = {t.strip().removeprefix("W/") for t in if_none_match.split(",")}
+    return tag in given or "*" in given
+
+
+def _tagged(tag: str, body: bytes | None) -> web.Response:
+    """200 with `body` (JSON), or 304 without a body when `body` is None; clients revalidate
+    every time (no-cache), which a 304 makes cheap."""
+    headers = {"ETag": tag, "Cache-Control": "no-cache"}
+    if body is None:
+        return web.Response(status=304, headers=headers)
+    return web.Response(body=body, headers=headers, content_type="application/json", charset="utf-8")
+
+
+def _hashed(data, if_none_match: str | None) -> tuple[str, bytes | None]:
+    """(ETag, body) of an answer tagged by its own content; body None when the client has it."""
+    body = _dumps(data).encode()
+    tag = _etag(body)
+    return tag, None if _matches(if_none_match, tag) else body
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -150,6 +186,50 @@ class Lane:
 
     def shutdown(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+class LaneConnections:
+    """A store connection per lane thread, kept from one request to the next in autocommit:
+    one out of the pool cost a ping and a rollback, two round trips more than a 304's one
+    query. A connection the driver found broken is replaced, and the job tried once more."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._open: set = set()
+
+    def call(self, fn, *args):
+        """fn(connection, *args) on this thread's connection."""
+        try:
+            return fn(self._connection(), *args)
+        except DatabaseFailure as exc:
+            if not exc.connection_invalidated:
+                raise
+            self._drop()
+        return fn(self._connection(), *args)
+
+    def _connection(self):
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = self.store.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            with self._lock:
+                self._open.add(conn)
+        return conn
+
+    def _drop(self) -> None:
+        conn, self._local.conn = self._local.conn, None
+        with self._lock:
+            self._open.discard(conn)
+        with contextlib.suppress(Exception):  # already broken: closing it is all that is left
+            conn.close()
+
+    def close(self) -> None:
+        with self._lock:
+            conns, self._open = list(self._open), set()
+        for conn in conns:
+            with contextlib.suppress(Exception):
+                conn.close()
 
 
 class LaneCollector:
@@ -333,15 +413,26 @@ async def metrics(request: web.Request) -> web.Response:
     return resp
 
 
+def _runs(store: Store, if_none_match: str | None) -> tuple[str, bytes | None]:
+    return _hashed({"runs": list_runs(store)}, if_none_match)
+
+
 async def runs(request: web.Request) -> web.Response:
-    return _json({"runs": await request.app[READS].run(list_runs, request.app[STORE])})
+    return _tagged(*await request.app[READS].run(
+        _runs, request.app[STORE], request.headers.get("If-None-Match")))
 
 
-async def _known_run(request: web.Request) -> str:
+def _possible_run(request: web.Request) -> str:
+    """The run of the path, or a 404 for a name no run can have (without asking the store)."""
     run = request.match_info["run"]
     why = _impossible_run(run)
     if why is not None:
         raise _refuse(request, 404, f"no run {run!r}", why)
+    return run
+
+
+async def _known_run(request: web.Request) -> str:
+    run = _possible_run(request)
     if not await request.app[READS].run(run_exists, request.app[STORE], run):
         raise ApiError(404, f"no run {run!r}")
     return run
@@ -369,23 +460,49 @@ async def steps(request: web.Request) -> web.Response:
     hi = _int_param(request, "to", None, -1, INT32_MAX)
     if lo is not None and hi is not None and lo > hi:
         raise ApiError(400, "from must not be greater than to")
-    offset = _int_param(request, "offset", 0, 0, 2**62)
-    limit = _int_param(request, "limit", PAGE_DEFAULT, 1, PAGE_MAX)
-    after = _after_param(request)
-    run = await _known_run(request)
-    store = request.app[STORE]
-    # One row more than asked tells whether another page follows.
-    rows = await request.app[READS].run(
-        lambda: list(iter_steps(store, run, lo, hi, offset, limit + 1, after=after)))
-    more = len(rows) > limit
-    rows = rows[:limit]
+    page = _Page(request.path, lo, hi, _int_param(request, "offset", 0, 0, 2**62),
+                 _int_param(request, "limit", PAGE_DEFAULT, 1, PAGE_MAX), _after_param(request))
+    run = _possible_run(request)
+    # one lane job, one connection: the run's state, then the page only when it changed
+    answer = await request.app[READS].run(request.app[CONNECTIONS].call, _steps, run, page,
+                                          request.query_string, request.headers.get("If-None-Match"))
+    if answer is None:
+        raise ApiError(404, f"no run {run!r}")
+    return _tagged(*answer)
+
+
+class _Page(NamedTuple):
+    """What a /steps request asks for (its path makes the `next` link)."""
+
+    path: str
+    lo: int | None
+    hi: int | None
+    offset: int
+    limit: int
+    after: tuple[int, int] | None
+
+
+def _steps(conn, run: str, page: _Page, query: str, if_none_match: str | None):
+    """(ETag, body or None when the client has it), or None when there is no such run. The
+    state is read before the rows: a commit in between makes the tag older than the body (one
+    more 200 later), never newer (a client kept on stale rows)."""
+    path, lo, hi, offset, limit, after = page
+    state = run_state(conn, run)
+    if state is None:
+        return None
+    tag = _etag(run, query, state)
+    if _matches(if_none_match, tag):
+        return tag, None
+    rows = step_rows(conn, run, lo, hi, offset, limit + 1, after)  # one more: is there a next page?
     nxt = None
-    if more:  # the next page resumes behind the last row (keyset): constant cost per page
+    if len(rows) > limit:  # the next page resumes behind the last row (keyset): constant cost per page
+        rows = rows[:limit]
         query = {k: v for k, v in (("from", lo), ("to", hi)) if v is not None}
-        query |= {"after": f"{rows[-1]['incarnation']}:{rows[-1]['step']}", "limit": limit}
-        nxt = f"{request.path}?{urlencode(query)}"
-    return _json({"run": run, "from": lo, "to": hi, "offset": offset, "limit": limit,
-                  "count": len(rows), "next": nxt, "steps": rows})
+        query |= {"after": f"{rows[-1][0]}:{rows[-1][1]}", "limit": limit}
+        nxt = f"{path}?{urlencode(query)}"
+    head = _dumps({"run": run, "from": lo, "to": hi, "offset": offset, "limit": limit,
+                   "count": len(rows), "next": nxt})
+    return tag, b"".join((head[:-1].encode(), b',"steps":', steps_json(rows), b"}"))
 
 
 def _after_param(request: web.Request) -> tuple[int, int] | None:
@@ -404,9 +521,19 @@ def _findings(store: Store, run: str) -> list[dict]:
     return [f.to_event() for f in stored_findings(store, run)]
 
 
+def _tagged_findings(store: Store, run: str, if_none_match: str | None) -> tuple[str, bytes | None] | None:
+    if not run_exists(store, run):
+        return None
+    return _hashed({"run": run, "findings": _findings(store, run)}, if_none_match)
+
+
 async def findings(request: web.Request) -> web.Response:
-    run = await _known_run(request)
-    return _json({"run": run, "findings": await request.app[READS].run(_findings, request.app[STORE], run)})
+    run = _possible_run(request)
+    answer = await request.app[READS].run(_tagged_findings, request.app[STORE], run,
+                                          request.headers.get("If-None-Match"))
+    if answer is None:
+        raise ApiError(404, f"no run {run!r}")
+    return _tagged(*answer)
 
 
 def _bundle(store: Store, run: str, work: Path) -> Path:
@@ -471,6 +598,7 @@ def make_app(store: Store, token: str | None = None, *, export_lane: tuple[int, 
     app[PROBE] = StoreProbe(store, probe_interval, max(PROBE_STALE, 3 * probe_interval))
     app[EXPORTS] = Lane("export", *export_lane)
     app[READS] = Lane("read", *read_lane)
+    app[CONNECTIONS] = LaneConnections(store)
     registry.register(LaneCollector(app[EXPORTS], app[READS]))
     app.cleanup_ctx.append(app[PROBE].context)
     app.on_cleanup.append(_shutdown_lanes)
@@ -488,6 +616,7 @@ def make_app(store: Store, token: str | None = None, *, export_lane: tuple[int, 
 async def _shutdown_lanes(app: web.Application) -> None:
     app[EXPORTS].shutdown()
     app[READS].shutdown()
+    app[CONNECTIONS].close()
 
 
 class GuardedSite(web.BaseSite):
