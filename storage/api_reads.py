@@ -38,12 +38,12 @@ FROM runs r WHERE r.run = :run
 # thousand index probes for the join and as many for the REQUIRED_RBF-only rows.
 _LOSS = """
 SELECT incarnation, step, ts_ns, ce, ce_raw, CAST(parts AS TEXT) FROM loss_parts
-WHERE run = :run AND (incarnation, step) > (:ai, :as_) AND step >= :lo AND step <= :hi
+WHERE run = :run AND (incarnation, step) > (:ai, :as_) AND +step >= :lo AND +step <= :hi
 ORDER BY incarnation, step LIMIT :n
 """
 _RBF = """
 SELECT incarnation, step, ts_ns, max, CAST(per_layer AS TEXT), program FROM required_rbf
-WHERE run = :run AND (incarnation, step) > (:ai, :as_) AND step >= :lo AND step <= :hi{bound}
+WHERE run = :run AND (incarnation, step) > (:ai, :as_) AND +step >= :lo AND +step <= :hi{bound}
 ORDER BY incarnation, step LIMIT :m
 """
 _BOUND = " AND (incarnation, step) <= (:bi, :bs)"
