@@ -90,8 +90,13 @@ def _json(data, status: int = 200) -> web.Response:
 
 
 # -- ETags: a run's routes answer 304 to a client holding the current answer ---------------
+# Bumped when a body's format changes: a tag a client kept from before must not match.
+BODY_FORMAT = 1
+
+
 def _etag(*parts) -> str:
-    return '"' + hashlib.blake2b(repr(parts).encode(), digest_size=12).hexdigest() + '"'
+    key = repr((BODY_FORMAT, *parts)).encode()
+    return '"' + hashlib.blake2b(key, digest_size=12).hexdigest() + '"'
 
 
 def _matches(if_none_match: str | None, tag: str) -> bool:
