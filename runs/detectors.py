@@ -16,9 +16,11 @@ import heapq
 import math
 import time
 from array import array
+from bisect import bisect_right
 from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from itertools import islice
 from operator import itemgetter
 
 from steptail.parsers import format_ns
@@ -64,6 +66,11 @@ from steptail.runs.rows import (
 from steptail.runs.stream_gap import StreamGap
 
 _INCARNATION = itemgetter(INCARNATION)
+_LOSS_STEP, _LOSS_TS, _LOSS_CE = itemgetter(LOSS_PARTS.STEP), itemgetter(LOSS_PARTS.TS_NS), itemgetter(LOSS_PARTS.CE)
+_RBF_STEP = itemgetter(REQUIRED_RBF.STEP)
+# Rows of one incarnation in a batch from which the steady path is tried (below it, the
+# per-row path costs less than the checks).
+STEADY_MIN = 32
 CP_PARAM = "ici_context_parallelism"
 LB_PARAM = "context_parallel_load_balance"
 # Follower failure kinds and what each means for the run.
@@ -94,6 +101,39 @@ class RunningMedian:
             heapq.heappush(self._low, -heapq.heappop(self._high))
         self.count += 1
 
+    def extend(self, xs: list[float]) -> None:
+        """add() for each of `xs`, in bulk: the median depends only on the values (the
+        lower half holds the smallest ceil(n/2)), so the order they go in does not matter."""
+        low, high, push, pop = self._low, self._high, heapq.heappush, heapq.heappop
+        if low:  # everything <= the lower half's top goes low, the rest high: halves stay ordered
+            top = -low[0]
+            for x in xs:
+                if x > top:
+                    push(high, x)
+                else:
+                    push(low, -x)
+        else:
+            for x in xs:
+                push(low, -x)
+        while len(low) > len(high) + 1:
+            push(high, -pop(low))
+        while len(high) > len(low):
+            push(low, -pop(high))
+        self.count += len(xs)
+
+    def floor_while_adding(self, m: int) -> float | None:
+        """A value no median reaches below while up to `m` more values are added (None if
+        none is known): at least ceil(n/2) - j of the lower median's ranks are old values
+        after j additions, so the median stays >= the old sample's r-th smallest,
+        r = ceil((n + m - 1) / 2) - (m - 1); that one is the q-th largest of the lower half,
+        and any q of its values have a minimum no larger."""
+        n = self.count
+        r = (n + m) // 2 - (m - 1)  # (n + m) // 2 == ceil((n + m - 1) / 2)
+        if r < 1:
+            return None
+        q = len(self._low) - r + 1
+        return -max(self._low[:q])
+
     def value(self) -> float | None:
         if not self.count:
             return None
@@ -122,6 +162,20 @@ class FirstRecordings:
             ce = self._ce[step]
             return (inc, None, self._raw[step]) if step in self._raw else (inc, ce, "")
         return self._sparse.get(step)
+
+    def add_run(self, first: int, inc: int, ces: list[float]) -> bool:
+        """add() of steps first, first + 1, ... with these finite ce values, when all fit the
+        dense part; False (nothing added) otherwise."""
+        end = first + len(ces)
+        if first < 0 or end > self.DENSE_LIMIT:
+            return False
+        if end > len(self._inc):
+            grow = min(max(end, 2 * len(self._inc), 1024), self.DENSE_LIMIT) - len(self._inc)
+            self._inc.extend(array("i", [0]) * grow)
+            self._ce.extend(array("d", [0.0]) * grow)
+        self._inc[first:end] = array("i", [inc]) * len(ces)
+        self._ce[first:end] = array("d", ces)
+        return True
 
     def add(self, step: int, inc: int, ce: float | None, raw: str) -> None:
         if not 0 <= step < self.DENSE_LIMIT:
@@ -209,9 +263,6 @@ class FindingEngine:
                 by_inc[row[INCARNATION]][table].append(row)
         for n in batch.incarnations:
             by_inc[n]  # noqa: B018 - an incarnation row alone still opens it
-        # Column positions, looked up once: the loss loop runs for every step.
-        step_at, ts_at, ce_at, raw_at = LOSS_PARTS.STEP, LOSS_PARTS.TS_NS, LOSS_PARTS.CE, LOSS_PARTS.CE_RAW
-        rbf_at = REQUIRED_RBF.STEP
         for n in sorted(by_inc):
             inc = self._enter(n, batch.incarnations.get(n))
             rows = by_inc[n]
@@ -219,10 +270,8 @@ class FindingEngine:
                 self._config(inc, row[CONFIG.NAME], row[CONFIG.VALUE])
             for row in rows["checkpoints"]:
                 self._checkpoint(inc, row[CHECKPOINTS.KIND], row[CHECKPOINTS.STEP])
-            for row in rows["loss_parts"]:
-                self._loss(inc, row[step_at], row[ts_at], row[ce_at], row[raw_at])
-            for row in rows["required_rbf"]:
-                self._rbf(inc, row[rbf_at])
+            self._losses(inc, rows["loss_parts"])
+            self._rbfs(inc, rows["required_rbf"])
         for row in batch.flags:  # lines the model flagged
             self._emit(row[FLAGS.KIND], row[FLAGS.INCARNATION], row[FLAGS.FIRST_STEP], row[FLAGS.LAST_STEP],
                        row[FLAGS.DETAIL], row[FLAGS.SEVERITY], row[FLAGS.DETECTED_NS])
@@ -394,6 +443,117 @@ class FindingEngine:
         if self._max_step is None or step > self._max_step:
             self._max_step = step
         self._arrival_ns = self.clock()
+
+    def _losses(self, inc: _Inc, rows: list[tuple]) -> None:
+        """_loss() of each row; a steady run of them at once (_steady_losses), tried again
+        after the rows that cannot be (a replay, the run's first steps) went one by one."""
+        # Column positions, looked up once: the loss loop runs for every step.
+        step_at, ts_at, ce_at, raw_at = LOSS_PARTS.STEP, LOSS_PARTS.TS_NS, LOSS_PARTS.CE, LOSS_PARTS.CE_RAW
+        i, n = 0, len(rows)
+        for _ in range(3):
+            if n - i < STEADY_MIN:
+                break
+            if self._steady_losses(inc, rows[i:] if i else rows):
+                return
+            # One by one: the steps recorded before (a replay), and at the run's start enough of
+            # them for the step intervals known to bound the median over the rest.
+            top, stop = self._max_step, i + max(1, (n - i - self._median.count + 3) // 2)
+            while i < n and (i < stop or (top is not None and rows[i][step_at] <= top)):
+                row = rows[i]
+                self._loss(inc, row[step_at], row[ts_at], row[ce_at], row[raw_at])
+                i += 1
+        for row in islice(rows, i, None):
+            self._loss(inc, row[step_at], row[ts_at], row[ce_at], row[raw_at])
+
+    def _rbfs(self, inc: _Inc, rows: list[tuple]) -> None:
+        """_rbf() of each row; a steady run of them at once (_steady_rbfs), tried again after
+        the first row (which may make the probe known) went alone."""
+        step_at, i = REQUIRED_RBF.STEP, 0
+        if len(rows) >= STEADY_MIN:
+            if self._steady_rbfs(inc, rows):
+                return
+            self._rbf(inc, rows[0][step_at])
+            i = 1
+            if self._steady_rbfs(inc, rows[1:]):
+                return
+        for row in islice(rows, i, None):
+            self._rbf(inc, row[step_at])
+
+    def _steady_losses(self, inc: _Inc, rows: list[tuple]) -> int:
+        """_loss() of a steady run of rows at once: how many rows (a prefix) were taken, 0 if
+        none. Steady: every step the next one, first recorded here (no replay), not step 1,
+        a finite ce, a timestamp no earlier than the last, no REQUIRED_RBF seen for it, and no
+        interval long enough to be a stall even at the lowest median the run can have by
+        then. Anything else is left to _loss, row by row: no finding comes from here."""
+        last, last_ts = inc.last_step, inc.last_ts
+        if last is None or last_ts is None or self._max_step is None:
+            return 0
+        steps = list(map(_LOSS_STEP, rows))
+        first, m = steps[0], len(steps)
+        if first != last + 1 or first <= 1 or first <= self._max_step \
+                or (inc.last_rbf is not None and inc.last_rbf >= first) \
+                or steps != list(range(first, first + m)):
+            return 0
+        ces = list(map(_LOSS_CE, rows))
+        if None in ces:
+            return 0
+        stamps = list(map(_LOSS_TS, rows))
+        if None in stamps:
+            return 0
+        # (t - previous) / 1e9 / 1: what _stall computes for consecutive steps
+        per = [(b - a) / 1e9 for a, b in zip([last_ts, *stamps[:-1]], stamps, strict=True)]
+        if min(per) < 0:
+            return 0
+        median, settings = self._median, self.settings
+        checked = per[max(0, settings.stall_min_intervals - median.count):]
+        if checked:
+            floor = median.floor_while_adding(m)
+            if floor is None or settings.stall_k < 0 or max(checked) > settings.stall_k * floor:
+                return 0
+        if not self._first.add_run(first, inc.number, ces):
+            return 0
+        median.extend(per)
+        inc.pending_rbf.extend(steps)
+        inc.last_step, inc.last_ts = steps[-1], stamps[-1]
+        self._max_step = steps[-1]
+        clock = self.clock
+        if clock is time.time_ns:
+            self._arrival_ns = clock()
+        else:  # as often as _loss reads it (a test's clock may count)
+            for _ in steps:
+                self._arrival_ns = clock()
+        return m
+
+    def _steady_rbfs(self, inc: _Inc, rows: list[tuple]) -> int:
+        """_rbf() of a steady run of rows at once (how many were taken, 0 if none): the probe
+        known, every step the next one, each the oldest LOSS-PARTS step awaiting it (so none
+        goes missing)."""
+        if not self._probe:
+            return 0
+        steps = list(map(_RBF_STEP, rows))
+        first, m = steps[0], len(steps)
+        pending = inc.pending_rbf
+        if (inc.last_rbf is not None and inc.last_rbf >= first) or len(pending) < m \
+                or pending[0] != first or steps != list(range(first, first + m)) \
+                or list(islice(pending, m)) != steps:
+            return 0
+        for _ in steps:
+            pending.popleft()
+        # The set as _rbf leaves it (its content is state): _rbf keeps the steps above
+        # step - 1024 whenever an add makes it hold 2049. Every step added here is above
+        # those already in it, so only the last such cut decides what stays.
+        old = sorted(inc.rbf_steps)
+        size, cut, added = len(old), None, 0
+        while added + 2049 - size <= m:
+            added += 2049 - size
+            cut = steps[added - 1] - 1024
+            size = len(old) - bisect_right(old, cut) + steps[added - 1] - max(cut + 1, first) + 1
+        if cut is None:
+            inc.rbf_steps.update(steps)
+        else:
+            inc.rbf_steps = set(old[bisect_right(old, cut):]) | set(range(max(cut + 1, first), first + m))
+        inc.last_rbf = steps[-1]
+        return m
 
     def _first_step(self, inc: _Inc, step: int, ts: int | None) -> None:
         earlier = [i for i in self._incs.values() if i.number < inc.number and i.last_step is not None]
