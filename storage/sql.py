@@ -48,8 +48,17 @@ def _reason(exc: BaseException) -> str:
 
 
 # Rows per INSERT statement for bulk writes: one statement step per MULTI rows instead of one
-# per row cuts SQLite's per-row cost by about a third (ingest of 400 MB: ~1 s less).
-MULTI = 256
+# per row cuts SQLite's per-row cost by about a third. Each step also gives the GIL up and
+# waits for it again (up to the switch interval while another thread runs Python): the rows
+# go in statements of MULTI rows, then one each of the powers of two below it, so that a
+# batch of a few thousand rows per table is ~10 steps, not ~30 of 256 rows. Every size is one
+# statement text, prepared once per connection. Capped by SQLite's 32766 parameters.
+MULTI = 4096
+MAX_PARAMS = 32766
+# PostgreSQL: from this many rows, COPY into a staging table and one INSERT … SELECT from it
+# (ON CONFLICT DO NOTHING: as idempotent as the INSERT): about half the client's work of the
+# INSERTs, and a few round trips per batch; below it (the live path's batches) INSERTs.
+COPY_MIN = 1000
 
 
 def _insert_sql(store: Store, table: str, columns: tuple[str, ...], conflict: str, rows: int = 1) -> str:
@@ -57,14 +66,19 @@ def _insert_sql(store: Store, table: str, columns: tuple[str, ...], conflict: st
     return f"INSERT INTO {table} ({', '.join(columns)}) VALUES {', '.join([ph] * rows)} {conflict}"
 
 
+def _chunks(largest: int) -> list[int]:
+    """`largest`, then the powers of two below it, down to 1."""
+    return [largest] + [1 << k for k in reversed(range(largest.bit_length())) if 1 << k < largest]
+
+
 class SqlSink:
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._sql = {
-            t: _insert_sql(store, t, cols, "ON CONFLICT DO NOTHING") for t, cols in COLUMNS.items()
-        }
-        self._multi_sql = {
-            t: _insert_sql(store, t, cols, "ON CONFLICT DO NOTHING", MULTI) for t, cols in COLUMNS.items()
+        # table -> ((rows per statement, its SQL), ...), largest first
+        self._chunk_sql = {
+            t: tuple((n, _insert_sql(store, t, cols, "ON CONFLICT DO NOTHING", n))
+                     for n in _chunks(min(MULTI, MAX_PARAMS // len(cols))))
+            for t, cols in COLUMNS.items()
         }
         updates = ", ".join(f"{c} = excluded.{c}" for c in INCARNATION_COLUMNS[2:])
         self._incarnation_sql = _insert_sql(
@@ -146,12 +160,40 @@ class SqlSink:
         if table == "incarnations":
             conn.exec_driver_sql(self._incarnation_sql, rows)
             return
-        whole = len(rows) - len(rows) % MULTI
-        if whole:
-            conn.exec_driver_sql(self._multi_sql[table], [
-                tuple(chain.from_iterable(rows[i : i + MULTI])) for i in range(0, whole, MULTI)])
-        if whole < len(rows):
-            conn.exec_driver_sql(self._sql[table], rows[whole:])
+        if len(rows) >= COPY_MIN and not self.store.is_sqlite:
+            self._copy(conn, table, rows)
+            return
+        done = 0
+        for n, sql in self._chunk_sql[table]:
+            end = len(rows) - (len(rows) - done) % n
+            if end == done:
+                continue
+            if n == 1:
+                conn.exec_driver_sql(sql, rows[done:end])
+            else:
+                conn.exec_driver_sql(sql, [tuple(chain.from_iterable(rows[i : i + n]))
+                                           for i in range(done, end, n)])
+            done = end
+
+    def _copy(self, conn: sa.Connection, table: str, rows: list[tuple]) -> None:
+        """PostgreSQL: the rows COPYed into a staging table of this transaction, then inserted
+        from it with ON CONFLICT DO NOTHING. A value the store refuses fails the COPY or the
+        INSERT as it would fail an INSERT (a DataError or IntegrityError: split by the caller);
+        the caller's savepoint undoes the staged rows with the rest."""
+        stage, cols = f"steptail_stage_{table}", ", ".join(COLUMNS[table])
+        conn.exec_driver_sql(f"CREATE TEMP TABLE IF NOT EXISTS {stage} (LIKE {table}) ON COMMIT DROP")
+        sql = f"COPY {stage} ({cols}) FROM STDIN"
+        dbapi_conn = conn.connection.dbapi_connection
+        dbapi = conn.dialect.loaded_dbapi
+        try:
+            with dbapi_conn.cursor() as cursor, cursor.copy(sql) as copy:
+                for row in rows:
+                    copy.write_row(row)
+        except dbapi.Error as exc:  # the driver's own: made SQLAlchemy's, as exec_driver_sql would
+            lost = conn.dialect.is_disconnect(exc, dbapi_conn, None)
+            raise sa.exc.DBAPIError.instance(sql, None, exc, dbapi.Error, connection_invalidated=lost) from exc
+        conn.exec_driver_sql(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {stage} ON CONFLICT DO NOTHING")
+        conn.exec_driver_sql(f"TRUNCATE {stage}")
 
     def _insert_apart(self, conn: sa.Connection, table: str, rows: list[tuple]) -> None:
         """After a refusal: the rows in halves, each in a savepoint, down to single rows the
