@@ -25,6 +25,7 @@ COMMANDS = {
     "compact": "compact",
     "archive": "archive",
     "reparse": "reparse",
+    "lint": "lint",
 }
 
 
