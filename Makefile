@@ -16,9 +16,12 @@ setup: $(BIN)/steptail
 demo: setup
 	$(BIN)/steptail demo
 
+# The suite on TEST_WORKERS pytest-xdist workers (most tests wait on the simulated cluster's
+# clock, not the CPU); `make test TEST_WORKERS=0` runs it in one process. A bare `pytest` is serial.
+TEST_WORKERS ?= 3
 test: setup
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 lint: setup
 	$(BIN)/ruff check .

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -138,14 +139,15 @@ async def test_export_refuses_an_unsafe_stored_run_name(store, db_url, tmp_path,
                          capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert "not a safe identifier" in res.stderr
-    before = set(Path("/tmp").iterdir())
+    tmp = Path(tempfile.gettempdir())  # /tmp; under xdist, this worker's own (tests/conftest.py)
+    before = set(tmp.iterdir())
     async with running(store) as http:
         quoted = name.replace("/", "%2F")
         async with http.get(f"/api/runs/{quoted}/export") as resp:
             body = await resp.read()
             assert resp.status in (400, 404), body  # never exported
             assert resp.headers["Content-Type"].startswith("application/json")
-    assert set(Path("/tmp").iterdir()) - before == set()
+    assert set(tmp.iterdir()) - before == set()
     assert not (tmp_path / "out").exists() and not (tmp_path / "cli").exists()
 
 
