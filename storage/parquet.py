@@ -101,7 +101,7 @@ def _layers(json_text: pa.Array) -> pa.Array:
     `[]` as an empty string once the brackets are cut; the passes for those run only when
     such a value is there (they would double the cost of the usual block)."""
     text = pc.utf8_slice_codeunits(json_text, 1, -1)
-    if pc.any(pc.match_substring(text, '"')).as_py():
+    if _holds_byte(json_text, '"'):
         text = pc.replace_substring(text, '"', "")
     parts = pc.split_pattern(text, ",")
     if pc.any(pc.equal(text, "")).as_py():
@@ -117,9 +117,7 @@ def _parts_maps(json_text: pa.Array) -> tuple[pa.Array, pa.Array]:
     if json_text.null_count:
         return _parts_maps_decoded(json_text.to_pylist())
     text = pc.utf8_slice_codeunits(json_text, 1, -1)
-    data = json_text.buffers()[2]
-    escaped = data is not None and bool((np.frombuffer(data, np.uint8) == ord("\\")).any())
-    if not escaped:
+    if not _holds_byte(json_text, "\\"):
         try:
             return _numeric_parts(text), _empty_maps(len(text))
         except (pa.ArrowInvalid, pa.ArrowIndexError, IndexError):
@@ -135,6 +133,14 @@ def _parts_maps(json_text: pa.Array) -> tuple[pa.Array, pa.Array]:
     decoded = _parts_maps_decoded(json_text.take(odd_at).to_pylist())
     order = pc.sort_indices(pa.concat_arrays([usual_at, odd_at]))
     return tuple(pa.concat_arrays([u, d]).take(order) for u, d in zip(usual, decoded, strict=True))
+
+
+def _holds_byte(strings: pa.Array, char: str) -> bool:
+    """Whether the text of a string array may hold `char` (its whole data buffer is scanned:
+    one vectorised pass, several times cheaper than a match per string; a slice's neighbours may
+    answer True, which only costs the pass that handles it)."""
+    data = strings.buffers()[2]
+    return data is not None and bool((np.frombuffer(data, np.uint8) == ord(char)).any())
 
 
 def _numeric_parts(text: pa.Array) -> pa.Array:
