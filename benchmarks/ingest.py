@@ -1,16 +1,17 @@
 """Ingest speed and memory against grep, on one generated process-0 log of the samples' shape.
 
-    python benchmarks/ingest.py --json [--size-mb 420]
+    python benchmarks/ingest.py --json [--size-mb 420] [--pg ADMIN_URL]
 
 Generates (once, cached in benchmarks/.cache/) a --timestamps log with restarts, then in one
 run times `grep -F -e LOSS-PARTS -e REQUIRED_RBF FILE` (output drained through a pipe, best
-of 3, page cache warm) and `steptail ingest FILE --parquet DIR` into a fresh SQLite file, and
-records ingest's peak RSS on the full file and on a quarter of it (memory must not grow with
-file size)."""
+of 3, page cache warm) and `steptail ingest FILE --parquet DIR` into a fresh SQLite file (with
+--pg, a fresh database on that PostgreSQL server, dropped after), and records ingest's peak
+RSS on the full file and on a quarter of it (memory must not grow with file size)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
@@ -26,6 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from steptail.parsers import format_ns  # noqa: E402
 from steptail.simcluster.trainer import Trainer  # noqa: E402
+from steptail.storage.scratch import scratch_database  # noqa: E402
 
 CACHE = ROOT / "benchmarks" / ".cache"
 STEPTAIL = str(Path(sys.executable).with_name("steptail"))
@@ -96,11 +98,12 @@ def _tree_rss(root: psutil.Process) -> int:
     return total
 
 
-def time_ingest(path: Path, work: Path) -> dict:
-    db, pq = work / f"{path.stem}.db", work / f"{path.stem}-pq"
+def time_ingest(path: Path, work: Path, db: str | None = None) -> dict:
+    pq = work / f"{path.stem}-pq"
+    db = db or str(work / f"{path.stem}.db")
     t0 = time.perf_counter()
     proc = subprocess.Popen(
-        [STEPTAIL, "ingest", str(path), "--run", "bench", "--db", str(db), "--parquet", str(pq), "--json"],
+        [STEPTAIL, "ingest", str(path), "--run", "bench", "--db", db, "--parquet", str(pq), "--json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
     root, peak_tree = psutil.Process(proc.pid), 0
@@ -118,6 +121,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size-mb", type=int, default=420)
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--pg", metavar="ADMIN_URL",
+                    help="ingest into a scratch database on this PostgreSQL server instead of SQLite "
+                         "(e.g. postgresql+psycopg://postgres@127.0.0.1:5432/postgres)")
     args = ap.parse_args()
 
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -131,9 +137,14 @@ def main() -> None:
         prefix_copy(log, quarter, 0.25)
         time_grep(log, 1)  # warm the page cache
         grep_s, grep_lines = time_grep(log)
-        full = time_ingest(log, work)
-        small = time_ingest(quarter, work)
+        with contextlib.ExitStack() as stack:
+            # each ingest its own empty database, as each gets its own SQLite file
+            db = (lambda: stack.enter_context(scratch_database(args.pg, "steptail_bench"))) if args.pg \
+                else (lambda: None)
+            full = time_ingest(log, work, db())
+            small = time_ingest(quarter, work, db())
     report = {
+        "store": "postgresql" if args.pg else "sqlite",
         "file_mb": round(log.stat().st_size / 2**20, 1),
         "grep_seconds": round(grep_s, 3),
         "grep_lines": grep_lines,
