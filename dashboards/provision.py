@@ -7,16 +7,16 @@ and is never printed."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import sqlalchemy as sa
-from grafana_client import GrafanaApi
-from grafana_client.client import GrafanaClientError, GrafanaException
 
 from steptail.dashboards.alerts import FOLDER_TITLE, FOLDER_UID, GROUP_INTERVAL_S, RULE_GROUP
+from steptail.dashboards.grafana_api import GrafanaApi, GrafanaError, GrafanaUnreachable
 from steptail.dashboards.provisioning_files import Database, datasource_settings
 from steptail.dashboards.render import dashboards_json, rules_json
 from steptail.dashboards.sqlquery import DATASOURCE_INPUT, DATASOURCE_UID
@@ -61,12 +61,12 @@ class Report:
         return {"created": self.created, "updated": self.updated, "unchanged": self.unchanged}
 
 
-def _get(call: Callable[[], dict]) -> dict | None:
+async def _get(call: Awaitable[dict]) -> dict | None:
     """The object, or None when Grafana answers 404."""
     try:
-        return call()
-    except GrafanaClientError as exc:
-        if exc.status_code == 404:
+        return await call
+    except GrafanaError as exc:
+        if exc.status == 404:
             return None
         raise
 
@@ -88,101 +88,114 @@ class Provisioner:
         self.report = Report()
 
     def run(self) -> Report:
+        return asyncio.run(self.run_async())
+
+    async def run_async(self) -> Report:
         try:
-            if self.datasource is not None:
-                self._datasource(*self.datasource)
-            self._folder()
-            for uid, board in sorted(dashboards_json().items()):
-                self._dashboard(uid, bind_inputs(board))
-            for uid, rule in sorted(rules_json().items()):
-                self._rule(uid, rule)
-            self._group()
-        except GrafanaException as exc:
+            async with self.api:
+                if self.datasource is not None:
+                    await self._datasource(*self.datasource)
+                await self._folder()
+                for uid, board in sorted(dashboards_json().items()):
+                    await self._dashboard(uid, bind_inputs(board))
+                for uid, rule in sorted(rules_json().items()):
+                    await self._rule(uid, rule)
+                await self._group()
+        except GrafanaError as exc:
             raise ProvisionError(f"Grafana refused: {_reason(exc)}") from None
-        except OSError as exc:  # connection refused, DNS, TLS
+        except GrafanaUnreachable as exc:  # connection refused, DNS, TLS, timeouts
+            raise ProvisionError(f"cannot reach Grafana: {exc.kind}") from None
+        except OSError as exc:
             raise ProvisionError(f"cannot reach Grafana: {type(exc).__name__}") from None
         return self.report
 
-    def _datasource(self, body: dict, password: str | None) -> None:
-        ds = self.api.datasource
-        have = _get(lambda: ds.get_datasource_by_uid(DATASOURCE_UID))
+    async def _datasource(self, body: dict, password: str | None) -> None:
+        api = self.api
+        have = await _get(api.get_datasource(DATASOURCE_UID))
         name = f"datasource {DATASOURCE_UID}"
         secret = {"secureJsonData": {"password": password}} if password else {}
         if have is None:
-            ds.create_datasource(body | secret)
+            await api.create_datasource(body | secret)
             self.report.created.append(name)
             return
         missing_password = bool(password) and not (have.get("secureJsonFields") or {}).get("password")
         if _differs(body, have) or missing_password:
-            ds.update_datasource_by_uid(DATASOURCE_UID, body | secret)
+            await api.update_datasource(DATASOURCE_UID, body | secret)
             self.report.updated.append(name)
         else:
             self.report.unchanged.append(name)
 
-    def _folder(self) -> None:
+    async def _folder(self) -> None:
         name = f"folder {FOLDER_UID}"
-        have = _get(lambda: self.api.folder.get_folder(FOLDER_UID))
+        have = await _get(self.api.get_folder(FOLDER_UID))
         if have is None:
-            self.api.folder.create_folder(FOLDER_TITLE, uid=FOLDER_UID)
+            await self.api.create_folder(FOLDER_TITLE, uid=FOLDER_UID)
             self.report.created.append(name)
         elif have.get("title") != FOLDER_TITLE:
-            self.api.folder.update_folder(FOLDER_UID, title=FOLDER_TITLE, overwrite=True)
+            await self.api.update_folder(FOLDER_UID, title=FOLDER_TITLE)  # overwrite: true
             self.report.updated.append(name)
         else:
             self.report.unchanged.append(name)
 
-    def _dashboard(self, uid: str, board: dict) -> None:
+    async def _dashboard(self, uid: str, board: dict) -> None:
         name = f"dashboard {uid}"
-        have = _get(lambda: self.api.dashboard.get_dashboard(uid))
+        have = await _get(self.api.get_dashboard(uid))
         if have is not None:
             in_folder = (have.get("meta") or {}).get("folderUid") == FOLDER_UID
             if in_folder and not _differs(board, have.get("dashboard") or {}):
                 self.report.unchanged.append(name)
                 return
-        self.api.dashboard.update_dashboard({
+        await self.api.update_dashboard({
             "dashboard": board, "folderUid": FOLDER_UID, "overwrite": True,
             "message": "steptail dashboards provision",
         })
         (self.report.created if have is None else self.report.updated).append(name)
 
-    def _rule(self, uid: str, rule: dict) -> None:
+    async def _rule(self, uid: str, rule: dict) -> None:
         name = f"alert rule {uid}"
-        prov = self.api.alertingprovisioning
-        have = _get(lambda: prov.get_alertrule(uid))
+        have = await _get(self.api.get_alert_rule(uid))
         if have is None:
-            prov.create_alertrule(rule)
+            await self.api.create_alert_rule(rule)
             self.report.created.append(name)
         elif _differs(rule, have):
-            prov.update_alertrule(uid, rule)
+            await self.api.update_alert_rule(uid, rule)
             self.report.updated.append(name)
         else:
             self.report.unchanged.append(name)
 
-    def _group(self) -> None:
+    async def _group(self) -> None:
         name = f"rule group {RULE_GROUP}"
-        prov = self.api.alertingprovisioning
-        have = _get(lambda: prov.get_rule_group(FOLDER_UID, RULE_GROUP)) or {}
+        have = await _get(self.api.get_rule_group(FOLDER_UID, RULE_GROUP)) or {}
         if have.get("interval") == GROUP_INTERVAL_S:
             self.report.unchanged.append(name)
             return
         group = {"title": RULE_GROUP, "folderUid": FOLDER_UID, "interval": GROUP_INTERVAL_S,
                  "rules": have.get("rules") or list(rules_json().values())}
-        prov.update_rule_group(FOLDER_UID, RULE_GROUP, group)
+        await self.api.update_rule_group(FOLDER_UID, RULE_GROUP, group)
         self.report.updated.append(name)
 
 
-def _reason(exc: GrafanaException) -> str:
-    msg = str(getattr(exc, "message", "") or exc).strip().splitlines()
+def _reason(exc: GrafanaError) -> str:
+    msg = str(exc.message or exc).strip().splitlines()
     return msg[0][:200] if msg else type(exc).__name__
 
 
 def connect(url: str, token: str | None) -> GrafanaApi:
+    """The client for `url` (http(s)://host[:port][/prefix]; the API is under <prefix>/api).
+    Nothing is sent until Provisioner.run."""
     parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
         raise ProvisionError(f"bad Grafana URL {url!r} (expected http(s)://host[:port])")
     if parts.password:
         raise ProvisionError("no credentials in --url: use --token-file or $GRAFANA_TOKEN")
-    return GrafanaApi.from_url(url, credential=token or None, timeout=TIMEOUT_S)
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    netloc = host if port is None else f"{host}:{port}"  # a user name alone is dropped, as before
+    base = f"{parts.scheme}://{netloc}{parts.path.rstrip('/')}/api"
+    return GrafanaApi(base, token or None, TIMEOUT_S)
 
 
 def provision(url: str, token: str | None, db_url: sa.URL | None) -> Report:

@@ -311,3 +311,122 @@ async def test_cli_errors_are_one_line_exit_2(grafana, tmp_path):
         code, out, err = await _cli(["dashboards", "provision", *args], env, tmp_path)
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1, (args, err)
     assert not fake.mutations()
+
+
+# ---- the HTTP client (dashboards/grafana_api.py): what grafana-client did, on aiohttp ----
+
+
+@pytest.fixture
+async def stub():
+    """start(handler, tls=None) -> base URL of a server answering every path with `handler`;
+    the requests it got are in the returned list."""
+    runners, seen = [], []
+
+    async def start(handler, tls=None):
+        async def record(request):
+            seen.append((request.method, request.path, request.headers.get("Authorization")))
+            return await handler(request)
+
+        app = web.Application()
+        app.router.add_route("*", "/{path:.*}", record)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        runners.append(runner)
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        return f"{'https' if tls else 'http'}://127.0.0.1:{port}"
+
+    yield start, seen
+    for runner in runners:
+        await runner.cleanup()
+
+
+def _answer(status, body="", content_type="application/json"):
+    async def handler(request):
+        return web.Response(status=status, text=body, content_type=content_type)
+    return handler
+
+
+async def _refusal(url, token=TOKEN) -> str:
+    with pytest.raises(ProvisionError) as err:
+        await _provision(url, token=token, db=None)
+    message = str(err.value)
+    assert "\n" not in message and TOKEN not in message
+    return message
+
+
+async def test_without_token_no_authorization_header(grafana):
+    fake, url = grafana
+    assert await _refusal(url, token=None) == "Grafana refused: Unauthorized"
+    assert fake.auth == [None] and not fake.mutations()
+
+
+@pytest.mark.parametrize("status, body, content_type, message", [
+    (400, '{"message": "bad folder"}', "application/json", "Bad Input: `{'message': 'bad folder'}`"),
+    (403, '{"message": "no access\\nto this folder"}', "application/json", "Client Error 403: no access"),
+    (404, '{"message": "not found"}', "application/json", None),  # GET 404: the create follows
+    (502, "<html>bad gateway</html>", "text/html", "Server Error 502: <html>bad gateway</html>"),
+    (200, "<html>log in</html>", "text/html", "GET /api/folders/steptail answered text/html, not Grafana's JSON"),
+])
+async def test_refusals_are_grafana_client_worded(stub, status, body, content_type, message):
+    start, seen = stub
+    url = await start(_answer(status, body, content_type))
+    got = await _refusal(url)
+    if message is None:  # 404 on GET -> create -> 404 again: the POST's refusal
+        assert seen[:2] == [("GET", "/api/folders/steptail", f"Bearer {TOKEN}"),
+                            ("POST", "/api/folders", f"Bearer {TOKEN}")]
+        message = "Client Error 404: not found"
+    assert got == f"Grafana refused: {message}"
+
+
+async def test_connection_refused():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+    assert await _refusal(closed) == "cannot reach Grafana: ConnectionError"
+
+
+async def test_no_answer_within_the_timeout(stub, monkeypatch):
+    import steptail.dashboards.provision as provision_module
+
+    async def silent(request):
+        await asyncio.sleep(5)
+        return web.json_response({})
+
+    start, _ = stub
+    url = await start(silent)
+    monkeypatch.setattr(provision_module, "TIMEOUT_S", 0.3)
+    assert await _refusal(url) == "cannot reach Grafana: ReadTimeout"
+
+
+async def test_https_verifies_the_certificate(stub, tmp_path, monkeypatch):
+    import ssl
+
+    from steptail.simcluster.kube import make_tls
+
+    ca, cert, key = make_tls(tmp_path, "127.0.0.1")
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(cert, key)
+    start, seen = stub
+    url = await start(_answer(401, '{"message": "invalid API key"}'), tls=tls)
+    monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)
+    monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
+    assert await _refusal(url) == "cannot reach Grafana: SSLError"
+    assert seen == []  # nothing was sent, the token included
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(ca))  # a trusted CA (as niquests honoured it)
+    assert await _refusal(url) == "Grafana refused: Unauthorized"
+    assert seen == [("GET", "/api/folders/steptail", f"Bearer {TOKEN}")]
+
+
+async def test_url_path_prefix_and_bad_urls(stub):
+    start, seen = stub
+    url = await start(_answer(401))
+    await _refusal(url + "/grafana/")
+    await _refusal(url.replace("://", "://someone@") + "/grafana")  # a user name alone is dropped
+    assert [p for _, p, _ in seen] == ["/grafana/api/folders/steptail"] * 2
+    for bad in ["ftp://grafana.example", "http://grafana.example:99999", "http://:3000"]:
+        with pytest.raises(ProvisionError, match="bad Grafana URL"):
+            provision(bad, TOKEN, None)
+    with pytest.raises(ProvisionError, match="no credentials in --url"):
+        provision(url.replace("://", "://admin:pw@"), TOKEN, None)
