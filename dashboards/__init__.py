@@ -1,5 +1,5 @@
 """Grafana dashboards and alert rules as code (grafana-foundation-sdk), their rendering to
-JSON and their provisioning through Grafana's HTTP API (grafana-client).
+JSON and their provisioning through Grafana's HTTP API (dashboards.grafana_api, on aiohttp).
 
 - queries: every SQL text (PostgreSQL, Grafana macros); macros: Grafana's expansion rules
 - boards: Run, REQUIRED_RBF and Fleet dashboards; alerts: unified-alerting rules
