@@ -846,11 +846,15 @@ class RunModel:
     def _other_container(self) -> bool:
         """The stream fed now is another container instance than the one of the incarnation's
         last step: the trainer started again, though its start-up lines were not read (rotated
-        away) and its first step is past the last one. Unknown after a resume (no stream of the
-        last step): no evidence, no new incarnation."""
+        away) and its first step is past the last one. After a resume (no stream of the last
+        step yet), another pod than the incarnation's own is that evidence: a pod holds one
+        process 0 (a collector restart or a handover would else merge a restart into it)."""
         prev = self._step_stream
-        return prev is not None and POD_STREAM.fullmatch(prev) is not None and \
-            POD_STREAM.fullmatch(self._stream) is not None
+        if prev is None:
+            cur = self.current
+            return cur is not None and cur.pod is not None and self.pod is not None and \
+                self.pod != cur.pod and POD_STREAM.fullmatch(self._stream) is not None
+        return POD_STREAM.fullmatch(prev) is not None and POD_STREAM.fullmatch(self._stream) is not None
 
     # -- a step going back without evidence of a restart ---------------------------------
     def _hold(self, pending: _Pending) -> None:

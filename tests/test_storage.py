@@ -133,3 +133,30 @@ def test_concurrent_first_use_of_one_sqlite_file(tmp_path):
     procs = [subprocess.Popen([sys.executable, "-c", code, str(db)], stderr=subprocess.PIPE) for _ in range(6)]
     errors = [p.communicate(timeout=120)[1].decode() for p in procs]
     assert [p.returncode for p in procs] == [0] * 6, errors
+
+
+def test_a_new_pod_after_a_resume_opens_an_incarnation(store):
+    """A collector restarted (or a replica taking over) loads the run from the store; the
+    first pod it reads is the restarted JobSet's, its start-up rotated away, its first step
+    past the last one stored: another pod than the incarnation's is a new incarnation."""
+    a, b = "aaaaaaaa-0000-0000-0000-000000000001/jax-tpu/0", "bbbbbbbb-0000-0000-0000-000000000002/jax-tpu/0"
+
+    def loss(t: int, step: int) -> bytes:
+        return f"2026-11-30T04:{t // 60:02d}:{t % 60:02d}Z I1130 train_sft.py:301] LOSS-PARTS step={step} ce=3.0".encode()
+
+    sink, model = SqlSink(store), RunModel("r")
+    model.pod = "pod-a"
+    model.feed(LINES[0], a)
+    for s in range(1, 95):
+        model.feed(loss(s, s), a)
+    with store.engine.begin() as conn:
+        sink.ensure_run(conn, "r")
+        sink.write(conn, "r", model.take())
+    for pod, stream, incarnations in (("pod-a", a, {1}), ("pod-b", b, {2})):
+        with store.engine.begin() as conn:
+            again = load_model(conn, "r")
+        assert again.current.pod == "pod-a"
+        again.pod = pod  # the same pod read again continues its incarnation
+        for s in range(101, 110):
+            again.feed(loss(200 + s, s), stream)
+        assert {r[1] for r in again.take().loss_parts} == incarnations, pod
