@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,28 @@ def ingest_sample(store, samples: Path, run: str, name: str) -> None:
 def samples_dir() -> Path:
     """The sample logs and their ground truth, kept in the repository (tests/samples)."""
     return Path(__file__).resolve().parent / "samples"
+
+
+@contextmanager
+def at_revision(db_url: str, revision: str):
+    """A connection (one transaction) to the store at `db_url`, migrated to `revision` only:
+    a database left by an earlier release, for the rows its schema held."""
+    import sqlalchemy as sa
+    from alembic import command
+    from alembic.config import Config
+
+    from steptail.storage.db import MIGRATIONS, _engine
+
+    engine = _engine(sa.make_url(db_url))
+    try:
+        with engine.begin() as conn:
+            cfg = Config()
+            cfg.set_main_option("script_location", str(MIGRATIONS))
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, revision)
+            yield conn
+    finally:
+        engine.dispose()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

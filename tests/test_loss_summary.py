@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 
 import sqlalchemy as sa
-from store_fixtures import ingest_sample, samples_dir
+from store_fixtures import at_revision, ingest_sample, samples_dir
 
 from steptail.runs.model import Batch
 from steptail.storage.sql import SqlSink
@@ -95,22 +95,13 @@ def test_the_summary_survives_a_rebuild_of_the_run(store, tmp_path):
 
 
 def test_a_store_of_0008_gets_its_summary_from_the_rows_it_holds(db_url):
-    from alembic import command
-    from alembic.config import Config
+    from steptail.storage.db import open_store
 
-    from steptail.storage.db import MIGRATIONS, _engine, open_store
-
-    engine = _engine(sa.make_url(db_url))
-    with engine.begin() as conn:
-        cfg = Config()
-        cfg.set_main_option("script_location", str(MIGRATIONS))
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "0008")
+    with at_revision(db_url, "0008") as conn:
         conn.execute(sa.text("INSERT INTO runs (run, created_ns, updated_ns) VALUES ('old', 1, 1)"))
         for inc, step, ts in ((1, 1, 5), (1, 2, None), (1, 4, 9), (2, 3, 12)):
             conn.execute(sa.text("INSERT INTO loss_parts (run, incarnation, step, ts_ns, ce, ce_raw, parts)"
                                  " VALUES ('old', :i, :s, :t, 1.0, '1.0', '{}')"), {"i": inc, "s": step, "t": ts})
-    engine.dispose()
     store = open_store(db_url)
     try:
         assert _both(store)[1] == [("old", 1, 3, 1, 4, 5, 9), ("old", 2, 1, 3, 3, 12, 12)]

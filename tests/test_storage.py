@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlalchemy as sa
+from store_fixtures import at_revision
 
 from steptail.runs.model import RunModel
 from steptail.storage.db import SCHEMA_HEAD, migration_head, open_store, resolve_url
@@ -39,19 +40,8 @@ def test_migrations_build_the_schema(store):
 
 def test_a_store_of_an_older_schema_is_upgraded_with_its_rows(db_url):
     """A database left at 0001 by an earlier release: opening it upgrades, rows kept."""
-    from alembic import command
-    from alembic.config import Config
-
-    from steptail.storage.db import MIGRATIONS, _engine
-
-    engine = _engine(sa.make_url(db_url))
-    with engine.begin() as conn:
-        cfg = Config()
-        cfg.set_main_option("script_location", str(MIGRATIONS))
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "0001")
+    with at_revision(db_url, "0001") as conn:
         conn.execute(sa.text("INSERT INTO runs (run, created_ns, updated_ns) VALUES ('old', 1, 1)"))
-    engine.dispose()
     store = open_store(db_url)
     try:
         assert "stream_reconnects" in store.tables
