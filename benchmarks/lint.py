@@ -48,6 +48,61 @@ def live_pods(js: dict) -> list[dict]:
     return pods
 
 
+def live_pass(policy, fleet: list[dict], repeat: int) -> dict:
+    """`follow`'s pass over 50 followed JobSets (collector.live.runbook_live.RunbookLive.check_all),
+    on the real code with the cluster's objects filled in by hand: every JobSet changed (each
+    evaluated with its process-0 pod, its Workload and the stagger facts), and a quiet pass
+    (nothing changed: signatures compared only)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from steptail.collector.cluster.discovery import PodInfo
+    from steptail.collector.cluster.jobsets import ClusterObjects, WorkloadInfo
+    from steptail.collector.live.runbook_live import RunbookLive, RunTarget
+
+    class Detectors:
+        def __init__(self):
+            self.got = []
+
+        def cluster_findings(self, fs):
+            self.got += fs
+
+    objects = ClusterObjects(target=None)
+    pods: dict[str, PodInfo] = {}
+    targets = {}
+    for i, js in enumerate(fleet):
+        name = js["metadata"]["name"]
+        js.setdefault("metadata", {})["resourceVersion"] = "1"
+        objects.jobsets[name] = js
+        objects.workloads[f"jobset-{name}"] = WorkloadInfo(f"jobset-{name}", name, True, True, False, None)
+        view = live_pods(js)[0]
+        pod = PodInfo(view["metadata"]["name"], f"uid-{i}", name, 0, f"2026-12-02 06:{i:02d}:00+00:00", "Running",
+                      False, "jax-tpu", 0, "running", "", None, None, None,
+                      image=view["spec"]["containers"][0]["image"], view=view)
+        pods[pod.uid] = pod
+        model = SimpleNamespace(current=SimpleNamespace(pod=pod.name, number=1))
+        targets[name] = RunTarget(name, name, Detectors(), SimpleNamespace(model=model, hosts=None))
+    discovery = SimpleNamespace(pods=pods, process0=lambda j: [p for p in pods.values() if p.jobset == j])
+
+    async def build():
+        return RunbookLive(policy, objects, discovery, lambda: targets, store=None)
+
+    live = asyncio.run(build())
+
+    def changed():
+        for js in fleet:  # a new resourceVersion: every JobSet evaluated again
+            js["metadata"]["resourceVersion"] = str(int(js["metadata"]["resourceVersion"]) + 1)
+        assert live.check_all() == len(fleet)
+
+    def quiet():
+        assert live.check_all() == 0
+
+    out = {"live_pass_50_changed_ms": round(median_ms(changed, max(3, repeat // 5)), 2),
+           "live_pass_50_quiet_ms": round(median_ms(quiet, repeat), 3)}
+    out["live_findings_in_50"] = sum(len(t.detectors.got) for t in targets.values())
+    return out
+
+
 def median_ms(fn, repeat: int) -> float:
     times = []
     for _ in range(repeat):
@@ -93,6 +148,7 @@ def main() -> None:
             lambda: [evaluate(policy, j, pods=live_pods(j)) for j in fleet], max(3, args.repeat // 10)), 2),
     }
     report["findings_in_50"] = sum(len(evaluate(policy, j)) for j in fleet)
+    report.update(live_pass(policy, fleet, args.repeat))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "jobset.yaml"
         path.write_text(text)

@@ -307,6 +307,13 @@ class FindingEngine:
         )
         return self._flush()
 
+    def observe_cluster(self, findings: list[Finding]) -> list[Finding]:
+        """Findings read off the cluster's objects, not the log (a runbook rule the live JobSet
+        breaks, a failed JobSet deleted with its logs unsaved): each raised once per key."""
+        for f in findings:
+            self._emit(f.kind, f.incarnation, f.first_step, f.last_step, f.detail, f.severity, f.detected_ns)
+        return self._flush()
+
     def tick(self, now_ns: int, running: bool = True, heard_ns: int | None = None) -> list[Finding]:
         """Live stall check from the clock: no new step for k x the median step time.
 

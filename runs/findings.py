@@ -29,9 +29,23 @@ KINDS = (
 )
 # The collector's own finding (run ""): a name from the cluster refused as unsafe, never a run.
 UNSAFE_NAME = "unsafe_name"
-# Kinds that only the live follower can see (the clock, the stream): `check` keeps the stored
-# ones instead of recomputing them.
-LIVE_KINDS = frozenset({STALL, STREAM_FAILURE, AUTH_FAILURE, PARQUET_FAILURE, UNREAD_TAIL})
+# A runbook rule (runs/runbook.yaml) the live JobSet or its pods break: kind "rule:<name>".
+# Rules are data, so their kinds are not listed here; `rule_kind` names them.
+RULE_PREFIX = "rule:"
+# A failed JobSet deleted before its pod logs were saved (`follow --archive`, `archive`).
+LOGS_NOT_SAVED = "logs_not_saved"
+# Kinds that only the live follower can see (the clock, the stream, the cluster's objects):
+# `check` keeps the stored ones instead of recomputing them.
+LIVE_KINDS = frozenset({STALL, STREAM_FAILURE, AUTH_FAILURE, PARQUET_FAILURE, UNREAD_TAIL, LOGS_NOT_SAVED})
+LIVE_KIND_PATTERN = RULE_PREFIX + "%"  # SQL LIKE: the rule kinds, live too
+
+
+def rule_kind(rule: str) -> str:
+    return RULE_PREFIX + rule
+
+
+def is_live_kind(kind: str) -> bool:
+    return kind in LIVE_KINDS or kind.startswith(RULE_PREFIX)
 NO_STEP = -1  # first/last_step of a finding not tied to a step
 NO_INCARNATION = 0
 

@@ -88,12 +88,19 @@ class Incarnation:
     last_rbf: int | None = None
     last_pod_step: int | None = None
     config: set[str] = field(default_factory=set)
+    # what it ran on, from the cluster (live path): the pod's image, the digest the kubelet
+    # ran, the slice topology and the JobSet's host count (which image produced which steps)
+    image: str | None = None
+    image_id: str | None = None
+    topology: str | None = None
+    hosts: int | None = None
 
     def row(self, run: str) -> tuple:
         """In rows.INCARNATIONS order."""
         return (
             run, self.number, self.started_ns, self.saw_start, self.first_step, self.last_step,
             self.restored_from, self.process_index, self.process_count, self.pod,
+            self.image, self.image_id, self.topology, self.hosts,
         )
 
 
@@ -493,6 +500,9 @@ class RunModel:
         self.counters = Counters()
         self.batch = Batch()
         self.pod: str | None = None  # set by the follower: the pod now being read
+        # set by the follower: what each pod runs on (image, image_id, topology, hosts), copied
+        # into the incarnation its lines open
+        self.pod_facts: dict[str, dict] = {}
         self.planned_steps = planned_steps  # the latest `Config param steps:`, if positive
         self._prior_step: int | None = None  # last LOSS-PARTS step of the incarnation before
         self._stream = "log"  # the stream being fed
@@ -904,7 +914,8 @@ class RunModel:
         if self.current is not None and self.current.last_step is not None:
             self._prior_step = self.current.last_step
         self.count += 1
-        self.current = Incarnation(self.count, started_ns=ts_ns, pod=self.pod)
+        self.current = Incarnation(self.count, started_ns=ts_ns, pod=self.pod,
+                                   **self.pod_facts.get(self.pod or "", {}))
         self._touch(self.current)
         return self.current
 

@@ -21,6 +21,7 @@ import sqlalchemy as sa
 import steptail
 from steptail.parsers import format_ns
 from steptail.runs.names import RunNameError, check_run_name
+from steptail.storage import plots
 from steptail.storage.db import Store
 from steptail.storage.durable import file_sha256, hidden_name
 from steptail.storage.export_files import (
@@ -123,7 +124,8 @@ def _manifest_facts(conn: sa.Connection, run: str) -> dict:
     incarnations = []
     for r in conn.execute(sa.text(
             "SELECT incarnation, started_ns, saw_start, first_step, last_step, restored_from,"
-            " process_count, pod FROM incarnations WHERE run = :run ORDER BY incarnation"),
+            " process_count, pod, image, image_id, topology, hosts FROM incarnations WHERE run = :run"
+            " ORDER BY incarnation"),
             {"run": run}):
         s = per_inc.get(r.incarnation)
         incarnations.append({
@@ -131,6 +133,8 @@ def _manifest_facts(conn: sa.Connection, run: str) -> dict:
             "started": format_ns(r.started_ns) if r.started_ns else None,
             "saw_start": bool(r.saw_start), "restored_from": r.restored_from,
             "process_count": r.process_count,
+            # what it ran on (follow reads it off the pod): which image produced these steps
+            "image": r.image, "image_id": r.image_id, "topology": r.topology, "hosts": r.hosts,
             "first_step": s.lo if s else None, "last_step": s.hi if s else None,
             "steps": s.steps if s else 0,
             "first_ts": format_ns(s.t0) if s and s.t0 is not None else None,
@@ -159,42 +163,52 @@ def _manifest_facts(conn: sa.Connection, run: str) -> dict:
     }
 
 
+_CE = "SELECT incarnation, step, ce, ce_raw FROM loss_parts WHERE run = :run ORDER BY incarnation, step"
+_INCARNATION_COLORS = ("C0", "C1", "C2", "C4", "C5", "C6", "C7", "C8", "C9")  # red (C3) marks missing steps
+
+
+def ce_rows(conn: sa.Connection, run: str) -> list[tuple]:
+    """(incarnation, step, ce, ce_raw) of every LOSS-PARTS row of `run` in log order: ce.png's data."""
+    return [tuple(r) for r in conn.execute(sa.text(_CE), {"run": run})]
+
+
 def plot_ce(path: Path, run: str, ce: list[tuple], incarnations: list[dict],
             gaps: list[dict]) -> None:
-    """CE against step, one line per incarnation; gaps shaded, restores marked."""
-    import matplotlib  # here, not at the top: ~0.2 s to import, needed only for a plot
+    """ce.png: the chart of ce_figure."""
+    plots.save_png(ce_figure(run, ce, incarnations, gaps), path)
 
-    matplotlib.use("Agg")  # no display; also safe in threads of the HTTP server
-    from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(10, 4.5), dpi=100)
+def write_ce_plot(store: Store, run: str, path: Path) -> None:
+    """The ce.png of `run`'s export bundle, written alone to `path`."""
+    with store.engine.connect() as conn:
+        marks = plots.read_marks(conn, run)
+        ce = ce_rows(conn, run)
+    plot_ce(path, run, ce, marks.incarnations, marks.gaps)
+
+
+def ce_figure(run: str, ce: list[tuple], incarnations: list[dict], gaps: list[dict]):
+    """CE against step, one line per incarnation (ce_rows), broken over its missing steps; a
+    replay drawn over the first recording of its steps without hiding it; missing steps
+    shaded, non-finite CE and restores marked (storage/plots.py)."""
+    fig = plots.new_figure()
     ax = fig.add_subplot()
-    by_inc: dict[int, tuple[list, list]] = {}
-    for inc, step, value in ce:
-        xs, ys = by_inc.setdefault(inc, ([], []))
-        if value is not None:
-            xs.append(step)
-            ys.append(value)
-    for inc, (xs, ys) in sorted(by_inc.items()):
-        ax.plot(xs, ys, linewidth=1, label=f"incarnation {inc}")
-    for inc in incarnations[1:]:
-        if inc["first_step"] is not None:
-            ax.axvline(inc["first_step"], color="grey", linestyle="--", linewidth=0.8)
-    for i, g in enumerate(gaps):
-        ax.axvspan(g["first_step"] - 0.5, g["last_step"] + 0.5, color="red", alpha=0.25,
-                   label="missing steps" if i == 0 else None)
-    nonfinite = [step for _, step, value in ce if value is None]
-    if nonfinite:
-        ax.plot(nonfinite, [0.0] * len(nonfinite), "x", color="black", transform=ax.get_xaxis_transform(),
-                label="non-finite ce")
+    by_inc: dict[int, list[tuple]] = {}
+    for inc, step, value, raw in ce:
+        by_inc.setdefault(inc, []).append((step, value, raw))
+    for order, (inc, rows) in enumerate(sorted(by_inc.items())):
+        color = _INCARNATION_COLORS[order % len(_INCARNATION_COLORS)]
+        xs, ys = plots.broken_line((step, value) for step, value, _ in rows)
+        ax.plot(xs, ys, color=color, label=f"incarnation {inc}", **plots.curve_style(order, len(by_inc)))
+        plots.mark_nonfinite(ax, [(step, raw) for step, value, raw in rows if not plots.finite(value)],
+                             color, f"incarnation {inc}: " if len(by_inc) > 1 else "")
+    plots.shade_missing(ax, [(g["first_step"], g["last_step"]) for g in gaps])
+    plots.mark_restores([ax], incarnations)
     ax.set_xlabel("step")
     ax.set_ylabel("ce")
     ax.set_title(f"{run}: LOSS-PARTS ce")
     ax.grid(True, alpha=0.3)
-    if by_inc:
-        ax.legend(loc="upper right", fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, format="png")
+    plots.legend(ax)
+    return fig
 
 
 def _findings_summary(rows: list[tuple]) -> dict:
@@ -216,9 +230,7 @@ def _build(store: Store, run: str, folder: Path) -> dict:
                                            _table_rows(conn, table, run))
         findings = _findings_rows(conn, run)
         counts["findings"] = _write_parquet(folder / "findings.parquet", "findings", [findings])
-        ce = [(i, s, c) for i, s, c in conn.execute(sa.text(
-            "SELECT incarnation, step, ce FROM loss_parts WHERE run = :run ORDER BY incarnation, step"),
-            {"run": run})]
+        ce = ce_rows(conn, run)
         try:  # the raw process-0 log and the archive manifest, when recorded for the run
             kept = {"raw": add_raw(conn, run, folder), "archives": add_archives(conn, run, folder)}
         except BundleFileError as exc:
@@ -231,7 +243,7 @@ def _build(store: Store, run: str, folder: Path) -> dict:
         "manifest_version": MANIFEST_VERSION,
         **facts,
         "counts": {**counts, "incarnations": len(facts["incarnations"]),
-                   "steps": len({s for _, s, _ in ce})},
+                   "steps": len({row[1] for row in ce})},
         "findings": _findings_summary(findings),
         **{k: v for k, v in kept.items() if v},
         "files": files,

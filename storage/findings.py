@@ -9,7 +9,7 @@ from collections import Counter
 import sqlalchemy as sa
 
 from steptail.runs.detectors import FindingEngine
-from steptail.runs.findings import LIVE_KINDS, Finding, Settings, sort_key
+from steptail.runs.findings import Finding, Settings, is_live_kind, sort_key
 from steptail.runs.model import FLAG_KINDS, Batch
 from steptail.runs.rows import FINDINGS
 from steptail.runs.stream_gap import StreamGap
@@ -185,11 +185,11 @@ def stored_findings(store: Store, run: str) -> list[Finding]:
 def sync_findings(conn: sa.Connection, run: str, findings: list[Finding]) -> list[Finding]:
     """Store the result of an offline check: recomputable findings it no longer yields are
     dropped (e.g. a gate that now has its reference), live-only ones (stall, stream and auth
-    failures) and those flagged while reading lines (step and clock jumps) are kept. Returns
+    failures, runbook rules) and those flagged while reading lines (step and clock jumps) are kept. Returns
     every finding of the run now stored."""
     fresh = {f.key for f in findings}
     for f in load_findings(conn, run):
-        if f.kind not in LIVE_KINDS and f.kind not in FLAG_KINDS and f.key not in fresh:
+        if not is_live_kind(f.kind) and f.kind not in FLAG_KINDS and f.key not in fresh:
             conn.execute(
                 sa.text("DELETE FROM findings WHERE run = :run AND kind = :kind"
                         " AND incarnation = :inc AND first_step = :first"),

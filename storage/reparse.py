@@ -9,7 +9,7 @@ import json
 
 import sqlalchemy as sa
 
-from steptail.runs.findings import LIVE_KINDS
+from steptail.runs.findings import LIVE_KIND_PATTERN, LIVE_KINDS
 from steptail.runs.rows import FINDINGS, ROW_TABLES
 from steptail.storage.reads import json_value
 
@@ -97,8 +97,8 @@ def clear_rows(conn: sa.Connection, run: str) -> None:
     for table in _CLEARED:
         conn.execute(sa.text(f"DELETE FROM {table} WHERE run = :run"), {"run": run})
     live = sorted(LIVE_KINDS)
-    conn.execute(sa.text("DELETE FROM findings WHERE run = :run AND kind NOT IN :live")
-                 .bindparams(sa.bindparam("live", expanding=True)), {"run": run, "live": live})
+    conn.execute(sa.text("DELETE FROM findings WHERE run = :run AND kind NOT IN :live AND kind NOT LIKE :rule")
+                 .bindparams(sa.bindparam("live", expanding=True)), {"run": run, "live": live, "rule": LIVE_KIND_PATTERN})
 
 
 def copy_read_facts(conn: sa.Connection, src: str, dst: str) -> None:
@@ -114,8 +114,8 @@ def copy_read_facts(conn: sa.Connection, src: str, dst: str) -> None:
         " SELECT :dst, stream, ts_ns, reason FROM stream_reconnects WHERE run = :src"), p)
     conn.execute(sa.text(
         f"INSERT INTO findings ({', '.join(FINDINGS)}) SELECT :dst, {', '.join(FINDINGS[1:])} FROM findings"
-        " WHERE run = :src AND kind IN :live").bindparams(sa.bindparam("live", expanding=True)),
-        {**p, "live": sorted(LIVE_KINDS)})
+        " WHERE run = :src AND (kind IN :live OR kind LIKE :rule)").bindparams(sa.bindparam("live", expanding=True)),
+        {**p, "live": sorted(LIVE_KINDS), "rule": LIVE_KIND_PATTERN})
     conn.execute(sa.text(
         "INSERT INTO run_files (run, kind, path, sha256, bytes, lines, first_ns, last_ns, recorded_ns)"
         " SELECT :dst, kind, path, sha256, bytes, lines, first_ns, last_ns, recorded_ns FROM run_files"

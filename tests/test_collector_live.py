@@ -69,12 +69,12 @@ async def test_findings_go_to_webhooks_and_metrics_while_following(make_simclust
     assert all(p["run"] == "r" for p in got)
 
 
-def test_rbac_is_read_only_pods_and_logs():
+def test_rbac_is_read_only():
     docs = list(yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text()))
     kinds = {d["kind"]: d for d in docs}
     assert set(kinds) == {"ServiceAccount", "Role", "RoleBinding"}
     rules = {(tuple(r["apiGroups"]), tuple(r["resources"])): set(r["verbs"]) for r in kinds["Role"]["rules"]}
-    assert rules == {(("",), ("pods",)): {"get", "list", "watch"}, (("",), ("pods/log",)): {"get"}}
+    assert all(verbs <= {"get", "list", "watch"} for verbs in rules.values())  # the exact rules: test_deploy
     binding = kinds["RoleBinding"]
     assert binding["roleRef"]["name"] == kinds["Role"]["metadata"]["name"]
     assert binding["subjects"][0]["name"] == kinds["ServiceAccount"]["metadata"]["name"]

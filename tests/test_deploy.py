@@ -172,12 +172,14 @@ def test_namespace_comes_from_the_downward_api(container):
         assert var in env, f"$({var}) in args is not a container env var"
 
 
-def test_rbac_is_exactly_read_pods_and_their_logs(objects, pod):
+def test_rbac_is_exactly_read_pods_their_logs_jobsets_and_workloads(objects, pod):
     assert not {"ClusterRole", "ClusterRoleBinding"} & set(objects)
     (role,) = objects["Role"]
     rules = sorted((tuple(r["apiGroups"]), tuple(r["resources"]), tuple(sorted(r["verbs"])))
                    for r in role["rules"])
-    assert rules == [(("",), ("pods",), ("get", "list", "watch")), (("",), ("pods/log",), ("get",))]
+    assert rules == [(("",), ("pods",), ("get", "list", "watch")), (("",), ("pods/log",), ("get",)),
+                     (("jobset.x-k8s.io",), ("jobsets",), ("get", "list", "watch")),
+                     (("kueue.x-k8s.io",), ("workloads",), ("get", "list", "watch"))]
     assert all(set(r) == {"apiGroups", "resources", "verbs"} for r in role["rules"])  # no resourceNames
     (binding,) = objects["RoleBinding"]
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",

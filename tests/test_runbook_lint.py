@@ -154,7 +154,34 @@ def test_a_jobset_that_keeps_the_rule_is_clean(rule, change):
 
 
 def test_each_default_rule_is_tested():
-    assert {r.name for r in POLICY.rules} == {r for r, _ in BREAKS} | {"slice_shape"}
+    # slice_shape needs a control, stagger the neighbours' start times: tested below with facts
+    assert {r.name for r in POLICY.rules} == {r for r, _ in BREAKS} | {"slice_shape", "stagger"}
+
+
+def _workload(admitted: bool, active: bool = True) -> dict:
+    return {"workload": {"name": "jobset-olmo3-sft-1a2b3", "admitted": admitted, "active": active,
+                         "finished": False}}
+
+
+def test_live_suspend_is_flagged_only_while_the_workload_is_admitted_and_active():
+    js = good()
+    _suspend(True)(js)
+    found = evaluate(POLICY, js, facts=_workload(admitted=True))
+    assert [f.rule for f in found] == ["suspend"]
+    assert "Workload jobset-olmo3-sft-1a2b3 is still admitted and active" in found[0].message
+    assert '\'{"spec":{"active":false}}\'' in found[0].message
+    assert rules_broken(js, _workload(admitted=False)) == []  # Kueue holds it suspended until admission
+    assert rules_broken(js, _workload(admitted=True, active=False)) == []  # deactivated: stopping
+    _suspend(False)(js)
+    assert rules_broken(js, _workload(admitted=True)) == []
+
+
+def test_stagger_flags_a_big_slice_started_inside_the_window_of_another():
+    js = good()
+    assert rules_broken(js) == []  # offline: no neighbours known
+    found = evaluate(POLICY, js, facts={"stagger": {"neighbour": "qwen3-cp4", "seconds": 30, "window": 600}})
+    assert [(f.rule, f.severity) for f in found] == [("stagger", "warning")]
+    assert found[0].message.startswith("started 30 s after big-slice JobSet qwen3-cp4 (window 600 s)")
 
 
 def test_findings_name_the_rule_severity_message_and_path():

@@ -19,7 +19,7 @@ import logging
 import re
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # Named imports, at import time: the client loads its API and model modules lazily, on
 # first attribute access, and that takes about half a second (pydantic models) which inside
@@ -39,6 +39,7 @@ from steptail.runs.names import RunNameError, check_cluster_name, check_run_name
 JOBSET = "jobset.sigs.k8s.io/jobset-name"
 ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
 PROCESS0 = "jobset.sigs.k8s.io/job-index=0,batch.kubernetes.io/job-completion-index=0"
+TOPOLOGY = "cloud.google.com/gke-tpu-topology"
 WATCH_SECONDS = 5
 # longest wait between list/watch retries (seconds). Low: a failing list is one cheap
 # request, and every second discovery waits is a second no new pod is read. At 2 s a burst
@@ -72,6 +73,12 @@ class PodInfo:
     started_ns: int | None  # current container's startedAt (whole seconds)
     previous_finished_ns: int | None  # lastState.terminated.finishedAt
     previous_started_ns: int | None = None  # lastState.terminated.startedAt (whole seconds)
+    image: str = ""  # the followed container's image, as the spec names it
+    image_id: str = ""  # what the kubelet ran (status imageID: the digest)
+    topology: str = ""  # node selector cloud.google.com/gke-tpu-topology
+    # the pod as the runbook rules read it (runs.manifest.live_pod): labels, containers,
+    # node selector and gcsfuse volumes only
+    view: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @property
     def order(self) -> tuple:
@@ -111,13 +118,39 @@ def pod_info(pod) -> PodInfo:
             prev_started = _ns(cs.last_state.terminated.started_at)
     value = labels.get(ATTEMPT, "0")
     attempt = int(value) if isinstance(value, str) and ATTEMPT_VALUE.match(value) else 0
+    view = rules_view(pod)
+    selector = view["spec"]["nodeSelector"]
     return PodInfo(
         name=meta.name, uid=meta.uid, jobset=labels.get(JOBSET, ""), attempt=attempt,
         created=str(meta.creation_timestamp), phase=(status.phase if status else "") or "",
         deleting=meta.deletion_timestamp is not None, container=container, restart_count=rc,
         state=state, reason=reason, finished_ns=finished, started_ns=started,
         previous_finished_ns=prev_finished, previous_started_ns=prev_started,
+        image=str(spec.containers[0].image or "") if spec and spec.containers else "",
+        image_id=str(cs.image_id or "") if cs is not None else "",
+        topology=str(selector.get(TOPOLOGY, "")), view=view,
     )
+
+
+def rules_view(pod) -> dict:
+    """The parts of a pod (a client model) the runbook rules read, as the API's JSON."""
+    meta, spec = pod.metadata, pod.spec
+    containers = []
+    for c in (spec.containers or []) if spec else []:
+        res = c.resources
+        containers.append({"name": c.name, "image": c.image, "command": list(c.command or []),
+                           "args": list(c.args or []),
+                           "resources": {"limits": dict(res.limits or {}) if res else {},
+                                         "requests": dict(res.requests or {}) if res else {}}})
+    volumes = []
+    for v in (spec.volumes or []) if spec else []:
+        if v.csi is not None:
+            volumes.append({"name": v.name, "csi": {"driver": v.csi.driver,
+                                                     "volumeAttributes": dict(v.csi.volume_attributes or {})}})
+    return {"metadata": {"name": meta.name, "labels": dict(meta.labels or {}),
+                         "annotations": dict(meta.annotations or {})},
+            "spec": {"containers": containers, "nodeSelector": dict((spec.node_selector or {}) if spec else {}),
+                     "volumes": volumes}}
 
 
 @dataclass(frozen=True)
@@ -201,9 +234,12 @@ class _Watcher(threading.Thread):
     function; it is called again after a 401, so credentials that failed come back."""
 
     def __init__(self, name: str, loop: asyncio.AbstractEventLoop, connect, on_list, on_event, on_error,
-                 page_size: int = PAGE_SIZE, read=read_pod):
+                 page_size: int = PAGE_SIZE, read=read_pod, return_type: str = "V1Pod",
+                 backoff_max: float = BACKOFF_MAX):
         super().__init__(name=name, daemon=True)
         self.loop, self.connect, self.page_size, self.read = loop, connect, page_size, read
+        self.return_type = return_type  # "object": custom resources, as plain dicts
+        self.backoff_max = backoff_max
         self.on_list, self.on_event, self.on_error = on_list, on_event, on_error
         self.stopping = threading.Event()
 
@@ -226,7 +262,7 @@ class _Watcher(threading.Thread):
                 self._post(self.on_list, items)
                 backoff.ok()
                 while not self.stopping.is_set():
-                    w = watch.Watch(return_type="V1Pod")
+                    w = watch.Watch(return_type=self.return_type)
                     for ev in w.stream(list_fn, resource_version=rv, timeout_seconds=WATCH_SECONDS,
                                        _request_timeout=WATCH_SECONDS + 10):
                         if self.stopping.is_set():
@@ -234,7 +270,7 @@ class _Watcher(threading.Thread):
                             break
                         if not isinstance(ev, dict) or not isinstance(ev.get("object"), V1Pod | dict):
                             # the client yields None for a line that is not JSON
-                            raise ValueError(f"a watch event that is not a pod: {str(ev)[:100]}")
+                            raise ValueError(f"a watch event that is not a{' pod' if self.return_type == 'V1Pod' else 'n object'}: {str(ev)[:100]}")
                         if ev["type"] == "ERROR":
                             if _gone(ev):
                                 raise ApiException(status=410, reason="Gone")
@@ -253,7 +289,7 @@ class _Watcher(threading.Thread):
                 kind, reason = reason_of(exc)
                 self._post(self.on_error, kind, reason)
                 backoff.fail(kind)
-                self.stopping.wait(backoff.delay(BACKOFF_MAX))
+                self.stopping.wait(backoff.delay(self.backoff_max))
 
     def _list(self, list_fn) -> tuple[list, str | None]:
         """Every item, read page by page (`limit`/`continue`): the client's models of one page

@@ -80,6 +80,7 @@ class Detectors:
         self.failures: list[Failure] = []
         self.flagged: list = []  # every finding raised by this collector
         self._seen_failures = 0  # failures handed to the engine so far
+        self.cluster: list[Finding] = []  # read off the cluster's objects (runbook rules), queued
         self.finishing = False  # the run ended: end-of-data checks at the next commit
         # The follower says (heard, paused; the stall clock, FindingEngine.tick): wall time until which the
         # stream is known to have held back nothing, and whether the collector was just not
@@ -97,6 +98,12 @@ class Detectors:
         # the engine is used from the commit thread only: queue, handled at the next tick
         with self._lock:
             self.failures.append(Failure(kind, reason, time.time_ns(), at))
+
+    def cluster_findings(self, findings: list[Finding]) -> None:
+        """Runbook rules broken by the live JobSet (collector.live.runbook_live): handled at
+        the next tick, on the commit thread like everything the engine sees."""
+        with self._lock:
+            self.cluster.extend(findings)
 
     def heard(self, ns: int) -> None:
         """The follower's word: until `ns` (wall time) the stream held back nothing."""
@@ -118,10 +125,13 @@ class Detectors:
         with self._lock:
             todo, self._seen_failures = self.failures[self._seen_failures:], len(self.failures)
             paused, self._paused = self._paused, False
+            cluster, self.cluster = self.cluster, []
         out = []
         if (feed := self.feed) is not None:
             for f in todo:
                 out += feed.guard(feed.engine.observe_failure, failure_kind(f.kind), f.reason, f.at_ns, f.at) or []
+            if cluster:
+                out += feed.guard(feed.engine.observe_cluster, cluster) or []
             if self.finishing:
                 self.finishing = False
                 out += feed.finish()
@@ -130,7 +140,7 @@ class Detectors:
 
     @property
     def has_queued(self) -> bool:
-        return len(self.failures) > self._seen_failures or self.finishing or self._paused
+        return len(self.failures) > self._seen_failures or self.finishing or self._paused or bool(self.cluster)
 
     def step(self, step: int, ts_ns: int | None) -> None:
         if self.metrics is not None:

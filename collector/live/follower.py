@@ -211,6 +211,14 @@ class RunFollower:
         self.pauses = 0  # times the collector was found not running (a jump of the loop's clock)
         self.on_event = on_event
         self.raw = sink.raw  # follow --raw: the lines as read
+        self.hosts: int | None = None  # the JobSet's host count, once its object is read (runbook_live)
+
+    def _reading(self, pod: PodInfo) -> None:
+        """The model files what follows under `pod`; an incarnation its lines open records
+        what the pod runs on."""
+        self.model.pod = pod.name
+        self.model.pod_facts[pod.name] = {"image": pod.image or None, "image_id": pod.image_id or None,
+                                          "topology": pod.topology or None, "hosts": self.hosts}
 
     # ------------------------------------------------------------------------ main loop
     async def run_forever(self) -> None:
@@ -318,7 +326,7 @@ class RunFollower:
         """One `kubectl logs -f`; returns (eof|silent|exit, exit code, stderr)."""
         since, skipping = self._read_since(key)
         argv = self.target.logs_argv(pod.name, pod.container, follow=True, since_ns=since)
-        self.model.pod = pod.name
+        self._reading(pod)
         self._set_state("following", pod)
         self._stream_started = time.monotonic()
         proc = await kubectl.spawn(argv, self.env)
@@ -454,7 +462,7 @@ class RunFollower:
         since, skipping = self._read_since(key)
         self._set_state("draining old pod", pod)
         check = self._check_for(key, since, pod, skipping)
-        self.model.pod = pod.name
+        self._reading(pod)
         argv = self.target.logs_argv(pod.name, pod.container, since_ns=since)
         code, err = await self._read_once(argv, key, check)
         if code == kubectl.OVERSIZED:

@@ -11,16 +11,19 @@ import asyncio
 import logging
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
 from steptail.collector.cluster import kubectl
 from steptail.collector.cluster.discovery import PAGE_SIZE, REFUSED_LOGGED, Discovery, Refusal
+from steptail.collector.cluster.jobsets import ClusterObjects
 from steptail.collector.cluster.kubectl import KubeTarget
 from steptail.collector.live.detect import Detectors
 from steptail.collector.live.follower import FollowConfig, RunFollower, RunStatus
 from steptail.collector.live.ownership import INTERVAL, LOOK_TIMEOUT, OUTAGE_RETRY_MAX, Ownership
+from steptail.collector.live.runbook_live import RunbookLive, RunTarget
 from steptail.collector.live.sink import RunSink
 from steptail.collector.notify import events
 from steptail.collector.notify.alerts import Alerter
@@ -69,6 +72,12 @@ class Plan:
     # steptail_errors_total{source="discovery",reason="max_runs"}) and pods per list request
     max_runs: int = 100
     page_size: int = PAGE_SIZE
+    # the runbook's rules (runs.runbook.Policy) checked on the live JobSets and their pods
+    # (collector.live.runbook_live); None: not checked, JobSets and Workloads not read
+    policy: object | None = None
+    # `follow --archive DIR`: archive(jobset, run) saves a failed JobSet's pod logs (True when
+    # saved); set by the CLI, which may reach collector.archive (a room above this one)
+    archive: Callable[[str, str], Awaitable[bool]] | None = None
 
 
 class Supervisor:
@@ -96,6 +105,12 @@ class Supervisor:
         # the ownership connection: failing loses every run here (logged, counted, summarised)
         self.ownership_health = Health("ownership", "", plan.metrics) if self.ownership is not None else None
         self._look_now = asyncio.Event()
+        # the runbook's rules on the live JobSets: their objects watched beside the pods
+        self.objects = self.runbook = self._runbook_task = None
+        if plan.policy is not None:
+            self.objects = ClusterObjects(plan.target, plan.metrics, plan.page_size)
+            self.runbook = RunbookLive(plan.policy, self.objects, self.discovery, self._runbook_targets, store,
+                                       archive=plan.archive, metrics=plan.metrics)
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def run(self, install_signals: bool = True) -> dict[str, RunStatus]:
@@ -111,6 +126,9 @@ class Supervisor:
                 self._balancer = asyncio.create_task(self._balance(), name="ownership")
             self.discovery.on_jobset = self._discovered if self.plan.follow_all else None
             await self.discovery.start()
+            if self.runbook is not None:
+                await self.objects.start()
+                self._runbook_task = asyncio.create_task(self.runbook.run(self.stopping), name="runbook")
             for jobset, run in self.plan.jobsets.items():
                 await self.want(jobset, run)
             waiter = asyncio.create_task(self.stopping.wait())
@@ -139,6 +157,9 @@ class Supervisor:
     async def shutdown(self) -> None:
         if self._balancer is not None:
             await cancel_all([self._balancer])
+        if self._runbook_task is not None:
+            await cancel_all([self._runbook_task])
+            self.objects.stop()
         await cancel_all(list(self.tasks.values()))
         kubectl.kill_all()
         for run, f in self.followers.items():
@@ -181,6 +202,11 @@ class Supervisor:
             return
         for det in self.detectors.values():
             det.failure(kind, f"pod discovery: {reason}")
+
+    def _runbook_targets(self) -> dict[str, RunTarget]:
+        """The runs followed here, by JobSet: only their owner checks their rules."""
+        return {jobset: RunTarget(run, jobset, self.detectors[run], self.followers.get(run))
+                for run, jobset in self.candidates.items() if run in self.detectors}
 
     # -- runs ----------------------------------------------------------------------------------
     def _discovered(self, jobset: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,8 @@ from steptail.commands._detect_options import detector_options, detector_setting
 from steptail.commands._preflight import checked_store, cluster_target
 from steptail.commands._webhooks import read_webhooks, webhook_file_option
 from steptail.output import Output, output_option
+
+log = logging.getLogger("steptail.follow")
 
 
 @click.command()
@@ -57,6 +60,15 @@ from steptail.output import Output, output_option
                    "(one log line, counted in steptail_errors_total{reason=\"max_runs\"}).")
 @click.option("--list-page-size", type=click.IntRange(min=1, max=10_000), default=500, show_default=True,
               help="Pods read per list request (the API's limit/continue): memory stays flat in namespace size.")
+@click.option("--policy", "policy_file", metavar="FILE",
+              help="Runbook rules merged over the defaults (as `lint --policy`), checked on each live "
+                   "JobSet, its process-0 pods and its Kueue Workload; each broken rule a finding.")
+@click.option("--no-rules", is_flag=True,
+              help="Do not check the runbook's rules live (nor read JobSets and Workloads: for a role "
+                   "that grants pods only).")
+@click.option("--archive", "archive_dir", metavar="DIR", type=click.Path(file_okay=False),
+              help="When a followed JobSet fails, save every pod log under DIR/<jobset>/ (as `archive`) "
+                   "before anyone deletes it. A failed JobSet deleted unsaved is a finding either way.")
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="stderr as text, or one JSON object per line with `severity` (for Cloud Logging).")
 @detector_options
@@ -104,6 +116,9 @@ class Follow:
     give_up: float
     max_runs: int
     list_page_size: int
+    policy_file: str | None
+    no_rules: bool
+    archive_dir: str | None
     log_format: str
     reference_ce: str | None
     gate_tolerance: float
@@ -112,6 +127,7 @@ class Follow:
     settings: object = None  # validated: runs.findings.Settings
     reference: object = None  # validated: the reference CE (per run, or a folder of them)
     target: object = None  # validated: the KubeTarget
+    policy: object = None  # validated: the runbook's rules (runs.runbook.Policy), None with --no-rules
 
     def validate(self) -> None:
         from steptail import logs
@@ -139,6 +155,18 @@ class Follow:
                     raise PermissionError(13, "Permission denied")
             except OSError as exc:
                 fail(f"cannot write the raw log under {self.raw}: {exc.strerror or exc}")
+        if self.no_rules and (self.policy_file or self.archive_dir):
+            fail("--no-rules excludes --policy and --archive (they read the JobSets)")
+        if not self.no_rules:
+            from steptail.commands.lint import policy_from
+            self.policy = policy_from(self.policy_file)
+        if self.archive_dir is not None:
+            try:
+                os.makedirs(self.archive_dir, exist_ok=True)
+                if not os.access(self.archive_dir, os.W_OK | os.X_OK):
+                    raise PermissionError(13, "Permission denied")
+            except OSError as exc:
+                fail(f"cannot write archives under {self.archive_dir}: {exc.strerror or exc}")
         self.target = cluster_target(self.namespace, self.kubeconfig, self.context, self.account,
                                      (self.run_name, *self.jobsets))
 
@@ -176,6 +204,7 @@ class Follow:
                                 parquet_every=self.parquet_every, raw=self.raw),
             give_up=self.give_up, max_runs=self.max_runs, page_size=self.list_page_size,
             on_event=stream if output.format == "ndjson" else None,
+            policy=self.policy, archive=self._archiver(store) if self.archive_dir else None,
         )
         view = output.console.is_terminal and not self.no_view and not output.machine
         try:
@@ -191,6 +220,27 @@ class Follow:
         if sup.fatal:
             fail(sup.fatal)
         return sup
+
+    def _archiver(self, store):
+        """follow --archive: a failed JobSet's pod logs saved (as `archive`, without ingesting:
+        follow reads process 0 itself) and the manifest recorded for the run."""
+        from steptail.collector.archive.ingest import record_manifest
+        from steptail.collector.archive.job import archive
+
+        out, target = Path(self.archive_dir), self.target
+
+        async def save(jobset: str, run: str) -> bool:
+            result = await archive(target, jobset, out)
+            await asyncio.to_thread(record_manifest, store, run, result)
+            if result.errors:
+                log.error("%s: archived JobSet %s to %s with %d logs unread: %s", run, jobset, result.folder,
+                          len(result.errors), "; ".join(f"{e['pod']}: {e['reason']}" for e in result.errors[:3]))
+                return False
+            log.warning("%s: archived failed JobSet %s: %d logs in %s", run, jobset,
+                        len(result.manifest.files), result.folder)
+            return True
+
+        return save
 
     def report(self, sup) -> None:
         from steptail.collector.live.view import by_kind, summary

@@ -58,7 +58,7 @@ def jobsets_in(path: str) -> tuple[list[manifest.Document], list[str]]:
 
 def control_facts(run: str | None, control_manifest: str | None, db: str | None) -> dict | None:
     """The control's slice shape: topology and host count from --control-manifest, the host
-    count from the store's process_count of --control RUN (the store records no topology)."""
+    count from the store (process_count) and the topology follow recorded, for --control RUN."""
     if run is None and control_manifest is None:
         return None
     control = {"run": run or "", "topology": "", "hosts": 0, "from": []}
@@ -70,7 +70,7 @@ def control_facts(run: str | None, control_manifest: str | None, db: str | None)
         control.update(topology=shape["topology"], hosts=shape["hosts"], run=run or docs[0].name)
         control["from"].append(control_manifest)
     if run is not None:
-        hosts = recorded_hosts(run, db)
+        hosts, topology = recorded_shape(run, db)
         if hosts is None:
             what = "only --control-manifest's shape is compared" if control_manifest else "nothing is compared"
             _note(f"the store has no process_count for run {run} (no JAX start-up line): {what}")
@@ -80,13 +80,19 @@ def control_facts(run: str | None, control_manifest: str | None, db: str | None)
                       "the recorded count is compared")
             control["hosts"] = hosts
             control["from"].append(f"run {run}")
-        if control_manifest is None:
-            _note("the store records no slice topology: only the host count is compared "
-                  "(--control-manifest FILE adds the control's topology)")
+        if topology:  # recorded by follow off the process-0 pod
+            control["topology"] = topology
+        elif control_manifest is None:
+            _note(f"run {run} has no recorded slice topology (not followed live): only the host count is "
+                  "compared (--control-manifest FILE adds the control's topology)")
     return control
 
 
-def recorded_hosts(run: str, db: str | None) -> int | None:
+def recorded_shape(run: str, db: str | None) -> tuple[int | None, str]:
+    """The control's host count (JAX's process_count, else the JobSet's as follow recorded it)
+    and its topology (follow reads it off the process-0 pod; "" for runs ingested from files)."""
+    import sqlalchemy as sa
+
     from steptail.commands._common import store_or_exit  # the store only for --control
     from steptail.storage.compare import slice_shape
     from steptail.storage.reads import UnknownRun, known_run
@@ -96,13 +102,21 @@ def recorded_hosts(run: str, db: str | None) -> int | None:
         known_run(store, run)
         with store.engine.connect() as conn:
             counts = {c for c in slice_shape(conn, run) if c is not None}
+            recorded = conn.execute(sa.text(
+                "SELECT DISTINCT topology, hosts FROM incarnations WHERE run = :run"
+                " AND (topology IS NOT NULL OR hosts IS NOT NULL)"), {"run": run}).all()
     except UnknownRun as exc:
         fail(str(exc))
     finally:
         store.dispose()
+    if not counts:
+        counts = {h for _, h in recorded if h is not None}
+    topologies = {t for t, _ in recorded if t}
     if len(counts) > 1:
         fail(f"control {run} ran on several slice shapes (process counts {sorted(counts)})")
-    return counts.pop() if counts else None
+    if len(topologies) > 1:
+        fail(f"control {run} ran on several slice topologies ({', '.join(sorted(topologies))})")
+    return (counts.pop() if counts else None), (topologies.pop() if topologies else "")
 
 
 def _note(text: str) -> None:
