@@ -84,7 +84,7 @@ def emptydir_mounts(pod, container) -> list[str]:
 
 def test_kustomize_renders_every_object_and_no_secret(objects):
     assert set(objects) == KINDS
-    assert "Secret" not in objects  # created by hand (README "Deploy"), never from git
+    assert "Secret" not in objects  # created by hand (docs/deploy.md "Secrets"), never from git
 
 
 def test_two_replicas_roll_without_a_gap_on_different_nodes(objects, pod):
@@ -351,27 +351,29 @@ def test_the_build_context_leaves_local_state_out():
         assert needed not in ignored and (ROOT / needed).exists()
 
 
-def test_the_readme_overlay_sets_namespace_image_and_account(tmp_path):
-    """The overlay README "Deploy" shows, rendered against a copy of deploy/ beside it."""
-    readme = (ROOT / "README.md").read_text()
-    match = re.search(r"```yaml\n# (\S+)/kustomization\.yaml\n(.*?)```", readme, re.S)
-    assert match, "README: the overlay's kustomization.yaml"
+def test_the_documented_overlay_sets_namespace_image_and_account(tmp_path):
+    """The overlay docs/deploy.md shows (a heredoc in its console example), rendered against a
+    copy of deploy/ beside it."""
+    doc = (ROOT / "docs" / "deploy.md").read_text()
+    match = re.search(r"cat > (\S+)/kustomization\.yaml <<'EOF'\n(.*?)^> EOF$", doc, re.S | re.M)
+    assert match, "docs/deploy.md: the overlay's kustomization.yaml"
+    body = "".join(line[2:] + "\n" for line in match[2].splitlines())  # the "> " prompts dropped
     overlay = tmp_path / match[1]
     overlay.mkdir()
-    (overlay / "kustomization.yaml").write_text(match[2])
+    (overlay / "kustomization.yaml").write_text(body)
     shutil.copytree(DEPLOY, tmp_path / "deploy")
     done = subprocess.run([shutil.which("kubectl"), "kustomize", str(overlay)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     docs = list(yaml.safe_load_all(done.stdout))
     assert {d["kind"] for d in docs} == KINDS
-    namespace = yaml.safe_load(match[2])["namespace"]
+    namespace = yaml.safe_load(body)["namespace"]
     assert {d["metadata"].get("namespace") for d in docs} == {namespace}
     by_kind = {d["kind"]: d for d in docs}
     (binding_subject,) = by_kind["RoleBinding"]["subjects"]
     assert binding_subject.get("namespace", namespace) == namespace
     (c,) = by_kind["Deployment"]["spec"]["template"]["spec"]["containers"]
-    (image,) = yaml.safe_load(match[2])["images"]
+    (image,) = yaml.safe_load(body)["images"]
     assert c["image"] == f"{image['newName']}:{image['newTag']}" != IMAGE_PLACEHOLDER
     ref = {e["name"]: e for e in c["env"]}["CLOUDSDK_CORE_ACCOUNT"]["valueFrom"]["configMapKeyRef"]
     assert by_kind["ConfigMap"]["metadata"]["name"] == ref["name"]
@@ -379,7 +381,7 @@ def test_the_readme_overlay_sets_namespace_image_and_account(tmp_path):
 
 
 def test_the_documented_secret_command_makes_the_key_the_pod_reads(container):
-    """README "Deploy": the URL through stdin becomes the Secret key STEPTAIL_DB comes from,
+    """docs/deploy.md "Secrets": the URL through stdin becomes the Secret key STEPTAIL_DB comes from,
     byte for byte (no trailing newline in the URL). Offline: --dry-run=client."""
     ref = {e["name"]: e for e in container["env"]}["STEPTAIL_DB"]["valueFrom"]["secretKeyRef"]
     url = "postgresql://steptail:s3cret@db.example:5432/steptail"
@@ -391,7 +393,7 @@ def test_the_documented_secret_command_makes_the_key_the_pod_reads(container):
     secret = json.loads(done.stdout)
     assert secret["metadata"]["name"] == ref["name"]
     assert base64.b64decode(secret["data"][ref["key"]]).decode() == url
-    assert "--from-file=url=/dev/stdin" in (ROOT / "README.md").read_text()
+    assert "--from-file=url=/dev/stdin" in (ROOT / "docs" / "deploy.md").read_text()
 
 
 # --- the container's args and the image's environment, on a read-only root ------------------
