@@ -81,7 +81,7 @@ def live_pass(policy, fleet: list[dict], repeat: int) -> dict:
                       image=view["spec"]["containers"][0]["image"], view=view)
         pods[pod.uid] = pod
         model = SimpleNamespace(current=SimpleNamespace(pod=pod.name, number=1))
-        targets[name] = RunTarget(name, name, Detectors(), SimpleNamespace(model=model, hosts=None))
+        targets[name] = RunTarget(name, name, Detectors(), SimpleNamespace(model=model, set_hosts=lambda n: None))
     discovery = SimpleNamespace(pods=pods, process0=lambda j: [p for p in pods.values() if p.jobset == j])
 
     async def build():

@@ -907,6 +907,20 @@ class RunModel:
         self.batch.quarantine.append(quarantine_row("loss_parts", row, f"step_back: {what}"))
         self.counters.duplicates += len(p.held)
 
+    def ran_on(self, pod: str, **facts) -> None:
+        """What `pod` runs on (image, image_id, topology, hosts), learnt from the cluster: kept
+        for the incarnation its lines open, and filled into the current one if it is that pod's
+        and lacks them (the JobSet's object may be read after the first lines)."""
+        known = self.pod_facts.setdefault(pod, {})
+        known.update({k: v for k, v in facts.items() if v is not None})
+        cur = self.current
+        if cur is not None and cur.pod == pod:
+            missing = {k: v for k, v in known.items() if getattr(cur, k) is None}
+            if missing:
+                for k, v in missing.items():
+                    setattr(cur, k, v)
+                self._touch(cur)
+
     def _ensure(self, ts_ns: int | None) -> Incarnation:
         return self.current if self.current is not None else self._open(ts_ns)
 

@@ -101,6 +101,24 @@ def clear_rows(conn: sa.Connection, run: str) -> None:
                  .bindparams(sa.bindparam("live", expanding=True)), {"run": run, "live": live, "rule": LIVE_KIND_PATTERN})
 
 
+_POD_FACTS = ("image", "image_id", "topology", "hosts")
+
+
+def pod_facts(conn: sa.Connection, run: str) -> dict[str, tuple]:
+    """What each process-0 pod ran on, as follow recorded it (no log line says it): kept
+    across a rebuild by the pod that opened each incarnation."""
+    return {r[0]: tuple(r[1:]) for r in conn.execute(sa.text(
+        f"SELECT pod, {', '.join(_POD_FACTS)} FROM incarnations WHERE run = :run AND pod IS NOT NULL"
+        " AND (image IS NOT NULL OR topology IS NOT NULL OR hosts IS NOT NULL)"), {"run": run})}
+
+
+def restore_pod_facts(conn: sa.Connection, run: str, facts: dict[str, tuple]) -> None:
+    sets = ", ".join(f"{c} = :{c}" for c in _POD_FACTS)
+    for pod, values in facts.items():
+        conn.execute(sa.text(f"UPDATE incarnations SET {sets} WHERE run = :run AND pod = :pod"),
+                     {"run": run, "pod": pod, **dict(zip(_POD_FACTS, values, strict=True))})
+
+
 def copy_read_facts(conn: sa.Connection, src: str, dst: str) -> None:
     """A new run rebuilt from `src`'s raw log gets what reading it established: its stream
     gaps and reconnects, its live-only findings (stalls, stream and auth failures) and its

@@ -217,8 +217,15 @@ class RunFollower:
         """The model files what follows under `pod`; an incarnation its lines open records
         what the pod runs on."""
         self.model.pod = pod.name
-        self.model.pod_facts[pod.name] = {"image": pod.image or None, "image_id": pod.image_id or None,
-                                          "topology": pod.topology or None, "hosts": self.hosts}
+        self.model.ran_on(pod.name, image=pod.image or None, image_id=pod.image_id or None,
+                          topology=pod.topology or None, hosts=self.hosts)
+
+    def set_hosts(self, hosts: int | None) -> None:
+        """The JobSet's host count, once its object is read (collector.live.runbook_live)."""
+        if hosts and hosts != self.hosts:
+            self.hosts = hosts
+            if self.model.pod:
+                self.model.ran_on(self.model.pod, hosts=hosts)
 
     # ------------------------------------------------------------------------ main loop
     async def run_forever(self) -> None:

@@ -60,6 +60,7 @@ class _State:
     archived: bool = False
     archiving: asyncio.Task | None = None
     deleted: bool = False
+    ran: bool = False  # process-0 pods were seen: from then on they, not the templates, are checked
 
 
 class RunbookLive:
@@ -120,9 +121,11 @@ class RunbookLive:
                 continue
             state.signature = signature
             n += 1
-            self._raise(target, state, evaluate(self.policy, obj, [p.view for p in pods], facts))
+            # once its pods ran, between a restart's old pods and new ones too, the pods speak
+            state.ran = state.ran or bool(pods) or bool(state.pods)
+            self._raise(target, state, evaluate(self.policy, obj, [p.view for p in pods], facts), state.ran)
             if target.follower is not None:
-                target.follower.hosts = self._hosts(obj) or None
+                target.follower.set_hosts(self._hosts(obj) or None)
         self.evaluations += n
         return n
 
@@ -176,23 +179,25 @@ class RunbookLive:
                 out[p.jobset] = max(out.get(p.jobset, 0), t)
         return out
 
-    def _raise(self, target: RunTarget, state: _State, found: list[RuleFinding]) -> None:
-        """One finding per (rule, incarnation): on the JobSet or a template, incarnation 0; on a
-        live pod, the incarnation that pod's lines opened (a pod not read yet waits: its
-        signature changes once the model knows it). A pod repeating its template's breach is
-        not raised again."""
+    def _raise(self, target: RunTarget, state: _State, found: list[RuleFinding], live: bool) -> None:
+        """One finding per (rule, incarnation). A rule on the JobSet itself: incarnation 0 (the
+        run as submitted). A rule on pods: once process-0 pods run (`live`), theirs only, each
+        at the incarnation that pod's lines opened (a pod not read yet: the next one the model
+        will open), raised once per message; before any pod runs, the templates', at 0."""
         grouped: dict[tuple[str, int], list[RuleFinding]] = {}
+        said = {(r, d) for r, _, d in state.raised}
+        model = getattr(target.follower, "model", None)
+        upcoming = (getattr(model, "count", 0) or 0) + 1
         for rf in found:
             inc = NO_INCARNATION
-            if rf.path.startswith("pods/"):
-                pod = rf.path[len("pods/"):].split(".", 1)[0]
-                inc = state.pods.get(pod)
-                if inc is None:
-                    continue
-                if any(r == rf.rule and d == rf.message for r, _, d in state.raised):
-                    continue
-            if (rf.rule, inc, rf.message) in state.raised:  # raised at an earlier change
+            on_pod = rf.path.startswith("pods/")
+            if on_pod:
+                inc = state.pods.get(rf.path[len("pods/"):].split(".", 1)[0], upcoming)
+            elif live and self._scope(rf.rule) != "jobset":
+                continue  # the pods running say what runs; the template may have changed since
+            if (rf.rule, inc, rf.message) in state.raised or (on_pod and (rf.rule, rf.message) in said):
                 continue
+            said.add((rf.rule, rf.message))
             grouped.setdefault((rf.rule, inc), []).append(rf)
         now = time.time_ns()
         out = []
@@ -204,6 +209,12 @@ class RunbookLive:
                                max((rf.severity for rf in rfs), key=_rank), now))
         if out:
             target.detectors.cluster_findings(out)
+
+    def _scope(self, rule: str) -> str:
+        try:
+            return self.policy.rule(rule).scope
+        except StopIteration:
+            return "jobset"
 
     # -- failed JobSets: logs saved before deletion ------------------------------------------
     def _failed(self, jobset: str, target: RunTarget, state: _State) -> None:

@@ -21,7 +21,15 @@ from steptail.storage.db import Store
 from steptail.storage.durable import file_sha256
 from steptail.storage.raw import RawStream, read_members, scan
 from steptail.storage.reads import UnknownRun, run_exists
-from steptail.storage.reparse import clear_rows, copy_read_facts, diff, run_origin, snapshot
+from steptail.storage.reparse import (
+    clear_rows,
+    copy_read_facts,
+    diff,
+    pod_facts,
+    restore_pod_facts,
+    run_origin,
+    snapshot,
+)
 from steptail.storage.run_files import RAW_SEGMENT, run_files
 from steptail.storage.sources import FILES
 
@@ -132,13 +140,16 @@ class _Rebuild(Ingest):
     replace: bool = False
     before: dict = field(default_factory=dict)  # the source run's rows, by kind, before
     after: dict = field(default_factory=dict)  # the rebuilt run's, after
+    pods: dict = field(default_factory=dict)  # what each pod ran on (follow read it off the cluster)
 
     def prepare(self, conn) -> None:
         self.before = snapshot(conn, self.source)
+        self.pods = pod_facts(conn, self.source)
         if self.replace:
             clear_rows(conn, self.source)
         else:
             copy_read_facts(conn, self.source, self.run)
 
     def before_commit(self, conn) -> None:
+        restore_pod_facts(conn, self.run, self.pods)
         self.after = snapshot(conn, self.run)

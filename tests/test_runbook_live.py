@@ -1,0 +1,244 @@
+"""The runbook's rules while a run goes on: `steptail follow` (real kubectl and the kubernetes
+client against the simulated cluster) checks each followed JobSet, its process-0 pods and its
+Kueue Workload with the policy `lint` uses, on SQLite and PostgreSQL. Each broken rule is a
+finding of the run (`rule:<name>`), stored and shown by `check`; each incarnation records the
+image it ran on; a failed JobSet is archived before it is reaped, or flagged when deleted
+unsaved."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sim_fixtures import make_simcluster  # noqa: F401
+from store_fixtures import db_url  # noqa: F401
+
+from steptail.storage.db import open_store
+
+pytestmark = pytest.mark.timeout(240)
+CLI = [sys.executable, "-c", "from steptail.cli import main; main()"]
+IMAGE = "us-docker.pkg.dev/steptail-sim/maxtext/maxtext-posttrain:51f8cc4b-p907d86f3-rfb46e215e"
+OTHER_IMAGE = "us-docker.pkg.dev/steptail-sim/maxtext/maxtext-posttrain:0ddba11-p1-r2"
+TRAINER = {"steps": 60, "checkpoint_period": 20}
+
+
+def base(**extra) -> dict:
+    return {"rate": 50, "grace_seconds": 2, "restart_pending_seconds": 0.3, **extra}
+
+
+def js(name: str, **keys) -> dict:
+    trainer = {**TRAINER, **keys.pop("trainer", {})}
+    return {"name": name, "hosts": 2, "trainer": trainer, **keys}
+
+
+def steptail(*args: str, account: str | None = None, timeout: float = 150) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("STEPTAIL_DB", "CLOUDSDK_CORE_ACCOUNT")}
+    if account:
+        env["CLOUDSDK_CORE_ACCOUNT"] = account
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def follow(sim, db: str, *extra: str) -> subprocess.CompletedProcess:
+    proc = steptail("follow", "--all", "-n", "default", "--kubeconfig", str(sim.kubeconfig_path), "--db", db,
+                    "--silence", "1", "--no-view", "--json", *extra, account=sim.account)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def follow_started(sim, db: str, *extra: str) -> subprocess.Popen:
+    """`follow --all` in the background, once it has committed a few steps of olmo3-sft: a
+    fault injected after this happens while it follows (not before it started)."""
+    env = {k: v for k, v in os.environ.items() if k != "STEPTAIL_DB"} | {"CLOUDSDK_CORE_ACCOUNT": sim.account}
+    proc = subprocess.Popen([*CLI, "follow", "--all", "-n", "default", "--kubeconfig", str(sim.kubeconfig_path),
+                             "--db", db, "--silence", "1", "--no-view", "--json", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if query(db, "SELECT COUNT(*) FROM loss_parts WHERE run = 'olmo3-sft'")[0][0] >= 10:
+                return proc
+        except Exception:  # noqa: BLE001 - the store is created by follow: not yet there
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise AssertionError(f"follow did not start: {proc.communicate()[1]}")
+
+
+def ended(proc: subprocess.Popen, stop: bool = False) -> str:
+    """stderr of the background follow, once it ended (SIGTERM first when `stop`)."""
+    if stop:
+        proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    return err
+
+
+def findings(db: str) -> dict[str, set[tuple[str, int]]]:
+    """run -> {(kind, incarnation)} of the rule findings stored."""
+    store = open_store(db)
+    try:
+        with store.engine.connect() as conn:
+            rows = conn.execute(sa.text("SELECT run, kind, incarnation FROM findings"
+                                        " WHERE kind LIKE 'rule:%' OR kind = 'logs_not_saved'")).all()
+    finally:
+        store.dispose()
+    out: dict[str, set] = {}
+    for run, kind, inc in rows:
+        out.setdefault(run, set()).add((kind, inc))
+    return out
+
+
+def query(db: str, sql: str, **params) -> list[tuple]:
+    store = open_store(db)
+    try:
+        with store.engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(sa.text(sql), params)]
+    finally:
+        store.dispose()
+
+
+# Each JobSet breaks one rule (as `lint` would flag its manifest), `good` keeps them all.
+BREAKERS = {
+    "good": ({}, set()),
+    "hero-queue": ({"queue": "hero"}, {"rule:queue"}),
+    "other-image": ({"image": OTHER_IMAGE}, {"rule:restore_fix_image"}),
+    "own-topology": ({"topology": "2x2x1"}, {"rule:slice_topology"}),
+    "borrowed": ({"topology": "8x8x16"}, {"rule:borrowed_topology"}),
+    "cp4-lb": ({"trainer": {"context_parallelism": 4, "load_balance": True}}, {"rule:load_balance"}),
+    "wide-mount": ({"volumes": [{"name": "everything", "bucket": "post-training", "only_dir": "post-training"}]},
+                   {"rule:checkpoint_mount"}),
+}
+
+
+def test_each_rule_broken_by_a_live_jobset_is_a_finding_of_its_run(make_simcluster, db_url, tmp_path):  # noqa: F811
+    sim = make_simcluster(base(jobsets=[js(name, **keys) for name, (keys, _) in BREAKERS.items()]))
+    # lint agrees on the same objects as the API serves them
+    for name, (_, expected) in BREAKERS.items():
+        manifest = tmp_path / f"{name}.yaml"
+        got = subprocess.run(["kubectl", "--kubeconfig", str(sim.kubeconfig_path), "get", "jobset", name, "-o", "yaml"],
+                             capture_output=True, text=True, env={**os.environ, "CLOUDSDK_CORE_ACCOUNT": sim.account})
+        assert got.returncode == 0, got.stderr
+        manifest.write_text(got.stdout)
+        lint = steptail("lint", str(manifest), "-o", "json")
+        flagged = {"rule:" + f["rule"] for j in json.loads(lint.stdout)["jobsets"] for f in j["findings"]}
+        assert flagged == expected, (name, lint.stdout)
+        assert lint.returncode == (1 if expected else 0)
+    follow(sim, db_url, "--until-done")
+    found = findings(db_url)
+    for name, (_, expected) in BREAKERS.items():
+        # once, at incarnation 0 for a rule on the JobSet (the run as submitted), at the
+        # incarnation its pod's lines opened for a rule on the pods
+        assert found.get(name, set()) == {(k, 0 if k == "rule:queue" else 1) for k in expected}, (name, found)
+    # stored with their severity and message; `check` keeps them (not recomputable offline)
+    (detail, severity), = query(db_url, "SELECT detail, severity FROM findings WHERE run = 'hero-queue'"
+                                        " AND kind = 'rule:queue'")
+    assert severity == "critical" and "queue 'hero' is not a post-training queue" in detail
+    check = steptail("check", "hero-queue", "--db", db_url, "--json")
+    assert check.returncode == 1
+    assert "rule:queue" in {f["kind"] for f in json.loads(check.stdout)["findings"]}
+    # each incarnation records what it ran on
+    (image, image_id, topology, hosts), = query(
+        db_url, "SELECT image, image_id, topology, hosts FROM incarnations WHERE run = 'good'")
+    assert image == IMAGE and image_id.startswith(IMAGE.split(":")[0] + "@sha256:") and len(image_id) > 70
+    assert (topology, hosts) == ("4x4x8", 2)
+
+
+def test_a_resume_on_another_image_is_a_finding_of_that_incarnation(make_simcluster, db_url, tmp_path):  # noqa: F811
+    sim = make_simcluster(base(rate=20, grace_seconds=4, jobsets=[js("olmo3-sft", trainer={"steps": 120})]))
+    proc = follow_started(sim, db_url, "--until-done", "--raw", str(tmp_path / "raw"))
+    sim.set_image("olmo3-sft", image=OTHER_IMAGE)  # the restart's pods run another image
+    sim.restart_jobset("olmo3-sft")
+    ended(proc)
+    incs = query(db_url, "SELECT incarnation, image, image_id FROM incarnations WHERE run = 'olmo3-sft'"
+                         " ORDER BY incarnation")
+    assert [(n, image) for n, image, _ in incs] == [(1, IMAGE), (2, OTHER_IMAGE)]
+    assert incs[0][2] != incs[1][2]  # another digest ran
+    assert findings(db_url) == {"olmo3-sft": {("rule:restore_fix_image", 2)}}
+    (detail,), = query(db_url, "SELECT detail FROM findings WHERE kind = 'rule:restore_fix_image'")
+    assert OTHER_IMAGE in detail and "pods/olmo3-sft-" in detail
+    # the export's facts carry which image produced which steps
+    out = tmp_path / "bundle"
+    assert steptail("export", "olmo3-sft", "--db", db_url, "--out", str(out)).returncode == 0
+    facts = json.loads((out / "manifest.json").read_text())
+    assert [(i["incarnation"], i["image"]) for i in facts["incarnations"]] == [(1, IMAGE), (2, OTHER_IMAGE)]
+    # a rebuild from the raw log keeps what only the cluster said
+    assert steptail("reparse", "olmo3-sft", "--db", db_url, "--raw", str(tmp_path / "raw"),
+                    "--replace").returncode in (0, 1)
+    assert [(n, image) for n, image, _ in query(
+        db_url, "SELECT incarnation, image, image_id FROM incarnations WHERE run = 'olmo3-sft'"
+                " ORDER BY incarnation")] == [(1, IMAGE), (2, OTHER_IMAGE)]
+
+
+def test_a_suspended_jobset_still_admitted_is_a_finding(make_simcluster, db_url):  # noqa: F811
+    sim = make_simcluster(base(jobsets=[js("olmo3-sft"), js("other")],
+                               faults=[{"action": "suspend", "at_step": 10, "jobset": "olmo3-sft"}]))
+    follow(sim, db_url, "--until-done")
+    assert findings(db_url) == {"olmo3-sft": {("rule:suspend", 0)}}
+    (detail,), = query(db_url, "SELECT detail FROM findings WHERE kind = 'rule:suspend'")
+    assert "still admitted and active" in detail and "workloads.kueue.x-k8s.io" in detail
+
+
+def test_two_big_slices_started_close_together_flag_the_later_one(make_simcluster, db_url, tmp_path):  # noqa: F811
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("settings:\n  stagger: {hosts: 2, seconds: 600}\n")  # these JobSets count as big
+    sim = make_simcluster(base(jobsets=[js("first"), js("second", start_after=3)]))
+    follow(sim, db_url, "--until-done", "--policy", str(policy))
+    assert findings(db_url) == {"second": {("rule:stagger", 0)}}
+    (detail,), = query(db_url, "SELECT detail FROM findings WHERE kind = 'rule:stagger'")
+    assert "after big-slice JobSet first" in detail
+
+
+def _reaped(sim, jobset: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if sim.process0(jobset) is None:
+                break
+        except Exception:  # noqa: BLE001 - the JobSet is gone
+            break
+        time.sleep(0.2)
+    time.sleep(2)  # follow sees the DELETED events
+
+
+def test_a_failed_jobset_is_archived_before_it_is_reaped(make_simcluster, db_url, tmp_path):  # noqa: F811
+    sim = make_simcluster(base(rate=20, jobsets=[js("olmo3-sft", trainer={"steps": 600})]))
+    archive = tmp_path / "archive"
+    proc = follow_started(sim, db_url, "--archive", str(archive))
+    sim.fail_jobset("olmo3-sft", reap_after=4)
+    _reaped(sim, "olmo3-sft")
+    err = ended(proc, stop=True)
+    manifest = json.loads((archive / "olmo3-sft" / "manifest.json").read_text())
+    assert manifest["jobset"] == "olmo3-sft" and manifest["files"], manifest
+    files = manifest["files"].values() if isinstance(manifest["files"], dict) else manifest["files"]
+    assert all((archive / "olmo3-sft" / f["path"]).exists() for f in files)
+    assert query(db_url, "SELECT kind FROM run_files WHERE run = 'olmo3-sft'") == [("archive_manifest",)]
+    assert findings(db_url) == {}, err  # saved: nothing to flag once it is deleted
+    assert "archived failed JobSet olmo3-sft" in err
+
+
+def test_a_failed_jobset_deleted_with_its_logs_unsaved_is_a_finding(make_simcluster, db_url):  # noqa: F811
+    sim = make_simcluster(base(rate=20, jobsets=[js("olmo3-sft", trainer={"steps": 600})]))
+    proc = follow_started(sim, db_url)
+    sim.fail_jobset("olmo3-sft", reap_after=3)
+    _reaped(sim, "olmo3-sft")
+    err = ended(proc, stop=True)
+    assert findings(db_url) == {"olmo3-sft": {("logs_not_saved", 0)}}, err
+    assert "JobSet olmo3-sft failed; save its pod logs before deleting it" in err
+
+
+def test_follow_without_the_jobset_rbac_says_so_once_and_follows(make_simcluster, tmp_path):  # noqa: F811
+    sim = make_simcluster(base(jobsets=[js("olmo3-sft")]))
+    sim.fail_next(10_000, 403, "/jobsets")  # as a Role without jobsets answers: Forbidden
+    db = f"sqlite:///{tmp_path / 's.db'}"
+    proc = follow(sim, db, "--until-done")
+    lines = [ln for ln in proc.stderr.splitlines() if "jobsets failing" in ln]
+    assert len(lines) == 1 and "forbidden" in lines[0], proc.stderr
+    assert query(db, "SELECT COUNT(*) FROM loss_parts WHERE run = 'olmo3-sft'") == [(60,)]
+    assert Path(tmp_path / "s.db").exists()
