@@ -1,5 +1,6 @@
 """Arm vs control: CE of two runs aligned by step (each step's value from its latest
-incarnation), refused when the runs do not share a slice shape (process count)."""
+incarnation), refused when the runs do not share a slice shape (process count); and its chart
+(storage/plots.py says what it marks)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
+from steptail.storage import plots
 from steptail.storage.db import Store
 
 
@@ -24,6 +26,9 @@ class Comparison:
     rows: list[dict] = field(default_factory=list)  # step, arm_ce, control_ce, delta, beyond
     only_arm: int = 0
     only_control: int = 0
+    # every step of each run, not only the common ones: step -> (ce, ce_raw) as latest_ce
+    arm_ce: dict[int, tuple[float | None, str]] = field(default_factory=dict, repr=False)
+    control_ce: dict[int, tuple[float | None, str]] = field(default_factory=dict, repr=False)
 
     @property
     def beyond(self) -> list[dict]:
@@ -105,7 +110,8 @@ def compare_runs(store: Store, arm: str, control: str, tolerance: float = 1e-3, 
     if not common:
         raise CompareRefused(f"{arm} and {control} have no step in common")
     result = Comparison(arm, control, tolerance, rel, shape_arm,
-                        only_arm=len(set(a) - set(c)), only_control=len(set(c) - set(a)))
+                        only_arm=len(set(a) - set(c)), only_control=len(set(c) - set(a)),
+                        arm_ce=a, control_ce=c)
     for step in common:
         (ace, _), (cce, _) = a[step], c[step]
         delta = ace - cce if ace is not None and cce is not None else None
@@ -116,37 +122,51 @@ def compare_runs(store: Store, arm: str, control: str, tolerance: float = 1e-3, 
     return result
 
 
-def plot(result: Comparison, path: str) -> None:
-    """Both CE curves, their difference, and the first step beyond tolerance (PNG)."""
-    import matplotlib  # here, not at the top: ~0.2 s to import, needed only for a plot
+ARM_COLOR, CONTROL_COLOR = "C1", "C0"
 
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
 
-    steps = [r["step"] for r in result.rows]
-    nan = float("nan")
-    num = [(nan if r["arm_ce"] is None else r["arm_ce"], nan if r["control_ce"] is None else r["control_ce"])
-           for r in result.rows]
-    fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(9, 6), height_ratios=(3, 1))
-    try:
-        top.plot(steps, [n[1] for n in num], label=f"control {result.control}", lw=1.2)
-        top.plot(steps, [n[0] for n in num], label=f"arm {result.arm}", lw=1.2)
-        top.set_ylabel("ce")
-        bottom.plot(steps, [nan if r["delta"] is None else r["delta"] for r in result.rows],
-                    color="black", lw=1)
-        bottom.axhline(result.tolerance, color="grey", ls=":", lw=1)
-        bottom.axhline(-result.tolerance, color="grey", ls=":", lw=1)
-        bottom.set_ylabel("\u0394ce (arm - control)")
-        bottom.set_xlabel("step")
-        first = result.first_divergent_step
-        if first is not None:
-            for ax in (top, bottom):
-                ax.axvline(first, color="red", ls="--", lw=1)
-            top.annotate(f"diverges at step {first}", xy=(first, top.get_ylim()[1]), color="red",
-                         ha="left", va="top")
-        top.legend()
-        top.set_title(f"{result.arm} vs {result.control} ({result.process_count} processes)")
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-    finally:
-        plt.close(fig)
+def plot(result: Comparison, path: str, store: Store) -> None:
+    """The chart of `figure` as a PNG; the runs' gaps and restores read from `store`."""
+    with store.engine.connect() as conn:
+        arm, control = plots.read_marks(conn, result.arm), plots.read_marks(conn, result.control)
+    plots.save_png(figure(result, arm, control), path)
+
+
+def figure(result: Comparison, arm: plots.Marks, control: plots.Marks):
+    """Both CE curves, every step of each (past the shorter run's end too), with their missing
+    steps, non-finite CE and restores marked; below, their difference at the common steps with
+    the tolerance and the first step beyond it. The control is drawn wide and pale, the arm thin
+    on top of it: where they coincide, both show."""
+    fig = plots.new_figure(12.0, 6.5)
+    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(3, 1))
+    both = [top, bottom]
+    runs = (("control", result.control, result.control_ce, control, CONTROL_COLOR, "\\\\", "left"),
+            ("arm", result.arm, result.arm_ce, arm, ARM_COLOR, "//", "right"))
+    for order, (role, run, ce, marks, color, hatch, side) in enumerate(runs):
+        xs, ys = plots.broken_line((step, value) for step, (value, _) in ce.items())
+        top.plot(xs, ys, color=color, label=f"{role} {run}", **plots.curve_style(order, 2))
+        steps = sorted(ce)
+        plots.shade_missing(top, plots.uncovered(marks.gaps, steps), f"{role}: ", hatch)
+        plots.mark_nonfinite(top, [(s, ce[s][1]) for s in steps if not plots.finite(ce[s][0])],
+                             color, f"{role}: ")
+        plots.mark_restores(both, marks.incarnations, f"{role}: ", side)
+    ends = {role: max(ce) for role, _, ce, *_ in runs if ce}
+    if len(ends) == 2 and ends["arm"] != ends["control"]:
+        shorter = min(ends, key=ends.get)
+        plots.mark_end(both, ends[shorter], f"{shorter} ends at step {ends[shorter]}")
+    top.set_ylabel("ce")
+    top.set_title(f"{result.arm} vs {result.control} ({result.process_count} processes)")
+    xs, ys = plots.broken_line((r["step"], r["delta"]) for r in result.rows)
+    bottom.plot(xs, ys, color="black", lw=1, label="\u0394ce")
+    bottom.axhline(result.tolerance, color="grey", ls=":", lw=1)
+    bottom.axhline(-result.tolerance, color="grey", ls=":", lw=1)
+    bottom.set_ylabel("\u0394ce (arm - control)")
+    bottom.set_xlabel("step")
+    first = result.first_divergent_step
+    if first is not None:
+        for ax in both:
+            ax.axvline(first, color="red", ls="--", lw=1, label=f"diverges at step {first}" if ax is top else None)
+    for ax in both:
+        ax.grid(True, alpha=0.3)
+    plots.legend(top)
+    return fig

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -26,7 +27,9 @@ TABLE_ROWS = 200  # longer comparisons show a terminal the rows around the diver
               help="Absolute tolerance on |arm ce - control ce|.")
 @click.option("--rel", type=float, default=0.0, show_default=True, metavar="REL",
               help="Relative tolerance (x |control ce|), added to --tolerance.")
-@click.option("--plot", "plot_path", metavar="F.png", help="Write a PNG of both curves and the divergence point.")
+@click.option("--plot", "plot_path", metavar="F.png",
+              help="Write a PNG of both curves (every step of each; missing steps, non-finite CE, restores"
+                   " and the shorter run's end marked) and their difference, with the divergence point.")
 @db_option
 @output_option()
 def command(arm: str, control: str, tolerance: float, rel: float, plot_path: str | None,
@@ -44,17 +47,23 @@ def command(arm: str, control: str, tolerance: float, rel: float, plot_path: str
     except CompareRefused as exc:
         fail(f"comparison refused: {exc}")
     except StoreFailure as exc:
-        fail(f"cannot read {store.describe()}: {str(getattr(exc, 'orig', exc)).splitlines()[0]}")
+        _store_failed(store, exc)
     if plot_path is not None:
         try:
-            plot(result, plot_path)
+            plot(result, plot_path, store)
         except OSError as exc:
             fail(f"cannot write the plot {plot_path}: {exc.strerror or exc}")
+        except StoreFailure as exc:  # the plot reads each run's gaps and restores
+            _store_failed(store, exc)
     if output.machine:
         output.data({**result.summary(), "steps": result.rows}, result.rows)
     else:
         _print(output, result, plot_path)
     sys.exit(1 if result.first_divergent_step is not None else 0)
+
+
+def _store_failed(store, exc: StoreFailure) -> NoReturn:
+    fail(f"cannot read {store.describe()}: {str(getattr(exc, 'orig', exc)).splitlines()[0]}")
 
 
 def _shown(result: Comparison) -> list[dict]:
