@@ -3,7 +3,16 @@
 Everything here is a function of the constructor arguments and (step, incarnation):
 no I/O, no wall clock unless you pass ``at=``. The CE of a step is a function of
 (seed, step) only, so a replay after a checkpoint restore prints the same CE unless
-``replay_ce_offset`` is set (a broken restore).
+``replay_ce_offset`` is set (a broken restore), and runs of one seed print the same curve
+whatever their ``context_parallelism``, as a correct mesh change must.
+
+One exception, the simulated effect of the runbook's trap: ``context_parallelism > 1`` with
+``load_balance=True`` (MaxText's ``context_parallel_load_balance``) prints a wrong CE, above
+the correct curve of its seed by :meth:`Trainer.load_balance_error`: at step 1 what dense
+Olmo 3 7B showed (+0.39 at cp4, +1.98 at cp8; other cp on the power law through those two),
+growing linearly with the step to twice that by step ``1 + LB_DRIFT_STEPS`` (a model trained
+on misplaced tokens drifts further from the right loss). The same cp with load balancing off
+prints its seed's correct CE, so a cp1 run of the seed is its control.
 """
 
 from __future__ import annotations
@@ -18,6 +27,10 @@ ANSI_RESET = "\x1b[0m"
 THREAD_ID = 140233
 DEFAULT_START = datetime(2026, 11, 30, 4, 0, 0, tzinfo=UTC)
 N_LAYERS = 16
+# context_parallel_load_balance=True at ici_context_parallelism>1: step-1 CE error measured on
+# dense Olmo 3 7B (the runbook's Traps), and the steps over which the error doubles
+LB_STEP1_ERROR = {4: 0.39, 8: 1.98}
+LB_DRIFT_STEPS = 200
 
 
 @dataclass
@@ -100,10 +113,23 @@ class Trainer:
         smooth = 3.8 - 1.25 * (1.0 - math.exp(-step / 180.0))
         return round(smooth + r.gauss(0.0, 0.008), 6)
 
+    def load_balance_error(self, step: int) -> float:
+        """How far the printed CE sits above base_ce: 0 unless context_parallelism > 1 with
+        load_balance on (the module docstring says why)."""
+        cp = self.context_parallelism
+        if cp <= 1 or not self.load_balance:
+            return 0.0
+        at_step1 = LB_STEP1_ERROR.get(cp)
+        if at_step1 is None:  # the power law through the two measurements
+            at_step1 = LB_STEP1_ERROR[4] * (cp / 4) ** math.log2(LB_STEP1_ERROR[8] / LB_STEP1_ERROR[4])
+        return at_step1 * (1.0 + max(step - 1, 0) / LB_DRIFT_STEPS)
+
     def ce(self, step: int, incarnation: int = 1) -> float:
         if step in self.nan_steps:
             return float("nan")
         ce = self.base_ce(step)
+        if error := self.load_balance_error(step):
+            ce = round(ce + error, 6)
         if self.replay_ce_offset and self.is_replay(step, incarnation):
             ce = round(ce + self.replay_ce_offset, 6)
         return ce

@@ -61,3 +61,33 @@ def test_other_pods_print_only_their_completed_step():
     lines = Trainer(process_index=3).step_lines(4)
     assert not any("LOSS-PARTS" in x or "REQUIRED_RBF" in x for x in lines)
     assert sum("completed step: 4," in x for x in lines) == 1
+
+
+def _printed_ce(trainer: Trainer, steps: int) -> dict[int, float]:
+    return {int(m.group(1)): float(m.group(2)) for m in (LOSS.search(x) for x in trainer.run_lines(steps)) if m}
+
+
+def test_context_parallelism_with_load_balancing_prints_a_wrong_ce():
+    """The runbook's trap, simulated: cp > 1 with load balancing on drifts above the seed's
+    correct CE (+0.39 at step 1 at cp4, +1.98 at cp8, twice that by step 201); with load
+    balancing off, cp4 prints what cp1 of the same seed prints."""
+    control = _printed_ce(Trainer(seed=3), 220)
+    assert _printed_ce(Trainer(seed=3, context_parallelism=4), 220) == control
+    assert _printed_ce(Trainer(seed=3, context_parallelism=8, load_balance=False), 220) == control
+    assert _printed_ce(Trainer(seed=3, load_balance=True), 220) == control  # cp1: nothing to balance
+    wrong = _printed_ce(Trainer(seed=3, context_parallelism=4, load_balance=True), 220)
+    delta = {s: wrong[s] - control[s] for s in control}
+    assert abs(delta[1] - 0.39) < 2e-6 and abs(delta[201] - 0.78) < 2e-6
+    assert all(delta[s + 1] > delta[s] for s in range(1, 220))  # grows with the step
+    cp8 = Trainer(seed=3, context_parallelism=8, load_balance=True)
+    assert abs(cp8.ce(1) - cp8.base_ce(1) - 1.98) < 2e-6
+    cp2 = Trainer(seed=3, context_parallelism=2, load_balance=True)
+    assert 0 < cp2.load_balance_error(1) < 0.39  # between: the power law through the two measured
+    # a replay after a restore prints the same wrong CE; a NaN step stays NaN
+    t = Trainer(seed=3, context_parallelism=4, load_balance=True, nan_steps=[5])
+    for s in range(1, 9):
+        t.step_lines(s, 1)
+    for s in range(6, 9):
+        t.step_lines(s, 2)
+    by = {(e.incarnation, e.step): e.ce for e in t.truth}
+    assert by[1, 7] == by[2, 7] == wrong[7] and math.isnan(by[1, 5])
