@@ -136,7 +136,7 @@ def test_ingest_summary_formats(db_url, samples):
 def test_demo_report_keeps_paths_and_commands_whole_when_piped(tmp_path):
     from rich.console import Console
 
-    from steptail.commands.demo import _print
+    from steptail.commands.demo import _print, suggestions
     from steptail.output import Output
 
     db = str(tmp_path / ("a directory with a long name " * 3) / "steptail.db")
@@ -144,15 +144,16 @@ def test_demo_report_keeps_paths_and_commands_whole_when_piped(tmp_path):
                "detail": "steps 5-9 missing " * 10}
     report = {"db": db, "parquet": db + ".parquet", "runs": [
         {"run": "r", "state": "done", "steps_recorded": 9, "steps_written_by_trainer": 9, "incarnations": 1,
-         "reconnects": 0, "steps_lost_to_rotation": [], "failures": [], "stream_gaps": [], "findings": [finding]}]}
+         "reconnects": 0, "steps_lost_to_rotation": [], "failures": [], "stream_gaps": [], "findings": [finding]}],
+        **suggestions(db, 9464)}
     piped = io.StringIO()
     _print(Output("table", Console(file=piped, width=80)), report)
     lines = piped.getvalue().splitlines()
     assert any(line.rstrip().endswith(finding["detail"].strip()) for line in lines)
-    commands = [line.removeprefix("try:").strip() for line in lines if "steptail " in line]
-    assert [shlex.split(c)[:2] for c in commands] == [["steptail", "runs"], ["steptail", "steps"],
-                                                     ["steptail", "check"]]
-    assert all(shlex.split(c)[-1] == db for c in commands)
+    commands = [line.removeprefix("try:").removeprefix("page:").strip() for line in lines if "steptail " in line]
+    assert commands == [*report["try"], report["serve"]]  # each whole, on one line
+    assert [shlex.split(c)[1] for c in commands] == ["runs", "steps", "check", "compare", "serve"]
+    assert all(shlex.split(c)[shlex.split(c).index("--db") + 1] == db for c in commands)
 
 
 def _follow(sim, db: str, *extra: str) -> subprocess.Popen:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import shlex
 import shutil
+import socket
 import sys
 from pathlib import Path
 
@@ -15,11 +17,21 @@ from steptail.commands._common import fail
 from steptail.output import Output, output_option
 
 NS = "demo"
+# The story: qwen3-cp4 runs ici_context_parallelism 4 with context_parallel_load_balance on,
+# which the runbook forbids (the loss goes wrong). qwen3-cp1 is its control: the same seed
+# (data order and weights), the same 4-host slice, no context parallelism. The simulated
+# trainer prints the arm's CE above the control's by the bug's effect (simcluster/trainer.py).
+ARM, CONTROL = "qwen3-cp4", "qwen3-cp1"
+JOBSETS = ("olmo3-sft", ARM, CONTROL)
+QWEN_SEED = 3
+SERVE_PORT = 9464  # `steptail serve`'s default; another free port when it is taken
+REFERENCE = "hf-reference"  # the step-1 gate's reference CE of the arm and its control, beside the store
 
 
 def demo_scenario(seconds: float) -> dict:
-    """Two JobSets over `seconds`: a rotation hang, an EOF, a JobSet restart, an auth lapse,
-    a double rotation (lines really lost), a NaN step and context parallelism with load balancing."""
+    """Three JobSets over `seconds`: a rotation hang, an EOF, a JobSet restart, an auth lapse,
+    a double rotation (lines really lost), a NaN step, and context parallelism with load
+    balancing (qwen3-cp4) beside its control (qwen3-cp1)."""
     rate = 200 / seconds  # ~200 steps in the demo
 
     def at(fraction: float) -> float:
@@ -31,9 +43,11 @@ def demo_scenario(seconds: float) -> dict:
         "jobsets": [
             {"name": "olmo3-sft", "hosts": 4,
              "trainer": {"steps": 220, "checkpoint_period": 50}},
-            {"name": "qwen3-cp4", "hosts": 4,
-             "trainer": {"steps": 220, "checkpoint_period": 50, "context_parallelism": 4,
+            {"name": ARM, "hosts": 4,
+             "trainer": {"steps": 220, "checkpoint_period": 50, "seed": QWEN_SEED, "context_parallelism": 4,
                          "load_balance": True, "nan_steps": [90]}},
+            {"name": CONTROL, "hosts": 4,
+             "trainer": {"steps": 220, "checkpoint_period": 50, "seed": QWEN_SEED}},
         ],
         "faults": [
             {"action": "rotate", "jobset": "olmo3-sft", "at": at(0.15)},  # hang: silent, no EOF
@@ -56,9 +70,11 @@ def demo_scenario(seconds: float) -> dict:
 @click.option("--no-view", is_flag=True, help="No live table.")
 @output_option()
 def command(out_dir: str, seconds: float, port: int, no_view: bool, output: Output) -> None:
-    """Start a simulated GKE cluster with two training JobSets and scripted faults (rotation
-    hang, EOF, JobSet restart, auth lapse, lost lines), follow them with the real kubectl
-    into DIR (SQLite + Parquet), then print what was recorded and flagged."""
+    """Start a simulated GKE cluster with three training JobSets and scripted faults (rotation
+    hang, EOF, JobSet restart, auth lapse, lost lines; an arm with context parallelism and load
+    balancing beside its control), follow them with the real kubectl into DIR (SQLite +
+    Parquet), then print what was recorded and flagged, write two charts (the arm against its
+    control, olmo3-sft's CE) and print commands to look further."""
     from steptail.collector.cluster.kubectl import KubeTarget
     from steptail.collector.live.follower import FollowConfig
     from steptail.collector.live.supervisor import Plan
@@ -76,6 +92,8 @@ def command(out_dir: str, seconds: float, port: int, no_view: bool, output: Outp
     for stale in (db, Path(f"{db}-wal"), Path(f"{db}-shm")):
         stale.unlink(missing_ok=True)  # the demo starts from scratch every time
     shutil.rmtree(parquet, ignore_errors=True)
+    for name, _ in CHARTS:
+        (out / name).unlink(missing_ok=True)
     try:
         store = open_store(str(db))
     except StoreError as exc:
@@ -91,14 +109,17 @@ def command(out_dir: str, seconds: float, port: int, no_view: bool, output: Outp
         fail(f"cannot start the simulated cluster on port {port}: {exc.strerror or exc}")
     try:
         if not output.machine:
-            output.print(f"simulated cluster on {sim.server_url}; following JobSets olmo3-sft and qwen3-cp4 "
+            output.print(f"simulated cluster on {sim.server_url}; following JobSets {', '.join(JOBSETS)} "
                          f"in namespace {NS} for ~{seconds:.0f} s …")
         target = KubeTarget(NS, sim.account, str(sim.kubeconfig_path))
-        plan = Plan(target, jobsets={"olmo3-sft": "olmo3-sft", "qwen3-cp4": "qwen3-cp4"}, parquet=str(parquet),
-                    config=FollowConfig(until_done=True, parquet_every=10.0))  # follow's defaults
+        plan = Plan(target, jobsets={name: name for name in JOBSETS}, parquet=str(parquet),
+                    config=FollowConfig(until_done=True, parquet_every=10.0),  # follow's defaults
+                    reference_ce=hf_reference(out / REFERENCE))
         view = console.is_terminal and not no_view and not output.machine
         sup = asyncio.run(follow(store, plan, view=view, console=console, duration=seconds * 2 + 30))
         report = _report(store, sup, sim, db, parquet)
+        report |= _charts(store, out)
+        report |= suggestions(str(db), free_port(SERVE_PORT))
     finally:
         sim.stop_thread()
         store.dispose()
@@ -106,6 +127,83 @@ def command(out_dir: str, seconds: float, port: int, no_view: bool, output: Outp
         output.data(report, report["runs"])
     else:
         _print(output, report)
+
+
+def hf_reference(folder: Path) -> Path:
+    """The step-1 gate's HF reference CE of the arm and its control (`--reference-ce DIR`): in
+    the simulation, what a correct forward of their seed's first batch gives."""
+    from steptail.simcluster.trainer import Trainer
+
+    folder.mkdir(exist_ok=True)
+    for run in (ARM, CONTROL):
+        (folder / f"{run}.json").write_text(json.dumps({"1": Trainer(seed=QWEN_SEED).base_ce(1)}) + "\n")
+    return folder
+
+
+CHARTS = ((f"{ARM}-vs-{CONTROL}.png", f"{ARM} against its control {CONTROL}"),
+          ("olmo3-sft-ce.png", "olmo3-sft's CE by incarnation, across its JobSet restart"))
+
+
+def _charts(store, out: Path) -> dict:
+    """The two charts, and the arm's comparison with its control."""
+    from steptail.storage.compare import CompareRefused, compare_runs, plot
+    from steptail.storage.export import write_ce_plot
+
+    (vs, vs_what), (ce, ce_what) = CHARTS
+    charts, comparison = [], None
+    try:
+        result = compare_runs(store, ARM, CONTROL)
+        plot(result, str(out / vs), store)
+        comparison = result.summary()
+        first = result.first_divergent_step
+        row = next((r for r in result.rows if r["step"] == first), None)
+        comparison["delta_at_first_divergent_step"] = row["delta"] if row else None
+        charts.append({"path": str(out / vs), "what": vs_what})
+    except CompareRefused as exc:
+        charts.append({"path": None, "what": vs_what, "error": f"comparison refused: {exc}"})
+    write_ce_plot(store, "olmo3-sft", out / ce)
+    charts.append({"path": str(out / ce), "what": ce_what})
+    return {"charts": charts, "comparison": comparison}
+
+
+def steptail_command() -> str:
+    """The steptail running now, as a shell word that a new shell runs without the venv on its
+    PATH: this executable's absolute path (`make demo` runs .venv/bin/steptail)."""
+    argv0 = Path(sys.argv[0])
+    candidates = [argv0] if argv0.name == "steptail" else []
+    candidates.append(Path(sys.executable).parent / "steptail")  # the venv's bin, not resolved
+    candidates += [Path(found)] if (found := shutil.which("steptail")) else []
+    for path in candidates:
+        if path.is_file():
+            return shlex.quote(str(path.absolute()))
+    return shlex.join([sys.executable, "-c", "from steptail.cli import main; main()"])
+
+
+def free_port(preferred: int) -> int:
+    """`preferred` when nothing listens on it on 127.0.0.1, else a port free now."""
+    for port in (preferred, 0):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return sock.getsockname()[1]
+    raise OSError("no free port on 127.0.0.1")
+
+
+def suggestions(db: str, port: int) -> dict:
+    """Commands to go on with, each ready to paste in a new shell: `try` reads the store (check
+    and compare exit 1: they flag the arm; check with the HF reference the demo wrote beside
+    the store), `serve` starts the web page at `url`."""
+    exe, arg = steptail_command(), shlex.quote(db)  # whatever the directories are called
+    reference = shlex.quote(str(Path(db).parent / REFERENCE))
+    return {
+        "try": [f"{exe} runs --db {arg}", f"{exe} steps olmo3-sft --db {arg}",
+                f"{exe} check {ARM} --db {arg} --reference-ce {reference}",
+                f"{exe} compare {ARM} {CONTROL} --db {arg}"],
+        "serve": f"{exe} serve --db {arg} --port {port}",
+        "url": f"http://127.0.0.1:{port}/",
+    }
 
 
 def _report(store, sup, sim, db: Path, parquet: Path) -> dict:
@@ -156,11 +254,26 @@ def _print(output: Output, report: dict) -> None:
         for f in r["findings"]:
             output.print(f"  [yellow]{f['severity']}[/] {f['kind']} (inc {f['incarnation']}, steps "
                          f"{f['first_step']}–{f['last_step']}): {f['detail']}", highlight=False)
-    db = report["db"]
+    if (c := report.get("comparison")) is not None:
+        output.console.rule(f"[bold]{c['arm']} vs {c['control']}")
+        output.print(f"{c['arm']} runs ici_context_parallelism=4 with context_parallel_load_balance=True, which "
+                     f"the runbook forbids; {c['control']} is its control (same seed, data order and "
+                     f"{c['process_count']}-host slice, no context parallelism).", markup=False)
+        if c["first_divergent_step"] is None:
+            output.print(f"within tolerance at all {c['steps_compared']} common steps", markup=False)
+        else:
+            first = c["delta_at_first_divergent_step"]
+            at_first = "" if first is None else f" (\u0394ce {first:+.3f})"
+            output.print(f"diverges at step {c['first_divergent_step']}{at_first}; max |\u0394ce| "
+                         f"{c['max_abs_delta']:.3f} at step {c['max_delta_step']}", markup=False)
     output.console.rule("data")
-    output.print(f"SQLite:  {db}", markup=False)
+    output.print(f"SQLite:  {report['db']}", markup=False)
     output.print(f"Parquet: {report['parquet']}", markup=False)
-    arg = shlex.quote(db)  # ready to paste, whatever the directory is called
-    for i, cmd in enumerate((f"steptail runs --db {arg}", f"steptail steps olmo3-sft --db {arg}",
-                             f"steptail check qwen3-cp4 --db {arg}")):
+    for i, chart in enumerate(report.get("charts", [])):
+        where = chart["path"] or f"not written: {chart['error']}"
+        output.print(f"{'charts:' if i == 0 else '':9}{where}  ({chart['what']})", markup=False)
+    for i, cmd in enumerate(report.get("try", [])):
         output.print(f"{'try:' if i == 0 else '':9}{cmd}", markup=False)
+    if "serve" in report:
+        output.print(f"{'page:':9}{report['serve']}", markup=False)
+        output.print(f"{'':9}then open {report['url']}", markup=False)
