@@ -251,3 +251,25 @@ def test_documented_metrics_are_the_exposed_ones(tmp_path):
     tabled = set(re.findall(r"^\| `(steptail_\w+)` \|", text, re.M))
     missing = sorted(n for n in names if n not in tabled)
     assert not missing, f"metrics not in a docs/metrics.md table: {missing}"
+
+
+def test_every_option_of_every_command_is_in_the_cli_reference():
+    import click
+
+    from steptail.cli import main as cli
+
+    text = (ROOT / "docs" / "cli.md").read_text()
+    ctx = click.Context(cli)
+    missing = []
+    for name in cli.list_commands(ctx):
+        command = cli.get_command(ctx, name)
+        subs = command.commands.values() if isinstance(command, click.Group) else [command]
+        for sub in subs:
+            heading = re.search(rf"^### `{re.escape(name if sub is command else f'{name} {sub.name}')}[ `]", text, re.M)
+            if heading is None:
+                missing.append(f"{name} {'' if sub is command else sub.name}".strip())
+                continue
+            section = text[heading.end():].split("\n### ", 1)[0]
+            missing += [f"{name} {opt}" for p in sub.params if isinstance(p, click.Option)
+                        for opt in p.opts if opt.startswith("--") and opt != "--help" and f"`{opt}`" not in section]
+    assert not missing, f"not in docs/cli.md's options: {missing}"
