@@ -1,11 +1,13 @@
-"""`steptail serve`: read-only HTTP over the store (health, Prometheus metrics, JSON API).
+"""`steptail serve`: read-only HTTP over the store (health, Prometheus metrics, JSON API, and
+at `/` a live web page over that API: steptail/web, docs/page.md).
 
 Health never waits behind work: /livez and /healthz answer from the event loop, /healthz with
 the last result of a store probe that runs on a thread of its own. Store reads run in two
 bounded lanes (Lane): exports in one, every other read in the other, each with a queue limit
 beyond which a request is a 503 with a JSON body and `Retry-After` (eight exports of a big run
 once held the default pool, and /healthz with it, for 15 s).
-When a token is configured, everything but /healthz and /livez needs `Authorization: Bearer <token>`.
+When a token is configured, everything but /healthz, /livez and the page's static files (`/`,
+/static/…: nothing from the store) needs `Authorization: Bearer <token>`.
 Every bad parameter is a 400 with a JSON body, every failure a JSON answer (no traceback); a
 request path is logged escaped (a `%0a` in it cannot forge a log line).
 
@@ -44,8 +46,10 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from steptail.jsonsafe import strict
 from steptail.storage.api_reads import run_state, step_rows, steps_json
 from steptail.storage.db import DatabaseFailure, Store
+from steptail.storage.page_reads import LIVE_NS, outline, overview
 from steptail.storage.reads import list_runs, run_exists
 from steptail.storage.status import reachable, run_gauges
+from steptail.web import PAGE_HEADERS, MissingLibrary, asset
 
 PAGE_DEFAULT = 1000
 PAGE_MAX = 10_000
@@ -65,7 +69,9 @@ PROBE = web.AppKey("probe", object)  # StoreProbe
 EXPORTS = web.AppKey("exports", object)  # Lane
 READS = web.AppKey("reads", object)  # Lane
 CONNECTIONS = web.AppKey("connections", object)  # LaneConnections of the read lane
-OPEN_ROUTES = ("/healthz", "/livez")  # no token needed: probes
+# No token needed: the probes, and the page's static files (they hold nothing from the store;
+# the page asks for the token and sends it with its API calls). Matched by route, not by path.
+OPEN_ROUTES = ("/healthz", "/livez", "/", "/static/{name}")
 ANSWERING = web.AppKey("answering", set)  # connections whose request is being handled
 # Lanes: (threads, requests waiting beyond them, Retry-After seconds of a 503)
 EXPORT_LANE = (2, 4, 10)  # a whole-run bundle: seconds of CPU and a temporary folder each
@@ -313,7 +319,7 @@ async def _guard(request: web.Request, handler):
 
 async def _answer(request: web.Request, handler):
     token = request.app[TOKEN]
-    if token is not None and request.path not in OPEN_ROUTES:
+    if token is not None and not _open(request):
         given = request.headers.get("Authorization", "")
         if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
             resp = _error(401, "bearer token required")
@@ -337,6 +343,13 @@ async def _answer(request: web.Request, handler):
         log.error("%s %s failed: %s: %s", request.method, escaped(request.raw_path), type(exc).__name__,
                   escaped(text.splitlines()[0][:200]) if text else "''")
         return _error(500, "internal error")
+
+
+def _open(request: web.Request) -> bool:
+    """Whether the request's route needs no token (by the route it matched: a path such as
+    `/static/../api/runs` matches no open route)."""
+    resource = request.match_info.route.resource
+    return resource is not None and resource.canonical in OPEN_ROUTES
 
 
 def _refuse(request: web.Request, status: int, message: str, why: str) -> ApiError:
@@ -541,6 +554,83 @@ async def findings(request: web.Request) -> web.Response:
     return _tagged(*answer)
 
 
+# -- the web page (steptail/web, docs/page.md) ------------------------------------------------
+def _accepts_gzip(request: web.Request) -> bool:
+    for item in request.headers.get("Accept-Encoding", "").split(","):
+        name, _, params = item.partition(";")
+        if name.strip().lower() == "gzip":
+            q = params.strip().lower()
+            if not q.startswith("q="):
+                return True
+            try:
+                return float(q[2:]) > 0
+            except ValueError:
+                return False
+    return False
+
+
+async def _asset(request: web.Request, name: str) -> web.Response:
+    try:
+        found = await asyncio.to_thread(asset, name)  # read (and compressed) once, then cached
+    except MissingLibrary as exc:
+        raise ApiError(500, str(exc)) from None
+    if found is None:
+        raise ApiError(404, f"no file {name!r}")
+    headers = {"ETag": found.etag, "Cache-Control": "no-cache", "Vary": "Accept-Encoding",
+               "X-Content-Type-Options": "nosniff"}
+    if name == "index.html":
+        headers |= PAGE_HEADERS
+    if _matches(request.headers.get("If-None-Match"), found.etag):
+        return web.Response(status=304, headers=headers)
+    body = found.body
+    if _accepts_gzip(request):
+        body, headers["Content-Encoding"] = found.gzipped, "gzip"
+    return web.Response(body=body, headers=headers, content_type=found.content_type, charset="utf-8")
+
+
+async def page(request: web.Request) -> web.Response:
+    return await _asset(request, "index.html")
+
+
+async def static(request: web.Request) -> web.Response:
+    return await _asset(request, request.match_info["name"])
+
+
+def _overview(conn, if_none_match: str | None) -> tuple[str, bytes | None]:
+    return _hashed({"live_seconds": LIVE_NS // 10**9, "runs": overview(conn, time.time_ns())}, if_none_match)
+
+
+async def runs_overview(request: web.Request) -> web.Response:
+    """The page's runs table: each run's state, last step and CE, findings by severity."""
+    return _tagged(*await request.app[READS].run(request.app[CONNECTIONS].call, _overview,
+                                                 request.headers.get("If-None-Match")))
+
+
+def _outline(conn, store: Store, run: str, if_none_match: str | None) -> tuple[str, bytes | None] | None:
+    """As _steps: tagged by the run's state, read (on the lane's connection) before the body. The
+    body on a connection of its own: its pass over the steps streams, which PostgreSQL does in a
+    transaction (the lane's connections are in autocommit)."""
+    state = run_state(conn, run)
+    if state is None:
+        return None
+    tag = _etag("outline", run, state)
+    if _matches(if_none_match, tag):
+        return tag, None
+    with store.engine.connect() as own:
+        data = outline(own, run)
+    return None if data is None else (tag, _dumps(data).encode())
+
+
+async def run_outline(request: web.Request) -> web.Response:
+    """A run's incarnations, restore points, checkpoints, missing steps and stream gaps."""
+    run = _possible_run(request)
+    answer = await request.app[READS].run(request.app[CONNECTIONS].call, _outline, request.app[STORE], run,
+                                          request.headers.get("If-None-Match"))
+    if answer is None:
+        raise ApiError(404, f"no run {run!r}")
+    return _tagged(*answer)
+
+
 def _bundle(store: Store, run: str, work: Path) -> Path:
     """Export RUN into WORK and zip it (files at the archive's top, under RUN/)."""
     from steptail.storage.export import check_export_name, export_run
@@ -615,6 +705,10 @@ def make_app(store: Store, token: str | None = None, *, export_lane: tuple[int, 
     r.add_get("/api/runs/{run}/steps", steps)
     r.add_get("/api/runs/{run}/findings", findings)
     r.add_get("/api/runs/{run}/export", export)
+    r.add_get("/api/runs/{run}/outline", run_outline)
+    r.add_get("/api/overview", runs_overview)
+    r.add_get("/", page)
+    r.add_get("/static/{name}", static)
     return app
 
 

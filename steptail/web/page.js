@@ -1,0 +1,899 @@
+// steptail's page (docs/page.md): the runs table at `/`, a run at `/?run=NAME` (`&vs=CONTROL`
+// overlays another run, `&part=KEY` picks the loss part, `&poll=SECONDS` the polling period).
+// Plain JavaScript, no build step. Everything from the store reaches the DOM as text
+// (textContent, never innerHTML); strings handed to plotly, which reads a few HTML-like tags in
+// labels, are escaped first (plain()).
+"use strict";
+(function () {
+  const params = new URLSearchParams(location.search);
+  const POLL_MS = Math.max(250, 1000 * (Number(params.get("poll")) || 5));
+  const PAGE = 10000; // rows per /steps request (the API's largest page)
+  const RELOAD_MS = 30000; // a run's steps are read whole again at most this often
+  const COLORS = ["#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#bcbd22"];
+  const SEVERITY = { critical: "#b3261e", warning: "#e08a00" };
+  const GAP_FILL = { gap: "rgba(214,39,40,0.16)", head_gap: "rgba(255,127,14,0.18)" };
+  const MAX_LINES = 300; // vertical marker lines drawn at most (NaN steps); markers are always drawn
+
+  // What the page shows, for people debugging it and for the tests (tests/test_page.py).
+  const state = (window.steptailState = { view: null, ready: false, polls: 0, renders: 0, error: null });
+  const $ = (id) => document.getElementById(id);
+
+  // -- DOM: every value goes in as text ----------------------------------------------------
+  function el(tag, props, ...children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(props || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k === "class") node.className = v;
+      else if (k === "data") for (const [dk, dv] of Object.entries(v)) node.dataset[dk] = String(dv);
+      else node.setAttribute(k, String(v));
+    }
+    for (const c of children.flat()) if (c !== null && c !== undefined) node.append(c instanceof Node ? c : String(c));
+    return node;
+  }
+  function fill(tbody, rows) {
+    tbody.replaceChildren(...rows);
+  }
+  function setText(id, text) {
+    $(id).textContent = text == null ? "" : String(text);
+  }
+  // plotly turns <br>, <b>, <a href> … in labels and hover text into markup: escape what is not ours.
+  function plain(text) {
+    return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  }
+  function stepRange(a, b) {
+    return a === b ? `step ${a}` : `steps ${a}–${b}`;
+  }
+  function runLink(run) {
+    return "?" + new URLSearchParams({ run }).toString();
+  }
+  function parseTime(iso) {
+    return iso ? Date.parse(iso.replace(/(\.\d{3})\d+/, "$1")) : NaN;
+  }
+  function age(iso) {
+    const t = parseTime(iso);
+    if (Number.isNaN(t)) return "";
+    const s = Math.max(0, (Date.now() - t) / 1000);
+    if (s < 90) return `${Math.round(s)} s`;
+    if (s < 5400) return `${Math.round(s / 60)} min`;
+    if (s < 172800) return `${Math.round(s / 3600)} h`;
+    return `${Math.round(s / 86400)} d`;
+  }
+  function ranges(steps) {
+    // sorted integers -> [[first, last], …]
+    const out = [];
+    for (const s of steps) {
+      const r = out[out.length - 1];
+      if (r && s === r[1] + 1) r[1] = s;
+      else if (!r || s > r[1]) out.push([s, s]);
+    }
+    return out;
+  }
+
+  // -- the API: bearer token, ETags -------------------------------------------------------
+  let token = sessionStorage.getItem("steptail-token");
+  class AuthNeeded extends Error {}
+
+  async function api(path, etag) {
+    const headers = { Accept: "application/json" };
+    if (token) headers.Authorization = "Bearer " + token;
+    if (etag) headers["If-None-Match"] = etag;
+    // no-store: the browser's cache neither answers nor rewrites our conditional requests
+    const resp = await fetch(path, { headers, cache: "no-store" });
+    if (resp.status === 304) return { status: 304, etag, data: null };
+    if (resp.status === 401) {
+      askToken();
+      throw new AuthNeeded("this server needs its bearer token");
+    }
+    let data = null;
+    try {
+      data = await resp.json();
+    } catch (e) {
+      data = null;
+    }
+    if (!resp.ok) {
+      const err = new Error((data && data.error) || `HTTP ${resp.status} for ${path}`);
+      err.status = resp.status;
+      throw err;
+    }
+    return { status: resp.status, etag: resp.headers.get("ETag"), data };
+  }
+
+  // One JSON answer kept with its ETag: fetch() is true when it changed.
+  class Tagged {
+    constructor(path) {
+      this.path = path;
+      this.etag = null;
+      this.data = null;
+    }
+    async fetch() {
+      const r = await api(this.path, this.etag);
+      if (r.status === 304) return false;
+      this.etag = r.etag;
+      this.data = r.data;
+      return true;
+    }
+  }
+
+  function askToken() {
+    const form = $("token-form");
+    if (!form.hidden) return;
+    form.hidden = false;
+    $("token-input").focus();
+  }
+  $("token-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    token = $("token-input").value.trim();
+    sessionStorage.setItem("steptail-token", token);
+    $("token-form").hidden = true;
+    start();
+  });
+
+  // -- a run's steps, read with the API's keyset pages ----------------------------------------
+  function cmpKey(a, b) {
+    return a[0] - b[0] || a[1] - b[1];
+  }
+  class Series {
+    constructor(run) {
+      this.run = run;
+      this.base = `api/runs/${encodeURIComponent(run)}/steps`;
+      this.reset();
+    }
+    reset() {
+      this.incs = new Map(); // incarnation -> {steps, ce, raw, parts, rbf, rbfOnly}
+      this.rows = 0; // LOSS-PARTS rows
+      this.last = null; // [incarnation, step] of the last row read
+      this.lastRow = null;
+      this.lastKind = null;
+      this.partKeys = [];
+      this.stale = false; // rows appeared behind the last one read: read all again
+      this.pollPath = null;
+      this.pollTag = null;
+      this.loadedAt = 0;
+    }
+    inc(n) {
+      let i = this.incs.get(n);
+      if (!i) {
+        i = { n, steps: [], ce: [], raw: [], parts: [], rbf: [], rbfOnly: [] };
+        this.incs.set(n, i);
+      }
+      return i;
+    }
+    // Rows in key order; the last row read is read again by each poll (its REQUIRED_RBF line
+    // may come in a later commit) and replaces the kept one. True when anything changed.
+    add(rows) {
+      let changed = false;
+      for (const r of rows) {
+        const key = [r.incarnation, r.step];
+        const order = this.last ? cmpKey(key, this.last) : 1;
+        if (order < 0) {
+          this.stale = true;
+          continue;
+        }
+        if (order === 0) {
+          if (JSON.stringify(r) === JSON.stringify(this.lastRow)) continue;
+          this.dropLast();
+        }
+        const inc = this.inc(r.incarnation);
+        const hasRbf = r.rbf_max !== null || r.rbf_program !== null || r.rbf_per_layer !== null;
+        if (r.ce_raw !== null && r.ce_raw !== undefined) {
+          inc.steps.push(r.step);
+          inc.ce.push(typeof r.ce === "number" ? r.ce : null);
+          inc.raw.push(r.ce_raw);
+          inc.parts.push(r.parts || {});
+          inc.rbf.push(hasRbf);
+          for (const k of Object.keys(r.parts || {}))
+            if (!this.partKeys.includes(k)) {
+              this.partKeys.push(k);
+              this.partKeys.sort(); // by name: PostgreSQL (JSONB) does not keep the log's order
+            }
+          this.rows += 1;
+          this.lastKind = "loss";
+        } else {
+          inc.rbfOnly.push(r.step);
+          this.lastKind = "rbf";
+        }
+        this.last = key;
+        this.lastRow = r;
+        changed = true;
+      }
+      return changed;
+    }
+    dropLast() {
+      const inc = this.incs.get(this.last[0]);
+      if (this.lastKind === "loss") {
+        for (const a of [inc.steps, inc.ce, inc.raw, inc.parts, inc.rbf]) a.pop();
+        this.rows -= 1;
+      } else {
+        inc.rbfOnly.pop();
+      }
+    }
+    async pages(path, first) {
+      let changed = false;
+      let r = first;
+      for (;;) {
+        changed = this.add(r.data.steps) || changed;
+        const next = r.data.next;
+        if (!next) return { changed, etag: r.etag };
+        r = await api(this.base + next.slice(next.indexOf("?")));
+      }
+    }
+    async load() {
+      this.reset();
+      this.loadedAt = Date.now();
+      await this.poll();
+      return true;
+    }
+    // The steps after the last one read (and that one again): a 304 while nothing changed.
+    async poll() {
+      let path = `${this.base}?limit=${PAGE}`;
+      if (this.last) {
+        const after = `${this.last[0]}:${Math.max(-1, this.last[1] - 1)}`;
+        path = `${this.base}?after=${encodeURIComponent(after)}&limit=${PAGE}`;
+      }
+      const r = await api(path, path === this.pollPath ? this.pollTag : null);
+      if (r.status === 304) return false;
+      const { changed } = await this.pages(path, r);
+      this.pollPath = path;
+      this.pollTag = r.data.next ? null : r.etag;
+      return changed;
+    }
+    // Read it all again when rows came in behind the last one read (a late row of an earlier
+    // incarnation, a gap filled by another ingest): the outline's counts say so.
+    needsReload(outline) {
+      if (this.stale) return true;
+      if (!outline) return false;
+      return outline.incarnations.some((i) => (this.incs.get(i.incarnation)?.steps.length ?? 0) < i.steps);
+    }
+    // CE by step, the latest incarnation's where several recorded a step (as `steptail compare`).
+    latestCe() {
+      const byStep = new Map();
+      for (const n of [...this.incs.keys()].sort((a, b) => a - b)) {
+        const i = this.incs.get(n);
+        i.steps.forEach((s, k) => byStep.set(s, i.ce[k]));
+      }
+      return byStep;
+    }
+  }
+
+  // x, y with a null where steps are missing, so that the line breaks there
+  function broken(steps, values) {
+    const x = [];
+    const y = [];
+    let prev = null;
+    for (let k = 0; k < steps.length; k++) {
+      const s = steps[k];
+      if (prev !== null && s > prev + 1) {
+        x.push((prev + s) / 2);
+        y.push(null);
+      }
+      x.push(s);
+      y.push(values[k]);
+      prev = s;
+    }
+    return { x, y };
+  }
+
+  function loadPlotly() {
+    if (window.Plotly) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      const s = el("script", { src: "static/plotly.min.js" });
+      s.onload = resolve;
+      s.onerror = () => reject(new Error("could not load static/plotly.min.js"));
+      document.head.append(s);
+    });
+  }
+  const PLOT_CONFIG = { responsive: true, displaylogo: false, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
+
+  // -- the runs table -------------------------------------------------------------------------
+  class RunsView {
+    constructor() {
+      this.overview = new Tagged("api/overview");
+    }
+    async start() {
+      $("runs-view").hidden = false;
+      setText("crumb", "runs");
+      document.title = "steptail: runs";
+      state.view = "runs";
+      await this.update();
+    }
+    async update() {
+      if (await this.overview.fetch()) this.render();
+      else this.ages(); // ages move on even when nothing else does
+    }
+    render() {
+      const runs = this.overview.data.runs;
+      state.runs = runs.map((r) => r.run);
+      state.ready = true;
+      state.renders += 1;
+      $("runs-empty").hidden = runs.length > 0;
+      fill(
+        $("runs-table").tBodies[0],
+        runs.map((r) => {
+          const worst = r.critical ? "critical" : r.warning ? "warning" : r.findings ? "other" : "none";
+          const badges = [];
+          for (const sev of ["critical", "warning", "other"])
+            if (r[sev]) badges.push(el("span", { class: `badge ${sev}` }, `${r[sev]} ${sev}`));
+          // the last step's kubelet time; a log without timestamps: the last write to the run
+          const when = r.last_ts || r.updated;
+          const ageText = r.last_ts ? age(when) : when ? `${age(when)} (written)` : "";
+          return el(
+            "tr",
+            { data: { run: r.run, state: r.state, findings: r.findings, severity: worst } },
+            el("td", {}, el("a", { href: runLink(r.run) }, r.run)),
+            el("td", {}, el("span", { class: `state ${r.state}` }, r.state)),
+            el("td", { class: "note" }, r.sources.join(", ")),
+            el("td", { class: "num" }, r.incarnations),
+            el("td", { class: "num" }, r.steps),
+            el("td", { class: "num" }, r.last_step === null ? "" : `${r.last_step} (#${r.last_incarnation})`),
+            el("td", { class: "num" }, r.last_ce_raw ?? ""),
+            el("td", { class: "num age", title: when || "", data: { time: r.last_ts || "", written: r.last_ts ? "" : when || "" } }, ageText),
+            el("td", {}, badges.length ? badges : "none")
+          );
+        })
+      );
+    }
+    ages() {
+      for (const td of document.querySelectorAll("#runs-table td.age"))
+        td.textContent = td.dataset.time ? age(td.dataset.time) : td.dataset.written ? `${age(td.dataset.written)} (written)` : "";
+    }
+  }
+
+  // -- one run --------------------------------------------------------------------------------
+  class RunView {
+    constructor(run, vs) {
+      this.run = run;
+      const base = `api/runs/${encodeURIComponent(run)}`;
+      this.series = new Series(run);
+      this.outline = new Tagged(`${base}/outline`);
+      this.findings = new Tagged(`${base}/findings`);
+      this.overview = new Tagged("api/overview");
+      this.part = params.get("part");
+      this.partPicked = params.has("part"); // in the address only once picked
+      this.setOverlay(vs);
+      this.revision = 0;
+      this.dirty = false; // something changed since the last render
+      $("overlay-select").addEventListener("change", (ev) => this.pickOverlay(ev.target.value));
+      $("part-select").addEventListener("change", (ev) => {
+        this.part = ev.target.value;
+        this.partPicked = true;
+        this.remember();
+        this.render();
+      });
+    }
+    setOverlay(vs) {
+      this.vs = vs && vs !== this.run ? vs : null;
+      this.control = this.vs ? new Series(this.vs) : null;
+      this.controlError = null;
+      this.controlOutline = this.vs ? new Tagged(`api/runs/${encodeURIComponent(this.vs)}/outline`) : null;
+    }
+    async start() {
+      $("run-view").hidden = false;
+      state.view = "run";
+      state.run = this.run;
+      setText("run-name", this.run);
+      setText("crumb", this.run);
+      document.title = `steptail: ${this.run}`;
+      await Promise.all([loadPlotly(), this.update()]);
+      this.draw();
+    }
+    draw() {
+      if (!this.dirty || !window.Plotly) return;
+      this.render();
+      this.dirty = false;
+    }
+    remember() {
+      const q = new URLSearchParams({ run: this.run });
+      if (this.vs) q.set("vs", this.vs);
+      if (this.part && this.partPicked) q.set("part", this.part);
+      for (const k of ["poll"]) if (params.has(k)) q.set(k, params.get(k));
+      history.replaceState(null, "", "?" + q.toString());
+    }
+    async pickOverlay(vs) {
+      this.setOverlay(vs);
+      this.remember();
+      try {
+        if (this.control) await Promise.all([this.control.load(), this.controlOutline.fetch()]);
+      } catch (e) {
+        this.controlError = String(e.message || e);
+      }
+      this.dirty = true;
+      this.draw();
+    }
+    // One poll: the outline first (its counts tell whether rows came in behind the last one
+    // read), then only the steps after the last one read, then findings and the runs list.
+    async update() {
+      const t0 = performance.now();
+      try {
+        if (await this.outline.fetch()) this.dirty = true;
+      } catch (e) {
+        if (e.status !== 404) throw e;
+        // not (yet) in the store: say so, and keep polling (a follower may start it)
+        $("run-facts").replaceChildren(el("p", { class: "note", data: { missing: "run" } }, `No run ${this.run} in the store (yet).`));
+        state.missing = true;
+        return;
+      }
+      state.missing = false;
+      if (await this.series.poll()) this.dirty = true;
+      state.stepsMs = Math.round(performance.now() - t0);
+      if (this.series.needsReload(this.outline.data) && Date.now() - this.series.loadedAt > RELOAD_MS) {
+        await this.series.load();
+        this.dirty = true;
+      }
+      if (await this.findings.fetch()) this.dirty = true;
+      if (await this.overview.fetch()) this.dirty = true;
+      if (this.control) {
+        try {
+          if (await this.controlOutline.fetch()) this.dirty = true;
+          if (await this.control.poll()) this.dirty = true;
+          if (this.controlError) this.dirty = true;
+          this.controlError = null;
+        } catch (e) {
+          if (e instanceof AuthNeeded) throw e;
+          if (this.controlError === null) this.dirty = true;
+          this.controlError = String(e.message || e); // the run itself is still drawn
+        }
+      }
+      this.draw();
+    }
+
+    // -- what is drawn, derived from the rows and the outline
+    derive() {
+      const s = this.series;
+      const outline = this.outline.data || { incarnations: [], gaps: [], restores: [], stream_gaps: [] };
+      const nan = [];
+      const covered = [];
+      const missing = [];
+      let rbfLogged = false;
+      let rbfRows = 0;
+      for (const inc of s.incs.values()) {
+        inc.ce.forEach((v, k) => {
+          if (v === null) nan.push({ incarnation: inc.n, step: inc.steps[k], raw: inc.raw[k], index: k });
+        });
+        if (inc.rbf.some(Boolean) || inc.rbfOnly.length) rbfLogged = true;
+      }
+      for (const inc of s.incs.values()) {
+        const have = inc.steps.filter((_, k) => inc.rbf[k]).concat(inc.rbfOnly).sort((a, b) => a - b);
+        rbfRows += have.length;
+        // the run's very last row may have its REQUIRED_RBF line in the next commit: not missing yet
+        const lacking = inc.steps.filter(
+          (st, k) => !inc.rbf[k] && !(s.last && s.last[0] === inc.n && s.last[1] === st)
+        );
+        for (const [a, b] of ranges(have)) covered.push({ incarnation: inc.n, first: a, last: b });
+        if (rbfLogged) for (const [a, b] of ranges(lacking)) missing.push({ incarnation: inc.n, first: a, last: b });
+      }
+      return { outline, nan, covered, missing, rbfLogged, rbfRows };
+    }
+
+    render() {
+      const t0 = performance.now();
+      const d = this.derive();
+      const s = this.series;
+      const findings = (this.findings.data && this.findings.data.findings) || [];
+      const runs = (this.overview.data && this.overview.data.runs) || [];
+      const me = runs.find((r) => r.run === this.run);
+      this.revision += 1;
+      this.renderCe(d, findings);
+      this.renderParts(d);
+      this.renderFacts(d, me);
+      this.renderOverlay(runs);
+      this.renderTables(d, findings);
+      const lastInc = s.last ? s.incs.get(s.last[0]) : null;
+      Object.assign(state, {
+        ready: true,
+        renders: state.renders + 1,
+        steps: s.rows,
+        last: s.last ? { incarnation: s.last[0], step: s.last[1] } : null,
+        lastCe: lastInc && lastInc.raw.length ? lastInc.raw[lastInc.raw.length - 1] : null,
+        incarnations: [...s.incs.keys()],
+        gaps: d.outline.gaps,
+        nanSteps: d.nan.map(({ incarnation, step, raw }) => ({ incarnation, step, raw })),
+        restores: d.outline.restores,
+        findings: findings.map((f) => ({
+          kind: f.kind, severity: f.severity, incarnation: f.incarnation, first_step: f.first_step, last_step: f.last_step,
+        })),
+        rbf: { logged: d.rbfLogged, rows: d.rbfRows, covered: d.covered, missing: d.missing },
+        parts: s.partKeys,
+        part: this.part,
+        overlay: this.control ? { run: this.vs, steps: this.control.rows } : null,
+        state: me ? me.state : null,
+        renderMs: Math.round(performance.now() - t0),
+      });
+    }
+
+    gapShapes(gaps) {
+      const shapes = [];
+      for (const g of gaps) {
+        const fill = GAP_FILL[g.kind] || GAP_FILL.gap;
+        shapes.push({
+          type: "rect", xref: "x", yref: "y domain", x0: g.first_step - 0.5, x1: g.last_step + 0.5, y0: 0, y1: 1,
+          fillcolor: fill, line: { width: 1, color: fill.replace(/[\d.]+\)$/, "0.7)") }, layer: "below",
+        });
+      }
+      return shapes;
+    }
+
+    renderCe(d, findings) {
+      const s = this.series;
+      const traces = [];
+      const incs = [...s.incs.values()].filter((i) => i.steps.length);
+      incs.forEach((inc, k) => {
+        const { x, y } = broken(inc.steps, inc.ce);
+        traces.push({
+          type: "scatter", mode: inc.steps.length > 600 ? "lines" : "lines+markers", name: `#${inc.n}`, x, y,
+          line: { color: COLORS[k % COLORS.length], width: 1.6 }, marker: { size: 3 }, connectgaps: false,
+          hovertemplate: `#${inc.n} step %{x}<br>ce %{y}<extra></extra>`,
+        });
+      });
+      if (this.control && this.control.rows) {
+        const byStep = this.control.latestCe();
+        const steps = [...byStep.keys()].sort((a, b) => a - b);
+        const { x, y } = broken(steps, steps.map((st) => byStep.get(st)));
+        traces.push({
+          type: "scatter", mode: "lines", name: `control: ${plain(this.vs)}`, x, y, connectgaps: false,
+          line: { color: "#6b7280", width: 1.4, dash: "dash" },
+          hovertemplate: `control step %{x}<br>ce %{y}<extra></extra>`,
+        });
+      }
+      // non-finite CE: a marker at the CE just before it (the value itself is not a number)
+      if (d.nan.length) {
+        const x = [];
+        const y = [];
+        const text = [];
+        for (const n of d.nan) {
+          const inc = s.incs.get(n.incarnation);
+          const k = n.index;
+          let v = null;
+          for (let j = k - 1; j >= 0 && v === null; j--) v = inc.ce[j];
+          for (let j = k + 1; j < inc.ce.length && v === null; j++) v = inc.ce[j];
+          x.push(n.step);
+          y.push(v);
+          text.push(plain(`#${n.incarnation} step ${n.step}: ce ${n.raw}`));
+        }
+        traces.push({
+          type: "scatter", mode: "markers", name: "non-finite CE", x, y, text,
+          marker: { symbol: "x-thin-open", size: 14, color: "#d62728", line: { width: 3, color: "#d62728" } },
+          hovertemplate: "%{text}<extra></extra>",
+        });
+      }
+      // the strip below: REQUIRED_RBF coverage (row 0), findings (row 1)
+      const strip = (name, items, row, color, label) => {
+        const x = [];
+        const y = [];
+        const text = [];
+        for (const it of items) {
+          const t = plain(label(it));
+          x.push(it.first - 0.5, it.last + 0.5, null);
+          y.push(row, row, null);
+          text.push(t, t, null);
+        }
+        if (x.length)
+          traces.push({
+            type: "scatter", mode: "lines", name, x, y, text, yaxis: "y2", showlegend: false,
+            line: { color, width: 9 }, hovertemplate: "%{text}<extra></extra>",
+          });
+      };
+      const pointsOf = (name, items, row, color, symbol, label) => {
+        if (!items.length) return;
+        traces.push({
+          type: "scatter", mode: "markers", name, yaxis: "y2", showlegend: false,
+          x: items.map((it) => it.first), y: items.map(() => row), text: items.map((it) => plain(label(it))),
+          marker: { color, size: 9, symbol }, hovertemplate: "%{text}<extra></extra>",
+        });
+      };
+      const rbfLabel = (it) => `REQUIRED_RBF logged: #${it.incarnation} ${stepRange(it.first, it.last)}`;
+      const lackLabel = (it) => `REQUIRED_RBF missing: #${it.incarnation} ${stepRange(it.first, it.last)}`;
+      strip("RBF logged", d.covered, 0, "#2ca02c", rbfLabel);
+      strip("RBF missing", d.missing, 0, "#d62728", lackLabel);
+      pointsOf("RBF missing", d.missing, 0, "#d62728", "square", lackLabel);
+      const stepped = findings.filter((f) => f.first_step >= 0);
+      for (const sev of ["warning", "critical"]) {
+        const items = stepped
+          .filter((f) => (sev === "critical") === (f.severity === "critical"))
+          .map((f) => ({ first: f.first_step, last: f.last_step, f }));
+        const label = (it) => `${it.f.severity} ${it.f.kind} #${it.f.incarnation} ${stepRange(it.first, it.last)}: ${it.f.detail}`;
+        strip(`${sev} findings`, items, 1, SEVERITY[sev], label);
+        pointsOf(`${sev} findings`, items, 1, SEVERITY[sev], "triangle-down", label);
+      }
+
+      const shapes = this.gapShapes(d.outline.gaps);
+      const annotations = [];
+      for (const r of d.outline.restores) {
+        const k = incs.findIndex((i) => i.n === r.incarnation);
+        const color = COLORS[(k < 0 ? 0 : k) % COLORS.length];
+        shapes.push({
+          type: "line", xref: "x", yref: "y domain", x0: r.step + 0.5, x1: r.step + 0.5, y0: 0, y1: 1,
+          line: { color, width: 1.5, dash: "dash" },
+        });
+        annotations.push({
+          xref: "x", yref: "y domain", x: r.step + 0.5, y: 1, yanchor: "top", xanchor: "left", showarrow: false,
+          font: { size: 11, color }, bgcolor: "rgba(255,255,255,0.85)",
+          text: r.restored_from !== null ? `↩ #${r.incarnation} from ckpt ${r.restored_from}` : `↺ #${r.incarnation} restart at ${r.first_step}`,
+        });
+      }
+      if (d.nan.length <= MAX_LINES)
+        for (const n of d.nan)
+          shapes.push({
+            type: "line", xref: "x", yref: "y domain", x0: n.step, x1: n.step, y0: 0, y1: 1,
+            line: { color: "rgba(214,39,40,0.6)", width: 1, dash: "dot" },
+          });
+      for (const g of d.outline.gaps)
+        annotations.push({
+          xref: "x", yref: "y domain", x: (g.first_step + g.last_step) / 2, y: 0, yanchor: "bottom",
+          showarrow: false, font: { size: 10, color: "#b3261e" },
+          text: g.first_step === g.last_step ? `gap ${g.first_step}` : `gap ${g.first_step}–${g.last_step}`,
+        });
+      const layout = {
+        uirevision: this.run, datarevision: this.revision,
+        margin: { l: 64, r: 16, t: 30, b: 46 },
+        hovermode: "closest", showlegend: true,
+        legend: { orientation: "h", x: 0, xanchor: "left", y: 1.0, yanchor: "bottom", bgcolor: "rgba(255,255,255,0.8)" },
+        xaxis: { title: { text: "step" }, anchor: "y2", zeroline: false },
+        yaxis: { title: { text: "CE" }, domain: [0.2, 1], zeroline: false },
+        yaxis2: {
+          domain: [0, 0.12], range: [-0.7, 1.7], tickvals: [0, 1], ticktext: ["RBF", "findings"],
+          fixedrange: true, showgrid: false, zeroline: false,
+        },
+        shapes, annotations,
+      };
+      Plotly.react($("ce-chart"), traces, layout, PLOT_CONFIG);
+      const chart = $("ce-chart");
+      chart.dataset.steps = String(s.rows);
+      chart.dataset.gaps = String(d.outline.gaps.length);
+      chart.dataset.nan = String(d.nan.length);
+    }
+
+    renderParts(d) {
+      const s = this.series;
+      const keys = s.partKeys.filter((k) => k !== "ce");
+      if (!this.part || !keys.includes(this.part)) this.part = this.varying(keys) || keys[0] || null;
+      const select = $("part-select");
+      if (select.options.length !== keys.length || [...select.options].some((o, k) => o.value !== keys[k]))
+        select.replaceChildren(...keys.map((k) => el("option", { value: k }, k)));
+      if (this.part) select.value = this.part;
+      const traces = [];
+      let words = 0;
+      [...s.incs.values()].filter((i) => i.steps.length).forEach((inc, k) => {
+        const values = inc.parts.map((p) => {
+          const v = p[this.part];
+          if (typeof v === "number") return v;
+          if (v !== undefined) words += 1;
+          return null;
+        });
+        const { x, y } = broken(inc.steps, values);
+        traces.push({
+          type: "scatter", mode: inc.steps.length > 600 ? "lines" : "lines+markers", name: `#${inc.n}`, x, y,
+          line: { color: COLORS[k % COLORS.length], width: 1.4 }, marker: { size: 3 }, connectgaps: false,
+          hovertemplate: `#${inc.n} step %{x}<br>${plain(this.part || "")} %{y}<extra></extra>`,
+        });
+      });
+      setText("part-note", this.part
+        ? `${keys.length} loss part(s) besides ce` + (words ? `; ${words} value(s) not a finite number (not drawn)` : "")
+        : "no loss parts besides ce");
+      const layout = {
+        uirevision: this.run, datarevision: this.revision,
+        margin: { l: 64, r: 16, t: 10, b: 40 }, hovermode: "closest",
+        legend: { orientation: "h", x: 0, xanchor: "left", y: 1.0, yanchor: "bottom" },
+        xaxis: { title: { text: "step" }, zeroline: false },
+        yaxis: { title: { text: plain(this.part || "") }, zeroline: false },
+        shapes: this.gapShapes(d.outline.gaps),
+      };
+      Plotly.react($("parts-chart"), traces, layout, PLOT_CONFIG);
+    }
+
+    // the first part whose values move (a constant such as `weights` says little as a curve)
+    varying(keys) {
+      for (const k of keys) {
+        const seen = new Set();
+        for (const inc of this.series.incs.values())
+          for (const p of inc.parts) if (typeof p[k] === "number") seen.add(p[k]);
+        if (seen.size > 1) return k;
+      }
+      return null;
+    }
+
+    renderFacts(d, me) {
+      const s = this.series;
+      const missingSteps = d.outline.gaps.reduce((n, g) => n + g.last_step - g.first_step + 1, 0);
+      const lastInc = s.last ? s.incs.get(s.last[0]) : null;
+      const lastRaw = lastInc && lastInc.raw.length ? lastInc.raw[lastInc.raw.length - 1] : "";
+      const lastTs = me ? me.last_ts || me.updated : null;
+      const facts = [
+        ["steps", s.rows],
+        ["incarnations", s.incs.size],
+        ["last step", s.last ? `${s.last[1]} (#${s.last[0]})` : "–"],
+        ["last CE", lastRaw || "–"],
+        ["last step age", (me && me.last_ts ? age(lastTs) : lastTs ? `${age(lastTs)} (written)` : "") || "–"],
+        ["missing steps", missingSteps],
+        ["non-finite CE", d.nan.length],
+        ["REQUIRED_RBF", d.rbfLogged ? `${d.rbfRows} rows` : "not logged"],
+      ];
+      $("run-facts").replaceChildren(...facts.map(([k, v]) => el("div", { data: { fact: k } }, el("b", {}, v), el("span", {}, k))));
+      const st = $("run-state");
+      st.textContent = me ? me.state : "";
+      st.className = `state ${me ? me.state : ""}`;
+      setText("run-source", me ? me.sources.join(", ") : "");
+    }
+
+    renderOverlay(runs) {
+      const select = $("overlay-select");
+      const names = runs.map((r) => r.run).filter((r) => r !== this.run);
+      const want = ["", ...names];
+      if (select.options.length !== want.length || [...select.options].some((o, k) => o.value !== want[k]))
+        select.replaceChildren(el("option", { value: "" }, "none"), ...names.map((n) => el("option", { value: n }, n)));
+      select.value = this.vs || "";
+      let note = "";
+      if (this.controlError) note = `control: ${this.controlError}`;
+      else if (this.control && this.control.rows) {
+        const mine = this.series.latestCe();
+        const theirs = this.control.latestCe();
+        let common = 0;
+        let worst = null;
+        let lastStep = null;
+        for (const [st, v] of mine) {
+          const w = theirs.get(st);
+          if (w === undefined || v === null || w === null) continue;
+          common += 1;
+          const diff = v - w;
+          if (worst === null || Math.abs(diff) > Math.abs(worst.diff)) worst = { st, diff };
+          if (lastStep === null || st > lastStep.st) lastStep = { st, diff };
+        }
+        note = common
+          ? `${common} common steps; ce − control at step ${lastStep.st}: ${lastStep.diff.toFixed(6)}; largest |Δ| ${Math.abs(worst.diff).toFixed(6)} at step ${worst.st}`
+          : "no common steps";
+        const hosts = (o) => {
+          const incs = (o && o.incarnations) || [];
+          return incs.length ? incs[incs.length - 1].process_count : null;
+        };
+        const a = hosts(this.outline.data);
+        const b = hosts(this.controlOutline && this.controlOutline.data);
+        if (a && b && a !== b) note += ` — slice shapes differ (${a} vs ${b} hosts): \`steptail compare\` refuses this pair`;
+      }
+      setText("overlay-note", note);
+      $("overlay-note").classList.toggle("warn", note.includes("differ"));
+    }
+
+    renderTables(d, findings) {
+      $("findings-empty").hidden = findings.length > 0;
+      $("findings-table").hidden = findings.length === 0;
+      setText("findings-count", findings.length ? `(${findings.length})` : "");
+      fill(
+        $("findings-table").tBodies[0],
+        findings.map((f) =>
+          el(
+            "tr",
+            { data: { kind: f.kind, severity: f.severity, first: f.first_step, last: f.last_step } },
+            el("td", { class: `sev-${f.severity}` }, f.severity),
+            el("td", {}, f.kind),
+            el("td", { class: "num" }, f.incarnation || ""),
+            el("td", { class: "steps" }, f.first_step < 0 ? "—" : stepRange(f.first_step, f.last_step)),
+            el("td", { class: "detail", title: f.detected_at || "" }, f.detail)
+          )
+        )
+      );
+      const gaps = d.outline.gaps;
+      $("gaps-empty").hidden = gaps.length > 0;
+      $("gaps-table").hidden = gaps.length === 0;
+      setText("gaps-count", gaps.length ? `(${gaps.length})` : "");
+      fill(
+        $("gaps-table").tBodies[0],
+        gaps.map((g) =>
+          el(
+            "tr",
+            { data: { gap: g.kind, incarnation: g.incarnation, first: g.first_step, last: g.last_step } },
+            el("td", {}, g.kind === "head_gap" ? "head gap" : "gap"),
+            el("td", { class: "num" }, g.incarnation),
+            el("td", { class: "steps" }, stepRange(g.first_step, g.last_step)),
+            el("td", { class: "num" }, g.last_step - g.first_step + 1)
+          )
+        )
+      );
+      const rbf = $("rbf-summary");
+      if (!d.rbfLogged) rbf.textContent = "This run logs no REQUIRED_RBF line.";
+      else if (!d.missing.length) rbf.textContent = `Every recorded step has its REQUIRED_RBF line (${d.rbfRows} rows).`;
+      else
+        rbf.textContent =
+          `${d.rbfRows} rows; missing at ` +
+          d.missing.map((m) => `#${m.incarnation} ${stepRange(m.first, m.last)}`).join(", ") + ".";
+      rbf.dataset.missing = String(d.missing.length);
+
+      const restores = new Map(d.outline.restores.map((r) => [r.incarnation, r]));
+      fill(
+        $("incarnations-table").tBodies[0],
+        d.outline.incarnations.map((i) => {
+          const r = restores.get(i.incarnation);
+          const resumed = r ? (r.restored_from !== null ? `from checkpoint ${r.restored_from}` : `restart at step ${r.first_step}`) : "";
+          return el(
+            "tr",
+            { data: { incarnation: i.incarnation } },
+            el("td", { class: "num" }, i.incarnation),
+            el("td", {}, i.lo === null ? "—" : `${i.lo}–${i.hi}`),
+            el("td", { class: "num" }, i.steps),
+            el("td", {}, resumed),
+            el("td", { class: "num" }, i.process_count ?? ""),
+            el("td", { class: "note", title: i.pod || "" }, i.started || i.first_ts || "")
+          );
+        })
+      );
+
+      const s = this.series;
+      const lastInc = s.last ? s.incs.get(s.last[0]) : null;
+      const parts = lastInc && lastInc.parts.length ? lastInc.parts[lastInc.parts.length - 1] : {};
+      const step = lastInc && lastInc.steps.length ? lastInc.steps[lastInc.steps.length - 1] : null;
+      fill(
+        $("last-parts").tBodies[0],
+        [
+          el("tr", {}, el("th", {}, "step"), el("td", { class: "num" }, step === null ? "—" : `${step} (#${lastInc.n})`)),
+          el("tr", {}, el("th", {}, "ce"), el("td", { class: "num" }, lastInc && lastInc.raw.length ? lastInc.raw[lastInc.raw.length - 1] : "—")),
+          ...Object.entries(parts).map(([k, v]) =>
+            el("tr", { data: { part: k } }, el("th", {}, k), el("td", { class: "num" }, v === null ? "null" : v))
+          ),
+        ]
+      );
+
+      const sg = d.outline.stream_gaps;
+      $("stream-gaps-title").hidden = $("stream-gaps-table").hidden = sg.length === 0;
+      fill(
+        $("stream-gaps-table").tBodies[0],
+        sg.map((g) => el("tr", {}, el("td", {}, g.stream), el("td", {}, g.start || ""), el("td", {}, g.end || ""), el("td", {}, g.reason)))
+      );
+    }
+  }
+
+  // -- polling ----------------------------------------------------------------------------------
+  let view = null;
+  let timer = null;
+
+  function report(e) {
+    state.error = e ? String(e.message || e) : null;
+    const status = $("status");
+    status.classList.toggle("error", Boolean(e));
+    if (e) status.textContent = e instanceof AuthNeeded ? "token needed" : `error: ${state.error} (retrying)`;
+    else status.textContent = `updated ${new Date().toLocaleTimeString()} · every ${POLL_MS / 1000} s`;
+  }
+
+  async function tick() {
+    timer = null;
+    if (!document.hidden) {
+      try {
+        await view.update();
+        state.polls += 1;
+        report(null);
+      } catch (e) {
+        report(e);
+        if (e instanceof AuthNeeded) return; // the token form starts again
+      }
+    }
+    timer = setTimeout(tick, POLL_MS);
+  }
+
+  async function start() {
+    if (timer) clearTimeout(timer);
+    timer = null;
+    const run = params.get("run");
+    view = view || (run ? new RunView(run, params.get("vs")) : new RunsView());
+    try {
+      if (!view.started) {
+        view.started = true;
+        await view.start();
+      } else {
+        await view.update();
+      }
+      report(null);
+    } catch (e) {
+      report(e);
+      if (e instanceof AuthNeeded) {
+        view.started = false; // the token form calls start() again
+        return;
+      }
+    }
+    timer = setTimeout(tick, POLL_MS);
+  }
+
+  document.addEventListener("visibilitychange", () => {
+    if (!document.hidden && view && view.started && timer) {
+      clearTimeout(timer);
+      tick();
+    }
+  });
+  start();
+})();
