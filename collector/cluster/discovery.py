@@ -440,6 +440,10 @@ class Discovery:
         self._wake()
 
     # -- queries -----------------------------------------------------------------------------
+    def seen(self, jobset: str) -> bool:
+        """A process-0 pod of `jobset` was listed or watched since start-up."""
+        return jobset in self._seen
+
     def process0(self, jobset: str) -> list[PodInfo]:
         """Process-0 pods of one JobSet, oldest attempt first."""
         return sorted((p for p in self.pods.values() if p.jobset == jobset), key=lambda p: p.order)

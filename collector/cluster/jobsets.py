@@ -12,6 +12,7 @@ that lacks `jobsets` stays that way until someone changes it."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 
 from kubernetes.client import CustomObjectsApi
@@ -22,8 +23,10 @@ from steptail.collector.cluster.kubectl import KubeTarget
 from steptail.collector.notify.health import Health
 from steptail.parsers.timestamps import parse_rfc3339
 
+log = logging.getLogger("steptail.follow")
 JOBSET_API = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
 WORKLOAD_API = ("kueue.x-k8s.io", "v1beta1", "workloads")
+OWN_FAILURES = ("forbidden", "not_found", "deserialize", "config")
 FORBIDDEN_RETRY = 30.0  # seconds between tries of a list the API refuses or does not serve
 
 
@@ -89,6 +92,7 @@ class ClusterObjects:
         self.workloads: dict[str, WorkloadInfo] = {}  # by workload name
         self.listed = {"jobsets": False, "workloads": False}
         self.health = {"jobsets": Health("jobsets", metrics=metrics), "workloads": Health("workloads", metrics=metrics)}
+        self.outages: dict[str, int] = {}  # failures that are the API's, not this watch's (not logged)
         self.on_change = None
         self._threads: list[_Watcher] = []
 
@@ -164,4 +168,14 @@ class ClusterObjects:
                 self.on_change(kind, name, deleted)
 
     def _error(self, kind: str, err: str, reason: str) -> None:
-        self.health[kind].fail(err, f"{kind}: {reason}")
+        """What is this watch's own (the role lacks the resource, the CRD is not installed, an
+        object it cannot read): one log line when it starts and clears. An outage of the API
+        or of the credentials is pod discovery's to say (the same cause, said once): counted
+        here, logged at debug."""
+        if err in OWN_FAILURES:
+            self.health[kind].fail(err, f"{kind}: {reason}")
+            return
+        self.outages[kind] = self.outages.get(kind, 0) + 1
+        if self.metrics is not None:
+            self.metrics.error("", kind, err)
+        log.debug("%s watch: %s: %s", kind, err, reason)

@@ -34,8 +34,19 @@ class KubectlMissing(FileNotFoundError):
     follower, retried, not a crash."""
 
 
-def resolve_account(account: str | None) -> str:
+def in_cluster(kubeconfig: str | None = None) -> bool:
+    """A pod with a ServiceAccount and no kubeconfig (deploy/): kubectl and the API client use
+    the ServiceAccount's token, no Google account and no auth plugin."""
+    return (not kubeconfig and not os.environ.get("KUBECONFIG")
+            and not os.path.exists(os.path.expanduser("~/.kube/config"))
+            and bool(os.environ.get("KUBERNETES_SERVICE_HOST")))
+
+
+def resolve_account(account: str | None, kubeconfig: str | None = None) -> str:
+    """The Google account kubectl's auth plugin runs as; "" in a pod using its ServiceAccount."""
     value = account or os.environ.get(ACCOUNT_VAR)
+    if not value and in_cluster(kubeconfig):
+        return ""
     if not value:
         raise AccountMissing(
             f"no account: pass --account or set {ACCOUNT_VAR} to the agent service account "
@@ -76,7 +87,8 @@ class KubeTarget:
         """What kubectl and its auth plugin need, nothing else: never $STEPTAIL_DB (it may hold
         the database password) or any other STEPTAIL_* secret."""
         env = child_env()
-        env[ACCOUNT_VAR] = self.account
+        if self.account:  # "" in a pod on its ServiceAccount: no auth plugin runs
+            env[ACCOUNT_VAR] = self.account
         if self.kubeconfig:
             env["KUBECONFIG"] = self.kubeconfig
         return env

@@ -42,6 +42,7 @@ from steptail.storage.streams import record_reconnects
 log = logging.getLogger("steptail.follow")
 rlog = logging.getLogger("steptail.replicas")  # runs moving between replicas: INFO is shown
 GIVE_UP_KINDS = ("auth", "forbidden", "network")  # failing from start-up: a configuration error
+UNSEEN_AFTER = 10.0  # seconds after start-up a named JobSet with no process-0 pod is said to be missing
 
 
 @dataclass
@@ -91,6 +92,8 @@ class Supervisor:
         self._found: set[str] = set()  # JobSets --all follows (at most plan.max_runs)
         self._publishing: set[asyncio.Task] = set()  # collector-level findings on their way
         self.fatal: str | None = None  # why following gave up (a configuration error): exit 2
+        self.unseen: dict[str, str] = {}  # named JobSets with no process-0 pod so far -> what was said
+        self._started_at = time.monotonic()
         self.status: dict[str, RunStatus] = {}
         self.health: dict[str, Health] = {}  # run -> its follower's health
         self.followers: dict[str, RunFollower] = {}
@@ -136,6 +139,7 @@ class Supervisor:
                 self.fatal = self._given_up()
                 if self.fatal:
                     break
+                self._look_for_named()
                 active = [t for t in self.tasks.values() if not t.done()]
                 elsewhere = [r for r in self.candidates if r not in self.tasks and not self.status[r].done]
                 if not active and not elsewhere and (
@@ -193,6 +197,27 @@ class Supervisor:
             return (f"cannot reach the Kubernetes API at {d.server or '?'}: {reason}; "
                     "check --kubeconfig/--context")
         return None
+
+    def _look_for_named(self) -> None:
+        """A JobSet named with --jobset that has no process-0 pod UNSEEN_AFTER seconds after the
+        pods were listed (a typo, another namespace, a Workload waiting for quota): one line,
+        and one when it appears; `follow` exits non-zero if it never did."""
+        if not self.discovery.listed or time.monotonic() - self._started_at < UNSEEN_AFTER:
+            return
+        ns = self.plan.target.namespace
+        for jobset, run in self.plan.jobsets.items():
+            seen = self.discovery.seen(jobset) or (run in self.status and self.status[run].rows > 0)
+            if seen and jobset in self.unseen:
+                del self.unseen[jobset]
+                log.info("JobSet %s appeared: following it as run %s", jobset, run)
+            elif not seen and jobset not in self.unseen:
+                exists = self.objects is not None and jobset in self.objects.jobsets
+                self.unseen[jobset] = (
+                    f"JobSet {jobset} has no process-0 pod yet in namespace {ns} (it exists: waiting for "
+                    "Kueue to admit it?)" if exists else
+                    f"JobSet {jobset} not found in namespace {ns}: no process-0 pod after "
+                    f"{UNSEEN_AFTER:.0f} s (check the name and -n; kubectl get jobsets -n {ns})")
+                log.error("%s", self.unseen[jobset])
 
     def _discovery_failed(self, kind: str, reason: str) -> None:
         """Pods cannot be listed or watched: every run is blind to restarts meanwhile (an

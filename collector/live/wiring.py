@@ -25,7 +25,7 @@ async def follow(store: Store, plan: Plan, *, view: bool = False, webhooks: tupl
                  metrics_port: int | None = None, metrics_host: str = "127.0.0.1", duration: float | None = None,
                  console: Console | None = None, on_start=None) -> Supervisor:
     """Follow until every run is done (--until-done), a signal, or `duration` seconds."""
-    metrics = Metrics()
+    metrics = Metrics(replicas=not store.is_sqlite)
     server = None
     sup: Supervisor | None = None
     if metrics_port is not None:  # /healthz: ready once discovery has listed pods (the readiness probe)

@@ -49,7 +49,9 @@ DISCOVERY_ERRORS = ("auth", "forbidden", "network", "server_error", "deserialize
 class Metrics:
     """The Prometheus metrics of the follower, in their own registry."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, replicas: bool = True) -> None:
+        """`replicas`: the store is shared (PostgreSQL), so the ownership gauge means something;
+        on SQLite it is not exported at all (a `== 0` rule must not fire on every collector)."""
         disable_created_metrics()  # process-wide: no counter grows a _created series
         self.registry = registry or CollectorRegistry()
         r = self.registry
@@ -90,7 +92,7 @@ class Metrics:
         self.ownership_up = Gauge(
             "steptail_ownership_up", "1 while this replica's ownership connection to PostgreSQL works (replicas "
             "share the runs through it), 0 while it fails: its runs stop until it is back. Absent on SQLite.",
-            registry=r)
+            registry=r) if replicas else None
         self.discovery_up = Gauge(
             "steptail_discovery_up", "1 while process-0 pods are listed and watched, 0 before and while failing.",
             registry=r)
@@ -158,7 +160,10 @@ class Metrics:
             self.discovery_up.set(1 if up else 0)
             return
         if source == "ownership":
-            self.ownership_up.set(1 if up else 0)
+            if self.ownership_up is not None:
+                self.ownership_up.set(1 if up else 0)
+            return
+        if source in ("jobsets", "workloads"):  # the runbook's watches: counted in errors_total only
             return
         down = self._down.setdefault(run, set())
         if up:

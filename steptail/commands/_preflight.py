@@ -24,7 +24,7 @@ def cluster_target(namespace: str, kubeconfig: str | None, context: str | None, 
             if name:
                 check_run_name(name)  # a run and a folder name too
         check_cluster_name("namespace", namespace)
-        acct = resolve_account(account)
+        acct = resolve_account(account, kubeconfig)
     except (RunNameError, AccountMissing) as exc:
         fail(str(exc))
     if shutil.which("kubectl") is None:

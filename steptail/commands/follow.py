@@ -83,7 +83,9 @@ def command(output: Output, **options) -> None:
     last (`event`: step, rbf, gap, finding, state, summary)."""
     follow = Follow(output=output, **options)  # complete
     follow.validate()
-    follow.report(follow.run())
+    sup = follow.run()
+    follow.report(sup)
+    follow.unseen(sup)
 
 
 @dataclass
@@ -221,6 +223,11 @@ class Follow:
             fail(sup.fatal)
         return sup
 
+    def unseen(self, sup) -> None:
+        """After the report: a named JobSet that never showed a process-0 pod is an error."""
+        if sup.unseen:
+            fail("; ".join(sup.unseen.values()))
+
     def _archiver(self, store):
         """follow --archive: a failed JobSet's pod logs saved (as `archive`, without ingesting:
         follow reads process 0 itself) and the manifest recorded for the run."""
@@ -250,7 +257,7 @@ class Follow:
         # what the cluster sent that was not followed: unsafe names (never a run), JobSets over --max-runs
         report["discovery"] |= {"refused": [{"name": k, "reason": v} for k, v in sup.discovery.refused.items()],
                                 "refused_count": sup.discovery.refused_count,
-                                "over_max_runs": sup.over_max_runs}
+                                "over_max_runs": sup.over_max_runs, "unseen": sorted(sup.unseen)}
         if output.format == "ndjson":
             output.event({"event": "summary", **report})
             return
