@@ -169,11 +169,8 @@ def test_demo_prints_commands_that_run_in_a_new_shell(tmp_path):
             except (urllib.error.URLError, ConnectionError):
                 assert time.monotonic() < deadline, "serve did not answer"
                 time.sleep(0.2)
-        try:  # the page at `/` is another change's; until it lands the server answers 404 there
-            with urllib.request.urlopen(url, timeout=5) as resp:
-                assert resp.status == 200
-        except urllib.error.HTTPError as exc:
-            assert exc.code == 404
+        with urllib.request.urlopen(url, timeout=5) as resp:  # the page
+            assert resp.status == 200 and resp.headers.get_content_type() == "text/html"
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
