@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Literal
 from steptail.storage import reads
 from steptail.storage.compare import CompareRefused, Comparison, compare_runs
 from steptail.storage.db import Store, open_store
+from steptail.storage.flat import part_column, part_keys
 from steptail.storage.reads import UnknownRun
 
 if TYPE_CHECKING:
@@ -30,8 +31,6 @@ if TYPE_CHECKING:
 
 __all__ = ["CompareRefused", "Steptail", "UnknownRun", "open"]
 
-# Columns of a steps frame that a loss part of the same name must not overwrite.
-STEP_COLUMNS = ("incarnation", "step", "ts", "ce", "ce_raw")
 _NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 _INT64 = range(-(2**63), 2**63)
 # The findings frame: runs.rows.FINDINGS in order, detected_ns as a timestamp.
@@ -97,7 +96,8 @@ class Steptail:
 
         parts="columns" (default): one column per part key as logged (z_loss, moe_lb, total,
         weights, ...): Int64 when every value is an integer, else float64 (non-finite
-        restored), else string; a key named like a fixed column becomes `parts.<key>`.
+        restored), else string; a key named like a fixed column becomes `parts.<key>` (the
+        names of `steptail steps -o csv`: steptail.storage.flat).
         parts="dict": one object column `parts` holding each row's dict as stored (non-finite
         values as the words "nan", "inf", "-inf"), as in `steptail steps --json`."""
         if parts not in ("columns", "dict"):
@@ -115,7 +115,7 @@ class Steptail:
             frame["parts"] = _series(stored, object)
             return frame
         for key, series in _part_columns(stored).items():
-            frame[f"parts.{key}" if key in STEP_COLUMNS else key] = series
+            frame[part_column(key)] = series
         return frame
 
     def rbf(self, run: str, incarnation: int | None = None, from_step: int | None = None,
@@ -230,9 +230,8 @@ def _frame(columns: dict[str, tuple[list, object]]) -> pd.DataFrame:
 
 
 def _part_columns(stored: list[dict]) -> dict[str, pd.Series]:
-    keys = list(dict.fromkeys(key for parts in stored for key in parts))
     out = {}
-    for key in keys:
+    for key in part_keys(stored):
         values = [parts.get(key) for parts in stored]
         present = [v for v in values if v is not None]
         if all(type(v) is int and v in _INT64 for v in present):

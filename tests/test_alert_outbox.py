@@ -6,7 +6,6 @@ one store send each finding once."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import signal
@@ -115,7 +114,11 @@ async def until(cond, timeout: float) -> None:
 
 
 def events(caplog) -> list[dict]:
-    return [json.loads(r.getMessage()) for r in caplog.records if r.name == "steptail.alerts"]
+    """What steptail.alerts logged: each finding's and webhook event's fields are its record's
+    (steptail.logs prints them)."""
+    from steptail.logs import fields
+
+    return [fields(r) for r in caplog.records if r.name == "steptail.alerts"]
 
 
 async def test_a_webhook_failing_then_recovering_gets_every_finding(store, caplog):

@@ -4,7 +4,6 @@ prometheus_client's parser, and the structured log line."""
 
 from __future__ import annotations
 
-import json
 import logging
 
 import aiohttp
@@ -58,6 +57,13 @@ async def receiver():
     await runner.cleanup()
 
 
+def logged_event(record) -> dict:
+    """A finding's or webhook event's log record carries its fields (steptail.logs prints them)."""
+    from steptail.logs import fields
+
+    return fields(record)
+
+
 def finding(kind="gap", first=60, last=63, run="r1") -> Finding:
     return Finding(kind, run, 1, first, last, f"{kind} at {first}", "warning", 1_796_011_200_000_000_000)
 
@@ -78,7 +84,7 @@ async def test_webhooks_each_finding_once_with_retries(receiver, caplog):
     assert alerter.sent == {receiver.url("ok"): 1, receiver.url("flaky"): 1, receiver.url("reject"): 0}
     assert alerter.failed[receiver.url("reject")] == 1
     await alerter.close()
-    events = [json.loads(r.getMessage()) for r in caplog.records]
+    events = [logged_event(r) for r in caplog.records]
     assert [e["event"] for e in events if e["event"] == "finding"] == ["finding"]
     found = next(e for e in events if e["event"] == "finding")
     assert found["kind"] == "gap" and found["run"] == "r1" and found["first_step"] == 60
@@ -95,7 +101,8 @@ async def test_an_unreachable_receiver_keeps_the_delivery_pending(caplog):
     assert not await alerter.flush(timeout=1)
     assert alerter.failed["http://127.0.0.1:9/hook"] == 0 and alerter.sent["http://127.0.0.1:9/hook"] == 0
     assert await alerter.close(timeout=0.1) == 1
-    (line,) = [json.loads(r.getMessage()) for r in caplog.records if "pending_at_exit" in r.getMessage()]
+    (line,) = [logged_event(r) | {"detail": r.getMessage()} for r in caplog.records
+               if getattr(r, "event", None) == "webhook_pending_at_exit"]
     assert line["pending"] == 1 and "1 deliveries still pending" in line["detail"]
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import select
 import shlex
@@ -66,6 +67,22 @@ def runs_ingested(db_url, samples):
     return db_url
 
 
+def flat_steps(records: list[dict]) -> list[dict]:
+    """`steps --json` records as `steps -o csv` has them: each loss part and each REQUIRED_RBF
+    layer a column (parts after ce_raw, then rbf_max, rbf_program, the layers)."""
+    keys = list(dict.fromkeys(k for r in records for k in r["parts"]))
+    layers = max(len(r["rbf_per_layer"] or []) for r in records)
+    out = []
+    for r in records:
+        row = {k: r[k] for k in ("incarnation", "step", "ts", "ce", "ce_raw")}
+        row |= {k: r["parts"].get(k) for k in keys}
+        row |= {"rbf_max": r["rbf_max"], "rbf_program": r["rbf_program"]}
+        per_layer = r["rbf_per_layer"] or []
+        row |= {f"rbf_layer_{i}": per_layer[i] if i < len(per_layer) else None for i in range(layers)}
+        out.append(row)
+    return out
+
+
 @pytest.mark.parametrize("command, records_of", [
     (("runs",), lambda doc: doc),
     (("steps", "cp"), lambda doc: doc),
@@ -80,7 +97,9 @@ def test_formats_parse_back_to_the_json_data(runs_ingested, command, records_of)
     assert records, doc
     assert steptail(*command, "--db", db, "-o", "json").stdout == reference.stdout
     assert ndjson(steptail(*command, "--db", db, "-o", "ndjson").stdout) == records
-    csv_matches(steptail(*command, "--db", db, "-o", "csv").stdout, records)
+    # CSV: the same records, but steps' nested parts and layers are columns of their own
+    csv_matches(steptail(*command, "--db", db, "-o", "csv").stdout,
+                flat_steps(records) if command[0] == "steps" else records)
 
     lines = plain_table(steptail(*command, "--db", db).stdout)
     assert len(lines[0].split()) >= 4 and lines[0] == lines[0].upper()  # the header
@@ -109,6 +128,44 @@ def test_wide_adds_columns_and_one_format_at_a_time(runs_ingested):
                           env=env, timeout=60)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip().splitlines() == ["steptail: error: choose one output format, not csv and json"]
+
+
+def test_steps_wide_and_csv_have_a_column_per_part_and_layer_named_as_the_python_api(runs_ingested):
+    from steptail.api import open as open_store
+
+    db = runs_ingested
+    records = json.loads(steptail("steps", "cp", "--db", db, "--json").stdout)
+    with open_store(db) as st:
+        frame = st.steps("cp")
+    parts = list(frame.columns[5:])  # the API's: incarnation, step, ts, ce, ce_raw, then one per part
+    # in the order the store gives the keys: as logged (SQLite), JSONB's (PostgreSQL)
+    assert sorted(parts) == ["moe_lb", "total", "tunix_loss", "weights", "z_loss"], parts
+    layers = [f"rbf_layer_{i}" for i in range(len(records[0]["rbf_per_layer"]))]
+    header = ["incarnation", "step", "ts", "ce", "ce_raw", *parts, "rbf_max", "rbf_program", *layers]
+
+    table = list(csv.reader(io.StringIO(steptail("steps", "cp", "--db", db, "-o", "csv").stdout)))
+    assert table[0] == header  # one column per part and per layer, in a stable order
+    assert len(table) == 1 + len(records)
+    assert not any(cell.startswith(("{", "[")) for row in table[1:] for cell in row)  # nothing nested
+    for row, record, (_, api) in zip(table[1:], records, frame.iterrows(), strict=True):
+        cells = dict(zip(header, row, strict=True))
+        for key in parts:  # the NaN step's non-finite values as the words JSON keeps
+            assert cells[key] == str(record["parts"][key]) and _same(float(cells[key]), api[key]), key
+        assert [float(cells[c]) for c in layers] == record["rbf_per_layer"]
+
+    wide = plain_table(steptail("steps", "cp", "--db", db, "-o", "wide").stdout)
+    names = wide[0].split()
+    assert names[names.index("CE") + 1:][:2] == ["RBF", "MAX"]  # the table's own columns first
+    assert [n.lower() for n in names[-len(parts) - len(layers):]] == parts + layers
+    assert len(wide) == 1 + len(records)
+    assert all(len(line.split()) == len(names) - 1 for line in wide[1:])  # "RBF MAX": one column, two words
+    first = wide[1].split()
+    assert first[-len(layers):] == [str(v) for v in records[0]["rbf_per_layer"]]
+    assert first[-len(layers) - len(parts):-len(layers)] == [str(records[0]["parts"][k]) for k in parts]
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
 
 
 def test_ingest_summary_formats(db_url, samples):

@@ -102,7 +102,7 @@ def test_follow_all_refuses_only_the_clashing_run(make_simcluster, db_url, sampl
     assert f'run "olmo3-sft" holds data ingested from files; following {OLMO} would append' \
         in refused["last_error"]
     logged = [ln for ln in proc.stderr.splitlines() if "would append" in ln]
-    assert len(logged) == 1 and " steptail.follow ERROR " in logged[0], proc.stderr
+    assert len(logged) == 1 and " ERROR steptail.follow " in logged[0], proc.stderr
     assert state(db_url, "olmo3-sft") == before
     r = assert_exactly_once(sim, db_url, "qwen3-cp4", "qwen3-cp4")
     assert len(r["got"]) == 160

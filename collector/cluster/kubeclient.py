@@ -6,12 +6,19 @@
 - The exec credential plugin runs in the environment kubectl gets (KubeTarget.env(): the
   target's account), not through os.environ; its failure is kept as the reason of the 401
   it causes, not logged on the root logger as the library does.
+- The plugin never shares our terminal (_Provider): the library's provider, when stdout is
+  a terminal, hands it our stdin and stderr, so gcloud's message lands on the screen (inside
+  the live view) and the failure reads `'NoneType' object has no attribute 'strip'`. Ours
+  always captures its stderr, which becomes the reason, and runs it non-interactive (stdin
+  /dev/null: a collector cannot answer a prompt), as kubectl runs it for `follow`.
 - Requests fail fast: the callers' loops retry with backoff and report each change of state
   once, where urllib3's own retries would log a warning per attempt."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import time
 
 import yaml
@@ -47,6 +54,45 @@ def _note_exec_failure(message: str) -> None:
     _exec_failure = (time.monotonic(), f"exec credential plugin failed: {classify(message)[1]}")
 
 
+class _Provider(ExecProvider):
+    """The library's ExecProvider, whatever stdout and stderr are: the plugin's stderr is
+    captured (the message of its failure), its stdin is /dev/null and the ExecCredential it
+    gets says `interactive: false`."""
+
+    def run(self, previous_response=None):
+        spec: dict = {"interactive": False}
+        if previous_response:
+            spec["response"] = previous_response
+        if self.cluster:
+            spec["cluster"] = dict(self.cluster.value)
+            for extension in self.cluster.value.get("extensions") or []:
+                if extension.get("name") == "client.authentication.k8s.io/exec":
+                    spec["cluster"]["config"] = extension.get("extension")
+                    break
+        env = {**self.env, "KUBERNETES_EXEC_INFO": json.dumps(
+            {"apiVersion": self.api_version, "kind": "ExecCredential", "spec": spec})}
+        try:
+            proc = subprocess.run(self.args, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                  cwd=self.cwd, env=env, shell=self.shell, check=False)
+        except OSError as exc:
+            raise ConfigException(f"exec: cannot run {self.args[0]}: {exc.strerror or exc}") from None
+        if proc.returncode != 0:
+            stderr = (proc.stderr or "").strip()
+            raise ConfigException(f"exec: process returned {proc.returncode}" + (f". {stderr}" if stderr else ""))
+        try:
+            data = json.loads(proc.stdout)
+        except ValueError as exc:
+            raise ConfigException(f"exec: failed to decode process output: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigException("exec: malformed response: not an object")
+        for key in ("apiVersion", "kind", "status"):
+            if key not in data:
+                raise ConfigException(f"exec: malformed response. missing key '{key}'")
+        if data["apiVersion"] != self.api_version:
+            raise ConfigException(f"exec: plugin api version {data['apiVersion']} does not match {self.api_version}")
+        return data["status"]
+
+
 class _Loader(KubeConfigLoader):
     """The library's loader, but the plugin runs in kubectl's environment and its failure is
     kept (see exec_failure) instead of logged."""
@@ -59,7 +105,7 @@ class _Loader(KubeConfigLoader):
         base = self._get_base_path(self._cluster.path)
         try:
             exec_config = self._user["exec"]
-            provider = ExecProvider(exec_config, base, self._cluster)
+            provider = _Provider(exec_config, base, self._cluster)
             if self.env is not None:  # the kubeconfig's own `env` entries still win, as in kubectl
                 provider.env = {**self.env, **{e["name"]: e["value"] for e in exec_config.safe_get("env") or []}}
             status = provider.run()

@@ -1,39 +1,11 @@
-"""The live terminal view of `steptail follow`: one row per run (rich Live)."""
+"""What `steptail follow` reports about its runs: the summary at the end (each run, pod
+discovery, the ownership connection) and failures by kind. The live table itself is the CLI's
+(steptail/live_view.py)."""
 
 from __future__ import annotations
 
-import math
-
-from rich.table import Table
-
 from steptail.collector.live.follower import RunStatus
 from steptail.collector.notify.health import Health
-
-
-def _num(v, fmt: str) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float) and not math.isfinite(v):
-        return str(v)
-    return format(v, fmt)
-
-
-def table(statuses: dict[str, RunStatus], discovery: Health | None = None) -> Table:
-    caption = None
-    if discovery is not None and discovery.failing is not None:
-        caption = f"[red]pod discovery {discovery.state()}: {discovery.failing[1]}[/]"
-    t = Table(title="steptail follow", caption=caption, expand=False)
-    for col in ("run", "pod", "state", "inc", "last step", "ce", "step s", "lines", "rows",
-                "reconnects", "gaps", "failures", "last error"):
-        t.add_column(col, overflow="fold")
-    for st in statuses.values():
-        t.add_row(
-            st.run, st.pod or "-", st.state, _num(st.last_incarnation, "d"), _num(st.last_step, "d"),
-            _num(st.last_ce, ".4f"), _num(st.step_seconds, ".2f"), str(st.lines), str(st.rows),
-            str(st.reconnects), f"[red]{st.gaps}[/]" if st.gaps else "0",
-            f"[red]{st.failures}[/]" if st.failures else "0", st.last_error or "",
-        )
-    return t
 
 
 def summary(statuses: dict[str, RunStatus], discovery: Health | None = None,

@@ -13,7 +13,6 @@ from rich.live import Live
 
 from steptail.collector.cluster import kubectl
 from steptail.collector.live.supervisor import Plan, Supervisor
-from steptail.collector.live.view import table
 from steptail.collector.notify.alerts import Alerter
 from steptail.collector.notify.metrics import Metrics, MetricsServer
 from steptail.storage.db import Store
@@ -23,8 +22,9 @@ log = logging.getLogger("steptail.follow")
 
 async def follow(store: Store, plan: Plan, *, view: bool = False, webhooks: tuple[str, ...] = (),
                  metrics_port: int | None = None, metrics_host: str = "127.0.0.1", duration: float | None = None,
-                 console: Console | None = None, on_start=None) -> Supervisor:
-    """Follow until every run is done (--until-done), a signal, or `duration` seconds."""
+                 console: Console | None = None, on_start=None, render=None) -> Supervisor:
+    """Follow until every run is done (--until-done), a signal, or `duration` seconds.
+    `view`: rich's Live shows `render(statuses, discovery_health)` (the CLI's table)."""
     metrics = Metrics(replicas=not store.is_sqlite)
     server = None
     sup: Supervisor | None = None
@@ -44,13 +44,14 @@ async def follow(store: Store, plan: Plan, *, view: bool = False, webhooks: tupl
         timer = None
         if duration is not None:
             timer = asyncio.get_running_loop().call_later(duration, sup.stop)
-        live = Live(table(sup.status, sup.discovery.health), console=console, refresh_per_second=4, transient=False) if view \
-            else contextlib.nullcontext()
+        view = view and render is not None
+        live = Live(render(sup.status, sup.discovery.health), console=console, refresh_per_second=4,
+                    transient=False) if view else contextlib.nullcontext()
         with live:
             while not task.done():
                 await asyncio.wait([task], timeout=0.25)
                 if view:
-                    live.update(table(sup.status, sup.discovery.health))
+                    live.update(render(sup.status, sup.discovery.health))
         if timer is not None:
             timer.cancel()
         await task

@@ -1,6 +1,7 @@
-"""Live alerts for `follow`: every new finding goes to a structured log line, to optional
-webhooks (JSON POST through a durable outbox, retried with backoff until delivered, each
-finding sent once per webhook) and to the Prometheus metrics (steptail.collector.notify.metrics).
+"""Live alerts for `follow`: every new finding goes to a log line (its fields on the record,
+top-level keys under `--log-format json`: steptail.logs), to optional webhooks (JSON POST
+through a durable outbox, retried with backoff until delivered, each finding sent once per
+webhook) and to the Prometheus metrics (steptail.collector.notify.metrics).
 
 Typical use (inside the follower's event loop):
 
@@ -30,6 +31,13 @@ from steptail.storage.db import Store
 from steptail.storage.outbox import MemoryOutbox, Row, SqlOutbox
 
 log = logging.getLogger("steptail.alerts")
+
+
+def _log(f: Finding) -> None:
+    """One line per finding: its detail as the message, its fields as the record's (top-level
+    keys under `--log-format json`, steptail.logs), at CRITICAL or WARNING as its severity."""
+    level = logging.CRITICAL if f.severity == CRITICAL else logging.WARNING
+    log.log(level, "%s", f.detail, extra={"event": "finding", "id": finding_id(f), **f.to_event()})
 
 
 class Alerter:
@@ -99,8 +107,7 @@ class Alerter:
                 continue
             self._published.add(f.key)
             new.append(f)
-            level = logging.ERROR if f.severity == CRITICAL else logging.WARNING
-            log.log(level, json.dumps({"event": "finding", **f.to_event()}, sort_keys=True))
+            _log(f)
             if self.metrics is not None:
                 self.metrics.finding(f)
         if self.webhooks and new:

@@ -15,7 +15,6 @@ Store calls run in a thread (SqlOutbox); the memory outbox is called directly.""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -144,15 +143,15 @@ class DeliveryWorker:
             await self._io(self.outbox.release, cut_short)
             counts = await self._io(self.outbox.pending)
         except Exception as exc:  # noqa: BLE001 - the store is gone: leases expire by themselves
-            log.warning(json.dumps({"event": "webhook_outbox_unavailable", "reason": _first_line(exc)}))
+            _say(log.warning, {"event": "webhook_outbox_unavailable", "reason": _first_line(exc)})
             return -1
         left = {h.name: counts.get(h.key, 0) for h in self.hooks if counts.get(h.key)}
         total = sum(left.values())
         if total:
             fate = ("kept in the outbox: sent by the next follow with this store and webhook"
                     if self.outbox.durable else "dropped: no store to keep them")
-            log.warning(json.dumps({"event": "webhook_pending_at_exit", "pending": total, "webhooks": left,
-                                    "detail": f"{total} deliveries still pending, {fate}"}))
+            _say(log.warning, {"event": "webhook_pending_at_exit", "pending": total, "webhooks": left,
+                                    "detail": f"{total} deliveries still pending, {fate}"})
         return total
 
     # -- the worker --------------------------------------------------------------------------
@@ -183,11 +182,11 @@ class DeliveryWorker:
         ours = sum(n for k, n in counts.items() if k in keys)
         others = sum(n for k, n in counts.items() if k not in keys)
         if ours:
-            log.warning(json.dumps({"event": "webhook_backlog", "pending": ours,
-                                    "detail": f"{ours} deliveries left pending by an earlier run: sending"}))
+            _say(log.warning, {"event": "webhook_backlog", "pending": ours,
+                                    "detail": f"{ours} deliveries left pending by an earlier run: sending"})
         if others:
-            log.warning(json.dumps({"event": "webhook_backlog_elsewhere", "pending": others,
-                                    "detail": f"{others} deliveries pending for webhooks not configured now: kept"}))
+            _say(log.warning, {"event": "webhook_backlog_elsewhere", "pending": others,
+                                    "detail": f"{others} deliveries pending for webhooks not configured now: kept"})
 
     def _free_slots(self, hook: Hook, now: float) -> int:
         if hook.failing_since is not None:  # one probe at a time, after the backoff
@@ -270,36 +269,46 @@ class DeliveryWorker:
             hook.sent += 1
         elif outcome == REJECT:
             hook.rejected += 1
-            log.error(json.dumps({"event": "webhook_rejected", "webhook": hook.name, "id": delivery.finding_id,
-                                  "reason": why, "detail": "the receiver refused this finding: not retried"}))
+            _say(log.error, {"event": "webhook_rejected", "webhook": hook.name, "id": delivery.finding_id,
+                                  "reason": why, "detail": "the receiver refused this finding: not retried"})
         if outcome != RETRY:  # it answered: reachable again
             if hook.failing_since is not None:
-                log.warning(json.dumps({"event": "webhook_recovered", "webhook": hook.name,
+                _say(log.warning, {"event": "webhook_recovered", "webhook": hook.name,
                                         "failing_for_s": round(time.monotonic() - hook.failing_since, 1),
-                                        "failed_attempts": hook.failures}))
+                                        "failed_attempts": hook.failures})
             hook.failures, hook.failing_since = 0, None
             return
         hook.failures += 1
         hook.retry_at = time.monotonic() + self._delay(hook)
         if hook.failing_since is None:
             hook.failing_since = time.monotonic()
-            log.warning(json.dumps({"event": "webhook_failing", "webhook": hook.name, "reason": why,
-                                    "detail": "deliveries are kept and retried with backoff"}))
+            _say(log.warning, {"event": "webhook_failing", "webhook": hook.name, "reason": why,
+                                    "detail": "deliveries are kept and retried with backoff"})
         else:
-            log.debug(json.dumps({"event": "webhook_retry", "webhook": hook.name, "id": delivery.finding_id,
-                                  "attempt": hook.failures, "reason": why}))
+            _say(log.debug, {"event": "webhook_retry", "webhook": hook.name, "id": delivery.finding_id,
+                                  "attempt": hook.failures, "reason": why})
 
     def _store_failed(self, exc: Exception) -> None:
         reason = _first_line(exc)
         if self._store_error is None:
-            log.warning(json.dumps({"event": "webhook_outbox_unavailable", "reason": reason,
-                                    "detail": "deliveries wait until the store answers again"}))
+            _say(log.warning, {"event": "webhook_outbox_unavailable", "reason": reason,
+                                    "detail": "deliveries wait until the store answers again"})
         self._store_error = reason
 
     def _store_ok(self) -> None:
         if self._store_error is not None:
-            log.warning(json.dumps({"event": "webhook_outbox_available"}))
+            _say(log.warning, {"event": "webhook_outbox_available"})
             self._store_error = None
+
+
+def _say(log_at, event: dict) -> None:
+    """One log line per webhook event: its words as the message, its fields as the record's
+    (top-level keys with --log-format json, as findings are)."""
+    fields = dict(event)  # `detail` too: the same field a finding's line has
+    text = event.get("detail") or event["event"].replace("_", " ")
+    where = f" ({event['webhook']})" if event.get("webhook") else ""
+    why = f": {event['reason']}" if event.get("reason") and event.get("reason") not in text else ""
+    log_at("%s%s%s", text, where, why, extra=fields)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -49,13 +49,16 @@ def command(run: str, db: str | None, output: Output, reference_ce: str | None, 
     sys.exit(1 if findings else 0)
 
 
+# On a terminal the finding's identity stays whole and its detail is cut (the whole detail:
+# -o json, or piped); the detection time is an age.
 COLUMNS = [
-    Column("severity", "severity", style=lambda r: "bold red" if r["severity"] == CRITICAL else "yellow"),
-    Column("kind", "kind"),
-    Column("inc", "incarnation"),
-    Column("steps", "steps"),
-    Column("detail", "detail"),
-    Column("detected", "detected_at", wide=True),
+    Column("severity", "severity", keep=True,
+           style=lambda r: "bold red" if r["severity"] == CRITICAL else "yellow"),
+    Column("kind", "kind", keep=True),
+    Column("inc", "incarnation", keep=True),
+    Column("steps", "steps", min_width=None, drop=1),
+    Column("detail", "detail", min_width=16),
+    Column("detected", "detected_at", wide=True, age=True, min_width=None, drop=2),
 ]
 
 

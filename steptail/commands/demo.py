@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import shlex
 import shutil
 import socket
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from steptail import logs
 from steptail.commands._common import fail
 from steptail.output import Output, output_option
 
@@ -98,7 +98,7 @@ def command(out_dir: str, seconds: float, port: int, no_view: bool, output: Outp
         store = open_store(str(db))
     except StoreError as exc:
         fail(str(exc))
-    logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
+    logs.configure("text")  # follow's log lines, above the live table, never inside it
     console = output.console
     sim = SimCluster(demo_scenario(seconds), port=port, state_dir=out / "simcluster",
                      kubeconfig_out=out / "simcluster" / "kubeconfig")

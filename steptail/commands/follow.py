@@ -209,10 +209,12 @@ class Follow:
             policy=self.policy, archive=self._archiver(store) if self.archive_dir else None,
         )
         view = output.console.is_terminal and not self.no_view and not output.machine
+        from steptail.live_view import table
         try:
             sup = asyncio.run(follow(store, plan, view=view, webhooks=self.webhooks, metrics_port=self.metrics_port,
                                      metrics_host=self.metrics_host, duration=self.duration,
-                                     console=output.console, on_start=lambda s, _url: started.append(s)))
+                                     console=output.console, on_start=lambda s, _url: started.append(s),
+                                     render=table))
         except OSError as exc:
             fail(f"cannot start: {exc}")
         finally:
