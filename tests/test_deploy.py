@@ -159,10 +159,25 @@ def test_secrets_come_from_secrets_only(rendered, objects, pod, container):
     assert not any(a.startswith("--alert-webhook=") or a == "--alert-webhook" for a in container["args"])
 
 
-def test_account_is_set_from_the_generated_configmap(objects, container):
-    ref = {e["name"]: e for e in container["env"]}["CLOUDSDK_CORE_ACCOUNT"]["valueFrom"]["configMapKeyRef"]
-    (config,) = [c for c in objects["ConfigMap"] if c["metadata"]["name"] == ref["name"]]
-    assert re.fullmatch(r"[\w.-]+@[\w-]+\.iam\.gserviceaccount\.com", config["data"][ref["key"]])
+def settings(objects, container) -> dict[str, str]:
+    """The container's env vars set from the generated ConfigMap, with their values."""
+    out = {}
+    for e in container["env"]:
+        ref = e.get("valueFrom", {}).get("configMapKeyRef")
+        if ref:
+            (config,) = [c for c in objects["ConfigMap"] if c["metadata"]["name"] == ref["name"]]
+            out[e["name"]] = config["data"][ref["key"]]
+    return out
+
+
+def test_selector_and_account_are_settings_of_the_generated_configmap(objects, container):
+    """Documented defaults (deploy/kustomization.yaml, docs/deploy.md): the `slice` replicated
+    job, and no Google account (in a pod kubectl uses the ServiceAccount's token)."""
+    assert settings(objects, container) == {"STEPTAIL_SELECTOR": "jobset.sigs.k8s.io/replicatedjob-name=slice",
+                                             "CLOUDSDK_CORE_ACCOUNT": ""}
+    assert flag(container["args"], "--selector") == "$(STEPTAIL_SELECTOR)"
+    doc = (ROOT / "docs" / "deploy.md").read_text()
+    assert "STEPTAIL_SELECTOR" in doc and "jobset.sigs.k8s.io/replicatedjob-name=slice" in doc
 
 
 def test_namespace_comes_from_the_downward_api(container):
@@ -351,7 +366,7 @@ def test_the_build_context_leaves_local_state_out():
         assert needed not in ignored and (ROOT / needed).exists()
 
 
-def test_the_documented_overlay_sets_namespace_image_and_account(tmp_path):
+def test_the_documented_overlay_sets_namespace_image_and_selector(tmp_path):
     """The overlay docs/deploy.md shows (a heredoc in its console example), rendered against a
     copy of deploy/ beside it."""
     doc = (ROOT / "docs" / "deploy.md").read_text()
@@ -377,7 +392,8 @@ def test_the_documented_overlay_sets_namespace_image_and_account(tmp_path):
     assert c["image"] == f"{image['newName']}:{image['newTag']}" != IMAGE_PLACEHOLDER
     ref = {e["name"]: e for e in c["env"]}["CLOUDSDK_CORE_ACCOUNT"]["valueFrom"]["configMapKeyRef"]
     assert by_kind["ConfigMap"]["metadata"]["name"] == ref["name"]
-    assert by_kind["ConfigMap"]["data"] == {"CLOUDSDK_CORE_ACCOUNT": "steptail-agent@PROJECT.iam.gserviceaccount.com"}
+    assert by_kind["ConfigMap"]["data"] == {"STEPTAIL_SELECTOR": "jobset.sigs.k8s.io/replicatedjob-name=train",
+                                            "CLOUDSDK_CORE_ACCOUNT": ""}
 
 
 def test_the_documented_secret_command_makes_the_key_the_pod_reads(container):
@@ -398,7 +414,7 @@ def test_the_documented_secret_command_makes_the_key_the_pod_reads(container):
 
 # --- the container's args and the image's environment, on a read-only root ------------------
 
-def test_follow_runs_on_a_read_only_root_with_the_images_environment(make_simcluster, tmp_path, container):
+def test_follow_runs_on_a_read_only_root_with_the_images_environment(make_simcluster, tmp_path, objects, container):
     """The Deployment's args and the Containerfile's ENV (with /tmp and /data mapped to two
     writable directories, everything else read-only) follow a simulated JobSet to its end:
     kubectl, its auth plugin and steptail write nowhere else, and the probes' paths answer on
@@ -424,12 +440,16 @@ def test_follow_runs_on_a_read_only_root_with_the_images_environment(make_simclu
     env |= {"PATH": f"{STEPTAIL.parent}:/usr/local/bin:/usr/bin:/bin", "POD_NAMESPACE": "default",
             "CLOUDSDK_CORE_ACCOUNT": sim.account, "STEPTAIL_DB": str(data / "steptail.db")}
     port = free_port()
+    defined = {"POD_NAMESPACE": "default", **settings(objects, container)}
+
+    def expand(value: str) -> str:  # $(VAR) as the kubelet expands it from the container's env
+        return re.sub(r"\$\((\w+)\)", lambda m: defined[m[1]], value)
+
     args = []
     for arg in container["args"]:
         name, _, value = arg.partition("=")
         value = {"--metrics-port": str(port), "--metrics-host": "127.0.0.1",  # tests bind loopback
-                 "--alert-webhook-file": str(webhooks)}.get(
-            name, mapped(value.replace("$(POD_NAMESPACE)", "default")))  # as the kubelet expands it
+                 "--alert-webhook-file": str(webhooks)}.get(name, mapped(expand(value)))
         args.append(f"{name}={value}" if value else name)
     args += [f"--kubeconfig={sim.kubeconfig_path}", "--until-done", "--silence=1"]
 

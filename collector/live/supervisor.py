@@ -93,6 +93,7 @@ class Supervisor:
         self._publishing: set[asyncio.Task] = set()  # collector-level findings on their way
         self.fatal: str | None = None  # why following gave up (a configuration error): exit 2
         self.unseen: dict[str, str] = {}  # named JobSets with no process-0 pod so far -> what was said
+        self._unselected: set[str] = set()  # JobSets --all --selector can never follow (said once)
         self._started_at = time.monotonic()
         self.status: dict[str, RunStatus] = {}
         self.health: dict[str, Health] = {}  # run -> its follower's health
@@ -140,6 +141,7 @@ class Supervisor:
                 if self.fatal:
                     break
                 self._look_for_named()
+                self._look_for_unselected()
                 active = [t for t in self.tasks.values() if not t.done()]
                 elsewhere = [r for r in self.candidates if r not in self.tasks and not self.status[r].done]
                 if not active and not elsewhere and (
@@ -218,6 +220,20 @@ class Supervisor:
                     f"JobSet {jobset} not found in namespace {ns}: no process-0 pod after "
                     f"{UNSEEN_AFTER:.0f} s (check the name and -n; kubectl get jobsets -n {ns})")
                 log.error("%s", self.unseen[jobset])
+
+    def _look_for_unselected(self) -> None:
+        """--all --selector: a JobSet none of whose replicated jobs can match the selector
+        (e.g. the Deployment's default `replicatedjob-name=slice` and a JobSet whose job has
+        another name) is never followed: said once per JobSet, not left silent."""
+        if not (self.plan.follow_all and self.plan.selector and self.objects is not None):
+            return
+        for name, obj in list(self.objects.jobsets.items()):
+            if name in self._found or name in self._unselected:
+                continue
+            if not any(_selects(self.plan.selector, labels) for labels in _replicated_job_labels(obj)):
+                self._unselected.add(name)
+                log.warning("JobSet %s is not followed: no replicated job of it matches --selector %s",
+                            name, self.plan.selector)
 
     def _discovery_failed(self, kind: str, reason: str) -> None:
         """Pods cannot be listed or watched: every run is blind to restarts meanwhile (an
@@ -506,6 +522,35 @@ def _claim_and_load(store: Store, run: str, jobset: str, namespace: str, append:
                 rlog.info("%s: taken over from replica %s; resuming after step %s from the committed cursor",
                           run, before, last)
         return model, epoch
+
+
+def _replicated_job_labels(jobset: dict) -> list[dict]:
+    """The labels each replicated job's pods will carry (the JobSet controller adds the
+    replicated job's name to its template's)."""
+    out = []
+    for rj in (jobset.get("spec") or {}).get("replicatedJobs") or []:
+        if not isinstance(rj, dict):
+            continue
+        tmpl = ((((rj.get("template") or {}).get("spec") or {}).get("template") or {}).get("metadata") or {})
+        labels = dict(tmpl.get("labels") or {}) if isinstance(tmpl, dict) else {}
+        out.append({**labels, "jobset.sigs.k8s.io/replicatedjob-name": str(rj.get("name") or "")})
+    return out
+
+
+def _selects(selector: str, labels: dict) -> bool:
+    """The equality terms of a label selector (k=v, k==v, k!=v) against `labels`; any other
+    term (set-based) is taken as matching: only a sure mismatch is reported."""
+    for term in selector.split(","):
+        term = term.strip()
+        if "!=" in term:
+            k, v = term.split("!=", 1)
+            if labels.get(k.strip()) == v.strip():
+                return False
+        elif "=" in term and not any(op in term for op in (" in ", " notin ")):
+            k, v = term.replace("==", "=").split("=", 1)
+            if labels.get(k.strip()) != v.strip():
+                return False
+    return True
 
 
 async def cancel_all(tasks: list[asyncio.Task], every: float = 1.0) -> None:
