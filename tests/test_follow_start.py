@@ -100,3 +100,18 @@ def test_the_ownership_gauge_is_absent_on_sqlite(make_simcluster, tmp_path, monk
     sim = make_simcluster({"rate": 50, "jobsets": [{"name": "olmo3-sft", "hosts": 2, "trainer": {"steps": 60}}]})
     text = asyncio.run(_scrape_while_following(sim, str(tmp_path / "s.db")))
     assert "steptail_discovery_up" in text and "steptail_ownership_up" not in text
+
+
+def test_a_jobset_the_selector_can_never_follow_is_said_once(make_simcluster, tmp_path):  # noqa: F811
+    sim = make_simcluster({"rate": 50, "jobsets": [
+        {"name": "olmo3-sft", "hosts": 2, "trainer": {"steps": 150}},
+        {"name": "other-shape", "replicated_job": "workers", "hosts": 2, "trainer": {"steps": 150}}]})
+    env = {k: v for k, v in os.environ.items() if k != "STEPTAIL_DB"} | {ACCOUNT_VAR: sim.account}
+    done = subprocess.run([*CLI, "follow", "--all", "--selector", "jobset.sigs.k8s.io/replicatedjob-name=slice",
+                           "--kubeconfig", str(sim.kubeconfig_path), "--db", str(tmp_path / "s.db"), "--no-view",
+                           "--duration", "8", "--json"], capture_output=True, text=True, env=env, timeout=90)
+    assert done.returncode == 0, done.stderr
+    said = [ln for ln in done.stderr.splitlines() if "is not followed" in ln]
+    assert len(said) == 1 and "JobSet other-shape is not followed: no replicated job of it matches --selector " \
+        "jobset.sigs.k8s.io/replicatedjob-name=slice" in said[0], done.stderr
+    assert [r["run"] for r in json.loads(done.stdout)["runs"]] == ["olmo3-sft"]
