@@ -155,22 +155,27 @@ ORDER BY 1, 2
 """.strip()
 
 # A finding is drawn over the time of its steps: from the last recorded step at or before
-# first_step to the first recorded step at or after last_step (a gap's steps have no row).
+# first_step to the first recorded step at or after last_step (a gap's steps have no row). One
+# not tied to a step (first_step -1: a runbook rule the JobSet breaks, a stream or auth failure
+# before any step) is drawn where it was detected.
 FINDINGS_ANNOTATIONS = """
 SELECT to_timestamp(a.t0 / 1e9) AS time, to_timestamp(COALESCE(a.t1, a.t0) / 1e9) AS timeend,
-       a.run || ': ' || a.kind || ' (steps ' || a.first_step || '-' || a.last_step || ') '
+       a.run || ': ' || a.kind
+         || CASE WHEN a.first_step < 0 THEN ' ' ELSE ' (steps ' || a.first_step || '-' || a.last_step || ') ' END
          || a.detail AS text,
        a.kind || ',' || a.severity || ',' || a.run AS tags
 FROM (
   SELECT f.*,
+    CASE WHEN f.first_step < 0 THEN f.detected_ns ELSE
     COALESCE((SELECT l.ts_ns FROM loss_parts l
               WHERE l.run = f.run AND (f.incarnation = 0 OR l.incarnation = f.incarnation)
                 AND l.step <= f.first_step AND l.ts_ns IS NOT NULL
-              ORDER BY l.step DESC, l.incarnation DESC LIMIT 1), f.detected_ns) AS t0,
+              ORDER BY l.step DESC, l.incarnation DESC LIMIT 1), f.detected_ns) END AS t0,
+    CASE WHEN f.first_step < 0 THEN NULL ELSE
     (SELECT l.ts_ns FROM loss_parts l
      WHERE l.run = f.run AND (f.incarnation = 0 OR l.incarnation = f.incarnation)
        AND l.step >= f.last_step AND l.ts_ns IS NOT NULL
-     ORDER BY l.step, l.incarnation LIMIT 1) AS t1
+     ORDER BY l.step, l.incarnation LIMIT 1) END AS t1
   FROM findings f
   WHERE f.run IN ($run)
 ) a

@@ -289,6 +289,24 @@ def test_findings_annotations_span_the_steps_they_cover(pg):
     assert run_sql(pg, q.FINDINGS_ANNOTATIONS, ctx(RUNS, end=datetime(2026, 11, 30, 4, 0, 5, tzinfo=UTC))) == []
 
 
+def test_a_finding_not_tied_to_a_step_is_drawn_where_it_was_detected(pg):
+    """A runbook rule the live JobSet breaks (first_step -1): a point at its detection time,
+    not a span back to the run's first step."""
+    at = _ns(datetime(2026, 11, 30, 4, 30, tzinfo=UTC))
+    with pg.engine.begin() as conn:
+        conn.execute(sa.text(
+            "INSERT INTO findings (run, kind, incarnation, first_step, last_step, detail, severity, detected_ns)"
+            " VALUES ('resume-gap', 'rule:queue', 0, -1, -1, 'queue ''hero'' is not ours', 'critical', :t)"),
+            {"t": at})
+    try:
+        (rule,) = [r for r in run_sql(pg, q.FINDINGS_ANNOTATIONS, ctx()) if r["tags"].startswith("rule:queue,")]
+        assert rule["time"].timestamp() == rule["timeend"].timestamp() == pytest.approx(at / NS, abs=1e-3)
+        assert rule["text"] == "resume-gap: rule:queue queue 'hero' is not ours"
+    finally:
+        with pg.engine.begin() as conn:
+            conn.execute(sa.text("DELETE FROM findings WHERE kind = 'rule:queue'"))
+
+
 def test_fleet_lists_every_run(pg):
     rows = {r["run"]: r for r in run_sql(pg, q.FLEET, ctx())}
     assert set(rows) == set(RUNS)

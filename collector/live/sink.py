@@ -33,7 +33,7 @@ RETRY_FIRST, RETRY_MAX = 0.2, 5.0
 # Rows of one run that may wait in memory for the store (an outage, a failover): about 20 MB,
 # a quarter of an hour at 40 lines/s. Past it the follower stops reading (`full`) until a
 # commit succeeds: the lines wait in the pod's log, and are lost only if the pod is deleted
-# meanwhile (then a stream gap says so). README "Store outages".
+# meanwhile (then a stream gap says so). docs/follow.md: "A store outage is waited out".
 BUFFER_ROWS = 20_000
 
 

@@ -39,7 +39,13 @@ def is_loopback(host: str) -> bool:
               help=f"File holding the bearer token clients must send (else ${TOKEN_ENV}).")
 @db_option
 def command(host: str, port: int, token_file: Path | None, db: str | None) -> None:
-    """Serve /healthz, /metrics and /api/runs… (read-only)."""
+    """Serve the live page at / (runs, CE with gaps, NaNs, restores and findings), /healthz,
+    /livez, /metrics and the JSON API /api/… (read-only).
+
+    \b
+    Examples:
+      steptail serve --db steptail-demo/steptail.db        # then open http://127.0.0.1:9464/
+      steptail serve --port 0 --db postgresql+psycopg://…   # any free port, printed at start"""
     from steptail.serve import serve
 
     token = read_token(token_file)
