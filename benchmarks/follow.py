@@ -55,11 +55,12 @@ def _pct(xs: list[float], p: float) -> float:
 
 
 async def _follow_until(account: str, kubeconfig: str, db: str, stop_when, silence: float,
-                        timeout: float) -> Supervisor:
-    """Follow the JobSet `bench` until stop_when(supervisor) or `timeout`."""
+                        timeout: float, policy=None) -> Supervisor:
+    """Follow the JobSet `bench` until stop_when(supervisor) or `timeout` (`policy`: the
+    runbook's rules checked live beside it, as `follow` does by default)."""
     store = open_store(db)
     plan = Plan(KubeTarget("default", account, kubeconfig), {"bench": "bench"},
-                config=FollowConfig(silence=silence, until_done=True))
+                config=FollowConfig(silence=silence, until_done=True), policy=policy)
     sup = Supervisor(store, plan)
     task = asyncio.create_task(sup.run(install_signals=False))
     deadline = time.monotonic() + timeout
@@ -71,8 +72,10 @@ async def _follow_until(account: str, kubeconfig: str, db: str, stop_when, silen
     return sup
 
 
-def latency(seconds: float) -> dict:
-    """Per committed row: commit end (wall clock) minus the line's kubelet timestamp."""
+def latency(seconds: float, policy=None, neighbours: int = 0) -> dict:
+    """Per committed row: commit end (wall clock) minus the line's kubelet timestamp.
+    `neighbours`: more JobSets in the namespace (not followed; their pods and objects watched
+    and, with a policy, their start times read by the stagger rule)."""
     samples: list[float] = []
     orig = RunSink._commit
 
@@ -90,12 +93,13 @@ def latency(seconds: float) -> dict:
 
     rate = 100 / LINES_PER_STEP
     steps = int(rate * seconds)
-    scenario = {"rate": rate, "jobsets": [{"name": "bench", "hosts": 1, "trainer": {"steps": steps}}]}
+    scenario = {"rate": rate, "jobsets": [{"name": "bench", "hosts": 1, "trainer": {"steps": steps}}] + [
+        {"name": f"other-{i:02d}", "hosts": 1, "rate": 0.5, "trainer": {"steps": steps}} for i in range(neighbours)]}
     with tempfile.TemporaryDirectory() as d, _sim_process(scenario, Path(d)) as (kubeconfig, account):
         RunSink._commit = timed
         try:  # the simulator has its own process: its GIL is not the collector's
             asyncio.run(_follow_until(account, kubeconfig, str(Path(d) / "l.db"), lambda s: False, 5.0,
-                                      seconds + 30))
+                                      seconds + 30, policy))
         finally:
             RunSink._commit = orig
     # Lines written before the collector was streaming are a backlog, not latency: count the
@@ -387,11 +391,25 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--seconds", type=float, default=60.0, help="duration of the scale runs")
     ap.add_argument("--runs", default="10,50", help="concurrent runs for the scale part")
+    ap.add_argument("--rules", action="store_true",
+                    help="only the latency part, without and with the runbook's rules checked live "
+                         "(49 more JobSets in the namespace), in one run")
     ap.add_argument("--replicas", type=int, help="only the replicas part: N replicas on PostgreSQL, 200 runs x "
                                                  "5 lines/s for 120 s, one replica killed at 60 s")
     args = ap.parse_args()
     logging.disable(logging.WARNING)
     os.environ.setdefault("CLOUDSDK_CORE_ACCOUNT", "steptail-agent@steptail-sim.iam.gserviceaccount.com")
+    if args.rules:
+        from steptail.commands.lint import policy_from
+
+        seconds = min(args.seconds, 20.0)
+        off = latency(seconds, None, neighbours=49)
+        on = latency(seconds, policy_from(None), neighbours=49)
+        result = {"cpus": os.cpu_count(), "jobsets": 50, "latency_rules_off": off, "latency_rules_on": on,
+                  "p50_ratio": round(on["p50_ms"] / off["p50_ms"], 2) if off["p50_ms"] else None,
+                  "p99_ratio": round(on["p99_ms"] / off["p99_ms"], 2) if off["p99_ms"] else None}
+        print(json.dumps(result) if args.json else json.dumps(result, indent=2))
+        return
     if args.replicas:
         result = {"cpus": os.cpu_count(), "replicas": replicas(args.replicas)}
         print(json.dumps(result) if args.json else json.dumps(result, indent=2))
