@@ -242,3 +242,39 @@ def test_follow_without_the_jobset_rbac_says_so_once_and_follows(make_simcluster
     assert len(lines) == 1 and "forbidden" in lines[0], proc.stderr
     assert query(db, "SELECT COUNT(*) FROM loss_parts WHERE run = 'olmo3-sft'") == [(60,)]
     assert Path(tmp_path / "s.db").exists()
+
+
+def test_a_jobset_the_views_cannot_read_is_one_line_per_change_never_a_crash(caplog):
+    """What the API sends is input: a JobSet of the wrong shape costs its rules, said once per
+    change of the object, and the other JobSets are still checked."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from steptail.collector.cluster.jobsets import ClusterObjects
+    from steptail.collector.live.runbook_live import RunbookLive, RunTarget
+    from steptail.commands.lint import policy_from
+
+    got = []
+    bad = {"metadata": {"name": "bad", "resourceVersion": "1"}, "spec": {"replicatedJobs": [
+        {"name": "slice", "template": {"spec": {"template": {"spec": "not a mapping"}}}}]}}
+    hero = {"metadata": {"name": "hero", "resourceVersion": "1", "labels": {"kueue.x-k8s.io/queue-name": "hero"}},
+            "spec": {"replicatedJobs": [{"name": "slice", "template": {"spec": {"template": {"spec": {
+                "containers": [{"name": "jax-tpu", "image": IMAGE}]}}}}}]}}
+    objects = ClusterObjects(target=None)
+    objects.jobsets.update(bad=bad, hero=hero)
+    detectors = SimpleNamespace(cluster_findings=got.extend)
+    targets = {name: RunTarget(name, name, detectors, None) for name in ("bad", "hero")}
+    discovery = SimpleNamespace(pods={}, process0=lambda j: [])
+
+    async def passes():
+        live = RunbookLive(policy_from(None), objects, discovery, lambda: targets, store=None)
+        live.check_all()
+        live.check_all()  # nothing changed: not said again
+        bad["metadata"]["resourceVersion"] = "2"
+        live.check_all()  # changed, still unreadable: said again
+
+    with caplog.at_level("WARNING", logger="steptail.follow"):
+        asyncio.run(passes())
+    said = [r.getMessage() for r in caplog.records if "runbook rules not checked on JobSet bad" in r.getMessage()]
+    assert len(said) == 2, said
+    assert [(f.run, f.kind) for f in got] == [("hero", "rule:queue")]

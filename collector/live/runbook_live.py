@@ -79,6 +79,15 @@ class RunbookLive:
         self.window_ns = int(float(stagger.get("seconds", STAGGER["seconds"])) * 1e9)
         objects.on_change = self._changed
 
+    async def close(self) -> None:
+        """Archives still running at shutdown are cancelled (their finished files stay, the
+        manifest says what is complete; `archive` resumes them)."""
+        tasks = [st.archiving for st in self.states.values() if st.archiving is not None and not st.archiving.done()]
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
     def _changed(self, kind: str, jobset: str, deleted: bool) -> None:
         if kind == "jobsets" and deleted:
             self._deleted(jobset)
@@ -123,7 +132,13 @@ class RunbookLive:
             n += 1
             # once its pods ran, between a restart's old pods and new ones too, the pods speak
             state.ran = state.ran or bool(pods) or bool(state.pods)
-            self._raise(target, state, evaluate(self.policy, obj, [p.view for p in pods], facts), state.ran)
+            try:
+                found = evaluate(self.policy, obj, [p.view for p in pods], facts)
+            except Exception as exc:  # noqa: BLE001 - an object the views cannot read: said once per change
+                log.warning("%s: runbook rules not checked on JobSet %s (resourceVersion %s): cannot read it "
+                            "(%s: %s)", target.run, jobset, signature[0], type(exc).__name__, str(exc)[:200])
+                continue
+            self._raise(target, state, found, state.ran)
             if target.follower is not None:
                 target.follower.set_hosts(self._hosts(obj) or None)
         self.evaluations += n

@@ -165,6 +165,7 @@ class Supervisor:
             await cancel_all([self._balancer])
         if self._runbook_task is not None:
             await cancel_all([self._runbook_task])
+            await self.runbook.close()
             self.objects.stop()
         await cancel_all(list(self.tasks.values()))
         kubectl.kill_all()
