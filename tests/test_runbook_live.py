@@ -148,6 +148,13 @@ def test_each_rule_broken_by_a_live_jobset_is_a_finding_of_its_run(make_simclust
         db_url, "SELECT image, image_id, topology, hosts FROM incarnations WHERE run = 'good'")
     assert image == IMAGE and image_id.startswith(IMAGE.split(":")[0] + "@sha256:") and len(image_id) > 70
     assert (topology, hosts) == ("4x4x8", 2)
+    # one slice shape per experiment: lint --control reads the control's recorded topology
+    same = steptail("lint", str(tmp_path / "good.yaml"), "--control", "good", "--db", db_url, "-o", "json")
+    assert same.returncode == 0, same.stdout + same.stderr
+    other = steptail("lint", str(tmp_path / "own-topology.yaml"), "--control", "good", "--db", db_url, "-o", "json")
+    flagged = {f["rule"]: f["message"] for j in json.loads(other.stdout)["jobsets"] for f in j["findings"]}
+    assert other.returncode == 1 and "slice_shape" in flagged, other.stdout
+    assert "differs from the control good's 4x4x8 x 2 hosts" in flagged["slice_shape"]
 
 
 def test_a_resume_on_another_image_is_a_finding_of_that_incarnation(make_simcluster, db_url, tmp_path):  # noqa: F811
