@@ -46,6 +46,10 @@ def _is_watch(request: web.Request) -> bool:
     return request.query.get("watch") in ("true", "1", "True")
 
 
+# resource -> (kind, apiVersion) of its objects
+_KINDS = {"pods": ("Pod", "v1"), "jobsets": ("JobSet", render.JOBSET_API), "workloads": ("Workload", render.WORKLOAD_API)}
+
+
 @dataclass
 class LogRead:
     """One pods/log request: who (the account), which pod, follow or not, wall-clock span."""
@@ -106,6 +110,9 @@ class KubeApi:
         g("/apis/jobset.x-k8s.io/v1alpha2/jobsets", self.h_jobsets)
         g("/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets", self.h_jobsets)
         g("/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets/{name}", self.h_jobset)
+        g("/apis/kueue.x-k8s.io/v1beta1/workloads", self.h_workloads)
+        g("/apis/kueue.x-k8s.io/v1beta1/namespaces/{ns}/workloads", self.h_workloads)
+        g("/apis/kueue.x-k8s.io/v1beta1/namespaces/{ns}/workloads/{name}", self.h_workload)
         router.add_route("*", "/{tail:.*}", self.h_notfound)
 
     # ---- every request: auth, injected failures, the request log
@@ -192,12 +199,15 @@ class KubeApi:
             return _not_found("namespaces", ns)
         return web.json_response(render.namespace_json(ns))
 
-    # ---- pods and JobSets: list, watch, get
+    # ---- pods, JobSets and Kueue Workloads: list, watch, get
     async def h_pods(self, request: web.Request) -> web.StreamResponse:
         return await self._list_or_watch(request, "pods")
 
     async def h_jobsets(self, request: web.Request) -> web.StreamResponse:
         return await self._list_or_watch(request, "jobsets")
+
+    async def h_workloads(self, request: web.Request) -> web.StreamResponse:
+        return await self._list_or_watch(request, "workloads")
 
     def _denied(self, request: web.Request, kind: str) -> web.Response | None:
         """403 like RBAC gives during a `deny` fault (pods only; single-pod reads still work)."""
@@ -241,9 +251,8 @@ class KubeApi:
             items, more = self.hostile.page(self.hostile.listed(items, match, ns) if kind == "pods" else items, q)
         if _wants_table(request):
             return web.json_response(render.table(kind, items, rv))
-        list_kind = "PodList" if kind == "pods" else "JobSetList"
-        api = "v1" if kind == "pods" else "jobset.x-k8s.io/v1alpha2"
-        return web.json_response({"kind": list_kind, "apiVersion": api,
+        obj_kind, api = _KINDS[kind]
+        return web.json_response({"kind": obj_kind + "List", "apiVersion": api,
                                   "metadata": {"resourceVersion": str(rv), **({"continue": more} if more else {})},
                                   "items": [self._served(o) for o in items]})
 
@@ -274,6 +283,16 @@ class KubeApi:
         await resp.prepare(request)
         table = _wants_table(request)
         first = [True]
+        # allowWatchBookmarks: a BOOKMARK (only metadata.resourceVersion: every event up to it
+        # was sent) every bookmark_seconds and when the watch times out, as the apiserver's cache
+        bookmarks = q.get("allowWatchBookmarks") in ("true", "1", "True") and not table
+        bookmark_every = max(0.05, float(st.scenario.bookmark_seconds))
+        next_bookmark = time.monotonic() + bookmark_every
+
+        def bookmark() -> bytes:
+            obj_kind, api = _KINDS[kind]
+            return json.dumps({"type": "BOOKMARK", "object": {
+                "kind": obj_kind, "apiVersion": api, "metadata": {"resourceVersion": str(since)}}}).encode() + b"\n"
 
         def encode(typ: str, o: dict) -> bytes:
             if table:  # kubectl get -w: each event carries a one-row Table
@@ -326,7 +345,12 @@ class KubeApi:
                     since = erv
                     if k == kind and match(o):
                         await resp.write(encode(typ, o))
+                if bookmarks and time.monotonic() >= next_bookmark:
+                    next_bookmark = time.monotonic() + bookmark_every
+                    await resp.write(bookmark())
                 await asyncio.sleep(WATCH_POLL)
+            if bookmarks and time.monotonic() >= deadline and not self.closing:
+                await resp.write(bookmark())
             await resp.write_eof()
         except (ConnectionResetError, asyncio.CancelledError):
             pass
@@ -352,6 +376,17 @@ class KubeApi:
             return _not_found("jobsets", name, group="jobset.x-k8s.io")
         if _wants_table(request):
             return web.json_response(render.jobset_table([obj], self.state.rv))
+        return web.json_response(obj)
+
+    async def h_workload(self, request: web.Request) -> web.Response:
+        ns, name = request.match_info["ns"], request.match_info["name"]
+        with self.state.lock:
+            obj = next((render.workload_json(js) for js in self.state.jobsets.values()
+                        if js.workload is not None and js.spec.namespace == ns and js.workload.name == name), None)
+        if obj is None:
+            return _not_found("workloads", name, group="kueue.x-k8s.io")
+        if _wants_table(request):
+            return web.json_response(render.workload_table([obj], self.state.rv))
         return web.json_response(obj)
 
     # ---- pods/log

@@ -2,8 +2,9 @@
 HTTPS Kubernetes API, the scenario's fault timeline, and the thread-safe methods tests call
 (faults, ground truth, bounded waits).
 
-Who does what (docs/simcluster.md): objects.py (pods, JobSets, containers), state.py (the
-store and watch events), controller.py (pod lifecycle, trainer output, workload faults),
+Who does what (docs/simcluster.md): objects.py (pods, JobSets, Kueue Workloads, containers),
+state.py (the store and watch events), controller.py (admission, pod lifecycle, trainer
+output, workload faults),
 logs.py (kubelet log files, rotation, log streams), api.py + discovery.py + render.py (the
 Kubernetes API), faults.py (API faults), truth.py (ground truth).
 """
@@ -76,6 +77,8 @@ class SimCluster:
         # sim.truth(jobset) -> [StepTruth]; sim.truth.servable(jobset) -> [LineTruth] (truth.py)
         self.truth = Truth(self.state, db_proxy)
         self._pending_faults: list[FaultSpec] = list(scenario.faults)
+        # scenario JobSets with `start_after`: created that many seconds after the start
+        self._pending_jobsets: list[JobSetSpec] = []
         self.db_proxy = db_proxy  # a started DbProxy in front of the store: `db_outage` cuts it
         self._check_faults(scenario.faults)
         self._db_restore_at: float | None = None  # time.monotonic() when a db_outage ends
@@ -123,7 +126,10 @@ class SimCluster:
         self._started_mono = time.monotonic()
         with self.lock:
             for spec in self.scenario.jobsets:
-                self.add_jobset(spec)
+                if spec.start_after > 0:
+                    self._pending_jobsets.append(spec)
+                else:
+                    self.add_jobset(spec)
         self._tasks.append(asyncio.create_task(self._drive()))
         return self
 
@@ -189,6 +195,10 @@ class SimCluster:
     def _tick(self) -> None:
         mono = time.monotonic()
         elapsed = mono - self._started_mono
+        for spec in list(self._pending_jobsets):
+            if elapsed >= spec.start_after:
+                self._pending_jobsets.remove(spec)
+                self.state.add_jobset(spec)
         for f in list(self._pending_faults):
             if f.at is not None and elapsed >= f.at:
                 self._pending_faults.remove(f)
@@ -302,7 +312,7 @@ class SimCluster:
         with self.lock:
             grace = self.scenario.grace_seconds if grace_seconds is None else grace_seconds
             pend = self.scenario.restart_pending_seconds if pending_seconds is None else pending_seconds
-            self.controller.restart_jobset(self.state.jobset(jobset), pend, grace, head_rotated)
+            self.controller.restart_jobset(self._live(jobset), pend, grace, head_rotated)
 
     def restart_container(self, jobset: str | None = None, pod: str | None = None,
                           container: str = CONTAINER, head_rotated: int | None = None) -> None:
@@ -310,7 +320,7 @@ class SimCluster:
         output is served with previous=true; process 0's trainer resumes from its checkpoint.
         `head_rotated` as for restart_jobset."""
         with self.lock:
-            self.controller.restart_container(self.state.jobset(jobset), pod, head_rotated)
+            self.controller.restart_container(self._live(jobset), pod, head_rotated)
 
     def stamp_skew(self, jobset: str | None = None, micros: int = 1, every: int = 1,
                    steps: int | None = None) -> None:
@@ -334,6 +344,33 @@ class SimCluster:
     def set_rate(self, jobset: str | None = None, steps_per_second: float = 1.0) -> None:
         with self.lock:
             self.controller.set_rate(self.state.jobset(jobset), steps_per_second)
+
+    def _live(self, jobset: str | None) -> JobSetState:
+        js = self.state.jobset(jobset)
+        if js.deleted:
+            raise KeyError(f"JobSet {js.spec.name!r} was deleted")
+        return js
+
+    def set_image(self, jobset: str | None = None, *, image: str) -> None:
+        """The JobSet's pod template gets `image` (spec.replicatedJobs[].template…image, generation
+        + 1): pods created after it — the next restart_jobset — run that image (and report its
+        imageID); the current pods keep theirs. A resume on another image."""
+        with self.lock:
+            self.controller.set_image(self._live(jobset), image)
+
+    def suspend(self, jobset: str | None = None) -> None:
+        """spec.suspend: true on the JobSet (MODIFIED); its Kueue Workload stays admitted and
+        active and its pods keep running: suspending an admitted JobSet does nothing."""
+        with self.lock:
+            self.controller.suspend(self._live(jobset))
+
+    def fail_jobset(self, jobset: str | None = None, reap_after: float = 30.0) -> None:
+        """Every pod of the JobSet goes Failed (container exit code 1, reason Error; `kubectl
+        logs` still serves it), the JobSet gets a Failed condition and terminalState Failed,
+        its Workload Finished (reason Failed); `reap_after` seconds later the JobSet, its
+        Workload and its pods are deleted (DELETED; logs gone, 404)."""
+        with self.lock:
+            self.controller.fail_jobset(self._live(jobset), reap_after)
 
     def auth_lapse(self, seconds: float) -> None:
         """For `seconds`: the exec plugin fails like gke-gcloud-auth-plugin and the server
@@ -428,7 +465,9 @@ class SimCluster:
 
     # ---- JobSets, ground truth, bounded waits
     def add_jobset(self, spec: JobSetSpec | dict) -> JobSetState:
-        """Create a JobSet (and its pods, Pending for spec.pending_seconds)."""
+        """Create a JobSet now (its Workload, and its pods Pending for spec.pending_seconds, or
+        none until admitted after spec.queued_seconds); `start_after` applies only to the
+        scenario's JobSets."""
         if isinstance(spec, dict):
             spec = JobSetSpec.from_dict(spec)
         with self.lock:
@@ -450,26 +489,32 @@ class SimCluster:
         with self.lock:
             return self.state.jobset(jobset).last_step
 
+    def _not_yet(self, jobset: str | None) -> bool:
+        """A scenario JobSet whose `start_after` has not come yet (no live JobSet of that name)."""
+        return jobset is not None and any(s.name == jobset for s in self._pending_jobsets) \
+            and not any(n == jobset for _, n in self.state.jobsets)
+
     def wait_step(self, step: int, jobset: str | None = None, timeout: float = 20.0,
                   incarnation: int | None = None) -> None:
         """Block (bounded) until the trainer wrote `step` (in `incarnation` if given)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self.lock:
-                js = self.state.jobset(jobset)
-                if js.last_step >= step and (incarnation is None or js.incarnation >= incarnation):
+                js = None if self._not_yet(jobset) else self.state.jobset(jobset)
+                if js is not None and js.last_step >= step and (incarnation is None or js.incarnation >= incarnation):
                     if incarnation is None or wrote_step(self.state, js, incarnation, step):
                         return
-                if js.state == "done" and incarnation is None:
+                if js is not None and js.state in ("done", "failed") and incarnation is None:
                     return
             time.sleep(0.01)
         raise TimeoutError(f"step {step} not reached within {timeout}s")
 
     def wait_done(self, jobset: str | None = None, timeout: float = 30.0) -> None:
+        """Block (bounded) until the JobSet completed (or failed: fail_jobset)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self.lock:
-                if self.state.jobset(jobset).state == "done":
+                if not self._not_yet(jobset) and self.state.jobset(jobset).state in ("done", "failed"):
                     return
             time.sleep(0.01)
         raise TimeoutError("JobSet did not finish")

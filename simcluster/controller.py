@@ -1,7 +1,8 @@
-"""The JobSet controller and kubelet of the simulator: pods go Pending → Running, the
-trainer's lines go into their container logs at the JobSet's rate, runs finish, logs rotate
-by size, and the workload faults (preemption, container restart, rotation, stall, rate,
-injected lines) happen. Every method runs under ClusterState.lock."""
+"""The JobSet controller, Kueue and kubelet of the simulator: a queued Workload is admitted,
+pods go Pending → Running, the trainer's lines go into their container logs at the JobSet's
+rate, runs finish (the Workload Finished), logs rotate by size, and the workload faults
+(preemption, container restart, rotation, stall, rate, injected lines, another image, suspend,
+a failed JobSet deleted later) happen. Every method runs under ClusterState.lock."""
 
 from __future__ import annotations
 
@@ -31,6 +32,11 @@ class Controller:
         st = self.state
         st.delete_expired_pods(time.time_ns())
         for js in list(st.jobsets.values()):
+            if js.reap_at is not None and mono >= js.reap_at:
+                st.delete_jobset(js)
+                continue
+            if js.state == "queued" and mono >= js.queued_until:
+                self.admit(js)
             if js.state == "pending" and mono >= js.pending_until:
                 self._start_pods(js)
             if js.state != "running":
@@ -54,6 +60,20 @@ class Controller:
                     inst.log.maybe_rotate()
 
     # ---- the run
+    def admit(self, js: JobSetState) -> None:
+        """Kueue reserves quota and admits the Workload, then unsuspends the JobSet (spec.suspend
+        false unless the user set it), whose controller creates the pods."""
+        st = self.state
+        now = time.time_ns()
+        if js.workload is not None:
+            js.workload.admitted_ns = now
+            st.workload_event(js, "MODIFIED")
+        js.resumed_ns = now
+        if not js.suspend:  # spec.suspend: true (Kueue's) -> false
+            js.generation += 1
+        st.create_pods(js, js.spec.pending_seconds)
+        st.jobset_event(js, "MODIFIED")
+
     def _start_pods(self, js: JobSetState) -> None:
         now = time.time_ns()
         js.incarnation += 1
@@ -140,6 +160,7 @@ class Controller:
     def _finish(self, js: JobSetState) -> None:
         js.state = "done"
         now = time.time_ns()
+        js.finished_ns = now
         for p in self.state.jobset_pods(js):
             inst = p.current
             if inst.state == "running":
@@ -148,6 +169,56 @@ class Controller:
                 p.phase = "Succeeded"
                 self.state.pod_event(p, "MODIFIED")
         self.state.jobset_event(js, "MODIFIED")
+        self._workload_finished(js, now, "Succeeded", "jobset completed successfully")
+
+    def _workload_finished(self, js: JobSetState, now: int, reason: str, message: str) -> None:
+        """Kueue copies the JobSet's Completed or Failed condition into a Finished condition."""
+        w = js.workload
+        if w is not None and w.finished_ns is None:
+            w.finished_ns, w.finished_reason, w.finished_message = now, reason, message
+            self.state.workload_event(js, "MODIFIED")
+
+    # ---- the runbook's faults: another image, suspend, a failed JobSet
+    def set_image(self, js: JobSetState, image: str) -> None:
+        """The JobSet's pod template gets `image`: pods created from now on (the next JobSet
+        restart) run it; pods already created keep theirs, a container restarted in place too."""
+        if not isinstance(image, str) or not image.strip():
+            raise ValueError(f"set_image needs an image, got {image!r}")
+        js.image = image
+        js.generation += 1
+        self.state.jobset_event(js, "MODIFIED")
+
+    def suspend(self, js: JobSetState) -> None:
+        """spec.suspend: true on an admitted JobSet: its Workload stays admitted and active and
+        its pods keep running (the runbook's point: stop a run by deactivating the Workload)."""
+        if js.suspend:
+            return
+        js.suspend = True
+        js.generation += 1
+        self.state.jobset_event(js, "MODIFIED")
+
+    def fail_jobset(self, js: JobSetState, reap_after: float) -> None:
+        """Every pod of the JobSet fails (its container exits 1, reason Error; logs stay
+        readable), the JobSet gets a Failed condition and terminalState Failed, its Workload a
+        Finished condition, and `reap_after` seconds later the JobSet is deleted with its
+        Workload and pods (state.delete_jobset)."""
+        if js.state in ("done", "failed"):
+            raise ValueError(f"JobSet {js.spec.name} already finished ({js.state})")
+        st = self.state
+        now = time.time_ns()
+        for p in st.jobset_pods(js):
+            inst = p.current
+            if inst.state == "terminated" and p.phase == "Failed":
+                continue
+            inst.state, inst.reason, inst.finished_ns, inst.exit_code = "terminated", "Error", now, 1
+            inst.log.terminated = True
+            p.phase = "Failed"
+            st.pod_event(p, "MODIFIED")
+        js.state = "failed"
+        js.finished_ns = now
+        js.reap_at = time.monotonic() + max(0.0, float(reap_after))
+        st.jobset_event(js, "MODIFIED")
+        self._workload_finished(js, now, "Failed", "jobset failed due to one or more job failures")
 
     # ---- workload faults
     def write_lines(self, js: JobSetState, lines: list[str]) -> None:
@@ -181,6 +252,8 @@ class Controller:
 
     def restart_jobset(self, js: JobSetState, pending_seconds: float, grace_seconds: float,
                        head_rotated: int | None = None) -> None:
+        if js.state in ("queued", "failed"):
+            raise ValueError(f"JobSet {js.spec.name} is {js.state}: nothing to restart")
         st = self.state
         js.head_rotate_after = head_rotated
         now = time.time_ns()
@@ -203,6 +276,8 @@ class Controller:
         st.jobset_event(js, "MODIFIED")
 
     def restart_container(self, js: JobSetState, pod: str | None, head_rotated: int | None = None) -> None:
+        if js.state == "failed":
+            raise ValueError(f"JobSet {js.spec.name} failed: its containers are not restarted (restartPolicy Never)")
         p = self.state.pods[(js.spec.namespace, pod)] if pod else self.state.process0(js)
         if p is None:
             raise KeyError("no such pod")

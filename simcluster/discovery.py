@@ -1,5 +1,6 @@
 """Legacy API discovery documents (kubectl falls back to them from aggregated discovery;
-`/openapi/*` stays 404, which kubectl copes with). Read-only: pods, pods/log, JobSets."""
+`/openapi/*` stays 404, which kubectl copes with). Read-only: pods, pods/log, JobSets, Kueue
+Workloads."""
 
 from __future__ import annotations
 
@@ -15,13 +16,20 @@ _JOBSET_GROUP = {
     "preferredVersion": {"groupVersion": "jobset.x-k8s.io/v1alpha2", "version": "v1alpha2"},
 }
 
+_KUEUE_GROUP = {
+    "name": "kueue.x-k8s.io",
+    "versions": [{"groupVersion": "kueue.x-k8s.io/v1beta1", "version": "v1beta1"}],
+    "preferredVersion": {"groupVersion": "kueue.x-k8s.io/v1beta1", "version": "v1beta1"},
+}
+
 _RO = ["get", "list", "watch"]
 
 # path -> document, for the paths whose answer never changes
 STATIC = {
     "/version": VERSION,
-    "/apis": {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_JOBSET_GROUP]},
+    "/apis": {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_JOBSET_GROUP, _KUEUE_GROUP]},
     "/apis/jobset.x-k8s.io": {"kind": "APIGroup", "apiVersion": "v1", **_JOBSET_GROUP},
+    "/apis/kueue.x-k8s.io": {"kind": "APIGroup", "apiVersion": "v1", **_KUEUE_GROUP},
     "/api/v1": {"kind": "APIResourceList", "groupVersion": "v1", "resources": [
         {"name": "namespaces", "singularName": "namespace", "namespaced": False, "kind": "Namespace",
          "verbs": ["get", "list"], "shortNames": ["ns"]},
@@ -36,6 +44,13 @@ STATIC = {
                                             "kind": "JobSet", "verbs": _RO},
                                            {"name": "jobsets/status", "singularName": "", "namespaced": True,
                                             "kind": "JobSet", "verbs": ["get"]}]},
+    # only the Workloads of Kueue's resources (the CRD: short name wl)
+    "/apis/kueue.x-k8s.io/v1beta1": {"kind": "APIResourceList", "apiVersion": "v1",
+                                     "groupVersion": "kueue.x-k8s.io/v1beta1", "resources": [
+                                         {"name": "workloads", "singularName": "workload", "namespaced": True,
+                                          "kind": "Workload", "verbs": _RO, "shortNames": ["wl"]},
+                                         {"name": "workloads/status", "singularName": "", "namespaced": True,
+                                          "kind": "Workload", "verbs": ["get"]}]},
 }
 
 

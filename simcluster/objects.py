@@ -1,5 +1,5 @@
-"""The simulated objects: JobSets, their pods, and each pod's container instances (the
-running one and the one before a restart, whose output `previous=true` serves)."""
+"""The simulated objects: JobSets, their Kueue Workloads, their pods, and each pod's container
+instances (the running one and the one before a restart, whose output `previous=true` serves)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import secrets
 from dataclasses import dataclass, field
 
 from steptail.simcluster.logs import ContainerLog
-from steptail.simcluster.scenario import JobSetSpec
+from steptail.simcluster.scenario import DEFAULT_IMAGE, JobSetSpec
 from steptail.simcluster.trainer import Trainer
 
 CONTAINER = "jax-tpu"  # the single container of every pod
-IMAGE = "us-docker.pkg.dev/steptail-sim/maxtext/maxtext-tpu:sim"
+IMAGE = DEFAULT_IMAGE  # the trainer's image unless the scenario names another
 
 
 @dataclass
@@ -37,6 +37,9 @@ class Pod:
     created_ns: int
     node: str
     process_index: int  # JAX process index; 0 is the one whose output is followed
+    # the JobSet's pod template ({"metadata": …, "spec": …}) when this pod was created: its image,
+    # args, node selector and volumes stay those (set_image changes only later pods)
+    template: dict = field(default_factory=dict, repr=False)
     phase: str = "Pending"
     resource_version: int = 0
     deletion_ns: int | None = None  # set while terminating; DELETED when reached
@@ -75,6 +78,25 @@ class StampSkew:
 
 
 @dataclass
+class Workload:
+    """The Kueue Workload of a JobSet (kueue.x-k8s.io/v1beta1): created with the JobSet, quota
+    reserved and admitted when the JobSet may run, Finished when it completed or failed."""
+
+    name: str  # jobset-<name>-<5 hex>, as Kueue names it
+    uid: str
+    created_ns: int
+    queue: str  # spec.queueName (the LocalQueue)
+    cluster_queue: str  # status.admission.clusterQueue
+    pod_sets: list[dict] = field(default_factory=list, repr=False)  # spec.podSets as created
+    resource_version: int = 0
+    admitted_ns: int | None = None  # QuotaReserved and Admitted True from then on
+    finished_ns: int | None = None
+    finished_reason: str = ""  # Succeeded | Failed
+    finished_message: str = ""
+    deletion_ns: int | None = None  # set when garbage-collected with its JobSet
+
+
+@dataclass
 class JobSetState:
     spec: JobSetSpec
     uid: str
@@ -82,7 +104,7 @@ class JobSetState:
     trainer: Trainer  # process 0's trainer, which also records the ground truth
     restart_attempt: int = 0
     incarnation: int = 0  # trainer runs so far (JobSet or process-0 container restarts)
-    state: str = "pending"  # pending | running | done
+    state: str = "pending"  # queued (Workload not admitted, no pods) | pending | running | done | failed
     pending_until: float = 0.0  # time.monotonic()
     next_step: int = 1
     next_step_at: float = 0.0  # time.monotonic()
@@ -95,3 +117,13 @@ class JobSetState:
     other_trainers: dict[int, Trainer] = field(default_factory=dict, repr=False)  # noise of processes > 0
     skew: StampSkew | None = None  # stamp_skew fault in force
     head_rotate_after: int | None = None  # rotate process 0's log after this many steps of the next incarnation
+    # the live JobSet object (spec.suspend and the trainer's image may change after creation)
+    image: str = ""  # the pod template's image now (set_image); "" until add_jobset
+    suspend: bool = False  # spec.suspend as the user set it (suspend fault)
+    generation: int = 1  # metadata.generation: +1 per spec change
+    queued_until: float = 0.0  # time.monotonic() when a queued Workload is admitted
+    resumed_ns: int | None = None  # when Kueue admitted it and unsuspended the JobSet
+    finished_ns: int | None = None  # Completed or Failed condition's time
+    reap_at: float | None = None  # time.monotonic() when a failed JobSet is deleted (fail_jobset)
+    deleted: bool = False  # deleted (DELETED sent); kept only for the ground truth
+    workload: Workload | None = None  # None without a queue label: Kueue does not manage it

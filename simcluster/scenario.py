@@ -17,12 +17,27 @@ ACTIONS = {
     "stamp_skew", "clock_step", "db_outage", "db_restore", "slow_api", "hang_api", "watch_gone",
     "rotate", "restart_jobset", "restart_container", "auth_lapse", "fail_next", "eof_streams",
     "stall", "set_rate", "deny", "corrupt_pods", "write_lines", "flood", "delete_pod",
-    "garbage", "endless_line",
+    "garbage", "endless_line", "set_image", "suspend", "fail_jobset",
 }
+
+# The restore-fix image (runs/runbook.yaml `settings.image`): every runbook rule is kept by default.
+DEFAULT_IMAGE = "us-docker.pkg.dev/steptail-sim/maxtext/maxtext-posttrain:51f8cc4b-p907d86f3-rfb46e215e"
+DEFAULT_BUCKET = "post-training"
+_VOLUME_KEYS = {"name", "bucket", "only_dir", "mount_path", "read_only", "mount_options"}
+
+
+def default_volumes() -> list[dict]:
+    """Two read-only gcsfuse mounts of the folders a run reads, never the one holding checkpoints."""
+    return [normalize_volume({"name": "data", "bucket": DEFAULT_BUCKET, "only_dir": "post-training/data",
+                              "mount_path": "/data"}, 0),
+            normalize_volume({"name": "tokenizers", "bucket": DEFAULT_BUCKET,
+                              "only_dir": "post-training/tokenizers", "mount_path": "/tokenizers"}, 1)]
 
 
 _INTEGERS = {"steps", "seed", "context_parallelism", "checkpoint_period", "slices", "hosts"}
-_NUMBERS = {"replay_ce_offset", "step_seconds", "rate", "pending_seconds"}
+_NUMBERS = {"replay_ce_offset", "step_seconds", "rate", "pending_seconds", "start_after", "queued_seconds"}
+_STRINGS = {"queue", "image", "topology", "accelerator"}
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
 def _check_numbers(d: dict, where: str) -> None:
@@ -31,6 +46,83 @@ def _check_numbers(d: dict, where: str) -> None:
         v = d[k]
         if isinstance(v, bool) or not isinstance(v, int if k in _INTEGERS else int | float):
             raise ValueError(f"{where} `{k}` must be {'an integer' if k in _INTEGERS else 'a number'}, got {v!r}")
+
+
+def _check_strings(d: dict) -> None:
+    for k in sorted(d.keys() & _STRINGS):
+        if not isinstance(d[k], str):
+            raise ValueError(f"jobset `{k}` must be a string, got {d[k]!r}")
+    if "image" in d and not d["image"].strip():
+        raise ValueError("jobset `image` must not be empty")
+    if "suspend" in d and not isinstance(d["suspend"], bool):
+        raise ValueError(f"jobset `suspend` must be true or false, got {d['suspend']!r}")
+    for k in ("start_after", "queued_seconds", "pending_seconds"):
+        if k in d and d[k] < 0:
+            raise ValueError(f"jobset `{k}` must not be negative, got {d[k]!r}")
+
+
+def normalize_args(v) -> list[str]:
+    """`args`: extra MaxText `key=value` overrides, a list of strings or a mapping."""
+    if v is None:
+        return []
+    if isinstance(v, dict):
+        out = []
+        for k, val in v.items():
+            if not isinstance(k, str) or not k or isinstance(val, dict | list) or val is None:
+                raise ValueError(f"jobset `args` mapping wants key: scalar, got {k!r}: {val!r}")
+            out.append(f"{k}={val}")  # a bool prints True/False, as MaxText reads it
+        return out
+    if isinstance(v, list) and all(isinstance(a, str) for a in v):
+        return list(v)
+    raise ValueError(f"jobset `args` must be a list of strings or a mapping, got {v!r}")
+
+
+def normalize_volume(v, i: int) -> dict:
+    """One gcsfuse CSI volume of the trainer's pods: `name`, `bucket`, `only_dir` ("" or absent:
+    the whole bucket), `mount_path` (default /mnt/<name>), `read_only` (default true) and
+    `mount_options` (default [implicit-dirs]; `only-dir=` is added from `only_dir`)."""
+    where = f"jobset `volumes[{i}]`"
+    if not isinstance(v, dict):
+        raise ValueError(f"{where} must be a mapping, got {v!r}")
+    bad = set(v) - _VOLUME_KEYS
+    if bad:
+        raise ValueError(f"{where}: unknown keys {sorted(bad)} (known: {sorted(_VOLUME_KEYS)})")
+    for k in ("name", "bucket"):
+        if not isinstance(v.get(k), str) or not v[k]:
+            raise ValueError(f"{where} needs `{k}` (a string)")
+    if not _NAME.fullmatch(v["name"]):
+        raise ValueError(f"{where}: name {v['name']!r} is not a DNS label")
+    only_dir = v.get("only_dir") or ""
+    mount_path = v.get("mount_path", f"/mnt/{v['name']}")
+    read_only = v.get("read_only", True)
+    opts = v.get("mount_options", ["implicit-dirs"])
+    if isinstance(opts, str):
+        opts = [o.strip() for o in opts.split(",") if o.strip()]
+    if not isinstance(only_dir, str) or not isinstance(mount_path, str) or not mount_path.startswith("/"):
+        raise ValueError(f"{where}: `only_dir` must be a string and `mount_path` an absolute path")
+    if not isinstance(read_only, bool):
+        raise ValueError(f"{where}: `read_only` must be true or false, got {read_only!r}")
+    if not isinstance(opts, list) or not all(isinstance(o, str) for o in opts):
+        raise ValueError(f"{where}: `mount_options` must be a list of strings or a comma-joined string")
+    return {"name": v["name"], "bucket": v["bucket"], "only_dir": only_dir, "mount_path": mount_path,
+            "read_only": read_only, "mount_options": list(opts)}
+
+
+def normalize_volumes(v) -> list[dict]:
+    if not isinstance(v, list):
+        raise ValueError(f"jobset `volumes` must be a list, got {v!r}")
+    out = [normalize_volume(x, i) for i, x in enumerate(v)]
+    names = [x["name"] for x in out]
+    if len(set(names)) != len(names):
+        raise ValueError(f"jobset `volumes`: names must be unique, got {names}")
+    return out
+
+
+def _check_trainer_types(trainer: dict) -> None:
+    if "load_balance" in trainer and not isinstance(trainer["load_balance"], bool):
+        raise ValueError(f"trainer `load_balance` must be true or false, got {trainer['load_balance']!r}")
+    if "run_name" in trainer and not isinstance(trainer["run_name"], str):
+        raise ValueError(f"trainer `run_name` must be a string, got {trainer['run_name']!r}")
 
 
 def parse_size(v) -> int:
@@ -55,6 +147,16 @@ class JobSetSpec:
     rate: float = 1.0  # trainer steps per second
     pending_seconds: float = 0.0
     trainer: dict = field(default_factory=dict)
+    # What the runbook rules read (runs/runbook.yaml); the defaults keep every rule.
+    queue: str = "post-training"  # kueue.x-k8s.io/queue-name ("": no label, no Kueue Workload)
+    image: str = DEFAULT_IMAGE  # the trainer's image (set_image changes it for later pods)
+    topology: str = "4x4x8"  # cloud.google.com/gke-tpu-topology node selector ("": none)
+    accelerator: str = "tpu-v5p-slice"  # cloud.google.com/gke-tpu-accelerator node selector ("": none)
+    volumes: list[dict] = field(default_factory=default_volumes)  # gcsfuse CSI volumes (normalize_volume)
+    args: list[str] = field(default_factory=list)  # extra MaxText key=value overrides, after the trainer's
+    suspend: bool = False  # spec.suspend as written (Kueue admits it anyway: the runbook's point)
+    start_after: float = 0.0  # seconds after the simulator's start when the JobSet is created
+    queued_seconds: float = 0.0  # seconds its Workload waits for quota (JobSet suspended, no pods)
 
     @classmethod
     def from_dict(cls, d: dict, namespace: str = "default", rate: float = 1.0) -> JobSetSpec:
@@ -65,6 +167,12 @@ class JobSetSpec:
             raise ValueError(f"unknown trainer keys {sorted(unknown)}")
         _check_numbers(trainer, "trainer")
         _check_numbers(d, "jobset")
+        _check_strings(d)
+        if "volumes" in d:
+            d["volumes"] = normalize_volumes(d["volumes"])
+        if "args" in d:
+            d["args"] = normalize_args(d["args"])
+        _check_trainer_types(trainer)
         d.setdefault("namespace", namespace)
         d.setdefault("rate", rate)
         known = {f for f in cls.__dataclass_fields__}
@@ -109,6 +217,7 @@ class Scenario:
     grace_seconds: float = 30.0  # deletion grace period of pods replaced by a JobSet restart
     restart_pending_seconds: float = 2.0  # how long new pods stay Pending after a restart
     watch_timeout_seconds: float = 1800.0
+    bookmark_seconds: float = 60.0  # a watch asking allowWatchBookmarks gets a BOOKMARK this often
     jobsets: list[JobSetSpec] = field(default_factory=list)
     faults: list[FaultSpec] = field(default_factory=list)
 

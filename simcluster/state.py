@@ -1,9 +1,10 @@
-"""The cluster state: JobSets, pods, the watch event log, the resourceVersion counter and
-the API faults, behind one re-entrant lock so a test's thread and the server's event loop
-can both change it."""
+"""The cluster state: JobSets, their Kueue Workloads, pods, the watch event log, the
+resourceVersion counter and the API faults, behind one re-entrant lock so a test's thread and
+the server's event loop can both change it."""
 
 from __future__ import annotations
 
+import copy
 import math
 import random
 import threading
@@ -12,12 +13,19 @@ import uuid
 
 from steptail.simcluster.faults import ApiFaults
 from steptail.simcluster.logs import ContainerLog, Entry
-from steptail.simcluster.objects import ContainerInstance, JobSetState, Pod
-from steptail.simcluster.render import jobset_json, pod_json
+from steptail.simcluster.objects import ContainerInstance, JobSetState, Pod, Workload
+from steptail.simcluster.render import (
+    jobset_json,
+    pod_json,
+    pod_sets,
+    pod_template,
+    workload_json,
+    workload_name,
+)
 from steptail.simcluster.scenario import JobSetSpec, Scenario
 from steptail.simcluster.trainer import Trainer
 
-# (resourceVersion, "pods" | "jobsets", ADDED | MODIFIED | DELETED, object as it was then)
+# (resourceVersion, "pods" | "jobsets" | "workloads", ADDED | MODIFIED | DELETED, object as it was then)
 Event = tuple[int, str, str, dict]
 
 
@@ -29,6 +37,8 @@ class ClusterState:
         self.events: list[Event] = []  # in rv order; watches replay from it
         self.pods: dict[tuple[str, str], Pod] = {}  # (namespace, name)
         self.jobsets: dict[tuple[str, str], JobSetState] = {}
+        # JobSets deleted (fail_jobset's reap), kept for the ground truth of what they wrote
+        self.deleted: dict[tuple[str, str], JobSetState] = {}
         # per JobSet name: every LOSS-PARTS line process 0 wrote, for the ground truth
         self.truth_index: dict[str, list[tuple[tuple, Pod, ContainerInstance, Entry]]] = {}
         # per JobSet name: every line any process-0 container wrote, in write order (truth.py)
@@ -39,12 +49,12 @@ class ClusterState:
 
     # ---- lookups
     def jobset(self, name: str | None) -> JobSetState:
-        """The JobSet called `name` (any namespace); None: the first one."""
-        if name is None:
-            return next(iter(self.jobsets.values()))
-        for (_ns, n), js in self.jobsets.items():
-            if n == name:
-                return js
+        """The JobSet called `name` (any namespace); None: the first one. A deleted one is
+        found when no live one has the name (its truth stays readable; it changes no more)."""
+        for table in (self.jobsets, self.deleted):
+            for (_ns, n), js in table.items():
+                if name is None or n == name:
+                    return js
         raise KeyError(f"no JobSet {name!r}")
 
     def jobset_pods(self, js: JobSetState) -> list[Pod]:
@@ -63,8 +73,11 @@ class ClusterState:
         """JSON of every pod or JobSet (of `ns`, None: all), sorted like the apiserver."""
         if kind == "pods":
             objs = [pod_json(p) for p in self.pods.values() if ns is None or p.namespace == ns]
-        else:
+        elif kind == "jobsets":
             objs = [jobset_json(j) for j in self.jobsets.values() if ns is None or j.spec.namespace == ns]
+        else:
+            objs = [workload_json(j) for j in self.jobsets.values()
+                    if j.workload is not None and (ns is None or j.spec.namespace == ns)]
         return sorted(objs, key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"]))
 
     # ---- changes (each bumps the resourceVersion and logs a watch event)
@@ -83,15 +96,51 @@ class ClusterState:
         js.resource_version = self._bump()
         self._emit("jobsets", typ, jobset_json(js))
 
+    def workload_event(self, js: JobSetState, typ: str) -> None:
+        if js.workload is not None:
+            js.workload.resource_version = self._bump()
+            self._emit("workloads", typ, workload_json(js))
+
     def delete_expired_pods(self, now_ns: int) -> None:
         """Pods whose grace period (deletionTimestamp) has passed are gone: DELETED, then 404."""
         for p in list(self.pods.values()):
             if p.deletion_ns is not None and now_ns >= p.deletion_ns:
-                del self.pods[(p.namespace, p.name)]
-                for inst in p.instances:
-                    inst.log.gone_ns = now_ns
-                p.resource_version = self._bump()
-                self._emit("pods", "DELETED", pod_json(p))
+                self._pod_gone(p, now_ns)
+
+    def _pod_gone(self, p: Pod, now_ns: int) -> None:
+        del self.pods[(p.namespace, p.name)]
+        for inst in p.instances:
+            inst.log.gone_ns = now_ns
+        p.resource_version = self._bump()
+        self._emit("pods", "DELETED", pod_json(p))
+
+    def delete_jobset(self, js: JobSetState) -> None:
+        """The JobSet is deleted (background propagation): DELETED, then the garbage collector
+        deletes its Workload (deletionTimestamp, then DELETED once Kueue drops its finalizer)
+        and its pods (DELETED at once: a pod in a terminal phase has no grace period); their
+        logs go with them. A running pod is deleted gracefully (grace_seconds) instead."""
+        key = (js.spec.namespace, js.spec.name)
+        now = time.time_ns()
+        self.jobsets.pop(key, None)
+        js.deleted = True
+        js.reap_at = None
+        self.deleted[key] = js
+        self.jobset_event(js, "DELETED")
+        if js.workload is not None:
+            js.workload.deletion_ns = now
+            self.workload_event(js, "MODIFIED")
+            self.workload_event(js, "DELETED")
+        for p in self.jobset_pods(js):
+            if p.phase in ("Failed", "Succeeded") or p.current.state == "waiting":
+                self._pod_gone(p, now)
+            elif p.deletion_ns is None:
+                inst = p.current
+                inst.state, inst.reason, inst.finished_ns, inst.exit_code = "terminated", "Error", now, 137
+                inst.log.terminated = True
+                p.phase = "Failed"
+                p.deletion_ns = now + int(self.scenario.grace_seconds * 1e9)
+                p.grace_seconds = int(math.ceil(self.scenario.grace_seconds))
+                self.pod_event(p, "MODIFIED")
 
     def new_log(self) -> ContainerLog:
         return ContainerLog(self.scenario.log_max_size, self.scenario.log_max_files)
@@ -108,20 +157,42 @@ class ClusterState:
         return inst
 
     def add_jobset(self, spec: JobSetSpec) -> JobSetState:
-        """Create a JobSet and its pods, Pending for spec.pending_seconds."""
+        """Create a JobSet and, with a queue label, its Kueue Workload. Admitted at once (pods
+        created, Pending for spec.pending_seconds) unless spec.queued_seconds: then suspended
+        by Kueue, without pods, until the controller admits it."""
+        key = (spec.namespace, spec.name)
+        if key in self.jobsets:
+            raise ValueError(f"JobSet {spec.namespace}/{spec.name} already exists")
         tr = Trainer(**{"process_count": spec.slices * spec.hosts, **spec.trainer})
+        now = time.time_ns()
         js = JobSetState(
             spec=spec,
             uid=str(uuid.uuid4()),
-            created_ns=time.time_ns(),
+            created_ns=now,
             trainer=tr,
             interval=1.0 / spec.rate if spec.rate > 0 else math.inf,
+            image=spec.image,
+            suspend=spec.suspend,
         )
-        self.jobsets[(spec.namespace, spec.name)] = js
+        if spec.queue:  # Kueue manages only JobSets with a queue-name label
+            js.workload = Workload(name=workload_name(spec.name, js.uid), uid=str(uuid.uuid4()), created_ns=now,
+                                   queue=spec.queue, cluster_queue=f"{spec.queue}-cq", pod_sets=pod_sets(js))
+        queued = js.workload is not None and spec.queued_seconds > 0
+        if queued:
+            js.state = "queued"
+            js.queued_until = time.monotonic() + spec.queued_seconds
+        else:
+            js.resumed_ns = now
+            if js.workload is not None:
+                js.workload.admitted_ns = now
+        self.deleted.pop(key, None)
+        self.jobsets[key] = js
         self.truth_index.setdefault(spec.name, [])
         self.journal.setdefault(spec.name, [])
         self.jobset_event(js, "ADDED")
-        self.create_pods(js, spec.pending_seconds)
+        self.workload_event(js, "ADDED")
+        if not queued:
+            self.create_pods(js, spec.pending_seconds)
         return js
 
     def _suffix(self) -> str:
@@ -135,6 +206,7 @@ class ClusterState:
         js.state = "pending"
         js.pending_until = time.monotonic() + pending_seconds
         now = time.time_ns()
+        template = copy.deepcopy(pod_template(js))  # the image etc. these pods keep
         for ji in range(spec.slices):
             job_name = f"{spec.name}-{spec.replicated_job}-{ji}"
             for ci in range(spec.hosts):
@@ -162,6 +234,7 @@ class ClusterState:
                     created_ns=now,
                     node=f"gke-tpu-{spec.name[:12]}-{gi:02d}-{self._suffix()}",
                     process_index=gi,
+                    template=template,
                 )
                 pod.instances.append(self.new_instance(pod, 0))
                 self.pods[(pod.namespace, name)] = pod
