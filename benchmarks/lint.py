@@ -68,6 +68,7 @@ def live_pass(policy, fleet: list[dict], repeat: int) -> dict:
             self.got += fs
 
     objects = ClusterObjects(target=None)
+    objects.listed = {"jobsets": True, "workloads": True}  # as once both lists were read
     pods: dict[str, PodInfo] = {}
     targets = {}
     for i, js in enumerate(fleet):

@@ -184,18 +184,22 @@ def test_a_resume_on_another_image_is_a_finding_of_that_incarnation(make_simclus
 
 
 def test_a_suspended_jobset_still_admitted_is_a_finding(make_simcluster, db_url):  # noqa: F811
-    sim = make_simcluster(base(jobsets=[js("olmo3-sft"), js("other")],
-                               faults=[{"action": "suspend", "at_step": 10, "jobset": "olmo3-sft"}]))
-    follow(sim, db_url, "--until-done")
-    assert findings(db_url) == {"olmo3-sft": {("rule:suspend", 0)}}
+    sim = make_simcluster(base(rate=20, jobsets=[js("olmo3-sft", trainer={"steps": 120}),
+                                                 js("other", trainer={"steps": 120})]))
+    proc = follow_started(sim, db_url, "--until-done")
+    sim.suspend("olmo3-sft")  # admitted: Kueue keeps it running, nothing stops
+    err = ended(proc)
+    assert findings(db_url) == {"olmo3-sft": {("rule:suspend", 0)}}, err
     (detail,), = query(db_url, "SELECT detail FROM findings WHERE kind = 'rule:suspend'")
     assert "still admitted and active" in detail and "workloads.kueue.x-k8s.io" in detail
+    assert query(db_url, "SELECT COUNT(*) FROM loss_parts WHERE run = 'olmo3-sft'") == [(120,)]
 
 
 def test_two_big_slices_started_close_together_flag_the_later_one(make_simcluster, db_url, tmp_path):  # noqa: F811
     policy = tmp_path / "policy.yaml"
     policy.write_text("settings:\n  stagger: {hosts: 2, seconds: 600}\n")  # these JobSets count as big
-    sim = make_simcluster(base(jobsets=[js("first"), js("second", start_after=3)]))
+    # first still runs when second starts (follow --all --until-done ends once all it found are done)
+    sim = make_simcluster(base(jobsets=[js("first", trainer={"steps": 400}), js("second", start_after=3)]))
     follow(sim, db_url, "--until-done", "--policy", str(policy))
     assert findings(db_url) == {"second": {("rule:stagger", 0)}}
     (detail,), = query(db_url, "SELECT detail FROM findings WHERE kind = 'rule:stagger'")
@@ -269,6 +273,7 @@ def test_a_jobset_the_views_cannot_read_is_one_line_per_change_never_a_crash(cap
                 "containers": [{"name": "jax-tpu", "image": IMAGE}]}}}}}]}}
     objects = ClusterObjects(target=None)
     objects.jobsets.update(bad=bad, hero=hero)
+    objects.listed = {"jobsets": True, "workloads": True}
     detectors = SimpleNamespace(cluster_findings=got.extend)
     targets = {name: RunTarget(name, name, detectors, None) for name in ("bad", "hero")}
     discovery = SimpleNamespace(pods={}, process0=lambda j: [])

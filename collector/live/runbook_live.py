@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from steptail.collector.cluster.discovery import Discovery, PodInfo
-from steptail.collector.cluster.jobsets import ClusterObjects, jobset_failed
+from steptail.collector.cluster.jobsets import OWN_FAILURES, ClusterObjects, jobset_failed
 from steptail.runs import manifest
 from steptail.runs.findings import (
     LOGS_NOT_SAVED,
@@ -106,8 +106,19 @@ class RunbookLive:
                 pass
 
     # -- one pass ----------------------------------------------------------------------------
+    def ready(self) -> bool:
+        """Both lists read (or the Workloads' failing for good: no Kueue, no RBAC): before that a
+        rule would be judged without what the other list holds, and the first message stays."""
+        o = self.objects
+        if not o.listed["jobsets"]:
+            return False
+        failing = o.health["workloads"].failing
+        return o.listed["workloads"] or (failing is not None and failing[0] in OWN_FAILURES)
+
     def check_all(self) -> int:
         """Evaluate every followed JobSet whose signature changed; returns how many were."""
+        if not self.ready():
+            return 0
         self.passes += 1
         targets = self.targets()
         starts = self._starts()

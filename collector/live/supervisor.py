@@ -165,6 +165,10 @@ class Supervisor:
             await cancel_all([self._balancer])
         if self._runbook_task is not None:
             await cancel_all([self._runbook_task])
+            try:  # a last look: a run that ended between two passes is judged too (its findings
+                self.runbook.check_all()  # commit with the final flush below)
+            except Exception as exc:  # noqa: BLE001 - said; the shutdown goes on
+                log.warning("runbook rules, last pass: %s", exc)
             await self.runbook.close()
             self.objects.stop()
         await cancel_all(list(self.tasks.values()))
