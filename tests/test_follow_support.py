@@ -4,6 +4,7 @@ cluster with the real kubectl, and compare what it recorded with the simulator's
 from __future__ import annotations
 
 import asyncio
+import copy
 import os
 import time
 
@@ -24,7 +25,8 @@ FAST = {**SIM_FAST, "jobsets": [{"name": "olmo3-sft", "hosts": 2, "trainer": {"s
 
 
 def scenario(*faults: dict, **over) -> dict:
-    return {**FAST, **over, "faults": list(faults)}
+    """A fresh scenario (a deep copy: a test that edits its JobSets never edits FAST)."""
+    return copy.deepcopy({**FAST, **over, "faults": list(faults)})
 
 
 def follow_sim(sim, db: str, jobsets: dict[str, str] | None = None, *, silence: float = 1.0,
