@@ -52,6 +52,20 @@ def follow(sim, db: str, *extra: str) -> subprocess.CompletedProcess:
     return proc
 
 
+_STARTED: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_follow_left():
+    """A test that fails while its background follow runs does not leave it running."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+
+
 def follow_started(sim, db: str, *extra: str) -> subprocess.Popen:
     """`follow --all` in the background, once it has committed a few steps of olmo3-sft: a
     fault injected after this happens while it follows (not before it started)."""
@@ -59,6 +73,7 @@ def follow_started(sim, db: str, *extra: str) -> subprocess.Popen:
     proc = subprocess.Popen([*CLI, "follow", "--all", "-n", "default", "--kubeconfig", str(sim.kubeconfig_path),
                              "--db", db, "--silence", "1", "--no-view", "--json", *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    _STARTED.append(proc)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:
         try:
