@@ -88,6 +88,16 @@ def command(output: Output, **options) -> None:
     follow.unseen(sup)
 
 
+def _writable_dir(path: str, what: str) -> None:
+    """`path` made and writable, or one line and exit 2 before anything starts."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as exc:
+        fail(f"cannot write {what} under {path}: {exc.strerror or exc}")
+
+
 @dataclass
 class Follow:
     """`follow` in three steps, as stern's Complete/Validate/Run: the options completed into
@@ -151,24 +161,14 @@ class Follow:
         self.settings, self.reference = detector_settings(self.reference_ce, self.gate_tolerance,
                                                           self.resume_tolerance, self.stall_k)
         if self.raw is not None:  # a directory the segments cannot go to: one line now, not a retried outage
-            try:
-                os.makedirs(self.raw, exist_ok=True)
-                if not os.access(self.raw, os.W_OK | os.X_OK):
-                    raise PermissionError(13, "Permission denied")
-            except OSError as exc:
-                fail(f"cannot write the raw log under {self.raw}: {exc.strerror or exc}")
+            _writable_dir(self.raw, "the raw log")
         if self.no_rules and (self.policy_file or self.archive_dir):
             fail("--no-rules excludes --policy and --archive (they read the JobSets)")
         if not self.no_rules:
             from steptail.commands.lint import policy_from
             self.policy = policy_from(self.policy_file)
         if self.archive_dir is not None:
-            try:
-                os.makedirs(self.archive_dir, exist_ok=True)
-                if not os.access(self.archive_dir, os.W_OK | os.X_OK):
-                    raise PermissionError(13, "Permission denied")
-            except OSError as exc:
-                fail(f"cannot write archives under {self.archive_dir}: {exc.strerror or exc}")
+            _writable_dir(self.archive_dir, "archives")
         self.target = cluster_target(self.namespace, self.kubeconfig, self.context, self.account,
                                      (self.run_name, *self.jobsets))
 
