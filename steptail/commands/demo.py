@@ -14,6 +14,7 @@ import click
 
 from steptail import logs
 from steptail.commands._common import fail
+from steptail.commands.lint import policy_from
 from steptail.output import Output, output_option
 
 NS = "demo"
@@ -79,6 +80,7 @@ def command(out_dir: str, seconds: float, port: int, no_view: bool, output: Outp
     from steptail.collector.live.follower import FollowConfig
     from steptail.collector.live.supervisor import Plan
     from steptail.collector.live.wiring import follow
+    from steptail.live_view import table
     from steptail.simcluster.cluster import SimCluster
     from steptail.storage.db import StoreError, open_store
 
@@ -114,9 +116,11 @@ def command(out_dir: str, seconds: float, port: int, no_view: bool, output: Outp
         target = KubeTarget(NS, sim.account, str(sim.kubeconfig_path))
         plan = Plan(target, jobsets={name: name for name in JOBSETS}, parquet=str(parquet),
                     config=FollowConfig(until_done=True, parquet_every=10.0),  # follow's defaults
-                    reference_ce=hf_reference(out / REFERENCE))
+                    reference_ce=hf_reference(out / REFERENCE),
+                    policy=policy_from(None))  # the runbook's rules on the live JobSets, as follow
         view = console.is_terminal and not no_view and not output.machine
-        sup = asyncio.run(follow(store, plan, view=view, console=console, duration=seconds * 2 + 30))
+        sup = asyncio.run(follow(store, plan, view=view, console=console, duration=seconds * 2 + 30,
+                                 render=table))
         report = _report(store, sup, sim, db, parquet)
         report |= _charts(store, out)
         report |= suggestions(str(db), free_port(SERVE_PORT))
@@ -252,8 +256,9 @@ def _print(output: Output, report: dict) -> None:
             reason = next(f["reason"] for f in r["failures"] if f["kind"] == kind)
             output.print(f"  follower failure {kind} ×{n}: {reason}", markup=False)
         for f in r["findings"]:
-            output.print(f"  [yellow]{f['severity']}[/] {f['kind']} (inc {f['incarnation']}, steps "
-                         f"{f['first_step']}–{f['last_step']}): {f['detail']}", highlight=False)
+            where = (f"inc {f['incarnation']}" if f["first_step"] < 0  # not tied to a step (a runbook rule)
+                     else f"inc {f['incarnation']}, steps {f['first_step']}–{f['last_step']}")
+            output.print(f"  [yellow]{f['severity']}[/] {f['kind']} ({where}): {f['detail']}", highlight=False)
     if (c := report.get("comparison")) is not None:
         output.console.rule(f"[bold]{c['arm']} vs {c['control']}")
         output.print(f"{c['arm']} runs ici_context_parallelism=4 with context_parallel_load_balance=True, which "
