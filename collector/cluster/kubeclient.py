@@ -29,7 +29,7 @@ from kubernetes.config.exec_provider import ExecProvider
 from kubernetes.config.kube_config import FileOrData, KubeConfigLoader, KubeConfigMerger
 from urllib3.util.retry import Retry
 
-from steptail.collector.cluster.kubectl import KubeTarget, classify
+from steptail.collector.cluster.kubectl import KubeTarget, classify, in_cluster
 
 # No retry of a refused connection or an error status; one of a read, for a pooled
 # connection the server closed meanwhile (a one-off, not a failure worth a log line).
@@ -131,13 +131,6 @@ def _location(target: KubeTarget) -> str:
     return target.kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
 
 
-def _in_cluster(target: KubeTarget) -> bool:
-    """A pod with a ServiceAccount and no kubeconfig (deploy/): the token kubectl uses too."""
-    return (not target.kubeconfig and not os.environ.get("KUBECONFIG")
-            and not os.path.exists(os.path.expanduser("~/.kube/config"))
-            and bool(os.environ.get("KUBERNETES_SERVICE_HOST")))
-
-
 def _loader(target: KubeTarget) -> _Loader:
     where = _location(target)
     files = [os.path.expanduser(p) for p in where.split(os.pathsep) if p]
@@ -183,7 +176,7 @@ def _first_line(exc: Exception) -> str:
 def check(target: KubeTarget) -> None:
     """Raise KubeconfigError when the client could not be configured (missing or invalid
     kubeconfig, unknown context); runs no plugin, opens no connection."""
-    if _in_cluster(target):
+    if in_cluster(target.kubeconfig):
         try:
             load_incluster_config(client_configuration=Configuration())
         except ConfigException as exc:
@@ -196,7 +189,7 @@ def api_client(target: KubeTarget) -> ApiClient:
     """A client for the target; raises KubeconfigError (or ConfigException in a pod without
     a ServiceAccount token)."""
     cfg = Configuration()
-    if _in_cluster(target):
+    if in_cluster(target.kubeconfig):
         load_incluster_config(client_configuration=cfg)
     else:
         _loader(target).load_and_set(cfg)
