@@ -187,13 +187,12 @@ class RunbookLive:
         meta = obj["metadata"]
         key = (meta.get("name"), meta.get("resourceVersion"))
         if key not in self._host_counts:
+            if len(self._host_counts) > 4 * max(len(self.objects.jobsets), 64):
+                self._host_counts.clear()  # deleted and changed JobSets' counts go
             try:
                 self._host_counts[key] = manifest.shape(manifest.templates(obj))["hosts"]
             except Exception:  # noqa: BLE001 - a JobSet the views cannot read is not a big slice
                 self._host_counts[key] = 0
-            if len(self._host_counts) > 4 * max(len(self.objects.jobsets), 64):
-                self._host_counts.clear()  # deleted and changed JobSets' counts go
-                self._host_counts[key] = self._hosts(obj)
         return self._host_counts[key]
 
     def _starts(self) -> dict[str, int]:
