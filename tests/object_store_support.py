@@ -5,7 +5,9 @@ start the emulator on a free 127.0.0.1 port, wait until it answers, create a buc
 `Emulator`: `env` (the variables storage.object_store.io_properties reads, with an explicit
 endpoint and credentials, plus the ones that keep any SDK away from a cloud metadata server),
 `url(prefix)` and `deletes(prefix=None)`, the number of delete requests the server has logged.
-Tests share the bucket and keep apart by prefix (`unique_prefix`).
+Tests share the bucket and keep apart by prefix (`unique_prefix`). Nothing may delete in the
+session's servers (the tests assert `deletes() == 0`): a test that deletes on purpose starts a
+server of its own with `running_moto_s3` / `running_fake_gcs`.
 
 Both servers log every request in the common log format, moto on stderr (werkzeug, with
 colours) and fake-gcs-server as `msg="127.0.0.1 - - [...] \\"DELETE /storage/v1/... HTTP/1.1\\"
@@ -30,6 +32,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -208,9 +211,9 @@ def no_metadata_servers() -> Iterator[dict[str, str]]:
         yield dict(METADATA_BLOCKING_ENV)
 
 
-@pytest.fixture(scope="session")
-def moto_s3(tmp_path_factory, no_metadata_servers) -> Iterator[Emulator]:
-    workdir = tmp_path_factory.mktemp("moto_s3")
+@contextmanager
+def running_moto_s3(workdir: Path, blocking_env: dict[str, str]) -> Iterator[Emulator]:
+    """moto's S3 server on a free loopback port with the bucket made; stopped on exit."""
     proc, port, log_path = _start(
         moto_server_command, lambda p: f"http://127.0.0.1:{p}/moto-api/", workdir, "moto_server"
     )
@@ -223,16 +226,17 @@ def moto_s3(tmp_path_factory, no_metadata_servers) -> Iterator[Emulator]:
             "AWS_SECRET_ACCESS_KEY": "testing",
             "AWS_REGION": "us-east-1",
             "AWS_ENDPOINT_URL_S3": endpoint,
-            **no_metadata_servers,
+            **blocking_env,
         }
         yield Emulator("s3", endpoint, BUCKET, log_path, proc, env)
     finally:
         _stop(proc)
 
 
-@pytest.fixture(scope="session")
-def fake_gcs(tmp_path_factory, no_metadata_servers) -> Iterator[Emulator]:
-    workdir = tmp_path_factory.mktemp("fake_gcs")
+@contextmanager
+def running_fake_gcs(workdir: Path, blocking_env: dict[str, str]) -> Iterator[Emulator]:
+    """fake-gcs-server (filesystem backend under `workdir`) on a free loopback port with the
+    bucket made; stopped on exit."""
     binary = fake_gcs_binary()
 
     def command(port: int) -> list[str]:
@@ -260,7 +264,22 @@ def fake_gcs(tmp_path_factory, no_metadata_servers) -> Iterator[Emulator]:
             {"Content-Type": "application/json"},
         )
         assert status == 200, f"fake-gcs-server did not create the bucket: HTTP {status}"
-        env = {"STORAGE_EMULATOR_HOST": endpoint, "GOOGLE_CLOUD_PROJECT": "test", **no_metadata_servers}
+        env = {"STORAGE_EMULATOR_HOST": endpoint, "GOOGLE_CLOUD_PROJECT": "test", **blocking_env}
         yield Emulator("gs", endpoint, BUCKET, log_path, proc, env)
     finally:
         _stop(proc)
+
+
+@pytest.fixture(scope="session")
+def moto_s3(tmp_path_factory, no_metadata_servers) -> Iterator[Emulator]:
+    """One moto S3 server for the session (per xdist worker). Nothing may delete in it: the
+    tests assert `deletes() == 0`. A test that deletes on purpose starts its own server."""
+    with running_moto_s3(tmp_path_factory.mktemp("moto_s3"), no_metadata_servers) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def fake_gcs(tmp_path_factory, no_metadata_servers) -> Iterator[Emulator]:
+    """One fake-gcs-server for the session (per xdist worker); as moto_s3."""
+    with running_fake_gcs(tmp_path_factory.mktemp("fake_gcs"), no_metadata_servers) as server:
+        yield server

@@ -8,7 +8,14 @@ import logging
 
 import pyarrow as pa
 import pytest
-from object_store_support import fake_gcs, moto_s3, no_metadata_servers, unique_prefix  # noqa: F401
+from object_store_support import (  # noqa: F401
+    fake_gcs,
+    moto_s3,
+    no_metadata_servers,
+    running_fake_gcs,
+    running_moto_s3,
+    unique_prefix,
+)
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.partitioning import PartitionField, PartitionSpec
@@ -285,24 +292,47 @@ def test_round_trip_fake_gcs(tmp_path, fake_gcs):  # noqa: F811
     assert fake_gcs.deletes(prefix) == 0
 
 
-@pytest.mark.parametrize("emulator", ["moto_s3", "fake_gcs"])
-def test_deletes_counts_a_real_delete(request, emulator):
+@pytest.mark.parametrize("start", [running_moto_s3, running_fake_gcs])
+def test_deletes_counts_a_real_delete(tmp_path, start, no_metadata_servers):  # noqa: F811
     """The counter the round trips rely on does see a delete (made here by pyarrow directly,
-    not through pyiceberg), and only under its prefix."""
-    server = request.getfixturevalue(emulator)
-    prefix = unique_prefix("counter")
-    loc = parse_location(server.url(prefix))
-    props = {k: v for k, v in io_properties(loc, server.env).items() if k != "py-io-impl"}
+    not through pyiceberg), and only under its prefix. On a server of its own: the session's
+    servers never see a delete."""
     from pyiceberg.io.pyarrow import PyArrowFileIO
 
-    io = PyArrowFileIO(props)
-    path = f"{loc.uri}/x.bin"
-    with io.new_output(path).create() as out:
-        out.write(b"abc")
-    assert list_objects(loc, props) == [(path, 3)]
-    before = server.deletes()
-    io.delete(path)
-    assert server.deletes() == before + 1
-    assert server.deletes(prefix) == 1
-    assert server.deletes(unique_prefix("elsewhere")) == 0
-    assert list_objects(loc, props) == []
+    with start(tmp_path, no_metadata_servers) as server:
+        prefix = unique_prefix("counter")
+        loc = parse_location(server.url(prefix))
+        props = {k: v for k, v in io_properties(loc, server.env).items() if k != "py-io-impl"}
+        io = PyArrowFileIO(props)
+        path = f"{loc.uri}/x.bin"
+        with io.new_output(path).create() as out:
+            out.write(b"abc")
+        assert list_objects(loc, props) == [(path, 3)]
+        assert server.deletes() == 0
+        io.delete(path)
+        assert server.deletes() == 1
+        assert server.deletes(prefix) == 1
+        assert server.deletes(unique_prefix("elsewhere")) == 0
+        assert list_objects(loc, props) == []
+    assert server.process.poll() is not None, "the server outlived its block"
+
+
+@pytest.mark.parametrize("emulator", ["moto_s3", "fake_gcs"])
+def test_a_retried_commit_deletes_nothing(request, tmp_path, emulator):
+    """With pyiceberg's default retries a stale append lands on its second attempt; the
+    manifests of the first attempt, which pyiceberg would delete, stay in the bucket."""
+    server = request.getfixturevalue(emulator)
+    prefix = unique_prefix("retry")
+    loc = parse_location(server.url(prefix))
+    catalog = catalog_for(tmp_path, loc, server.env)
+    catalog.create_namespace("steptail")
+    catalog.create_table("steptail.losses", SCHEMA, partition_spec=SPEC)
+    fresh, stale = catalog.load_table("steptail.losses"), catalog.load_table("steptail.losses")
+    skipped_before = NoDeleteFileIO.skipped_deletes
+    fresh.append(batch("run-a", 0, 3))
+    stale.append(batch("run-b", 0, 2))
+    assert NoDeleteFileIO.skipped_deletes > skipped_before
+    expected = rows(pa.concat_tables([batch("run-a", 0, 3), batch("run-b", 0, 2)]))
+    assert rows(catalog.load_table("steptail.losses").scan().to_arrow()) == expected
+    assert server.deletes(prefix) == 0
+    assert server.deletes() == 0
