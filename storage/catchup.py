@@ -38,34 +38,71 @@ def catch_up(store, run: str, root: str | Path, chunk: int = 50_000) -> int:
     for table in SCHEMAS:  # a compaction cut short hides parts: their keys must count
         recover(run_folder(root, table, run))
     try:
-        with store.engine.connect() as conn:
-            for table in SCHEMAS:
-                cols = COLUMNS[table]
-                have = _parquet_keys(run_folder(root, table, run), table)
-                sql = f"SELECT {', '.join(cols)} FROM {table} WHERE run = :run"
-                params: dict = {"run": run}
-                if table in STEP_TABLES and have:
-                    sql += " AND (incarnation > :inc OR (incarnation = :inc AND step > :step))"
-                    params |= dict(zip(("inc", "step"), max(have), strict=True))
-                key_at = [cols.index(k) for k in _SMALL_KEYS.get(table, ())]
-                json_at = [i for i, c in enumerate(cols) if c in _JSON]
-                result = conn.execution_options(stream_results=True).execute(sa.text(sql), params)
-                while found := result.fetchmany(chunk):
-                    if key_at:
-                        found = [r for r in found if tuple(r[i] for i in key_at) not in have]
-                    rows = [
-                        tuple(json.dumps(v, separators=(",", ":")) if i in json_at and not isinstance(v, str | None)
-                              else v for i, v in enumerate(r))
-                        for r in found
-                    ]
-                    if rows:
-                        sink.write(Batch(**{table: rows}))
-                        written += len(rows)
+        for table in SCHEMAS:
+            have = _parquet_keys(run_folder(root, table, run), table)
+            after = max(have) if table in STEP_TABLES and have else None
+            for rows in sql_rows(store, table, run, chunk, after):
+                if table not in STEP_TABLES:
+                    key_at = [COLUMNS[table].index(k) for k in _SMALL_KEYS[table]]
+                    rows = [r for r in rows if tuple(r[i] for i in key_at) not in have]
+                if rows:
+                    sink.write(Batch(**{table: rows}))
+                    written += len(rows)
         sink.commit()
     except BaseException:
         sink.abort()
         raise
     write_snapshots(store, run, root)
+    return written
+
+
+def sql_rows(store, table: str, run: str, chunk: int = 50_000, after: tuple[int, int] | None = None):
+    """The run's rows of one table as SQL holds them, as Batch row tuples, `chunk` at a time;
+    per-step tables in key order, past `after` (incarnation, step) when given."""
+    cols = COLUMNS[table]
+    sql = f"SELECT {', '.join(cols)} FROM {table} WHERE run = :run"
+    params: dict = {"run": run}
+    if after is not None:
+        sql += " AND (incarnation > :inc OR (incarnation = :inc AND step > :step))"
+        params |= dict(zip(("inc", "step"), after, strict=True))
+    if table in STEP_TABLES:
+        sql += " ORDER BY incarnation, step"
+    json_at = [i for i, c in enumerate(cols) if c in _JSON]
+    with store.engine.connect() as conn:
+        result = conn.execution_options(stream_results=True).execute(sa.text(sql), params)
+        while found := result.fetchmany(chunk):
+            yield [
+                tuple(json.dumps(v, separators=(",", ":")) if i in json_at and not isinstance(v, str | None)
+                      else v for i, v in enumerate(r))
+                for r in found
+            ]
+
+
+def catch_up_lake(store, run: str, lake, chunk: int = 50_000, snapshots: bool = True) -> int:
+    """The lake's catch-up (storage.lake): every row SQL holds for `run` whose key the table
+    does not hold is appended (the append itself drops the keys held, exactly once), then
+    (`snapshots`) the run's findings, stream gaps and reconnects replace the table's. A table
+    holding as many keys as SQL has rows is complete and not read further. Returns rows added."""
+    from steptail.storage.compact import snapshot_table
+    from steptail.storage.lake import as_lake_rows
+    from steptail.storage.parquet import SNAPSHOT_SCHEMAS, to_arrow
+
+    written = 0
+    for table in SCHEMAS:
+        held = lake.held(table, run)
+        with store.engine.connect() as conn:
+            count = conn.execute(sa.text(f"SELECT COUNT(*) FROM {table} WHERE run = :run"), {"run": run}).scalar()
+        if held.size() >= count:
+            continue
+        for rows in sql_rows(store, table, run, chunk):
+            data = held.new(table, as_lake_rows(table, run, to_arrow(table, rows)))
+            if data.num_rows:
+                written += lake.append(table, {run: data})
+    if snapshots:
+        with store.engine.connect() as conn:
+            data = {t: as_lake_rows(t, run, snapshot_table(conn, t, run)) for t in SNAPSHOT_SCHEMAS}
+        for table, rows in data.items():
+            lake.replace(table, {run: rows})
     return written
 
 

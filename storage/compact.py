@@ -222,25 +222,30 @@ def write_snapshots(store, run: str, root: str | Path) -> None:
     """Write the run's findings, stream gaps and reconnects as they are in SQL now, each as
     one file replacing the previous ones. SQL is read under the folder's lock, so a later
     snapshot never loses to an earlier one."""
-    for table, sql in _SNAPSHOT_SQL.items():
+    for table in _SNAPSHOT_SQL:
         folder = run_folder(root, table, run)
-        schema = SNAPSHOT_SCHEMAS[table]
         with _parquet_errors(folder):
             folder.mkdir(parents=True, exist_ok=True)
             with folder_lock(folder):
                 _recover_locked(folder)
                 with store.engine.connect() as conn:
-                    rows = conn.execute(sa.text(sql), {"run": run}).all()
-                columns = list(zip(*rows, strict=True)) if rows else [()] * len(schema)
-                data = pa.Table.from_arrays([  # *_ns integers -> timestamps
-                    pa.array(col, pa.int64()).cast(f.type) if pa.types.is_timestamp(f.type) else pa.array(col, f.type)
-                    for f, col in zip(schema, columns, strict=True)
-                ], schema=schema)
+                    data = snapshot_table(conn, table, run)
 
                 def write(path: Path, metadata: dict, data=data) -> None:
                     pq.write_table(data.replace_schema_metadata(metadata), path, compression="zstd")
 
                 _swap(folder, visible_files(folder), write)
+
+
+def snapshot_table(conn, table: str, run: str) -> pa.Table:
+    """One snapshot table of `run` as SQL holds it now (the local dataset and the lake write it)."""
+    schema = SNAPSHOT_SCHEMAS[table]
+    rows = conn.execute(sa.text(_SNAPSHOT_SQL[table]), {"run": run}).all()
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(schema)
+    return pa.Table.from_arrays([  # *_ns integers -> timestamps
+        pa.array(col, pa.int64()).cast(f.type) if pa.types.is_timestamp(f.type) else pa.array(col, f.type)
+        for f, col in zip(schema, columns, strict=True)
+    ], schema=schema)
 
 
 @contextlib.contextmanager

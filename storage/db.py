@@ -48,6 +48,11 @@ class Store:
     def describe(self) -> str:
         return self.engine.url.render_as_string(hide_password=True)
 
+    def catalog_url(self) -> str:
+        """The lake's catalog (storage.lake) lives in this database: its URL, password included
+        (handed to the catalog's engine, never logged)."""
+        return self.engine.url.render_as_string(hide_password=False)
+
     def dispose(self) -> None:
         self.engine.dispose()
 

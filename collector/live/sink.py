@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 
+from steptail.collector.live.lake_feed import LakeFeed, LakeWriter
 from steptail.collector.live.parquet_feed import ParquetFeed
 from steptail.collector.notify import events
 from steptail.collector.notify.health import Health
@@ -46,7 +47,7 @@ class RunSink:
     # SQLite has one writer: serialise the threads rather than meet "database is locked".
     _sqlite_lock = threading.Lock()
 
-    def __init__(self, store: Store, run: str, parquet_root: str | None, detectors,
+    def __init__(self, store: Store, run: str, parquet_root: str | LakeWriter | None, detectors,
                  parquet_every: float = 30.0, jobset: str | None = None, namespace: str | None = None,
                  source: str | None = None, append: bool = False, *, status=None, fence=None,
                  on_lost=None, raw: RawLog | None = None, on_event: events.Hook | None = None):
@@ -91,8 +92,11 @@ class RunSink:
         # a namespace of 20,000 pods that print nothing makes no run
         self._run_row = (jobset, namespace, source, append)
         self._run_written = False
-        self.parquet = ParquetFeed(store, run, parquet_root, parquet_every,
-                                   lambda kind, reason: self.detectors.failure(kind, reason)) if parquet_root else None
+        told = lambda kind, reason: self.detectors.failure(kind, reason)  # noqa: E731
+        if isinstance(parquet_root, LakeWriter):  # the lake: one writer for every run (collector.live.lake_feed)
+            self.parquet = LakeFeed(parquet_root, run, told)
+        else:
+            self.parquet = ParquetFeed(store, run, parquet_root, parquet_every, told) if parquet_root else None
         if self.parquet is not None:
             self.error = self.parquet.catch_up()
 

@@ -22,6 +22,7 @@ from steptail.collector.cluster.jobsets import ClusterObjects
 from steptail.collector.cluster.kubectl import KubeTarget
 from steptail.collector.live.detect import Detectors
 from steptail.collector.live.follower import FollowConfig, RunFollower, RunStatus
+from steptail.collector.live.lake_feed import LakeWriter
 from steptail.collector.live.ownership import INTERVAL, LOOK_TIMEOUT, OUTAGE_RETRY_MAX, Ownership
 from steptail.collector.live.runbook_live import RunbookLive, RunTarget
 from steptail.collector.live.sink import RunSink
@@ -33,6 +34,7 @@ from steptail.runs.findings import NO_STEP, UNSAFE_NAME, WARNING, Finding, Setti
 from steptail.runs.model import RunModel
 from steptail.runs.reference import ReferenceError, reference_for
 from steptail.storage.db import Store
+from steptail.storage.lake import Lake, is_lake
 from steptail.storage.raw import RawLog
 from steptail.storage.replicas import fence, take_over
 from steptail.storage.sources import SourceConflict, check_source, kubernetes_source
@@ -109,6 +111,12 @@ class Supervisor:
         # the ownership connection: failing loses every run here (logged, counted, summarised)
         self.ownership_health = Health("ownership", "", plan.metrics) if self.ownership is not None else None
         self._look_now = asyncio.Event()
+        # --parquet URL: the lake, one writer (one commit per table and period) for every run here
+        self.lake = None
+        if is_lake(plan.parquet):
+            self.lake = LakeWriter(store, Lake(plan.parquet, store.catalog_url(),
+                                   writer=self.ownership.replica if self.ownership is not None else None),
+                                   plan.config.parquet_every)
         # the runbook's rules on the live JobSets: their objects watched beside the pods
         self.objects = self.runbook = self._runbook_task = None
         if plan.policy is not None:
@@ -453,7 +461,7 @@ class Supervisor:
         # with replicas every commit checks this replica still owns the run
         owned = self.ownership is not None
         sink = await asyncio.to_thread(partial(
-            RunSink, store, run, plan.parquet, detectors, plan.config.parquet_every, jobset, ns,
+            RunSink, store, run, self.lake or plan.parquet, detectors, plan.config.parquet_every, jobset, ns,
             kubernetes_source(ns, jobset), plan.append, status=status,
             fence=(lambda conn: fence(conn, run, epoch)) if owned else None,
             on_lost=(lambda exc: self._lose_soon(run, str(exc))) if owned else None,
