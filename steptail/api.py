@@ -6,6 +6,7 @@ arm-vs-control comparisons as pandas DataFrames.
     with steptail.open("steptail.db") as st:      # or a postgresql:// URL; None: $STEPTAIL_DB
         steps = st.steps("arm-a", from_step=1, to_step=500)
         cmp = st.compare("arm-a", "control", tolerance=0.01)
+        lp = st.lake("loss_parts", "gs://bucket/steptail", run="arm-a")   # the lake's table
 
 Column types: steps, incarnations and counts are int64 (Int64 where a value may be missing),
 times `datetime64[ns, UTC]` (NaT when the log had no kubelet timestamps), CE and other
@@ -181,6 +182,31 @@ class Steptail:
         })
         frame.attrs["summary"] = result.summary()
         return frame
+
+    def lake(self, table: str, location: str, run: str | None = None) -> pd.DataFrame:
+        """One table of the lake at `location` (s3://BUCKET/PREFIX, gs://BUCKET/PREFIX or
+        file:///DIR; its catalog in this store's database), every run or `run`, read through
+        the table's current snapshot: never a listing of files (docs/lake.md). Credentials
+        and endpoints come from the environment, as `follow --parquet URL` takes them.
+
+        Columns: `run`, then the table's columns as Parquet has them (steptail.storage.lake
+        lake_schema): timestamps `datetime64[ns, UTC]` (stored in microseconds), text
+        pandas' `string`, maps (`loss_parts.parts`, `parts_text`) as dicts, lists as lists.
+        A table not written yet, or a run it does not hold, gives no row. Raises ValueError
+        for a table steptail does not write, storage.lake.LakeError when the lake cannot be
+        read (a one-line message)."""
+        import pandas as pd
+        import pyarrow as pa
+
+        from steptail.storage.lake import TABLES, Lake
+
+        if table not in TABLES:
+            raise ValueError(f"no lake table {table!r}: one of {', '.join(TABLES)}")
+        data = Lake(location, self.store.catalog_url()).read(table, run)
+        data = data.cast(pa.schema([pa.field(f.name, pa.timestamp("ns", tz="UTC")) if pa.types.is_timestamp(f.type)
+                                    else f for f in data.schema]))
+        types = {pa.string(): pd.StringDtype(), pa.large_string(): pd.StringDtype()}
+        return data.to_pandas(types_mapper=types.get, maps_as_pydicts="strict")
 
     # -- objects ---------------------------------------------------------------------------
     def comparison(self, arm: str, control: str, tolerance: float = 1e-3, rel: float = 0.0) -> Comparison:

@@ -26,6 +26,7 @@ COMMANDS = {
     "archive": "archive",
     "reparse": "reparse",
     "lint": "lint",
+    "lake": "lake",
 }
 
 

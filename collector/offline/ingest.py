@@ -3,7 +3,12 @@ findings engine (the one `check` and `follow` use), fed each batch as it is writ
 
 One ingest is one transaction: it lands whole or not at all, findings included (Parquet files
 are completed before the SQL commit and renamed into place only after it; a failure removes
-them). A source with no record line is refused: nothing of it is written."""
+them). A source with no record line is refused: nothing of it is written.
+
+`parquet` a table location (s3://, gs://, file://: the lake, storage.lake): after the SQL
+commit, what SQL holds for the run and the tables lack is appended from SQL (catch_up_lake,
+exactly once). A lake failure costs no row (SQL has them all; the next ingest or `steptail lake
+catch-up` fills the tables): the result says why, the command warns."""
 
 from __future__ import annotations
 
@@ -75,6 +80,8 @@ class IngestResult(Counters):
     findings: dict[str, int] = field(default_factory=dict)  # the run's stored findings by kind, after
     findings_error: str | None = None  # a detector failed: findings left as they were
     sha256: dict[str, str | None] = field(default_factory=dict)  # source -> its file's sha256
+    lake_rows: int | None = None  # --parquet URL: rows the lake's tables gained from SQL
+    lake_error: str | None = None  # --parquet URL: why the tables were not brought up to date
 
     def summary(self) -> dict:
         keys = ("run", "lines", "loss_parts", "required_rbf", "pod_steps", "bad_lines", "flagged", "incarnations")
@@ -161,7 +168,8 @@ class Ingest:
         """The sources read into the run, committed whole or not at all."""
         check_run_name(self.run)
         sink = SqlSink(self.store)
-        pq_sink = ParquetSink(self.parquet, self.run) if self.parquet else None
+        lake = _lake_url(self.parquet)
+        pq_sink = ParquetSink(self.parquet, self.run) if self.parquet and lake is None else None
         result = IngestResult(run=self.run)
         detectors = FindingsFeed(self.run, self.settings, self.reference_ce, stop_on_error=True)
         pool = self.pool if self.pool is not None else start_workers(sources)
@@ -212,6 +220,8 @@ class Ingest:
         if pq_sink:
             pq_sink.commit()
             _write_snapshots(self.store, self.run, self.parquet)
+        elif lake is not None:
+            result.lake_rows, result.lake_error = _write_lake(self.store, self.run, lake)
         return result
 
     def _source(self, conn, sink: SqlSink, model: RunModel, writer: _Writer, source: Source, tick, pool,
@@ -272,6 +282,13 @@ def ingest_paths(db: str | None, run: str, paths: Sequence[str], *, parquet: str
     check_run_name(run)
     if list(paths).count("-") > 1:
         raise IngestError("'-' (stdin) may be given once")
+    if isinstance(parquet, str) and "://" in parquet:  # a table location: checked before anything is read
+        from steptail.storage.object_store import io_properties, parse_location
+
+        try:
+            io_properties(parse_location(parquet), os.environ)
+        except ValueError as exc:
+            raise IngestError(f"--parquet {parquet}: {exc}") from None
     sources: list[Source] = []
     try:
         for path in paths:
@@ -308,6 +325,50 @@ def _write_snapshots(store: Store, run: str, parquet: str | Path) -> None:
         write_snapshots(store, run, parquet)
     except ParquetError as exc:
         logging.getLogger("steptail.ingest").warning("%s", exc)
+
+
+def _lake_url(parquet: str | Path | None) -> str | None:
+    """`parquet` when it names a table location (a URL), else None (a local dataset folder)."""
+    if not isinstance(parquet, str) or "://" not in parquet:
+        return None
+    from steptail.storage.lake import is_lake  # pyiceberg: only when a lake is used
+
+    return parquet if is_lake(parquet) else None
+
+
+def check_lake(lake) -> None:
+    """Raise LakeError unless the tables the catalog holds are at the lake's location. The
+    catalog (in the store's database) knows one table per name: were they made at another
+    location, a Lake for this one would write there."""
+    from steptail.storage.lake import TABLES, LakeError
+
+    for name in TABLES:
+        tbl = lake.table(name, create=False)
+        if tbl is None:
+            continue
+        where = tbl.location()
+        if not where.startswith(lake.location.uri.rstrip("/") + "/"):
+            root = where.rsplit("/", 2)[0]
+            raise LakeError(f"this store's lake is at {root}, not {lake.location.uri}: "
+                            "its catalog holds one table of each name (one store, one lake)")
+
+
+def _write_lake(store: Store, run: str, url: str) -> tuple[int | None, str | None]:
+    """After the commit: the lake's tables brought up to date with the run as SQL holds it
+    (read back from SQL: exactly once, whatever an earlier ingest left undone). Returns (rows
+    added, None), or (None, why) when it failed: SQL holds the rows, so that only warns."""
+    from steptail.storage.catchup import catch_up_lake
+    from steptail.storage.lake import Lake
+
+    try:
+        lake = Lake(url, store.catalog_url())
+        check_lake(lake)
+        return catch_up_lake(store, run, lake), None
+    except Exception as exc:  # noqa: BLE001 - whatever it was, SQL has the rows: reported, not raised
+        text = str(exc).strip()
+        reason = text.splitlines()[0][:300] if text else type(exc).__name__
+        logging.getLogger("steptail.ingest").debug("lake write of %s failed", run, exc_info=True)
+        return None, reason
 
 
 def _holds_records(model: RunModel) -> bool:

@@ -13,6 +13,7 @@ import click
 from steptail.commands._common import db_option, fail, warn
 from steptail.commands._detect_options import detector_options, detector_settings
 from steptail.commands._preflight import checked_store, cluster_target
+from steptail.commands.lake import PARQUET_HELP, open_lake, table_location
 from steptail.output import Output, output_option
 
 
@@ -27,7 +28,7 @@ from steptail.output import Output, output_option
 @click.option("--parallel", type=int, default=8, show_default=True, help="Logs read at once (1-64).")
 @click.option("--run", "run_name", help="Run to ingest process 0 into (default: the JobSet name).")
 @db_option
-@click.option("--parquet", metavar="DIR", help="Also write Parquet: DIR/<table>/run=<run>/part-*.parquet.")
+@click.option("--parquet", metavar="DIR|URL", help=PARQUET_HELP)
 @click.option("--no-ingest", is_flag=True, help="Archive only: leave the store alone.")
 @click.option("--append", is_flag=True,
               help="Ingest into a run that holds data of another source (files, another JobSet) as the "
@@ -54,8 +55,16 @@ def command(output: Output, **options) -> None:
     JobSet's own logs: what `follow` recorded from this JobSet is not added twice. The
     manifest is recorded for the run (`export` adds it to the ledger).
 
+    --parquet URL (s3://, gs://, file://): after the ingest, the lake's Iceberg tables (their
+    catalog in --db) are brought up to date from SQL; a failure there only warns (SQL holds
+    the rows: `steptail lake catch-up URL RUN` fills them in).
+
     Exit 0: everything read; 1: some log could not be read (each pod is listed; a pod
-    deleted meanwhile, say); 2: bad options, kubeconfig, API unreachable or refused."""
+    deleted meanwhile, say); 2: bad options, kubeconfig, API unreachable or refused.
+
+    
+    Example:
+      steptail archive --jobset sft-7 -n post-training --out archives --parquet gs://my-bucket/steptail"""
     archive = Archive(output=output, **options)  # complete
     archive.validate()
     archive.report(*archive.run())
@@ -83,6 +92,7 @@ class Archive:
     gate_tolerance: float
     resume_tolerance: float
     stall_k: float
+    lake: bool = False  # validated: --parquet names a table location
     target: object = None  # validated: the KubeTarget
     settings: object = None  # validated: runs.findings.Settings
     reference: object = None  # validated: the run's reference CE
@@ -97,6 +107,7 @@ class Archive:
             fail(f"--parallel must be 1 to 64, not {self.parallel}")
         if self.no_ingest and (self.parquet or self.run_name or self.append):
             fail("--no-ingest excludes --run, --parquet and --append")
+        self.lake = table_location(self.parquet)
         self.target = cluster_target(self.namespace, self.kubeconfig, self.context, self.account,
                                      (self.jobset, self.run_to))
         self.settings, self.reference = detector_settings(self.reference_ce, self.gate_tolerance,
@@ -111,6 +122,8 @@ class Archive:
         run, output = self.run_to, self.output
         # a bad store or a run of another source: refused before anything is read
         store = None if self.no_ingest else checked_store(self.db, self.namespace, {run: self.jobset}, self.append)
+        if store is not None and self.lake:
+            open_lake(store, self.parquet)  # its catalog opens, its tables are there: else exit 2 now
         try:
             with _progress(self.jobset, show=_terminal() and not output.machine) as progress:
                 result = asyncio.run(archive(self.target, self.jobset, self.out, parallel=self.parallel,
@@ -136,7 +149,12 @@ class Archive:
         output, run = self.output, self.run_to
         summary = result.summary() | {"run": None if self.no_ingest else run,
                                       "ingest": None if ingested is None else ingested.summary()
-                                      | {"duplicates": ingested.duplicates, "no_records": ingested.no_records}}
+                                      | {"duplicates": ingested.duplicates, "no_records": ingested.no_records}
+                                      | ({"lake": {"location": self.parquet, "rows_added": ingested.lake_rows,
+                                                   "error": ingested.lake_error}} if self.lake else {})}
+        if ingested is not None and ingested.lake_error:
+            warn(f"the lake at {self.parquet} is behind ({ingested.lake_error}); run {run}'s rows are in SQL: "
+                 f"`steptail lake catch-up {self.parquet} {run}` fills it")
         if output.machine:
             output.data(summary)
         else:
@@ -189,6 +207,8 @@ def _print(output: Output, result, run: str, ingested, no_ingest: bool) -> None:
     output.line(f"  ingest into run {run}: {ingested.loss_parts} LOSS-PARTS, {ingested.required_rbf} REQUIRED_RBF "
                 f"from {ingested.lines} lines; {ingested.incarnations} incarnation(s); "
                 f"{ingested.duplicates} line(s) already recorded", markup=False)
+    if ingested.lake_rows is not None:
+        output.line(f"  lake: {ingested.lake_rows} row(s) added", markup=False)
 
 
 def _dispose(store) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from steptail.commands._common import db_option, fail, store_or_exit
+from steptail.commands.lake import LOCATION, open_lake, table_location
 from steptail.output import Output, output_option
 
 
@@ -15,13 +16,22 @@ from steptail.output import Output, output_option
 @click.option("--out", "out", required=True, type=click.Path(path_type=Path),
               help="Directory to create, and its missing parents (written elsewhere first, then renamed into place).")
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
-@click.option("--parquet", metavar="DIR", type=click.Path(path_type=Path),
-              help="Also bring RUN's Parquet dataset under DIR up to date: its parts compacted to one file"
-                   " per table, its findings, stream gaps and reconnects written.")
+@click.option("--parquet", metavar="DIR|URL",
+              help=f"Also bring RUN's Parquet up to date: {LOCATION}. A DIR: its parts compacted to one file"
+                   " per table, its findings, stream gaps and reconnects written. A URL: what SQL holds and"
+                   " the tables lack appended (exactly once), then RUN's files of each table compacted.")
 @db_option
 @output_option()
-def command(run: str, out: Path, force: bool, parquet: Path | None, db: str | None, output: Output) -> None:
-    """Export RUN for the experiment ledger: Parquet per table, manifest.json, ce.png."""
+def command(run: str, out: Path, force: bool, parquet: str | None, db: str | None, output: Output) -> None:
+    """Export RUN for the experiment ledger: Parquet per table, manifest.json, ce.png.
+
+    The bundle is self-contained plain Parquet, whatever --parquet names.
+
+    
+    Examples:
+      steptail export sft-7 --out ledger/sft-7 --parquet parquet
+      steptail export sft-7 --out ledger/sft-7 --parquet s3://my-bucket/steptail
+    """
     from steptail.api import Steptail, UnknownRun
     from steptail.storage.export import ExportError, check_export_name
 
@@ -29,24 +39,33 @@ def command(run: str, out: Path, force: bool, parquet: Path | None, db: str | No
         check_export_name(run)
     except ExportError as exc:
         fail(str(exc))
-    if parquet is not None and not parquet.is_dir():
+    lake = table_location(parquet)
+    if parquet is not None and not lake and not Path(parquet).is_dir():
         fail(f"Parquet directory {parquet} does not exist")
     store = store_or_exit(db, create=False)
+    if lake:
+        lake = open_lake(store, parquet)  # before the bundle: a catalog no command can use is exit 2 now
     try:
         manifest = Steptail(store).export(run, out, force=force)
     except (ExportError, UnknownRun) as exc:
         fail(str(exc))
     except OSError as exc:
         fail(f"cannot write {out}: {exc.strerror or exc}")
-    if parquet is not None:
-        _update_parquet(store, run, parquet)
+    compacted = None
+    if lake:
+        compacted = _update_lake(store, run, lake)
+    elif parquet is not None:
+        _update_parquet(store, run, Path(parquet))
     if output.machine:
-        output.data({"out": str(out), "manifest": manifest})
+        output.data({"out": str(out), "manifest": manifest} | ({"lake": compacted} if compacted else {}))
     else:
         c = manifest["counts"]
         click.echo(f"exported {run} to {out}: {c['loss_parts']} loss rows, {c['required_rbf']}"
                    f" REQUIRED_RBF, {c['pod_metrics']} pod metrics, {c['findings']} findings,"
                    f" {c['incarnations']} incarnations")
+        if compacted:
+            output.line(f"lake {parquet}: {compacted['rows_added']} row(s) added; "
+                        f"{compacted['files_before']} files -> {compacted['files_after']}", markup=False)
 
 
 def _update_parquet(store, run: str, parquet: Path) -> None:
@@ -58,3 +77,18 @@ def _update_parquet(store, run: str, parquet: Path) -> None:
         compact(parquet, run)
     except ParquetError as exc:
         fail(str(exc))
+
+
+def _update_lake(store, run: str, lake) -> dict:
+    """RUN's rows SQL holds and the tables lack appended (exactly once), its snapshot tables
+    replaced, then RUN's files of each table compacted (the old ones only marked removed)."""
+    from steptail.storage.catchup import catch_up_lake
+    from steptail.storage.lake import TABLES, LakeError
+
+    try:
+        added = catch_up_lake(store, run, lake)
+        files = [lake.compact(table, run) for table in TABLES]
+    except LakeError as exc:
+        fail(str(exc))
+    return {"location": lake.location.uri, "rows_added": added,
+            "files_before": sum(b for b, _ in files), "files_after": sum(a for _, a in files)}

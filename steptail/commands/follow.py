@@ -14,6 +14,7 @@ from steptail.commands._common import db_option, fail
 from steptail.commands._detect_options import detector_options, detector_settings
 from steptail.commands._preflight import checked_store, cluster_target
 from steptail.commands._webhooks import read_webhooks, webhook_file_option
+from steptail.commands.lake import PARQUET_HELP, open_lake, table_location
 from steptail.output import Output, output_option
 
 log = logging.getLogger("steptail.follow")
@@ -27,7 +28,7 @@ log = logging.getLogger("steptail.follow")
 @click.option("--account", help="Service account for kubectl's auth plugin (else $CLOUDSDK_CORE_ACCOUNT).")
 @click.option("--run", "run_name", help="Run name (one --jobset only; default: the JobSet name).")
 @db_option
-@click.option("--parquet", metavar="DIR", help="Also write Parquet: DIR/<table>/run=<run>/part-*.parquet.")
+@click.option("--parquet", metavar="DIR|URL", help=PARQUET_HELP)
 @click.option("--raw", metavar="DIR", type=click.Path(file_okay=False),
               help="Keep every line read (as kubectl printed it) in gzip segments under DIR/<run>/, each "
                    "made durable before the rows it yields commit (for audits and `steptail reparse`).")
@@ -80,7 +81,16 @@ def command(output: Output, **options) -> None:
 
     -o ndjson streams one JSON object per line as it happens: each committed step (and
     REQUIRED_RBF row), stream gap and finding, each follower state change, and the summary
-    last (`event`: step, rbf, gap, finding, state, summary)."""
+    last (`event`: step, rbf, gap, finding, state, summary).
+
+    --parquet URL (s3://, gs://, file://): the lake, Iceberg tables with their catalog in
+    --db, one commit per table every --parquet-every seconds; credentials from the
+    environment (AWS_*, Application Default Credentials / GKE Workload Identity).
+
+    
+    Examples:
+      steptail follow --jobset sft-7 -n post-training --parquet parquet
+      steptail follow --all -n post-training --parquet gs://my-bucket/steptail --db postgresql://steptail@db/steptail"""
     follow = Follow(output=output, **options)  # complete
     follow.validate()
     sup = follow.run()
@@ -140,6 +150,7 @@ class Follow:
     reference: object = None  # validated: the reference CE (per run, or a folder of them)
     target: object = None  # validated: the KubeTarget
     policy: object = None  # validated: the runbook's rules (runs.runbook.Policy), None with --no-rules
+    lake: bool = False  # validated: --parquet names a table location (the lake)
 
     def validate(self) -> None:
         from steptail import logs
@@ -155,6 +166,7 @@ class Follow:
             fail("--run needs exactly one --jobset")
         if self.silence <= 0 or self.parquet_every <= 0:
             fail("--silence and --parquet-every must be positive")
+        self.lake = table_location(self.parquet)  # a bad URL: one line now (a folder is made when written)
         self.webhooks = read_webhooks(self.webhooks, self.webhook_file)
         if self.give_up <= 0:
             fail("--give-up must be positive")
@@ -184,6 +196,8 @@ class Follow:
         from steptail.storage.replicas import SqliteFollowLock, StoreBusy
 
         store = checked_store(self.db, self.namespace, {r: j for j, r in self.runs().items()}, self.append)
+        if self.lake:
+            open_lake(store, self.parquet)  # its catalog opens and its tables are there, else exit 2 now
         database = store.engine.url.database
         single = SqliteFollowLock(database) if store.is_sqlite and database not in (None, "", ":memory:") else None
         try:  # SQLite has one writer: a second follow of the same file is refused (replicas: PostgreSQL)

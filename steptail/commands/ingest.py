@@ -13,6 +13,7 @@ from steptail.collector.offline.files import SourceError
 from steptail.collector.offline.ingest import IngestError, NoRecords, ingest_paths
 from steptail.commands._common import db_option, fail, warn
 from steptail.commands._detect_options import detector_options, detector_settings
+from steptail.commands.lake import PARQUET_HELP, check_target, table_location
 from steptail.output import Output, output_option
 from steptail.runs.names import RunNameError, check_run_name
 from steptail.storage.db import StoreError
@@ -23,7 +24,7 @@ from steptail.storage.sources import SourceConflict
 @click.argument("paths", nargs=-1, required=True, metavar="PATH…")
 @click.option("--run", required=True, help="Run name (letters, digits, '.', '_', '-').")
 @db_option
-@click.option("--parquet", metavar="DIR", help="Also write Parquet: DIR/<table>/run=<run>/part-*.parquet.")
+@click.option("--parquet", metavar="DIR|URL", help=PARQUET_HELP)
 @click.option("--append", is_flag=True,
               help="The run was followed from a JobSet and these are saved logs of that same run: add "
                    "them to it (without this, ingesting into another source's run is refused).")
@@ -42,11 +43,23 @@ def command(paths: tuple[str, ...], run: str, db: str | None, parquet: str | Non
 
     A PATH without one record line (e.g. a README) is refused with a warning: if no PATH has
     one, nothing is written and the exit status is 1; otherwise the others are ingested (exit 0).
+
+    --parquet URL (s3://, gs://, file://): the lake's Iceberg tables, their catalog in --db,
+    brought up to date from SQL after the commit (exactly once). Should that fail, a warning:
+    SQL holds the rows, and the next ingest or `steptail lake catch-up URL RUN` fills them in.
+
+    
+    Examples:
+      steptail ingest train.log.gz --run sft-7 --parquet parquet
+      steptail ingest train.log.gz --run sft-7 --parquet gs://my-bucket/steptail
     """
     try:
         check_run_name(run)
     except RunNameError as exc:
         fail(str(exc))
+    lake = table_location(parquet)
+    if lake:
+        check_target(db, parquet)
     settings, reference = detector_settings(reference_ce, gate_tolerance, resume_tolerance, stall_k, run)
     show = Console(stderr=True).is_terminal and not output.machine
     try:
@@ -61,6 +74,9 @@ def command(paths: tuple[str, ...], run: str, db: str | None, parquet: str | Non
         fail(str(exc))
     for name in result.no_records:
         warn(_no_records(name))
+    if result.lake_error:
+        warn(f"the lake at {parquet} is behind ({result.lake_error}); run {run}'s rows are in SQL: "
+             f"the next ingest or `steptail lake catch-up {parquet} {run}` fills it")
     if result.findings_error:
         warn(f"findings of run {run} not updated (a detector failed: {result.findings_error}); "
              f"steptail check {run} computes them")
@@ -68,7 +84,9 @@ def command(paths: tuple[str, ...], run: str, db: str | None, parquet: str | Non
         output.data(result.summary() | {"duplicates": result.duplicates, "skipped": result.skipped,
                                         "findings": sum(result.findings.values()),
                                         "findings_by_kind": result.findings, "no_records": result.no_records,
-                                        "sha256": result.sha256})
+                                        "sha256": result.sha256}
+                    | ({"lake": {"location": parquet, "rows_added": result.lake_rows, "error": result.lake_error}}
+                       if lake else {}))
         return
     out = output
     out.line(
@@ -87,7 +105,9 @@ def command(paths: tuple[str, ...], run: str, db: str | None, parquet: str | Non
         out.line(f"  bad: {sample}", markup=False)
     for name in result.skipped:
         out.line(f"  skipped {name}: already ingested (same content)", markup=False)
-    if parquet:
+    if lake and result.lake_error is None:
+        out.line(f"  lake: {parquet}: {result.lake_rows} row(s) added", markup=False)
+    elif parquet and not lake:
         out.line(f"  parquet: {parquet}", markup=False)
     sys.stdout.flush()
 
