@@ -3,6 +3,9 @@ import tempfile
 
 import pytest
 
+# ---- object stores: moto's S3 server and fake-gcs-server, one each per session (per xdist worker) ----
+from object_store_support import fake_gcs, moto_s3, no_metadata_servers  # noqa: F401
+
 # ---- simulated cluster fixtures (simcluster/) ----
 from sim_fixtures import make_simcluster, simcluster  # noqa: F401
 

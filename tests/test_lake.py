@@ -5,37 +5,15 @@ tests/test_lake_object_stores.py."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
-
 import pyarrow as pa
 import pytest
+from lake_support import files_on_disk, keys, killed_mid_commit, race, steps
 
 from steptail.runs.model import Batch
 from steptail.storage.catchup import catch_up_lake
 from steptail.storage.lake import Lake, LakeError, as_lake_rows, is_lake, lake_schema
 from steptail.storage.parquet import to_arrow
 from steptail.storage.sql import SqlSink
-
-
-def steps(run: str, lo: int, hi: int, inc: int = 1) -> pa.Table:
-    """loss_parts rows of `run` for steps lo..hi-1, as the live path builds them."""
-    return as_lake_rows("loss_parts", run, to_arrow("loss_parts", [
-        (run, inc, s, 1_700_000_000_000_000_000 + s * 1_000_000, 2.0 - s / 1000, None, f'{{"ce":{2.0 - s / 1000}}}')
-        for s in range(lo, hi)]))
-
-
-def keys(lake: Lake, run: str | None = None) -> list[tuple]:
-    data = lake.read("loss_parts", run)
-    return sorted(zip(data["run"].to_pylist(), data["incarnation"].to_pylist(), data["step"].to_pylist(),
-                      strict=True))
-
-
-def files_on_disk(root: Path) -> set[Path]:
-    return {p for p in root.rglob("*") if p.is_file()}
 
 
 @pytest.fixture
@@ -114,34 +92,6 @@ def test_a_commit_that_failed_is_an_error_and_nothing_half_written(lake, monkeyp
     assert keys(lake, "a") == [("a", 1, s) for s in range(1, 5)]
 
 
-RACE = textwrap.dedent("""
-    import sys
-    from steptail.storage.lake import Lake, as_lake_rows
-    from steptail.storage.parquet import to_arrow
-    target, catalog, name, lo = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-    lake = Lake(target, catalog, writer=name)
-    for start in range(lo, lo + 200, 10):  # overlapping windows of the same run, and a run of its own
-        rows = [("shared", 1, s, s, 1.0, None, "{}") for s in range(start, start + 15)]
-        mine = [(name, 1, s, s, 1.0, None, "{}") for s in range(start, start + 10)]
-        lake.append("loss_parts", {"shared": as_lake_rows("loss_parts", "shared", to_arrow("loss_parts", rows)),
-                                   name: as_lake_rows("loss_parts", name, to_arrow("loss_parts", mine))})
-    print(lake.commits, lake.conflicts)
-""")
-
-
-def race(target: str, catalog: str, writers: int = 2) -> list[str]:
-    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    procs = [subprocess.Popen([sys.executable, "-c", RACE, target, catalog, f"w{i}", str(1 + 5 * i)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-             for i in range(writers)]
-    out = []
-    for p in procs:
-        stdout, stderr = p.communicate(timeout=240)
-        assert p.returncode == 0, stderr[-2000:]
-        out.append(stdout.strip())
-    return out
-
-
 def test_writers_racing_on_one_run_commit_each_key_once(lake, store, tmp_path):
     """Two processes append overlapping windows of one run at once: every key once."""
     race(f"file://{tmp_path / 'lake'}", store.catalog_url())
@@ -152,19 +102,6 @@ def test_writers_racing_on_one_run_commit_each_key_once(lake, store, tmp_path):
     assert [k for k in got if k[0] == "w1"] == [("w1", 1, s) for s in range(6, 206)]
 
 
-KILLED = textwrap.dedent("""
-    import os, signal, sys
-    from steptail.storage.lake import Lake, as_lake_rows
-    from steptail.storage.parquet import to_arrow
-    lake = Lake(sys.argv[1], sys.argv[2])
-    tbl = lake.table("loss_parts")
-    # SIGKILL once the data files are written, before the catalog's pointer moves
-    type(lake.catalog).commit_table = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
-    rows = [("a", 1, s, s, 1.0, None, "{}") for s in range(1, 101)]
-    lake.append("loss_parts", {"a": as_lake_rows("loss_parts", "a", to_arrow("loss_parts", rows))})
-""")
-
-
 def test_killed_between_data_files_and_commit_then_caught_up_from_sql(store, tmp_path):
     """The data files of a commit that never happened are orphans: not read, not deleted; the
     catch-up from SQL then writes every row once."""
@@ -172,8 +109,7 @@ def test_killed_between_data_files_and_commit_then_caught_up_from_sql(store, tmp
     lake = Lake(target, store.catalog_url())
     lake.append("loss_parts", {"a": steps("a", 1, 2)})
     before = files_on_disk(tmp_path / "lake")
-    p = subprocess.run([sys.executable, "-c", KILLED, target, store.catalog_url()], capture_output=True, timeout=120)
-    assert p.returncode == -9
+    assert killed_mid_commit(target, store.catalog_url()) == -9
     orphans = files_on_disk(tmp_path / "lake") - before
     assert any(p.suffix == ".parquet" for p in orphans)  # written, never committed
     assert keys(Lake(target, store.catalog_url()), "a") == [("a", 1, 1)]
