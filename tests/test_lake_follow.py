@@ -70,26 +70,29 @@ def test_follow_into_s3_deletes_nothing(make_simcluster, moto_s3, tmp_path, monk
 JOBSETS, STEPS, RATE = 4, 300, 10
 
 
-def start_replica(sim, db: str, url: str, i: int, logs: Path) -> subprocess.Popen:
+def start_replica(sim, db: str, url: str, i: int, logs: Path, env: dict) -> subprocess.Popen:
     argv = [sys.executable, "-c", "from steptail.cli import main; main()", "follow", "--all",
             "-n", sim.namespace, "--kubeconfig", str(sim.kubeconfig_path),
             "--account", f"replica-{i}@steptail-sim.iam.gserviceaccount.com", "--db", db, "--no-view",
             "--parquet", url, "--parquet-every", "2", "--log-format", "json"]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(logs / f"replica-{i}.log", "wb"),
-                            start_new_session=True)
+                            start_new_session=True, env={**os.environ, **env})
 
 
-def test_two_replicas_write_one_table_through_a_handover_and_a_sigkill(make_simcluster, tmp_path):
+def test_two_replicas_write_one_table_through_a_handover_and_a_sigkill(make_simcluster, moto_s3, tmp_path):
+    """On the S3 emulator with the catalog in the shared PostgreSQL: one replica SIGKILLed
+    mid-run (its commits in flight), the other takes its runs over from the table's own record."""
     sim = make_simcluster({
         "namespace": "default", "rate": RATE, "grace_seconds": 3, "restart_pending_seconds": 0.3,
         "jobsets": [{"name": f"sft-{i}", "hosts": 1, "trainer": {"steps": STEPS, "checkpoint_period": 100}}
                     for i in range(JOBSETS)]})
-    url = f"file://{tmp_path / 'lake'}"
+    url = moto_s3.url(unique_prefix("replicas"))
+    before = moto_s3.deletes()
     with scratch_database(PG_ADMIN, "steptail_lake") as db:
         procs = []
         try:
             for i in range(2):
-                procs.append(start_replica(sim, db, url, i, tmp_path))
+                procs.append(start_replica(sim, db, url, i, tmp_path, moto_s3.env))
                 time.sleep(1.5)
             time.sleep(10)  # both hold runs, both have committed to the table
             os.killpg(procs[0].pid, signal.SIGKILL)
@@ -118,7 +121,13 @@ def test_two_replicas_write_one_table_through_a_handover_and_a_sigkill(make_simc
         for i in range(JOBSETS):
             run = f"sft-{i}"
             assert_exactly_once(sim, db, run, run)
-            assert lake_equals_sql(db, url, run) == STEPS, (run, logs)
+            assert lake_equals_sql(db, url, run, env=moto_s3.env) == STEPS, (run, logs)
+        store = open_store(db)
+        table = Lake(url, store.catalog_url(), env=moto_s3.env).table("loss_parts")
+        writers = {s.summary.additional_properties.get("steptail.writer") for s in table.snapshots()}
+        store.dispose()
+        assert len(writers - {None}) >= 2, writers  # both replicas committed to the one table
+    assert moto_s3.deletes() == before
 
 
 def test_a_lake_that_fails_is_said_and_caught_up_once_it_works(make_simcluster, tmp_path):
@@ -150,3 +159,32 @@ def test_a_lake_that_fails_is_said_and_caught_up_once_it_works(make_simcluster, 
     unblock.join()
     assert lake_equals_sql(db, url, "r") > 0
     assert "parquet_failure" in {k for k, _ in findings(db, "r")}
+
+
+def test_the_writer_commits_every_run_at_once_and_compacts_a_run_as_it_goes(tmp_path, monkeypatch):
+    """One commit per table per period for all runs (commits grow with time, not runs), and a
+    run's files rewritten as one every COMPACT_AFTER appends: readers open few files."""
+    import asyncio
+
+    from steptail.collector.live import lake_feed
+    from steptail.runs.model import Batch
+
+    monkeypatch.setattr(lake_feed, "COMPACT_AFTER", 4)
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    lake = Lake(f"file://{tmp_path / 'lake'}", store.catalog_url())
+    writer = lake_feed.LakeWriter(store, lake, every=30.0)
+
+    async def periods(n: int) -> None:
+        for p in range(n):
+            for run in ("a", "b", "c"):
+                writer.add(run, Batch(loss_parts=[(run, 1, p * 10 + s, s, 1.0, "1.0", "{}") for s in range(1, 11)]))
+            await writer.write(now=True)
+
+    asyncio.run(periods(6))
+    assert lake.commits == 6 + 3  # one append per period for three runs, one compaction per run
+    tbl = lake.table("loss_parts")
+    from pyiceberg.expressions import EqualTo
+    assert len(tbl.scan(row_filter=EqualTo("run", "a")).plan_files()) == 3  # 4 compacted + 2 since
+    assert sorted(lake.read("loss_parts", "a")["step"].to_pylist()) == list(range(1, 61))
+    assert writer.failed == {} and writer.behind == set()
+    store.dispose()

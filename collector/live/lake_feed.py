@@ -23,10 +23,13 @@ from steptail.runs.rows import ROW_TABLES
 from steptail.storage.catchup import catch_up_lake
 from steptail.storage.compact import snapshot_table
 from steptail.storage.db import Store
-from steptail.storage.lake import TABLES, Lake, LakeError, as_lake_rows
+from steptail.storage.lake import Lake, as_lake_rows
 from steptail.storage.parquet import SNAPSHOT_SCHEMAS, to_arrow
 
 log = logging.getLogger("steptail.follow")
+# A run's files of one table are rewritten as one after this many appends (~32 min at the
+# default period): a reader of one run opens at most this many files, whatever its length.
+COMPACT_AFTER = 64
 
 
 class LakeWriter:
@@ -38,6 +41,7 @@ class LakeWriter:
         self.snapshots: set[str] = set()  # runs whose findings, gaps or reconnects changed
         self.behind: set[str] = set()  # runs whose rows were dropped: caught up from SQL
         self.failed: dict[str, str] = {}  # run -> why its last write failed
+        self.parts: dict[tuple[str, str], int] = {}  # (table, run) -> files appended since compaction
         self.last = time.monotonic()
         self._lock = asyncio.Lock()
         self._thread_lock = threading.Lock()  # catch-ups at start run on other threads
@@ -68,9 +72,14 @@ class LakeWriter:
                     self.behind.discard(run)
             for table, by_run in rows.items():
                 by_run = {r: v for r, v in by_run.items() if r not in self.behind}
-                if by_run:
-                    self._try_all(by_run, lambda t=table, b=by_run: self.lake.append(
-                        t, {r: as_lake_rows(t, r, to_arrow(t, v)) for r, v in b.items()}))
+                if by_run and self._try_all(by_run, lambda t=table, b=by_run: self.lake.append(
+                        t, {r: as_lake_rows(t, r, to_arrow(t, v)) for r, v in b.items()})):
+                    for r in by_run:
+                        self.parts[(table, r)] = self.parts.get((table, r), 0) + 1
+            for (table, run), n in list(self.parts.items()):
+                if n >= COMPACT_AFTER and run not in self.behind:
+                    del self.parts[(table, run)]
+                    self._try(run, lambda t=table, r=run: self.lake.compact(t, r))
             due = [r for r in snapshots if r not in self.behind]
             if due:
                 self._try_all(dict.fromkeys(due), lambda: self._snapshots(due))
@@ -115,16 +124,10 @@ class LakeWriter:
         return None
 
     def compact(self, run: str) -> None:
-        """At shutdown or handover, after the final write: the run's files become one per table.
-        A failure leaves the files as they were (readable), so it is only logged."""
-        if run in self.behind:
-            return
-        try:
-            with self._thread_lock:
-                for table in TABLES:
-                    self.lake.compact(table, run)
-        except (LakeError, Exception) as exc:  # noqa: BLE001 - the files stay readable as they are
-            log.warning("%s: lake compaction failed: %s", run, str(exc).splitlines()[0][:200])
+        """At shutdown or handover, after the final write: nothing. A run's files are compacted
+        while it is followed (every COMPACT_AFTER appends) and by `steptail compact`; compacting
+        every run here would outlast the pod's grace period, and a run handed over goes on
+        being written elsewhere."""
 
 
 class LakeFeed:
