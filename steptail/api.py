@@ -51,6 +51,7 @@ class Steptail:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        self._lakes: dict = {}  # location -> storage.lake.Lake, its catalog's engine closed with the store
 
     def __enter__(self) -> Steptail:
         return self
@@ -59,6 +60,11 @@ class Steptail:
         self.close()
 
     def close(self) -> None:
+        for lake in self._lakes.values():
+            engine = getattr(lake._catalog, "engine", None)  # None: never opened
+            if engine is not None:
+                engine.dispose()
+        self._lakes.clear()
         self.store.dispose()
 
     def __repr__(self) -> str:
@@ -202,7 +208,9 @@ class Steptail:
 
         if table not in TABLES:
             raise ValueError(f"no lake table {table!r}: one of {', '.join(TABLES)}")
-        data = Lake(location, self.store.catalog_url()).read(table, run)
+        if location not in self._lakes:
+            self._lakes[location] = Lake(location, self.store.catalog_url())
+        data = self._lakes[location].read(table, run)
         data = data.cast(pa.schema([pa.field(f.name, pa.timestamp("ns", tz="UTC")) if pa.types.is_timestamp(f.type)
                                     else f for f in data.schema]))
         types = {pa.string(): pd.StringDtype(), pa.large_string(): pd.StringDtype()}

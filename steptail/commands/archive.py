@@ -13,7 +13,7 @@ import click
 from steptail.commands._common import db_option, fail, warn
 from steptail.commands._detect_options import detector_options, detector_settings
 from steptail.commands._preflight import checked_store, cluster_target
-from steptail.commands.lake import PARQUET_HELP, open_lake, table_location
+from steptail.commands.lake import PARQUET_HELP, close, open_lake, table_location
 from steptail.output import Output, output_option
 
 
@@ -123,7 +123,7 @@ class Archive:
         # a bad store or a run of another source: refused before anything is read
         store = None if self.no_ingest else checked_store(self.db, self.namespace, {run: self.jobset}, self.append)
         if store is not None and self.lake:
-            open_lake(store, self.parquet)  # its catalog opens, its tables are there: else exit 2 now
+            close(open_lake(store, self.parquet))  # its catalog opens, its tables are there: else exit 2 now
         try:
             with _progress(self.jobset, show=_terminal() and not output.machine) as progress:
                 result = asyncio.run(archive(self.target, self.jobset, self.out, parallel=self.parallel,

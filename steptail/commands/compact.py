@@ -67,10 +67,10 @@ def command(run: str | None, root: str, to_table: str | None, row_group_rows: in
             check_run_name(run)
         except RunNameError as exc:
             fail(str(exc))
+    if to_table is not None and "://" in root:
+        fail("--to-table converts a local dataset: --parquet must be a folder, not a URL")
     lake = table_location(root)
     if to_table is not None:
-        if lake:
-            fail("--to-table converts a local dataset: --parquet must be a folder, not a URL")
         if not table_location(to_table, "--to-table"):
             fail(f"--to-table {to_table}: give s3://BUCKET/PREFIX, gs://BUCKET/PREFIX or file:///DIR")
         _convert(Path(root), to_table, run, db, output)

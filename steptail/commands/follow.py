@@ -14,7 +14,7 @@ from steptail.commands._common import db_option, fail
 from steptail.commands._detect_options import detector_options, detector_settings
 from steptail.commands._preflight import checked_store, cluster_target
 from steptail.commands._webhooks import read_webhooks, webhook_file_option
-from steptail.commands.lake import PARQUET_HELP, open_lake, table_location
+from steptail.commands.lake import PARQUET_HELP, close, open_lake, table_location
 from steptail.output import Output, output_option
 
 log = logging.getLogger("steptail.follow")
@@ -197,7 +197,7 @@ class Follow:
 
         store = checked_store(self.db, self.namespace, {r: j for j, r in self.runs().items()}, self.append)
         if self.lake:
-            open_lake(store, self.parquet)  # its catalog opens and its tables are there, else exit 2 now
+            close(open_lake(store, self.parquet))  # its catalog opens and its tables are there, else exit 2 now
         database = store.engine.url.database
         single = SqliteFollowLock(database) if store.is_sqlite and database not in (None, "", ":memory:") else None
         try:  # SQLite has one writer: a second follow of the same file is refused (replicas: PostgreSQL)

@@ -60,24 +60,32 @@ def check_target(db: str | None, url: str) -> None:
     its tables are at `url` (else one line and exit 2, nothing written)."""
     store = store_or_exit(db)
     try:
-        open_lake(store, url)
+        close(open_lake(store, url))
     finally:
         store.dispose()
 
 
+def close(lake) -> None:
+    """Let go of the connections the lake's catalog holds (a check done, the Lake dropped)."""
+    engine = getattr(lake.catalog, "engine", None)
+    if engine is not None:
+        engine.dispose()
+
+
 def lake_runs(lake) -> list[str]:
-    """Every run some table of the lake holds (from the tables' partitions: no data read)."""
+    """Every run some table of the lake holds (the partition of each live data file, from the
+    manifests: no data read)."""
     from steptail.storage.lake import TABLES
 
-    runs: set[str] = set()
+    runs: set = set()
     for name in TABLES:
         tbl = lake.table(name, create=False)
         if tbl is None:
             continue
         tbl.refresh()
-        for part in tbl.inspect.partitions().column("partition").to_pylist():
-            if part and part.get("run") is not None:
-                runs.add(part["run"])
+        if tbl.metadata.current_snapshot_id is None:
+            continue
+        runs.update(task.file.partition[0] for task in tbl.scan().plan_files())
     return sorted(runs)
 
 
