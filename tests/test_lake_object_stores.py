@@ -9,11 +9,14 @@ import pytest
 import sqlalchemy as sa
 from lake_support import keys, killed_mid_commit, race, steps
 from object_store_support import unique_prefix
+from store_fixtures import PG_ADMIN
 
 from steptail.runs.model import Batch
 from steptail.storage.catchup import catch_up_lake
+from steptail.storage.db import open_store
 from steptail.storage.lake import Lake
 from steptail.storage.object_store import list_objects
+from steptail.storage.scratch import scratch_database
 from steptail.storage.sql import SqlSink
 
 
@@ -22,6 +25,22 @@ def bucket(request):
     """(emulator, a fresh table location on it)."""
     emulator = request.getfixturevalue("moto_s3" if request.param == "s3" else "fake_gcs")
     return emulator, emulator.url(unique_prefix("lake"))
+
+
+@pytest.fixture(params=[("s3", "postgresql"), ("gs", "sqlite")], ids=["s3-postgresql", "gs-sqlite"])
+def bucket_and_store(request, tmp_path):
+    """For the slow race: each emulator once, with one catalog each (both catalogs covered)."""
+    where, kind = request.param
+    emulator = request.getfixturevalue("moto_s3" if where == "s3" else "fake_gcs")
+    if kind == "sqlite":
+        store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+        yield emulator, emulator.url(unique_prefix("race")), store
+        store.dispose()
+        return
+    with scratch_database(PG_ADMIN, "steptail_lake") as url:
+        store = open_store(url)
+        yield emulator, emulator.url(unique_prefix("race")), store
+        store.dispose()
 
 
 def commit_rows(store, run: str, lo: int, hi: int) -> None:
@@ -47,8 +66,8 @@ def test_appends_compaction_and_snapshots_delete_nothing(bucket, store):
     assert objects <= {path for path, _ in list_objects(lake.location, lake.props)}
 
 
-def test_writers_racing_through_the_bucket_commit_each_key_once(bucket, store):
-    emulator, url = bucket
+def test_writers_racing_through_the_bucket_commit_each_key_once(bucket_and_store):
+    emulator, url, store = bucket_and_store
     before = emulator.deletes()
     race(url, store.catalog_url(), env=emulator.env)
     got = keys(Lake(url, store.catalog_url(), env=emulator.env))
