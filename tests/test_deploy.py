@@ -2,8 +2,8 @@
 rendered objects fit together — the probes hit the port the metrics server listens on, the
 selectors pick the pods, the container's args parse with the real CLI, the pods can run on a
 read-only root filesystem with the image's HOME and caches on emptyDirs, secrets come only
-from Secrets, and the RBAC stays read-only. deploy/Containerfile is checked statically: no
-container engine here (and no network to pull a base image)."""
+from Secrets, and the RBAC stays read-only. deploy/Containerfile is checked statically
+here (its release build pulls from registries); tests/test_image.py builds it without them and runs it."""
 
 from __future__ import annotations
 
@@ -290,8 +290,37 @@ def global_args() -> dict[str, str]:
     return dict(a.split("=", 1) for op, a in stages()[0] if op == "ARG")
 
 
+def resolved(text: str, args: dict[str, str] | None = None) -> str:
+    """`text` with ${ARG} expanded as a build with these --build-args (else the defaults) does;
+    an ARG's default may name an earlier one."""
+    values = global_args() | (args or {})
+    while (expanded := re.sub(r"\$\{(\w+)\}", lambda m: values[m[1]], text)) != text:
+        text = expanded
+    return text
+
+
+def named_stages() -> dict[str, list[tuple[str, str]]]:
+    """Each stage by its `AS` name."""
+    out = {}
+    for stage in stages()[1:]:
+        words = stage[0][1].split()
+        assert len(words) == 3 and words[1].upper() == "AS", f"every stage is named: {stage[0]}"
+        out[words[2]] = stage
+    return out
+
+
+def base_of(stage, args: dict[str, str] | None = None) -> str:
+    return resolved(stage[0][1].split()[0], args)
+
+
 def final_stage() -> list[tuple[str, str]]:
     return stages()[-1]
+
+
+def kubectl_stage(source: str | None = None) -> list[tuple[str, str]]:
+    """The stage the final one is built on: where kubectl comes from, for KUBECTL_SOURCE=source
+    (None: the default)."""
+    return named_stages()[base_of(final_stage(), {"KUBECTL_SOURCE": source} if source else None)]
 
 
 def image_env() -> dict[str, str]:
@@ -311,36 +340,50 @@ def runs(stage) -> str:
     return "\n".join(rest for op, rest in stage if op == "RUN")
 
 
-def test_containerfile_builds_from_slim_python_in_two_stages():
-    froms = [s[0][1] for s in stages()[1:]]
-    assert len(froms) >= 2
-    for base in froms:
-        image = base.split()[0]
-        image = re.sub(r"\$\{(\w+)\}", lambda m: global_args()[m[1]], image)
-        assert re.fullmatch(r"python:3\.1[1-9]-slim(-\w+)?", image), image
-    assert froms[0].endswith(" AS build")
+def test_the_default_build_is_slim_python_in_two_stages():
+    """By default (the release image) every stage starts from slim Python or from a stage before
+    it; the build stage comes first, and the image is built on the apt stage."""
+    named = named_stages()
+    assert list(named)[0] == "build" and len(named) >= 2
+    for i, (name, stage) in enumerate(named.items()):
+        base = base_of(stage)
+        assert base in list(named)[:i] or re.fullmatch(r"python:3\.1[1-9]-slim(-\w+)?", base), (name, base)
+    assert global_args()["KUBECTL_SOURCE"] == "apt" and kubectl_stage() == named["kubectl-apt"]
 
 
 def test_the_compiler_stays_in_the_build_stage():
-    build, final = stages()[1], final_stage()
+    build = named_stages()["build"]
     assert re.search(r"apt-get install [^&]*\bgcc\b", runs(build))
     assert "pip install" in runs(build) and "import steptail.parsers._steady" in runs(build)
-    assert not re.search(r"\b(gcc|g\+\+|clang|build-essential|pip install)\b", runs(final))
-    assert any(op == "COPY" and rest.startswith("--from=build ") for op, rest in final)
+    for name, stage in named_stages().items():
+        if name != "build":
+            assert not re.search(r"\b(gcc|g\+\+|clang|build-essential|pip install)\b", runs(stage)), name
+    assert any(op == "COPY" and rest.startswith("--from=build ") for op, rest in final_stage())
 
 
 def test_kubectl_and_the_gke_auth_plugin_come_from_googles_signed_repository():
-    script = runs(final_stage())
+    script = runs(kubectl_stage())
     repo = re.search(r"deb \[signed-by=(\S+)\] https://packages\.cloud\.google\.com/apt cloud-sdk main", script)
     assert repo, "the cloud-sdk apt repository, with its keyring"
     assert re.search(rf"gpg --dearmor -o {re.escape(repo[1])}\b", script)
     assert "https://packages.cloud.google.com/apt/doc/apt-key.gpg" in script
     install = re.findall(r"apt-get install ([^&]+)", script)
     packages = {w for line in install for w in line.split() if not w.startswith("-")}
-    assert {"kubectl", "google-cloud-cli-gke-gcloud-auth-plugin"} <= packages
+    assert {"kubectl", "google-cloud-cli-gke-gcloud-auth-plugin", "tini"} <= packages
     assert not re.search(r"\|\s*(sudo\s+)?(ba|z|da)?sh\b", CONTAINERFILE.read_text())  # no curl | sh
     assert "apt-key add" not in script
     assert image_env()["USE_GKE_GCLOUD_AUTH_PLUGIN"] == "True"
+
+
+def test_kubectl_source_context_copies_both_binaries_from_the_named_context():
+    """KUBECTL_SOURCE=context (deploy/build-image.sh, CI): the binaries of the build context
+    `kubectl`, nothing from Google's repository; both run in the final stage either way."""
+    stage = kubectl_stage("context")
+    assert stage != kubectl_stage("apt")
+    copies = [rest.split() for op, rest in stage if op == "COPY"]
+    assert ["--from=kubectl", "kubectl", "gke-gcloud-auth-plugin", "/usr/local/bin/"] in copies
+    assert "packages.cloud.google.com" not in runs(stage)
+    assert re.search(r"kubectl version --client\b.*\bgke-gcloud-auth-plugin --version", runs(final_stage()), re.S)
 
 
 def test_the_image_runs_as_a_numeric_non_root_user_on_a_read_only_root():
