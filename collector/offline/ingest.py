@@ -340,17 +340,33 @@ def check_lake(lake) -> None:
     """Raise LakeError unless the tables the catalog holds are at the lake's location. The
     catalog (in the store's database) knows one table per name: were they made at another
     location, a Lake for this one would write there."""
-    from steptail.storage.lake import TABLES, LakeError
+    from steptail.storage.lake import LakeError
 
-    for name in TABLES:
-        tbl = lake.table(name, create=False)
-        if tbl is None:
-            continue
-        where = tbl.location()
+    for where in _table_locations(lake):
         if not where.startswith(lake.location.uri.rstrip("/") + "/"):
-            root = where.rsplit("/", 2)[0]
+            root = where.split("/metadata/", 1)[0].rsplit("/", 2)[0]
             raise LakeError(f"this store's lake is at {root}, not {lake.location.uri}: "
                             "its catalog holds one table of each name (one store, one lake)")
+
+
+def _table_locations(lake) -> list[str]:
+    """Where the catalog's tables keep their metadata: from the catalog's own SQL table (no
+    object read: a check at start costs no request to the bucket), else from the tables."""
+    from steptail.storage.lake import NAMESPACE, TABLES, LakeError
+
+    catalog = lake.catalog  # opened here: one no command can use raises LakeError
+    try:
+        import sqlalchemy as sa
+        from pyiceberg.catalog.sql import IcebergTables
+
+        query = sa.select(IcebergTables.metadata_location).where(
+            IcebergTables.catalog_name == catalog.name, IcebergTables.table_namespace == NAMESPACE)
+        with catalog.engine.connect() as conn:
+            return [r[0] for r in conn.execute(query) if r[0]]
+    except (ImportError, AttributeError):  # another pyiceberg: ask the tables themselves
+        return [tbl.location() + "/metadata/" for name in TABLES if (tbl := lake.table(name, create=False)) is not None]
+    except Exception as exc:  # noqa: BLE001 - the catalog's database failed
+        raise LakeError(f"cannot read the lake's catalog: {str(exc).strip().splitlines()[0]}") from exc
 
 
 def _write_lake(store: Store, run: str, url: str) -> tuple[int | None, str | None]:
