@@ -276,3 +276,20 @@ def test_ingest_to_s3_then_orphans_deletes_nothing(moto_s3, samples, tmp_path): 
     assert report["objects"] > 0 and report["deleted"] == 0
     assert all(o["uri"].startswith(f"{url}/") for o in report["orphans"])
     assert moto_s3.deletes(prefix) == 0
+
+
+def test_archive_into_the_lake_equals_sql(make_simcluster, tmp_path):
+    """archive --parquet URL: process 0 ingested, then the lake brought up to date from SQL."""
+    sim = make_simcluster({"rate": 100, "jobsets": [{"name": "sft", "hosts": 2,
+                                                     "trainer": {"steps": 120, "checkpoint_period": 50}}]})
+    sim.wait_done("sft", timeout=60)
+    db, url = str(tmp_path / "s.db"), f"file://{tmp_path / 'lake'}"
+    argv = [STEPTAIL, "archive", "--jobset", "sft", "--out", str(tmp_path / "archive"), "--db", db,
+            "--parquet", url, "-o", "json"]
+    proc = subprocess.run(argv, env=sim.env(), capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lake = json.loads(proc.stdout)["ingest"]["lake"]
+    assert lake["location"] == url and lake["error"] is None and lake["rows_added"] >= 120
+    store_url = f"sqlite:///{db}"
+    assert_lake_is_sql(store_url, lake_of(store_url, url), "sft")
+    assert lake_of(store_url, url).read("loss_parts", "sft").num_rows == 120

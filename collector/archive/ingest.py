@@ -38,7 +38,9 @@ def process0_files(result: ArchiveResult) -> tuple[list[str], Origin]:
 def ingest_archive(db: str | None, run: str, result: ArchiveResult, *, parquet: str | None = None,
                    append: bool = False, settings: Settings | None = None,
                    reference_ce: dict[int, float] | None = None) -> IngestResult | None:
-    """None when process 0 left no log. Raises what ingest_paths raises (NoRecords, SourceConflict, …)."""
+    """None when process 0 left no log. Raises what ingest_paths raises (NoRecords, SourceConflict, …).
+    `parquet`: a local dataset folder, or a table location (s3://, gs://, file://) whose lake
+    is brought up to date from SQL after the commit (the result's lake_rows / lake_error)."""
     paths, origin = process0_files(result)
     if not paths:
         return None
