@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test lint bench clean image
 
 $(BIN)/steptail: pyproject.toml parsers/_steady.c
 	$(PY) -m venv $(VENV)
@@ -23,6 +23,12 @@ TEST_WORKERS ?= 0
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal
+
+# `make image`: deploy/Containerfile built with no registry, as CI builds it (deploy/build-image.sh:
+# Debian bases made by mmdebstrap, this machine's kubectl; needs root, podman, buildah, mmdebstrap,
+# runc), saved as an OCI archive: `podman load -i build/steptail-image.tar`.
+image:
+	deploy/build-image.sh --tag localhost/steptail:dev --save build/steptail-image.tar
 
 lint: setup
 	$(BIN)/ruff check .
