@@ -187,7 +187,8 @@ def test_ce_by_step_breaks_the_line_at_a_nan_and_at_missing_steps(pg):
                _drawn(run_sql(pg, q.CE_BY_STEP, ctx(("cp4-lb-nan",), points=20))))
 
 
-@pytest.mark.parametrize("points", [7, 19, 40, 1000])  # 7, 19: buckets of rollup blocks
+# 7, 19, 25: buckets of rollup blocks (25: 16 steps, the narrowest); 27, 40, 1000: of rows
+@pytest.mark.parametrize("points", [7, 19, 25, 27, 40, 1000])
 def test_ce_by_step_downsampled_keeps_each_buckets_extremes(pg, points):
     runs = ("resume-gap", "clean-300", "cp4-lb-nan")
     got = _drawn(run_sql(pg, q.CE_BY_STEP, ctx(runs, points=points)))
