@@ -8,12 +8,14 @@ after a change in one run, and of GET /api/runs/{run}/steps for one 20k-step run
 Loads a scratch database (unique name, dropped afterwards) with COPY, growing it to each size
 in turn, and at each size times every query `--reps` times after one warm-up: median and max
 in milliseconds. `--before REV` also times the queries as they were at git revision REV (its
-dashboards/queries.py) on the same data, with the indexes that revision had."""
+dashboards/queries.py) on the same data, with the indexes that revision had: each query at both
+revisions in turn, rep by rep, so that both columns see the same load."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -94,15 +96,22 @@ def _t0(r: int, steps: int, live: int, t_end: int) -> int:
     return t_end - steps * STEP_NS - (0 if r < live else HISTORY_NS)
 
 
-def _timed(fn, reps: int) -> dict:
-    fn()  # warm-up (plan cache, buffers)
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        rows = fn()
-        times.append((time.perf_counter() - t) * 1000)
-    return {"median_ms": round(statistics.median(times), 2), "max_ms": round(max(times), 2),
-            "rows": rows, "reps": reps}
+def _timed(fns: dict, reps: int) -> dict:
+    """Each of `fns` (by version) timed `reps` times after one warm-up (plan cache, buffers),
+    alternated: one rep of each in turn, the order reversed every other rep."""
+    for fn in fns.values():
+        fn()
+    names = list(fns)
+    times: dict = {name: [] for name in names}
+    rows: dict = {}
+    for i in range(reps):
+        for name in names if i % 2 == 0 else names[::-1]:
+            t = time.perf_counter()
+            rows[name] = fns[name]()
+            times[name].append((time.perf_counter() - t) * 1000)
+    return {name: {"median_ms": round(statistics.median(times[name]), 2),
+                   "max_ms": round(max(times[name]), 2), "rows": rows[name], "reps": reps}
+            for name in names}
 
 
 def _context(runs: list[str], start_ns: int, end_ns: int) -> Context:
@@ -113,14 +122,19 @@ def _context(runs: list[str], start_ns: int, end_ns: int) -> Context:
          "points": Variable([str(getattr(q, "POINTS_DEFAULT", 1000))])})
 
 
-def _sql_latency(store, sql: str, ctx: Context, reps: int) -> dict:
-    text = sa.text(expand(sql, ctx).replace(":", r"\:"))
+def _sql_latency(store, sqls: dict[str, str], ctx: Context, reps: int) -> dict:
+    """{version: timing} of one query's text at each version."""
 
-    def run() -> int:
-        with store.engine.connect() as conn:
-            return len(conn.execute(text).fetchall())
+    def runner(sql: str):
+        text = sa.text(expand(sql, ctx).replace(":", r"\:"))
 
-    return _timed(run, reps)
+        def run() -> int:
+            with store.engine.connect() as conn:
+                return len(conn.execute(text).fetchall())
+
+        return run
+
+    return _timed({version: runner(sql) for version, sql in sqls.items()}, reps)
 
 
 def _queries_at(rev: str) -> types.ModuleType:
@@ -132,22 +146,26 @@ def _queries_at(rev: str) -> types.ModuleType:
     return module
 
 
-def _panels_and_alerts(store, queries, steps: int, live: int, t_end: int, reps: int) -> dict:
-    """Each query of QUERIES as a user meets it: panels over the live run's whole span, the
-    alerts over their 6 h window ending at the live runs' last step."""
+def _panels_and_alerts(store, versions: dict, steps: int, live: int, t_end: int, reps: int) -> dict:
+    """Each query of QUERIES as a user meets it, at each of `versions` ({name: queries
+    module}): panels over the live run's whole span, the alerts over their 6 h window ending
+    at the live runs' last step. {version: {query: timing}}."""
     one, five = ["run-00000"], [f"run-{r:05d}" for r in range(min(5, live))]
     span = _context(one, t_end - (steps + 1) * STEP_NS, t_end)
-    out = {}
+    out: dict = {version: {} for version in versions}
     for name in QUERIES:
-        sql = getattr(queries, name)
+        sqls = {version: getattr(queries, name) for version, queries in versions.items()}
         if name in ("CE_BY_STEP", "CE_OVER_TIME"):
-            out[f"{name}_1_run"] = _sql_latency(store, sql, span, reps)
-            out[f"{name}_5_runs"] = _sql_latency(store, sql, _context(five, span.time.start_ns, t_end), reps)
+            timed = {f"{name}_1_run": _sql_latency(store, sqls, span, reps),
+                     f"{name}_5_runs": _sql_latency(store, sqls, _context(five, span.time.start_ns, t_end), reps)}
         elif name.startswith("ALERT_"):
             window = _context(one, t_end - q.ALERT_WINDOW_S * 10**9, t_end + 60 * 10**9)
-            out[name] = _sql_latency(store, sql, window, reps)
+            timed = {name: _sql_latency(store, sqls, window, reps)}
         else:
-            out[name] = _sql_latency(store, sql, span, reps)
+            timed = {name: _sql_latency(store, sqls, span, reps)}
+        for key, by_version in timed.items():
+            for version, timing in by_version.items():
+                out[version][key] = timing
     return out
 
 
@@ -200,6 +218,7 @@ def main() -> None:
     args = ap.parse_args()
     sizes = sorted(int(n) for n in args.runs.split(","))
     before = _queries_at(args.before) if args.before else None
+    old_indexes = before is not None and not _has_summary(args.before)
     t_end = (time.time_ns() // 10**9) * 10**9
     result = {"steps_per_run": args.steps, "live_runs": args.live, "before": args.before, "sizes": []}
     with scratch_database(PG_ADMIN, "steptail_bench") as url:
@@ -211,12 +230,10 @@ def main() -> None:
                 _load(store, loaded, size, args.steps, args.live, t_end)
                 loaded = size
                 point = {"runs": size, "loss_parts_rows": size * args.steps,
-                         "load_seconds": round(time.perf_counter() - t, 1),
-                         "after": _panels_and_alerts(store, q, args.steps, args.live, t_end, args.reps)}
-                if before is not None:
-                    with _old_indexes(store):
-                        point["before"] = _panels_and_alerts(store, before, args.steps, args.live, t_end,
-                                                             args.reps)
+                         "load_seconds": round(time.perf_counter() - t, 1)}
+                versions = {"after": q} if before is None else {"after": q, "before": before}
+                with _old_indexes(store) if old_indexes else contextlib.nullcontext():
+                    point.update(_panels_and_alerts(store, versions, args.steps, args.live, t_end, args.reps))
                 print(f"{size} runs: loaded in {point['load_seconds']} s", file=sys.stderr)
                 result["sizes"].append(point)
             result["api_steps_run_00000"] = asyncio.run(_api_latency(store, "run-00000", args.reps))
@@ -233,8 +250,16 @@ def main() -> None:
     print("api:", result["api_steps_run_00000"])
 
 
+def _has_summary(rev: str) -> bool:
+    """Whether `rev` has migration 0009 (loss_summary; ix_loss_parts_ts dropped)."""
+    return subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e",
+                           f"{rev}:storage/migrations/versions/0009_loss_summary.py"],
+                          capture_output=True).returncode == 0
+
+
 class _old_indexes:
-    """The index the queries before 0009 read (ix_loss_parts_ts), for their timing only."""
+    """The index the queries before 0009 read (ix_loss_parts_ts), while timing a revision
+    without it (both revisions are timed in turn: the newer one sees it too)."""
 
     def __init__(self, store) -> None:
         self.store = store
