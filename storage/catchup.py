@@ -102,8 +102,19 @@ def catch_up_lake(store, run: str, lake, chunk: int = 50_000, snapshots: bool = 
         with store.engine.connect() as conn:
             data = {t: as_lake_rows(t, run, snapshot_table(conn, t, run)) for t in SNAPSHOT_SCHEMAS}
         for table, rows in data.items():
-            lake.replace(table, {run: rows})
+            if not _same_rows(lake.read(table, run), rows):  # a commit only when they changed
+                lake.replace(table, {run: rows})
     return written
+
+
+def _same_rows(a, b) -> bool:
+    if a.num_rows != b.num_rows:
+        return False
+    key = [(name, "ascending") for name in a.column_names]
+    try:
+        return a.sort_by(key).equals(b.select(a.column_names).cast(a.schema).sort_by(key))
+    except Exception:  # noqa: BLE001 - types not comparable: call them different (one commit)
+        return False
 
 
 def _parquet_keys(folder: Path, table: str) -> set[tuple]:

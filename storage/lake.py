@@ -182,7 +182,7 @@ class Lake:
 
             ident = f"{NAMESPACE}.{name}"
             try:
-                self._tables[name] = self.catalog.load_table(ident)
+                self._tables[name] = self._here(self.catalog.load_table(ident))
             except NoSuchTableError:
                 if not create:
                     return None
@@ -201,6 +201,14 @@ class Lake:
             except Exception as exc:
                 raise LakeError(f"cannot open lake table {name}: {_reason(exc)}") from exc
         return self._tables[name]
+
+    def _here(self, tbl):
+        """A store's catalog holds one lake: a table found elsewhere than this location is
+        refused, not silently written where it is."""
+        where = tbl.metadata.location.rstrip("/")
+        if not where.startswith(self.location.uri.rstrip("/") + "/"):
+            raise LakeError(f"this store's lake is at {where.rsplit('/', 2)[0]}, not {self.location.uri}")
+        return tbl
 
     # --- reading
 

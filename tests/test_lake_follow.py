@@ -79,6 +79,24 @@ def start_replica(sim, db: str, url: str, i: int, logs: Path, env: dict) -> subp
                             start_new_session=True, env={**os.environ, **env})
 
 
+def writers(db: str, url: str, env: dict) -> set[str]:
+    """The writers whose commits the loss_parts table holds."""
+    store = open_store(db)
+    try:
+        table = Lake(url, store.catalog_url(), env=env).table("loss_parts", create=False)
+        return set() if table is None else {
+            w for s in table.snapshots() if (w := s.summary.additional_properties.get("steptail.writer"))}
+    finally:
+        store.dispose()
+
+
+def wait_for_writers(db: str, url: str, env: dict, n: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while len(writers(db, url, env)) < n:
+        assert time.monotonic() < deadline, f"fewer than {n} replicas committed in {timeout} s"
+        time.sleep(0.5)
+
+
 def test_two_replicas_write_one_table_through_a_handover_and_a_sigkill(make_simcluster, moto_s3, tmp_path):
     """On the S3 emulator with the catalog in the shared PostgreSQL: one replica SIGKILLed
     mid-run (its commits in flight), the other takes its runs over from the table's own record."""
@@ -94,7 +112,7 @@ def test_two_replicas_write_one_table_through_a_handover_and_a_sigkill(make_simc
             for i in range(2):
                 procs.append(start_replica(sim, db, url, i, tmp_path, moto_s3.env))
                 time.sleep(1.5)
-            time.sleep(10)  # both hold runs, both have committed to the table
+            wait_for_writers(db, url, moto_s3.env, 2)  # both hold runs, both have committed to the table
             os.killpg(procs[0].pid, signal.SIGKILL)
             procs[0].wait(10)
             store = open_store(db)
@@ -122,11 +140,6 @@ def test_two_replicas_write_one_table_through_a_handover_and_a_sigkill(make_simc
             run = f"sft-{i}"
             assert_exactly_once(sim, db, run, run)
             assert lake_equals_sql(db, url, run, env=moto_s3.env) == STEPS, (run, logs)
-        store = open_store(db)
-        table = Lake(url, store.catalog_url(), env=moto_s3.env).table("loss_parts")
-        writers = {s.summary.additional_properties.get("steptail.writer") for s in table.snapshots()}
-        store.dispose()
-        assert len(writers - {None}) >= 2, writers  # both replicas committed to the one table
     assert moto_s3.deletes() == before
 
 
