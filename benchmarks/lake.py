@@ -74,7 +74,7 @@ SLOW_READ_S = 5.0  # a read this slow is timed once, not --read-reps times
 # --quick and the full run: what each option is when not given.
 PROFILES = {
     "full": {"sizes": "1000,10000", "append_runs": "1,32", "commits": 5, "append_backends": "file,s3,gs",
-             "writer_seconds": 30.0, "every": "30,5", "writer_backends": "file,s3", "writer_runs": 200,
+             "writer_seconds": 20.0, "every": "30,5", "writer_backends": "file,s3", "writer_runs": 200,
              "rate": 5.0, "runs": 32, "periods": 100, "steps": 20_000, "checkpoints": "25,50,100",
              "read_reps": 3},
     "quick": {"sizes": "1000,10000", "append_runs": "1,32", "commits": 2, "append_backends": "file,s3,gs",
@@ -429,7 +429,7 @@ def table(headers: list[str], rows: list[list]) -> str:
 
 def human(report: dict) -> str:
     out = [f"cpus {report['cpus']}  load avg at start {report['load_avg_start']}  at end {report['load_avg_end']}"
-           f"  pyiceberg {report['pyiceberg']}  total {report['total_s']} s"]
+           f"  pyiceberg {report['pyiceberg']}  total {report['total_s']} s {report['section_s']}"]
     if "append" in report:
         out += ["", "1. Lake.append of loss_parts rows (median of commits after a warm-up one)", table(
             ["backend", "runs/commit", "rows/commit", "median ms", "max ms", "first ms", "rows/s", "load avg"],
@@ -508,7 +508,7 @@ def main() -> None:
     g.add_argument("--append-backends", help="of file,s3,gs (default all three)")
     g = ap.add_argument_group("writer")
     g.add_argument("--writer-seconds", type=float,
-                   help="how long the runs are fed per --every, at least two periods (default 30: 60 s at every 30)")
+                   help="how long the runs are fed per --every, at least two periods (default 20: 60 s at every 30)")
     g.add_argument("--every", help="the writer's periods in seconds (default 30,5; follow's --parquet-every is 30)")
     g.add_argument("--writer-backends", help="of file,s3,gs (default file,s3)")
     g.add_argument("--writer-runs", type=int, help="runs followed (default 200)")
@@ -541,10 +541,14 @@ def main() -> None:
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="steptail-lake-bench-") as tmp, contextlib.ExitStack() as stack:
         backends = Backends(Path(tmp), stack)
+        report["section_s"] = took = {}
         if "append" in sections:
+            t0 = time.perf_counter()
             report["append"] = bench_append(backends, kinds(args.append_backends), ints(args.sizes),
                                             ints(args.append_runs), args.commits)
+            took["append"] = round(time.perf_counter() - t0, 1)
         if "writer" in sections:
+            t0 = time.perf_counter()
             report["writer"] = []
             for kind in kinds(args.writer_backends):
                 for every in [float(x) for x in args.every.split(",") if x.strip()]:
@@ -553,9 +557,12 @@ def main() -> None:
                     report["writer"].append(w)
                     print(f"[lake bench] writer {kind} every {every:g} s: {w['commits_per_minute']} commits/min",
                           file=sys.stderr)
+            took["writer"] = round(time.perf_counter() - t0, 1)
         if "fleet" in sections:
+            t0 = time.perf_counter()
             report["fleet"] = bench_fleet(backends, args.fleet_backend, args.runs, args.periods, args.steps,
                                           checkpoints, args.day_every, args.read_reps)
+            took["fleet"] = round(time.perf_counter() - t0, 1)
         report["emulators"] = {k: {"deletes_seen": s.deletes()} for k, s in backends.servers.items()}
     report["load_avg_end"] = load()
     report["total_s"] = round(time.perf_counter() - t_start, 1)
