@@ -277,7 +277,7 @@ class Lake:
             fresh = {run: data for run, data in fresh.items() if data.num_rows}
             if not fresh:
                 return 0
-            rows = pa.concat_tables(list(fresh.values()))
+            rows = pa.concat_tables(list(fresh.values())).combine_chunks()  # one block: pyiceberg filters it per run
             try:
                 tbl.append(rows, snapshot_properties=self._summary(batch, fresh))
             except Exception as exc:  # noqa: BLE001 - sorted out below
@@ -298,7 +298,8 @@ class Lake:
 
         batch = uuid.uuid4().hex
         tbl = self.table(name)
-        rows = pa.concat_tables([by_run[r] for r in by_run]) if by_run else lake_schema(name).empty_table()
+        rows = (pa.concat_tables([by_run[r] for r in by_run]).combine_chunks() if by_run
+                else lake_schema(name).empty_table())
         self._refresh(tbl)
         for attempt in range(ATTEMPTS):
             base = tbl.metadata.current_snapshot_id
