@@ -6,7 +6,7 @@ JobSet of the simulated cluster into a SQLite store on a mounted volume, every s
 
 Needs root, mmdebstrap, podman, buildah and runc (Debian packages; .ci/run installs them) and
 PyPI (the image's `pip install`); skipped without them, except when $CI is set: there a missing
-tool fails the module (CI must not skip it silently). The build takes ~5 minutes (12 on a busy 2-core
+tool fails the module (CI must not skip it silently). The build takes ~6 minutes (12 on a busy 2-core
 machine) and ~2 GB of scratch, removed at the end."""
 
 from __future__ import annotations
