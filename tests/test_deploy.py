@@ -21,7 +21,11 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 import yaml
+from object_store_support import unique_prefix
 from test_follow_support import recorded, scenario
+
+from steptail.storage.db import open_store
+from steptail.storage.lake import Lake
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -130,15 +134,29 @@ def test_pod_runs_unprivileged(pod, container):
 
 
 def test_every_path_written_is_on_an_emptydir(pod, container):
-    """Read-only root filesystem: /tmp and /data are emptyDirs, and the image's HOME, TMPDIR,
-    caches and gcloud config, and the Parquet directory lie on them."""
+    """Read-only root filesystem: /tmp is an emptyDir, and the image's HOME, TMPDIR, caches and
+    gcloud config lie on it. Parquet goes to the bucket, never into the pod."""
     writable = emptydir_mounts(pod, container)
-    assert {"/tmp", "/data"} <= set(writable)
+    assert set(writable) == {"/tmp"}
     env = image_env()
     for name in ("HOME", "TMPDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "CLOUDSDK_CONFIG", "MPLCONFIGDIR"):
         assert any(under(env[name], m) for m in writable), (name, env[name])
-    assert any(under(flag(container["args"], "--parquet"), m) for m in writable)
     assert not any(m.get("readOnly") is False for m in container["volumeMounts"])
+
+
+def test_parquet_goes_to_a_bucket_named_in_the_configmap(objects, container):
+    """The lake (docs/lake.md): both replicas commit to Iceberg tables on a bucket, the catalog
+    in the store; the placeholder bucket is the overlay's to set."""
+    assert flag(container["args"], "--parquet") == "$(STEPTAIL_LAKE)"
+    lake = settings(objects, container)["STEPTAIL_LAKE"]
+    assert lake.startswith("gs://")
+    from steptail.storage.object_store import parse_location
+
+    with pytest.raises(ValueError):  # the placeholder, left unset, stops follow at start
+        parse_location(lake)
+    assert parse_location(lake.replace("BUCKET", "example-training-telemetry")).scheme == "gs"
+    doc = (ROOT / "docs" / "deploy.md").read_text()
+    assert "STEPTAIL_LAKE" in doc and "objectCreator" in doc
 
 
 def test_secrets_come_from_secrets_only(rendered, objects, pod, container):
@@ -174,7 +192,7 @@ def test_selector_and_account_are_settings_of_the_generated_configmap(objects, c
     """Documented defaults (deploy/kustomization.yaml, docs/deploy.md): the `slice` replicated
     job, and no Google account (in a pod kubectl uses the ServiceAccount's token)."""
     assert settings(objects, container) == {"STEPTAIL_SELECTOR": "jobset.sigs.k8s.io/replicatedjob-name=slice",
-                                             "CLOUDSDK_CORE_ACCOUNT": ""}
+                                             "CLOUDSDK_CORE_ACCOUNT": "", "STEPTAIL_LAKE": "gs://BUCKET/steptail"}
     assert flag(container["args"], "--selector") == "$(STEPTAIL_SELECTOR)"
     doc = (ROOT / "docs" / "deploy.md").read_text()
     assert "STEPTAIL_SELECTOR" in doc and "jobset.sigs.k8s.io/replicatedjob-name=slice" in doc
@@ -436,7 +454,8 @@ def test_the_documented_overlay_sets_namespace_image_and_selector(tmp_path):
     ref = {e["name"]: e for e in c["env"]}["CLOUDSDK_CORE_ACCOUNT"]["valueFrom"]["configMapKeyRef"]
     assert by_kind["ConfigMap"]["metadata"]["name"] == ref["name"]
     assert by_kind["ConfigMap"]["data"] == {"STEPTAIL_SELECTOR": "jobset.sigs.k8s.io/replicatedjob-name=train",
-                                            "CLOUDSDK_CORE_ACCOUNT": ""}
+                                            "CLOUDSDK_CORE_ACCOUNT": "",
+                                            "STEPTAIL_LAKE": "gs://example-training-telemetry/steptail"}
 
 
 def test_the_documented_secret_command_makes_the_key_the_pod_reads(container):
@@ -457,11 +476,12 @@ def test_the_documented_secret_command_makes_the_key_the_pod_reads(container):
 
 # --- the container's args and the image's environment, on a read-only root ------------------
 
-def test_follow_runs_on_a_read_only_root_with_the_images_environment(make_simcluster, tmp_path, objects, container):
-    """The Deployment's args and the Containerfile's ENV (with /tmp and /data mapped to two
-    writable directories, everything else read-only) follow a simulated JobSet to its end:
-    kubectl, its auth plugin and steptail write nowhere else, and the probes' paths answer on
-    the metrics port while it runs."""
+def test_follow_runs_on_a_read_only_root_with_the_images_environment(make_simcluster, moto_s3, tmp_path, objects,
+                                                                      container):
+    """The Deployment's args and the Containerfile's ENV (with /tmp mapped to a writable
+    directory, and one more for the test's SQLite store, everything else read-only) follow a
+    simulated JobSet to its end into a lake on the S3 emulator: kubectl, its auth plugin and
+    steptail write nowhere else, and the probes' paths answer on the metrics port while it runs."""
     unshare = shutil.which("unshare")
     if os.geteuid() != 0 or not unshare or not shutil.which("mount"):
         pytest.skip("needs root, unshare and mount for a private read-only mount namespace")
@@ -483,7 +503,9 @@ def test_follow_runs_on_a_read_only_root_with_the_images_environment(make_simclu
     env |= {"PATH": f"{STEPTAIL.parent}:/usr/local/bin:/usr/bin:/bin", "POD_NAMESPACE": "default",
             "CLOUDSDK_CORE_ACCOUNT": sim.account, "STEPTAIL_DB": str(data / "steptail.db")}
     port = free_port()
-    defined = {"POD_NAMESPACE": "default", **settings(objects, container)}
+    env |= moto_s3.env  # the bucket's endpoint and keys, as the SDK reads them
+    lake = moto_s3.url(unique_prefix("deploy"))
+    defined = {"POD_NAMESPACE": "default", **settings(objects, container), "STEPTAIL_LAKE": lake}
 
     def expand(value: str) -> str:  # $(VAR) as the kubelet expands it from the container's env
         return re.sub(r"\$\((\w+)\)", lambda m: defined[m[1]], value)
@@ -518,7 +540,12 @@ def test_follow_runs_on_a_read_only_root_with_the_images_environment(make_simclu
     assert "read-only file system" not in err.lower()
     steps = recorded(str(data / "steptail.db"), "olmo3-sft")
     assert sorted(s for _, s in steps) == list(range(1, STEPS + 1))
-    assert list((data / "parquet").rglob("*.parquet"))
+    store = open_store(str(data / "steptail.db"))
+    try:
+        table = Lake(lake, store.catalog_url(), env=moto_s3.env).read("loss_parts", "olmo3-sft")
+    finally:
+        store.dispose()
+    assert sorted(table["step"].to_pylist()) == list(range(1, STEPS + 1))
     assert (scratch / ".kube" / "cache").is_dir()  # kubectl's cache went to the image's HOME
 
 
