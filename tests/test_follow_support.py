@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import os
+import signal
+import subprocess
 import time
 
 import psutil
@@ -140,3 +142,17 @@ def kubectl_procs(marker: str) -> list[psutil.Process]:
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass
     return out
+
+
+def stop_replicas(procs: list[subprocess.Popen], wait: float = 30.0) -> None:
+    """SIGTERM every replica still running (each in its own process group), then SIGKILL the
+    group of any that outlives `wait`."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(wait)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(5)

@@ -15,7 +15,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from object_store_support import unique_prefix
 from store_fixtures import PG_ADMIN
-from test_follow_support import assert_exactly_once, findings, follow_sim, scenario
+from test_follow_support import assert_exactly_once, findings, follow_sim, scenario, stop_replicas
 
 from steptail.storage.db import open_store
 from steptail.storage.lake import Lake
@@ -125,15 +125,7 @@ def test_two_replicas_write_one_table_through_a_handover_and_a_sigkill(make_simc
                 time.sleep(0.5)
             store.dispose()
         finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.send_signal(signal.SIGTERM)
-            for p in procs:
-                try:
-                    p.wait(60)
-                except subprocess.TimeoutExpired:
-                    os.killpg(p.pid, signal.SIGKILL)
-                    p.wait(5)
+            stop_replicas(procs, wait=60)
         logs = {p.name: p.read_text()[-3000:] for p in tmp_path.glob("replica-*.log")}
         assert procs[1].returncode == 0, logs
         for i in range(JOBSETS):

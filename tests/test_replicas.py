@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from store_fixtures import PG_ADMIN
-from test_follow_support import assert_exactly_once, gaps, recorded, rows
+from test_follow_support import assert_exactly_once, gaps, recorded, rows, stop_replicas
 
 from steptail.collector.live.ownership import GRACE, Moves, fair_share, plan_moves
 from steptail.storage.replicas import Replica, SqliteFollowLock, Survey, run_key
@@ -101,15 +101,7 @@ def test_replicas_share_runs_and_take_over_a_killed_one(make_simcluster, tmp_pat
             while not all_recorded(db) and time.time() < deadline:
                 time.sleep(0.5)
         finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.send_signal(signal.SIGTERM)
-            for p in procs:
-                try:
-                    p.wait(30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(p.pid, signal.SIGKILL)
-                    p.wait(5)
+            stop_replicas(procs)
         logs = {p.name: p.read_text()[-3000:] for p in tmp_path.glob("replica-*.log")}
 
         # every replica followed some runs before the kill (fair shares, not one replica doing all)
