@@ -29,14 +29,17 @@ import uuid
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from steptail.runs.rows import STEP_TABLES
-from steptail.storage.object_store import Location, describe, io_properties, parse_location
 from steptail.storage.parquet import SCHEMAS, SNAPSHOT_SCHEMAS
+
+if TYPE_CHECKING:
+    from steptail.storage.object_store import Location
 
 log = logging.getLogger("steptail.lake")
 
@@ -134,6 +137,9 @@ class Lake:
 
     def __init__(self, target: str, catalog_url: str, env: Mapping[str, str] | None = None,
                  writer: str | None = None) -> None:
+        # pyiceberg (through object_store) costs ~1 s of import: only when a lake is used
+        from steptail.storage.object_store import io_properties, parse_location
+
         try:
             self.location: Location = parse_location(target)
         except ValueError as exc:
@@ -149,6 +155,8 @@ class Lake:
         self.conflicts = 0
 
     def __repr__(self) -> str:
+        from steptail.storage.object_store import describe
+
         return f"Lake({describe(self.location, self.props)})"
 
     # --- catalog and tables
