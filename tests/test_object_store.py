@@ -276,20 +276,14 @@ def test_round_trip_local_folder(tmp_path, no_metadata_servers):  # noqa: F811
     round_trip(tmp_path, loc, {})
 
 
-def test_round_trip_moto_s3(tmp_path, moto_s3):  # noqa: F811
+@pytest.mark.parametrize("emulator", ["moto_s3", "fake_gcs"])
+def test_round_trip_on_an_emulator(tmp_path, request, emulator):
+    server = request.getfixturevalue(emulator)
     prefix = unique_prefix("round-trip")
-    loc = parse_location(moto_s3.url(prefix))
-    round_trip(tmp_path, loc, moto_s3.env)
-    assert moto_s3.deletes() == 0
-    assert moto_s3.deletes(prefix) == 0
-
-
-def test_round_trip_fake_gcs(tmp_path, fake_gcs):  # noqa: F811
-    prefix = unique_prefix("round-trip")
-    loc = parse_location(fake_gcs.url(prefix))
-    round_trip(tmp_path, loc, fake_gcs.env)
-    assert fake_gcs.deletes() == 0
-    assert fake_gcs.deletes(prefix) == 0
+    loc = parse_location(server.url(prefix))
+    round_trip(tmp_path, loc, server.env)
+    assert server.deletes() == 0
+    assert server.deletes(prefix) == 0
 
 
 @pytest.mark.parametrize("start", [running_moto_s3, running_fake_gcs])
