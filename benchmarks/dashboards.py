@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import statistics
@@ -98,9 +99,13 @@ def _t0(r: int, steps: int, live: int, t_end: int) -> int:
 
 def _timed(fns: dict, reps: int) -> dict:
     """Each of `fns` (by version) timed `reps` times after one warm-up (plan cache, buffers),
-    alternated: one rep of each in turn, the order reversed every other rep."""
+    alternated: one rep of each in turn, the order reversed every other rep. The objects this
+    process already holds are frozen first: otherwise a full collection over them (~40 ms) lands
+    in one rep in seven or so, a cost of this benchmark's heap, not of the query."""
     for fn in fns.values():
         fn()
+    gc.collect()
+    gc.freeze()
     names = list(fns)
     times: dict = {name: [] for name in names}
     rows: dict = {}
