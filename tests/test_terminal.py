@@ -112,6 +112,7 @@ def on_terminal(argv: list[str], env: dict | None = None, timeout: float = 120) 
            if k not in ("COLUMNS", "LINES", "FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE",
                         "STEPTAIL_DB")}
     env["TERM"] = "xterm-256color"
+    env["PYTHONFAULTHANDLER"] = "1"  # a fatal signal (one CI run saw SIGABRT at exit) shows every thread's stack
     proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
     os.close(slave)
     out = bytearray()
