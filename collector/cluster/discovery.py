@@ -14,6 +14,7 @@ counted only), `on_refused` told once."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
@@ -50,6 +51,11 @@ BACKOFF_MAX = 0.5
 PAGE_SIZE = 500  # pods per list request: a namespace of 20,000 pods is read 500 models at a time
 REFUSED_LOGGED = 20  # refused names logged one line each; beyond, counted (metric, summary) only
 REFUSED_KEPT = 1000  # refused names remembered (for the summary); beyond, counted only
+# how long a stop waits for the watch threads to end. They are daemons, but one still inside
+# the client (a plugin run, a request) when the interpreter finalizes can take the process
+# down with it (a CI run saw SIGABRT at exit); a halted watch ends in milliseconds, a request
+# to a hung API server within its own timeout, so this bounds what a hang adds to an exit.
+JOIN_SECONDS = 3.0
 ATTEMPT_VALUE = re.compile(r"[0-9]{1,9}\Z")  # ASCII digits: int() would take '١٥' or '+1'
 log = logging.getLogger("steptail.follow")
 
@@ -242,6 +248,16 @@ class _Watcher(threading.Thread):
         self.backoff_max = backoff_max
         self.on_list, self.on_event, self.on_error = on_list, on_event, on_error
         self.stopping = threading.Event()
+        self._watch: watch.Watch | None = None  # the current watch, for halt() to cut
+
+    def halt(self) -> None:
+        """Stop, now: the flag, and the open watch's socket shut for reading, so a stream
+        waiting for its next event (up to WATCH_SECONDS) ends at once."""
+        self.stopping.set()
+        resp = getattr(self._watch, "_resp", None)  # the client keeps the open response there
+        if resp is not None:
+            with contextlib.suppress(Exception):  # already closed or released: it is ending anyway
+                resp.shutdown()
 
     def _post(self, fn, *args) -> None:
         try:
@@ -262,7 +278,7 @@ class _Watcher(threading.Thread):
                 self._post(self.on_list, items)
                 backoff.ok()
                 while not self.stopping.is_set():
-                    w = watch.Watch(return_type=self.return_type)
+                    w = self._watch = watch.Watch(return_type=self.return_type)
                     for ev in w.stream(list_fn, resource_version=rv, timeout_seconds=WATCH_SECONDS,
                                        _request_timeout=WATCH_SECONDS + 10):
                         if self.stopping.is_set():
@@ -303,6 +319,22 @@ class _Watcher(threading.Thread):
             token = meta.get("continue") if isinstance(meta, dict) else meta._continue
             if not token or self.stopping.is_set():
                 return items, _rv(listing)
+
+
+async def stop_watchers(threads: list[_Watcher], timeout: float = JOIN_SECONDS) -> None:
+    """Halt the watch threads and wait (at most `timeout` seconds in all) for them to end."""
+    for t in threads:
+        t.halt()
+
+    def join() -> list[str]:
+        deadline = time.monotonic() + timeout
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        return [t.name for t in threads if t.is_alive()]
+
+    left = await asyncio.to_thread(join)
+    if left:
+        log.debug("watch threads still in a request at exit: %s", ", ".join(left))
 
 
 def _gone(ev: dict) -> bool:
@@ -373,8 +405,13 @@ class Discovery:
             t.start()
 
     def stop(self) -> None:
+        """Halt the watch threads without waiting for them (close() waits)."""
         for t in self._threads:
-            t.stopping.set()
+            t.halt()
+
+    async def close(self) -> None:
+        """Halt the watch threads and wait for them to end (JOIN_SECONDS at most)."""
+        await stop_watchers(self._threads)
 
     # -- called on the loop ------------------------------------------------------------------
     def _wake(self, changed=()) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from kubernetes.client import CustomObjectsApi
 
-from steptail.collector.cluster.discovery import PAGE_SIZE, _Watcher
+from steptail.collector.cluster.discovery import PAGE_SIZE, _Watcher, stop_watchers
 from steptail.collector.cluster.kubeclient import api_client
 from steptail.collector.cluster.kubectl import KubeTarget
 from steptail.collector.notify.health import Health
@@ -123,8 +123,13 @@ class ClusterObjects:
             t.start()
 
     def stop(self) -> None:
+        """Halt the watch threads without waiting for them (close() waits)."""
         for t in self._threads:
-            t.stopping.set()
+            t.halt()
+
+    async def close(self) -> None:
+        """Halt the watch threads and wait for them to end (JOIN_SECONDS at most)."""
+        await stop_watchers(self._threads)
 
     # -- on the loop ---------------------------------------------------------------------------
     def _store(self, kind: str) -> dict:

@@ -178,7 +178,7 @@ class Supervisor:
             except Exception as exc:  # noqa: BLE001 - said; the shutdown goes on
                 log.warning("runbook rules, last pass: %s", exc)
             await self.runbook.close()
-            self.objects.stop()
+            self.objects.stop()  # halted now, waited for with discovery's threads at the end
         await cancel_all(list(self.tasks.values()))
         kubectl.kill_all()
         for run, f in self.followers.items():
@@ -195,7 +195,9 @@ class Supervisor:
                 await self.ownership.close()
             except Exception as exc:  # noqa: BLE001 - the connection is gone: so are the locks
                 log.debug("closing the ownership connection: %s", exc)
-        self.discovery.stop()
+        await self.discovery.close()
+        if self.objects is not None:
+            await self.objects.close()
 
     def _given_up(self) -> str | None:
         """The pod list refused (401/403), or the API unreachable, ever since start-up and for
