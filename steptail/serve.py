@@ -43,6 +43,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from steptail.body_cache import BodyCache
 from steptail.jsonsafe import strict
 from steptail.storage.api_reads import run_state, step_rows, steps_json
 from steptail.storage.db import DatabaseFailure, Store
@@ -69,6 +70,7 @@ PROBE = web.AppKey("probe", object)  # StoreProbe
 EXPORTS = web.AppKey("exports", object)  # Lane
 READS = web.AppKey("reads", object)  # Lane
 CONNECTIONS = web.AppKey("connections", object)  # LaneConnections of the read lane
+BODIES = web.AppKey("bodies", BodyCache)  # answers of a run's routes, by ETag
 # No token needed: the probes, and the page's static files (they hold nothing from the store;
 # the page asks for the token and sends it with its API calls). Matched by route, not by path.
 OPEN_ROUTES = ("/healthz", "/livez", "/", "/static/{name}")
@@ -258,6 +260,22 @@ class LaneCollector:
             pending.add_metric([lane.name], lane.pending)
             refused.add_metric([lane.name], lane.refused)
         yield from (pending, refused)
+
+
+class BodyCacheCollector:
+    """How often a run's answer came from the body cache, and what it holds."""
+
+    def __init__(self, cache: BodyCache) -> None:
+        self.cache = cache
+
+    def collect(self):
+        answers = CounterMetricFamily("steptail_serve_cached_answers", "Run answers (steps pages, outlines) "
+                                      "made, or taken from the cache of unchanged runs", labels=["cache"])
+        answers.add_metric(["hit"], self.cache.hits)
+        answers.add_metric(["miss"], self.cache.misses)
+        held = GaugeMetricFamily("steptail_serve_cache_bytes", "Bytes of answers held for unchanged runs")
+        held.add_metric([], self.cache.size)
+        yield from (answers, held)
 
 
 class StoreProbe:
@@ -482,8 +500,8 @@ async def steps(request: web.Request) -> web.Response:
                  _int_param(request, "limit", PAGE_DEFAULT, 1, PAGE_MAX), _after_param(request))
     run = _possible_run(request)
     # one lane job, one connection: the run's state, then the page only when it changed
-    answer = await request.app[READS].run(request.app[CONNECTIONS].call, _steps, run, page,
-                                          request.query_string, request.headers.get("If-None-Match"))
+    answer = await request.app[READS].run(request.app[CONNECTIONS].call, _steps, request.app[BODIES], run,
+                                          page, request.query_string, request.headers.get("If-None-Match"))
     if answer is None:
         raise ApiError(404, f"no run {run!r}")
     return _tagged(*answer)
@@ -500,17 +518,26 @@ class _Page(NamedTuple):
     after: tuple[int, int] | None
 
 
-def _steps(conn, run: str, page: _Page, query: str, if_none_match: str | None):
+def _steps(conn, bodies: BodyCache, run: str, page: _Page, query: str, if_none_match: str | None):
     """(ETag, body or None when the client has it), or None when there is no such run. The
     state is read before the rows: a commit in between makes the tag older than the body (one
-    more 200 later), never newer (a client kept on stale rows)."""
-    path, lo, hi, offset, limit, after = page
+    more 200 later), never newer (a client kept on stale rows). A body is kept by its tag: the
+    same page of an unchanged run costs the state's query, not the rows'."""
     state = run_state(conn, run)
     if state is None:
         return None
     tag = _etag(run, query, state)
     if _matches(if_none_match, tag):
         return tag, None
+    body = bodies.get("steps", tag)
+    if body is None:
+        body = _steps_page(conn, run, page)
+        bodies.put("steps", tag, body)
+    return tag, body
+
+
+def _steps_page(conn, run: str, page: _Page) -> bytes:
+    path, lo, hi, offset, limit, after = page
     rows = step_rows(conn, run, lo, hi, offset, limit + 1, after)  # one more: is there a next page?
     nxt = None
     if len(rows) > limit:  # the next page resumes behind the last row (keyset): constant cost per page
@@ -520,7 +547,7 @@ def _steps(conn, run: str, page: _Page, query: str, if_none_match: str | None):
         nxt = f"{path}?{urlencode(query)}"
     head = _dumps({"run": run, "from": lo, "to": hi, "offset": offset, "limit": limit,
                    "count": len(rows), "next": nxt})
-    return tag, b"".join((head[:-1].encode(), b',"steps":', steps_json(rows), b"}"))
+    return b"".join((head[:-1].encode(), b',"steps":', steps_json(rows), b"}"))
 
 
 def _after_param(request: web.Request) -> tuple[int, int] | None:
@@ -606,7 +633,8 @@ async def runs_overview(request: web.Request) -> web.Response:
                                                  request.headers.get("If-None-Match")))
 
 
-def _outline(conn, store: Store, run: str, if_none_match: str | None) -> tuple[str, bytes | None] | None:
+def _outline(conn, bodies: BodyCache, store: Store, run: str,
+             if_none_match: str | None) -> tuple[str, bytes | None] | None:
     """As _steps: tagged by the run's state, read (on the lane's connection) before the body. The
     body on a connection of its own: its pass over the steps streams, which PostgreSQL does in a
     transaction (the lane's connections are in autocommit)."""
@@ -616,16 +644,22 @@ def _outline(conn, store: Store, run: str, if_none_match: str | None) -> tuple[s
     tag = _etag("outline", run, state)
     if _matches(if_none_match, tag):
         return tag, None
-    with store.engine.connect() as own:
-        data = outline(own, run)
-    return None if data is None else (tag, _dumps(data).encode())
+    body = bodies.get("outline", tag)
+    if body is None:
+        with store.engine.connect() as own:
+            data = outline(own, run)
+        if data is None:
+            return None
+        body = _dumps(data).encode()
+        bodies.put("outline", tag, body)
+    return tag, body
 
 
 async def run_outline(request: web.Request) -> web.Response:
     """A run's incarnations, restore points, checkpoints, missing steps and stream gaps."""
     run = _possible_run(request)
-    answer = await request.app[READS].run(request.app[CONNECTIONS].call, _outline, request.app[STORE], run,
-                                          request.headers.get("If-None-Match"))
+    answer = await request.app[READS].run(request.app[CONNECTIONS].call, _outline, request.app[BODIES],
+                                          request.app[STORE], run, request.headers.get("If-None-Match"))
     if answer is None:
         raise ApiError(404, f"no run {run!r}")
     return _tagged(*answer)
@@ -694,7 +728,9 @@ def make_app(store: Store, token: str | None = None, *, export_lane: tuple[int, 
     app[EXPORTS] = Lane("export", *export_lane)
     app[READS] = Lane("read", *read_lane)
     app[CONNECTIONS] = LaneConnections(store)
+    app[BODIES] = BodyCache()
     registry.register(LaneCollector(app[EXPORTS], app[READS]))
+    registry.register(BodyCacheCollector(app[BODIES]))
     app.cleanup_ctx.append(app[PROBE].context)
     app.on_cleanup.append(_shutdown_lanes)
     r = app.router

@@ -4,6 +4,8 @@ with it is a 304 without a body; anything committed to the run makes a new tag."
 
 from __future__ import annotations
 
+import json
+import re
 import time
 
 import pytest
@@ -100,3 +102,26 @@ async def test_findings_and_runs_are_tagged_by_their_content(loaded):
             changed = conn.execute(sa.text("UPDATE findings SET detail = detail || '!' WHERE run = 'rg'")).rowcount
         assert changed
         assert (await _get(http, "/api/runs/rg/findings", tags["/api/runs/rg/findings"]))[0] == 200
+
+
+def _counter(text: str, name: str) -> float:
+    (value,) = re.findall(rf"^{re.escape(name)} (\S+)$", text, re.M)
+    return float(value)
+
+
+async def test_an_unchanged_run_is_answered_from_the_cache_and_a_commit_never_stale(loaded):
+    """Bodies are kept by their tag: the same page or outline of an unchanged run is the same
+    bytes without reading its rows again; after a commit (no If-None-Match) the answer holds it."""
+    tail, outline = "/api/runs/rg/steps?from=9000", "/api/runs/rg/outline"
+    hit = 'steptail_serve_cached_answers_total{cache="hit"}'
+    async with running(loaded) as http:
+        before = {p: (await _get(http, p))[2] for p in (tail, outline)}
+        assert json.loads(before[tail])["steps"] == []
+        hits = _counter((await _get(http, "/metrics"))[2].decode(), hit)
+        assert {p: (await _get(http, p))[2] for p in (tail, outline)} == before
+        assert _counter((await _get(http, "/metrics"))[2].decode(), hit) == hits + 2
+        _add_step(loaded, 10_000)
+        status, _, body = await _get(http, tail)
+        assert status == 200 and [s["step"] for s in json.loads(body)["steps"]] == [10_000]
+        after = (await _get(http, outline))[2]
+        assert after != before[outline] and b'"last_step":9999,"kind":"gap"' in after  # steps up to 10,000 missing
