@@ -11,7 +11,6 @@ from steptail.parsers import format_ns
 from steptail.runs import gaps
 from steptail.runs.rows import FINDINGS
 from steptail.storage.db import Store
-from steptail.storage.sources import sources_of
 
 
 class UnknownRun(LookupError):
@@ -32,44 +31,34 @@ def list_runs(store: Store) -> list[dict]:
 _READABLE = {"last_ts_ns": "last_ts", "updated_ns": "updated"}
 
 
+_SUMMARIES = """
+SELECT r.run, r.jobset, r.namespace, r.updated_ns,
+  (SELECT COUNT(*) FROM incarnations i WHERE i.run = r.run) AS incarnations,
+  (SELECT CAST(COALESCE(SUM(s.steps), 0) AS BIGINT) FROM loss_summary s WHERE s.run = r.run) AS steps,
+  (SELECT MAX(s.hi) FROM loss_summary s WHERE s.run = r.run) AS max_step,
+  (SELECT COALESCE(SUM(b.bad_lines), 0) FROM ingest_stats b WHERE b.run = r.run) AS bad_lines,
+  l.step AS last_step, l.ce AS last_ce, l.ts_ns AS last_ts_ns
+FROM runs r
+LEFT JOIN loss_summary t ON t.run = r.run
+  AND t.incarnation = (SELECT MAX(u.incarnation) FROM loss_summary u WHERE u.run = r.run)
+LEFT JOIN loss_parts l ON l.run = t.run AND l.incarnation = t.incarnation AND l.step = t.hi
+ORDER BY r.run
+"""  # counts and last steps from loss_summary (kept at commit): the cost of a run, not of its steps
+
+
 def run_summaries(store: Store) -> list[dict]:
-    """Each run with its counts and last step; times in ns since the epoch (None: unknown)."""
-    sql = sa.text(
-        """
-        SELECT r.run, r.jobset, r.namespace, r.updated_ns,
-          (SELECT COUNT(*) FROM incarnations i WHERE i.run = r.run) AS incarnations,
-          (SELECT COUNT(*) FROM loss_parts l WHERE l.run = r.run) AS steps,
-          (SELECT MAX(l.step) FROM loss_parts l WHERE l.run = r.run) AS max_step,
-          (SELECT COALESCE(SUM(s.bad_lines), 0) FROM ingest_stats s WHERE s.run = r.run) AS bad_lines
-        FROM runs r ORDER BY r.run
-        """
-    )
+    """Each run with its counts and last step (its latest incarnation's); times in ns since
+    the epoch (None: unknown)."""
     with store.engine.connect() as conn:
-        rows = conn.execute(sql).mappings().all()
-        out = []
-        for r in rows:
-            last = conn.execute(
-                sa.text(
-                    "SELECT incarnation, step, ce, ce_raw, ts_ns FROM loss_parts WHERE run = :run"
-                    " ORDER BY incarnation DESC, step DESC LIMIT 1"
-                ),
-                {"run": r["run"]},
-            ).first()
-            out.append({
-                "run": r["run"],
-                "jobset": r["jobset"],
-                "namespace": r["namespace"],
-                "sources": sources_of(conn, r["run"]),
-                "incarnations": r["incarnations"],
-                "steps": r["steps"],
-                "max_step": r["max_step"],
-                "last_step": last.step if last else None,
-                "last_ce": last.ce if last else None,
-                "last_ts_ns": last.ts_ns if last else None,
-                "bad_lines": int(r["bad_lines"]),
-                "updated_ns": r["updated_ns"],
-            })
-    return out
+        rows = conn.execute(sa.text(_SUMMARIES)).mappings().all()
+        sources: dict[str, list[str]] = {}
+        for run, source in conn.execute(sa.text("SELECT run, source FROM run_sources ORDER BY run, added_ns, source")):
+            sources.setdefault(run, []).append(source)
+    return [{"run": r["run"], "jobset": r["jobset"], "namespace": r["namespace"],
+             "sources": sources.get(r["run"], []), "incarnations": r["incarnations"], "steps": int(r["steps"]),
+             "max_step": r["max_step"], "last_step": r["last_step"], "last_ce": r["last_ce"],
+             "last_ts_ns": r["last_ts_ns"], "bad_lines": int(r["bad_lines"]), "updated_ns": r["updated_ns"]}
+            for r in rows]
 
 
 def run_exists(store: Store, run: str) -> bool:

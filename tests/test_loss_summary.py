@@ -109,3 +109,40 @@ def test_a_store_of_0008_gets_its_summary_from_the_rows_it_holds(db_url):
             ("old", 1, 0, 3, 1, 4, 1.0, 1.0, None), ("old", 2, 0, 1, 3, 3, 1.0, 1.0, None)]
     finally:
         store.dispose()
+
+
+def _summaries_from_rows(store) -> list[dict]:
+    """`runs`' counts and last steps as defined by the rows (what run_summaries read before
+    it read loss_summary): every LOSS-PARTS row counted, the last one by (incarnation, step)."""
+    with store.engine.connect() as conn:
+        out = []
+        for run, in conn.execute(sa.text("SELECT run FROM runs ORDER BY run")):
+            steps, max_step = conn.execute(sa.text("SELECT COUNT(*), MAX(step) FROM loss_parts WHERE run = :r"),
+                                           {"r": run}).one()
+            last = conn.execute(sa.text("SELECT step, ce, ts_ns FROM loss_parts WHERE run = :r"
+                                        " ORDER BY incarnation DESC, step DESC LIMIT 1"), {"r": run}).first()
+            out.append({"run": run, "steps": steps, "max_step": max_step, "last_step": last and last[0],
+                        "last_ce": last and last[1], "last_ts_ns": last and last[2]})
+    return out
+
+
+def test_the_runs_listing_reads_the_summary_and_equals_the_rows(store):
+    from steptail.storage.reads import run_summaries
+
+    for name in ("resume-gap", "resume-mismatch", "cp4-lb-nan", "clean-300"):
+        ingest_sample(store, samples_dir(), name, name)
+    rng = random.Random(7)
+    sink = SqlSink(store)
+    with store.engine.begin() as conn:  # a run whose latest incarnation is not its highest step
+        sink.ensure_run(conn, "z")
+        sink.write(conn, "z", Batch(loss_parts=[_row("z", 1, s, None if s % 7 else 10**18 + s) for s in
+                                                range(1, 200)] + [_row("z", 2, s, 10**18 + 500 + s, nan=s == 60)
+                                                                  for s in range(50, 61)]))
+        sink.ensure_run(conn, "empty")
+    for _ in range(10):
+        with store.engine.begin() as conn:
+            sink.write(conn, "z", Batch(loss_parts=[_row("z", rng.randint(1, 3), rng.randint(0, 300), 10**18)]))
+    keys = ("run", "steps", "max_step", "last_step", "last_ce", "last_ts_ns")
+    got = [{k: r[k] for k in keys} for r in run_summaries(store)]
+    assert got == _summaries_from_rows(store)
+    assert [r["run"] for r in got] == ["clean-300", "cp4-lb-nan", "empty", "resume-gap", "resume-mismatch", "z"]
