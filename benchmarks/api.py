@@ -1,5 +1,6 @@
 """Load on `steptail serve`'s API: 50 concurrent clients on mixed routes and on one run's
-/steps, and one client walking a 20,000-step run in pages of 1,000, over a real socket.
+/steps, and one client walking a 20,000-step run in pages of 1,000 (whole steps, then
+`fields=ce`), over a real socket.
 
     .venv/bin/python benchmarks/api.py --json [--store sqlite|postgresql|both] [--seconds 10]
         [--code /tmp/api-before --code .] [--rounds 3]
@@ -159,8 +160,8 @@ async def _load_test(http, paths: list[str], clients: int, seconds: float) -> di
             "req_per_s": round(len(times) / took, 1), "requests": len(times), "errors": errors}
 
 
-async def _walk(http, run: str) -> tuple[float, int]:
-    path, rows = f"/api/runs/{run}/steps?limit={PAGE}", 0
+async def _walk(http, run: str, fields: str | None = None) -> tuple[float, int]:
+    path, rows = f"/api/runs/{run}/steps?limit={PAGE}" + (f"&fields={fields}" if fields else ""), 0
     t = time.perf_counter()
     while path:
         async with http.get(path) as resp:
@@ -182,10 +183,15 @@ async def _measure(base: str, args) -> dict:
         walks = [await _walk(http, BIG) for _ in range(args.walks)]
         assert all(rows == BIG_STEPS for _, rows in walks), walks
         ms = [w for w, _ in walks]
+        # step and CE only (a server that knows no `fields` answers whole steps)
+        ce_walks = [await _walk(http, BIG, "ce") for _ in range(args.walks)]
+        assert all(rows == BIG_STEPS for _, rows in ce_walks), ce_walks
+        ce_ms = [w for w, _ in ce_walks]
         return {
             "mixed": await _load_test(http, mixed, args.clients, args.seconds),
             "steps_300": await _load_test(http, [f"/api/runs/{STEPS_RUN}/steps"], args.clients, args.seconds),
             "walk_20k_ms": {"median": round(statistics.median(ms), 1), "min": round(min(ms), 1)},
+            "walk_20k_ce_ms": {"median": round(statistics.median(ce_ms), 1), "min": round(min(ce_ms), 1)},
         }
 
 

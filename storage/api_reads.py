@@ -108,12 +108,19 @@ def _joined(loss: list, rbf: list, limit: int) -> list[tuple]:
     return rows[:limit]
 
 
-def steps_json(rows: list[tuple]) -> bytes:
-    """The JSON array of step_rows' rows, as reads.iter_steps' dicts would print."""
+def steps_json(rows: list[tuple], fields: tuple[str, ...] | None = None) -> bytes:
+    """The JSON array of step_rows' rows, as reads.iter_steps' dicts would print; only `fields`
+    of each (in KEYS' order) when given."""
+    steps = _steps(rows)
+    if fields is not None:
+        steps = [{k: d[k] for k in fields} for d in steps]
+    return orjson.dumps(steps)
+
+
+def _steps(rows: list[tuple]) -> list[dict]:
     texts = "\0".join(t for r in rows for t in (r[5], r[7]) if t is not None)
-    if any(word in texts for word in _NOT_JSON):
-        return orjson.dumps([_step(row, json.loads) for row in rows])
-    return orjson.dumps([_step(row, orjson.Fragment) for row in rows])
+    as_json = json.loads if any(word in texts for word in _NOT_JSON) else orjson.Fragment
+    return [_step(row, as_json) for row in rows]
 
 
 def _step(row: tuple, as_json) -> dict:

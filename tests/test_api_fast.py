@@ -114,3 +114,18 @@ def test_ts_is_format_ns(ns):
     from steptail.parsers import format_ns
 
     assert api_reads._ts(ns) == format_ns(ns)
+
+
+@pytest.mark.parametrize("run", ["nan", "rg"])
+async def test_fields_narrow_every_page_to_those_and_the_key(loaded, run):
+    want = _reference(loaded, run)
+    async with running(loaded) as http:
+        got, _ = await _walk(http, f"/api/runs/{run}/steps?limit=50&fields=ce,rbf_per_layer")
+        assert got == [{k: r[k] for k in ("incarnation", "step", "ce", "rbf_per_layer")} for r in want]
+        assert [list(r) for r in got[:1]] == [["incarnation", "step", "ce", "rbf_per_layer"]]
+        _, _, body = await _get(http, f"/api/runs/{run}/steps?limit=50&fields=ce")
+        assert json.loads(body)["next"].endswith("&limit=50&fields=incarnation,step,ce")
+        status, _, body = await _get(http, f"/api/runs/{run}/steps?fields=ce,loss")
+        assert status == 400 and "no field 'loss'" in json.loads(body)["error"]
+        tags = {(await _get(http, f"/api/runs/{run}/steps?{q}"))[1]["ETag"] for q in ("fields=ce", "fields=ts", "")}
+        assert len(tags) == 3  # a narrowed page is not the whole one to a cache
