@@ -543,7 +543,7 @@ def _steps(conn, bodies: BodyCache, run: str, page: _Page, query: str, if_none_m
 
 def _steps_page(conn, run: str, page: _Page) -> bytes:
     path, lo, hi, offset, limit, after, fields = page
-    rows = step_rows(conn, run, lo, hi, offset, limit + 1, after)  # one more: is there a next page?
+    rows = step_rows(conn, run, lo, hi, offset, limit + 1, after, fields)  # one more: is there a next page?
     nxt = None
     if len(rows) > limit:  # the next page resumes behind the last row (keyset): constant cost per page
         rows = rows[:limit]

@@ -123,6 +123,11 @@ async def test_fields_narrow_every_page_to_those_and_the_key(loaded, run):
         got, _ = await _walk(http, f"/api/runs/{run}/steps?limit=50&fields=ce,rbf_per_layer")
         assert got == [{k: r[k] for k in ("incarnation", "step", "ce", "rbf_per_layer")} for r in want]
         assert [list(r) for r in got[:1]] == [["incarnation", "step", "ce", "rbf_per_layer"]]
+        parts, _ = await _walk(http, f"/api/runs/{run}/steps?limit=50&fields=ts,parts")
+        assert parts == [{k: r[k] for k in ("incarnation", "step", "ts", "parts")} for r in want]
+        _, _, body = await _get(http, f"/api/runs/{run}/steps?offset=7&limit=20&fields=rbf_max")
+        assert json.loads(body)["steps"] == [{k: r[k] for k in ("incarnation", "step", "rbf_max")}
+                                             for r in want[7:27]]
         _, _, body = await _get(http, f"/api/runs/{run}/steps?limit=50&fields=ce")
         assert json.loads(body)["next"].endswith("&limit=50&fields=incarnation,step,ce")
         status, _, body = await _get(http, f"/api/runs/{run}/steps?fields=ce,loss")
