@@ -44,6 +44,15 @@ class BodyCache:
                 _, dropped = self._bodies.popitem(last=False)
                 self._bytes -= len(dropped)
 
+    def kept(self, route: str, tag: str, make) -> bytes | None:
+        """The body kept for (route, tag), else `make()`'s, kept (None: nothing to keep)."""
+        body = self.get(route, tag)
+        if body is None:
+            body = make()
+            if body is not None:
+                self.put(route, tag, body)
+        return body
+
     @property
     def size(self) -> int:
         """Bytes held."""

@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import unquote_to_bytes, urlencode
 
-import sqlalchemy as sa
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -50,7 +49,7 @@ from steptail.storage.api_reads import KEYS as STEP_FIELDS
 from steptail.storage.api_reads import run_state, step_rows, steps_json
 from steptail.storage.db import DatabaseFailure, Store
 from steptail.storage.page_reads import LIVE_NS, outline, overview
-from steptail.storage.reads import list_runs, run_exists
+from steptail.storage.reads import list_runs, run_exists, run_exists_on
 from steptail.storage.status import reachable, run_gauges
 from steptail.web import PAGE_HEADERS, MissingLibrary, asset
 
@@ -84,7 +83,6 @@ PROBE_INTERVAL = 1.0  # seconds between store probes of /healthz
 PROBE_STALE = 5.0  # a probe unanswered this long: the store is not answering
 RUN_MAX = 128  # runs.run is VARCHAR(128): no longer name is a run
 log = logging.getLogger("steptail.serve")
-_RUN_EXISTS = sa.text("SELECT 1 FROM runs WHERE run = :run")
 _INTEGER = re.compile(r"-?[0-9]{1,19}\Z")  # ASCII digits only: int() also takes '²', '1_0', ' 1'
 
 
@@ -534,11 +532,7 @@ def _steps(conn, bodies: BodyCache, run: str, page: _Page, query: str, if_none_m
     tag = _etag(run, query, state)
     if _matches(if_none_match, tag):
         return tag, None
-    body = bodies.get("steps", tag)
-    if body is None:
-        body = _steps_page(conn, run, page)
-        bodies.put("steps", tag, body)
-    return tag, body
+    return tag, bodies.kept("steps", tag, lambda: _steps_page(conn, run, page))
 
 
 def _steps_page(conn, run: str, page: _Page) -> bytes:
@@ -584,7 +578,7 @@ def _tagged_findings(conn, run: str, if_none_match: str | None) -> tuple[str, by
     """On the lane's connection: a pool checkout costs more than these two small queries."""
     from steptail.storage.findings import load_findings  # loads the detectors: on first use
 
-    if conn.execute(_RUN_EXISTS, {"run": run}).first() is None:
+    if not run_exists_on(conn, run):
         return None
     return _hashed({"run": run, "findings": [f.to_event() for f in load_findings(conn, run)]}, if_none_match)
 
@@ -661,15 +655,13 @@ def _outline(conn, bodies: BodyCache, store: Store, run: str,
     tag = _etag("outline", run, state)
     if _matches(if_none_match, tag):
         return tag, None
-    body = bodies.get("outline", tag)
-    if body is None:
+    def make() -> bytes | None:
         with store.engine.connect() as own:
             data = outline(own, run)
-        if data is None:
-            return None
-        body = _dumps(data).encode()
-        bodies.put("outline", tag, body)
-    return tag, body
+        return None if data is None else _dumps(data).encode()
+
+    body = bodies.kept("outline", tag, make)
+    return None if body is None else (tag, body)
 
 
 async def run_outline(request: web.Request) -> web.Response:

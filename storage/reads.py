@@ -63,7 +63,12 @@ def run_summaries(store: Store) -> list[dict]:
 
 def run_exists(store: Store, run: str) -> bool:
     with store.engine.connect() as conn:
-        return conn.execute(sa.text("SELECT 1 FROM runs WHERE run = :run"), {"run": run}).first() is not None
+        return run_exists_on(conn, run)
+
+
+def run_exists_on(conn: sa.Connection, run: str) -> bool:
+    """run_exists on a connection the caller holds."""
+    return conn.execute(sa.text("SELECT 1 FROM runs WHERE run = :run"), {"run": run}).first() is not None
 
 
 def known_run(store: Store, run: str) -> str:
