@@ -404,11 +404,6 @@ class Discovery:
         for t in self._threads:
             t.start()
 
-    def stop(self) -> None:
-        """Halt the watch threads without waiting for them (close() waits)."""
-        for t in self._threads:
-            t.halt()
-
     async def close(self) -> None:
         """Halt the watch threads and wait for them to end (JOIN_SECONDS at most)."""
         await stop_watchers(self._threads)
