@@ -276,7 +276,11 @@ async def test_follow_sends_to_webhooks_from_file_and_env_and_kubectl_sees_no_se
             for p in psutil.process_iter(["name", "cmdline"]):
                 try:
                     if p.info["name"] == "kubectl" and str(sim.kubeconfig_path) in " ".join(p.info["cmdline"] or []):
-                        kubectl_envs.append(p.environ())
+                        seen = p.environ()
+                        # A kubectl that exited between the two reads shows an empty environment:
+                        # keep only what was read while it still had its command line.
+                        if p.cmdline():
+                            kubectl_envs.append(seen)
                 except (psutil.NoSuchProcess, psutil.AccessDenied):
                     pass
             await asyncio.wait([communicate], timeout=0.1)
