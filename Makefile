@@ -5,10 +5,13 @@ BIN := $(VENV)/bin
 
 .PHONY: setup demo test lint bench clean image
 
+# compileall: an editable install leaves the project's own modules uncompiled, and with
+# PYTHONDONTWRITEBYTECODE set (as on CI) every `steptail` process compiled them again (~0.2 s).
 $(BIN)/steptail: pyproject.toml parsers/_steady.c
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/python -m compileall -q parsers runs storage dashboards collector simcluster steptail
 	touch $(BIN)/steptail
 
 setup: $(BIN)/steptail
