@@ -6,7 +6,12 @@ Generates (once, cached in benchmarks/.cache/) a --timestamps log with restarts,
 run times `grep -F -e LOSS-PARTS -e REQUIRED_RBF FILE` (output drained through a pipe, best
 of 3, page cache warm) and `steptail ingest FILE --parquet DIR` into a fresh SQLite file (with
 --pg, a fresh database on that PostgreSQL server, dropped after), and records ingest's peak
-RSS on the full file and on a quarter of it (memory must not grow with file size)."""
+RSS on the full file and on a quarter of it (memory must not grow with file size).
+
+On SQLite it also times a floor: the rows that ingest stored, already Python tuples, inserted
+into a fresh store of the same schema in one transaction (sqlite3 executemany, the cheapest
+Python path: no reading, parsing, detectors, summaries or Parquet). No ingest into SQLite
+can beat `grep_seconds / store_floor_seconds` (`ratio_grep_over_store_floor`)."""
 
 from __future__ import annotations
 
@@ -26,12 +31,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from steptail.parsers import format_ns  # noqa: E402
+from steptail.runs.rows import COLUMNS, STEP_TABLES  # noqa: E402
 from steptail.simcluster.trainer import Trainer  # noqa: E402
+from steptail.storage.db import open_store  # noqa: E402
 from steptail.storage.scratch import scratch_database  # noqa: E402
 
 CACHE = ROOT / "benchmarks" / ".cache"
 STEPTAIL = str(Path(sys.executable).with_name("steptail"))
 RESTART_EVERY = 40_000  # steps between simulated preemptions
+FLOOR_MULTI = 64  # rows a statement in the floor's multi-row way (the sink's batches come in chunks of this order)
 
 
 def generate(path: Path, size_mb: int) -> None:
@@ -117,6 +125,43 @@ def time_ingest(path: Path, work: Path, db: str | None = None) -> dict:
     return {"seconds": seconds, "peak_rss_mb": peak_tree / 2**20, "result": json.loads(out)}
 
 
+def store_floor(ingested: Path, work: Path, repeat: int = 3) -> dict[int, float]:
+    """Seconds (best of `repeat` for each way) to insert the step tables' rows of the SQLite
+    file `ingested` into an empty store of the same schema, in one transaction: executemany of
+    one row a statement, and of FLOOR_MULTI rows a statement (the sink's way), with sqlite3 alone,
+the parameters made before the clock starts."""
+    import sqlite3
+    from itertools import chain
+
+    with contextlib.closing(sqlite3.connect(ingested)) as src:
+        rows = {t: src.execute(f"SELECT {', '.join(COLUMNS[t])} FROM {t}").fetchall() for t in STEP_TABLES}
+    best = {1: float("inf"), FLOOR_MULTI: float("inf")}  # rows a statement -> seconds
+    for i, per_statement in enumerate([1, FLOOR_MULTI] * repeat):
+        path = work / f"floor-{i}.db"
+        open_store(f"sqlite:///{path}").dispose()  # the schema, its indexes and pragmas as ingest has them
+        statements = []  # (sql, parameters), made before the clock starts: the floor is SQLite's
+        for table, table_rows in rows.items():
+            cols = COLUMNS[table]
+            one = f"({', '.join('?' * len(cols))})"
+            whole = len(table_rows) - len(table_rows) % per_statement
+            sql = f"INSERT INTO {table} ({', '.join(cols)}) VALUES {{}} ON CONFLICT DO NOTHING"
+            statements.append((sql.format(", ".join([one] * per_statement)),
+                               [tuple(chain.from_iterable(table_rows[k: k + per_statement]))
+                                for k in range(0, whole, per_statement)]))
+            statements.append((sql.format(one), table_rows[whole:]))
+        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            t0 = time.perf_counter()
+            conn.execute("BEGIN")
+            for sql, params in statements:
+                conn.executemany(sql, params)
+            conn.execute("COMMIT")
+            best[per_statement] = min(best[per_statement], time.perf_counter() - t0)
+        path.unlink()
+    return best
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size-mb", type=int, default=420)
@@ -143,6 +188,7 @@ def main() -> None:
                 else (lambda: None)
             full = time_ingest(log, work, db())
             small = time_ingest(quarter, work, db())
+            floor = None if args.pg else store_floor(work / f"{log.stem}.db", work)
     report = {
         "store": "postgresql" if args.pg else "sqlite",
         "file_mb": round(log.stat().st_size / 2**20, 1),
@@ -155,6 +201,10 @@ def main() -> None:
         "ingest_mb_per_s": round(log.stat().st_size / 2**20 / full["seconds"], 1),
         "records": full["result"],
     }
+    if floor is not None:
+        least = min(floor.values())
+        report |= {"store_floor_seconds": round(least, 2), "ratio_grep_over_store_floor": round(grep_s / least, 4),
+                   "store_floor_seconds_by_rows_a_statement": {n: round(v, 2) for n, v in floor.items()}}
     if args.json:
         print(json.dumps(report))
     else:
