@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 from steptail.runs.model import Batch
 from steptail.runs.rows import COLUMNS
 from steptail.storage.durable import hidden_name
+from steptail.storage.parquet_error import ParquetError
 from steptail.storage.paths import inside
 
 _TS = pa.timestamp("ns", tz="UTC")
@@ -210,11 +211,6 @@ def to_arrow(table: str, rows: list[tuple]) -> pa.Table:
         else:
             cols.append(rows_.column(name))
     return pa.Table.from_arrays(cols, schema=SCHEMAS[table])
-
-
-class ParquetError(OSError):
-    """Writing Parquet failed (a full disk, no permission); the message is one line naming the
-    directory and the reason."""
 
 
 def run_folder(root: str | Path, table: str, run: str) -> Path:

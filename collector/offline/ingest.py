@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from steptail.collector.offline.files import (
     BLOCK,
@@ -43,14 +44,16 @@ from steptail.parsers.records import BlockKind
 from steptail.runs.findings import Settings
 from steptail.runs.model import Batch, Counters, RunModel
 from steptail.runs.names import check_run_name
-from steptail.storage.compact import write_snapshots
 from steptail.storage.db import DatabaseFailure, Store, failure_reason, open_store
 from steptail.storage.durable import file_sha256
 from steptail.storage.findings import FindingsFeed
 from steptail.storage.ingests import incarnation_count, ingested_before, record_ingest
-from steptail.storage.parquet import ParquetError, ParquetSink
+from steptail.storage.parquet_error import ParquetError
 from steptail.storage.sources import FILES
 from steptail.storage.sql import SqlSink, load_model
+
+if TYPE_CHECKING:
+    from steptail.storage.parquet import ParquetSink
 
 FLUSH_ROWS = 20_000
 WINDOW = 4  # blocks in flight to the workers: bounds memory
@@ -169,7 +172,7 @@ class Ingest:
         check_run_name(self.run)
         sink = SqlSink(self.store)
         lake = _lake_url(self.parquet)
-        pq_sink = ParquetSink(self.parquet, self.run) if self.parquet and lake is None else None
+        pq_sink = _parquet_sink(self.parquet, self.run) if self.parquet and lake is None else None
         result = IngestResult(run=self.run)
         detectors = FindingsFeed(self.run, self.settings, self.reference_ce, stop_on_error=True)
         pool = self.pool if self.pool is not None else start_workers(sources)
@@ -318,9 +321,17 @@ def ingest_paths(db: str | None, run: str, paths: Sequence[str], *, parquet: str
             s.close()
 
 
+def _parquet_sink(parquet: str | Path, run: str) -> ParquetSink:
+    from steptail.storage.parquet import ParquetSink  # pyarrow: only when Parquet is written
+
+    return ParquetSink(parquet, run)
+
+
 def _write_snapshots(store: Store, run: str, parquet: str | Path) -> None:
     """The run's findings, stream gaps and reconnects into the dataset. After the commit: a
     failure here costs no data (catch_up and export write them again), so it only warns."""
+    from steptail.storage.compact import write_snapshots
+
     try:
         write_snapshots(store, run, parquet)
     except ParquetError as exc:
