@@ -59,6 +59,7 @@ MAX_PARAMS = 32766
 # (ON CONFLICT DO NOTHING: as idempotent as the INSERT): about half the client's work of the
 # INSERTs, and a few round trips per batch; below it (the live path's batches) INSERTs.
 COPY_MIN = 1000
+UNIQUE_VIOLATION = "23505"  # PostgreSQL's SQLSTATE
 
 
 def _insert_sql(store: Store, table: str, columns: tuple[str, ...], conflict: str, rows: int = 1) -> str:
@@ -74,6 +75,7 @@ def _chunks(largest: int) -> list[int]:
 class SqlSink:
     def __init__(self, store: Store) -> None:
         self.store = store
+        self._staged: set[str] = set()  # tables whose COPY met a stored row: staged from then on
         # table -> ((rows per statement, its SQL), ...), largest first
         self._chunk_sql = {
             t: tuple((n, _insert_sql(store, t, cols, "ON CONFLICT DO NOTHING", n))
@@ -176,13 +178,31 @@ class SqlSink:
             done = end
 
     def _copy(self, conn: sa.Connection, table: str, rows: list[tuple]) -> None:
-        """PostgreSQL: the rows COPYed into a staging table of this transaction, then inserted
-        from it with ON CONFLICT DO NOTHING. A value the store refuses fails the COPY or the
-        INSERT as it would fail an INSERT (a DataError or IntegrityError: split by the caller);
-        the caller's savepoint undoes the staged rows with the rest."""
+        """PostgreSQL: the rows COPYed straight into the table, in a savepoint; if one of them
+        is there already (a unique violation undoes the whole COPY), and from then on for this
+        table, COPYed into a staging table of this transaction and inserted from it with ON
+        CONFLICT DO NOTHING. The straight way skips the INSERT … SELECT, most of the store's
+        work on new rows. A value the store refuses fails the COPY or the INSERT as it would
+        fail an INSERT (a DataError or IntegrityError: split by the caller); the caller's
+        savepoint undoes the staged rows with the rest."""
+        if table not in self._staged:
+            try:
+                with conn.begin_nested():
+                    self._copy_into(conn, table, table, rows)
+                return
+            except sa.exc.IntegrityError as exc:
+                if getattr(exc.orig, "sqlstate", None) != UNIQUE_VIOLATION:
+                    raise
+                self._staged.add(table)  # rows stored before: each COPY would fail the same way
         stage, cols = f"steptail_stage_{table}", ", ".join(COLUMNS[table])
         conn.exec_driver_sql(f"CREATE TEMP TABLE IF NOT EXISTS {stage} (LIKE {table}) ON COMMIT DROP")
-        sql = f"COPY {stage} ({cols}) FROM STDIN"
+        self._copy_into(conn, stage, table, rows)
+        conn.exec_driver_sql(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {stage} ON CONFLICT DO NOTHING")
+        conn.exec_driver_sql(f"TRUNCATE {stage}")
+
+    def _copy_into(self, conn: sa.Connection, target: str, table: str, rows: list[tuple]) -> None:
+        """COPY `rows` (of `table`'s columns) into `target`; the driver's errors as SQLAlchemy's."""
+        sql = f"COPY {target} ({', '.join(COLUMNS[table])}) FROM STDIN"
         dbapi_conn = conn.connection.dbapi_connection
         dbapi = conn.dialect.loaded_dbapi
         try:
@@ -192,8 +212,6 @@ class SqlSink:
         except dbapi.Error as exc:  # the driver's own: made SQLAlchemy's, as exec_driver_sql would
             lost = conn.dialect.is_disconnect(exc, dbapi_conn, None)
             raise sa.exc.DBAPIError.instance(sql, None, exc, dbapi.Error, connection_invalidated=lost) from exc
-        conn.exec_driver_sql(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {stage} ON CONFLICT DO NOTHING")
-        conn.exec_driver_sql(f"TRUNCATE {stage}")
 
     def _insert_apart(self, conn: sa.Connection, table: str, rows: list[tuple]) -> None:
         """After a refusal: the rows in halves, each in a savepoint, down to single rows the

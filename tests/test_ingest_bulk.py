@@ -58,9 +58,12 @@ def test_a_bulk_write_done_again_writes_nothing(store):
         assert sink.write(conn, run, batch_of(run, 1, STEPS)) == []
     first = tables(store, run)
     assert [len(v) for v in first.values()] == [STEPS] * 3
+    assert sink._staged == set()  # PostgreSQL: new rows COPYed straight into their tables
     with store.engine.begin() as conn:
         assert sink.write(conn, run, batch_of(run, 1, STEPS)) == []
     assert tables(store, run) == first
+    # the straight COPY met stored rows: undone, and the staged INSERT … ON CONFLICT took them
+    assert sink._staged == (set() if store.is_sqlite else {"loss_parts", "required_rbf", "pod_metrics"})
     # Overlapping with other values: only the new steps go in, the stored ones stay as they were.
     with store.engine.begin() as conn:
         assert sink.write(conn, run, batch_of(run, STEPS // 2, STEPS + 1500, ce_offset=1.0)) == []
