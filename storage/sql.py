@@ -55,9 +55,10 @@ def _reason(exc: BaseException) -> str:
 # statement text, prepared once per connection. Capped by SQLite's 32766 parameters.
 MULTI = 4096
 MAX_PARAMS = 32766
-# PostgreSQL: from this many rows, COPY into a staging table and one INSERT … SELECT from it
-# (ON CONFLICT DO NOTHING: as idempotent as the INSERT): about half the client's work of the
-# INSERTs, and a few round trips per batch; below it (the live path's batches) INSERTs.
+# PostgreSQL: from this many rows, COPY (straight into the table, or once it met a stored row
+# into a staging table and one INSERT … SELECT … ON CONFLICT DO NOTHING from it: as idempotent
+# as the INSERT): about half the client's work of the INSERTs, and a few round trips per
+# batch; below it (the live path's batches) INSERTs.
 COPY_MIN = 1000
 UNIQUE_VIOLATION = "23505"  # PostgreSQL's SQLSTATE
 

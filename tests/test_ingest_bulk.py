@@ -1,6 +1,7 @@
 """The bulk paths of an ingest, on SQLite and PostgreSQL: SqlSink's writes (SQLite: multi-row
-INSERTs of up to MULTI rows; PostgreSQL, from COPY_MIN rows: COPY into a staging table, then
-INSERT … SELECT … ON CONFLICT DO NOTHING) and the detectors' steady path (runs of ordinary
+INSERTs of up to MULTI rows; PostgreSQL, from COPY_MIN rows: COPY straight into the table, and
+once that meets a stored row COPY into a staging table, then INSERT … SELECT … ON CONFLICT DO
+NOTHING) and the detectors' steady path (runs of ordinary
 steps taken at once). Exactly once per (run, incarnation, step): a write or an ingest done
 again adds nothing; a row the store refuses in a bulk batch is quarantined alone, the others
 written; findings are those of the row-by-row path, on the sample logs and on cut-up rows."""
