@@ -15,6 +15,15 @@ from steptail.parsers import format_ns
 
 CRITICAL = "critical"
 WARNING = "warning"
+INFO = "info"  # noted, nothing to do: e.g. a rule that could not be evaluated for want of its input
+SEVERITIES = (CRITICAL, WARNING, INFO)  # most severe first
+# `check` exits 1 when the run has a finding of one of these (info alone: exit 0).
+ACTIONABLE = frozenset({CRITICAL, WARNING})
+
+
+def actionable(findings) -> bool:
+    """Whether any of `findings` asks the user to act (`check`'s exit 1)."""
+    return any(f.severity in ACTIONABLE for f in findings)
 
 # The kinds of finding, each named once here (the code compares with these, never a literal).
 GAP, HEAD_GAP = "gap", "head_gap"

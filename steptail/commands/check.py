@@ -11,7 +11,7 @@ import click
 from steptail.commands._common import db_option, fail, store_or_exit
 from steptail.commands._detect_options import detector_options, detector_settings
 from steptail.output import Column, Output, output_option
-from steptail.runs.findings import CRITICAL, Finding, step_range
+from steptail.runs.findings import CRITICAL, Finding, actionable, step_range
 from steptail.runs.gaps import GAP, HEAD_GAP
 from steptail.runs.policy import stop_command
 from steptail.storage.checks import CheckFailed, check_and_store
@@ -46,7 +46,7 @@ def command(run: str, db: str | None, output: Output, reference_ce: str | None, 
         output.data({"run": run, "findings": records, "stop_command": stop}, records)
     else:
         _print(output, run, findings, stop, result.jobset, workload)
-    sys.exit(1 if findings else 0)
+    sys.exit(1 if actionable(findings) else 0)
 
 
 # On a terminal the finding's identity stays whole and its detail is cut (the whole detail:
