@@ -15,11 +15,14 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from steptail.parsers import format_ns
-from steptail.runs.findings import STALL
+from steptail.runs.state import FOLLOWED_NS, UNKNOWN, RunState
 from steptail.storage.reads import missing_steps
+from steptail.storage.run_outcome import states
 from steptail.storage.sources import sources_of
 
-LIVE_NS = 300 * 10**9  # a run written to this recently is `live`
+# /api/overview's live_seconds: a collector's heartbeat this recent means the run is followed
+# now (steptail.runs.state); a run's state never comes from when a row was last written
+LIVE_NS = FOLLOWED_NS
 SEVERITIES = ("critical", "warning")  # counted apiece; any other severity counts as `other`
 
 _RUNS = "SELECT run, jobset, namespace, updated_ns FROM runs ORDER BY run"
@@ -32,9 +35,7 @@ SELECT l.run, l.ce, l.ce_raw FROM loss_parts l JOIN loss_summary s
 WHERE s.incarnation = (SELECT MAX(t.incarnation) FROM loss_summary t WHERE t.run = s.run)
 """
 _FINDINGS = "SELECT run, severity, COUNT(*) FROM findings GROUP BY run, severity"
-_STALLS = f"SELECT run, incarnation, MAX(last_step) FROM findings WHERE kind = '{STALL}' GROUP BY run, incarnation"
-_CURSORS = ("SELECT run, COUNT(*), SUM(CASE WHEN done THEN 1 ELSE 0 END), MAX(updated_ns) FROM cursors"
-            " GROUP BY run")
+_CURSORS = "SELECT run, MAX(updated_ns) FROM cursors GROUP BY run"
 _SOURCES = "SELECT run, source FROM run_sources ORDER BY run, added_ns, source"
 
 
@@ -46,9 +47,9 @@ def overview(conn: sa.Connection, now_ns: int) -> list[dict]:
     """One dict per run, by name: where it comes from, its state, incarnations, steps, last
     step, CE and times, and its findings by severity.
 
-    state: `stalled` (a stall was flagged on the latest incarnation and no step came since),
-    `live` (written to in the last LIVE_NS), `ended` (followed, and every stream it read was
-    read to its end), else `idle` (saved logs, or a follower that went quiet)."""
+    state (steptail.runs.state: live, stalled, ended, failed, ingested, unknown) and
+    state_reason, from the run: its source, the end the collector saw, its heartbeat, its
+    last step against its step time."""
     summary: dict[str, list[tuple]] = {}
     for run, *rest in conn.execute(sa.text(_SUMMARY)):
         summary.setdefault(run, []).append(tuple(rest))
@@ -58,8 +59,8 @@ def overview(conn: sa.Connection, now_ns: int) -> list[dict]:
         counts = findings.setdefault(run, {})
         key = severity if severity in SEVERITIES else "other"
         counts[key] = counts.get(key, 0) + int(n)
-    stalls = {(run, inc): step for run, inc, step in conn.execute(sa.text(_STALLS))}
-    cursors = {run: (int(n), int(done or 0), at) for run, n, done, at in conn.execute(sa.text(_CURSORS))}
+    run_states = states(conn, now_ns)
+    cursors = {run: at for run, at in conn.execute(sa.text(_CURSORS))}
     sources: dict[str, list[str]] = {}
     for run, source in conn.execute(sa.text(_SOURCES)):
         sources.setdefault(run, []).append(source)
@@ -68,23 +69,15 @@ def overview(conn: sa.Connection, now_ns: int) -> list[dict]:
         incs = summary.get(run, [])
         latest = incs[-1] if incs else None  # (incarnation, steps, lo, hi, first_ts, last_ts)
         ce, ce_raw = last.get(run, (None, None))
-        streams, done, cursor_ns = cursors.get(run, (0, 0, None))
+        cursor_ns = cursors.get(run)
         last_ts = max((i[5] for i in incs if i[5] is not None), default=None)
         written = max(t for t in (updated_ns, cursor_ns) if t is not None)
-        stall = stalls.get((run, latest[0])) if latest else None
         counts = findings.get(run, {})
         run_sources = sources.get(run, [])
-        if stall is not None and stall >= latest[3]:
-            state = "stalled"
-        elif now_ns - written <= LIVE_NS:
-            state = "live"
-        elif streams and done == streams and any(s != "files" for s in run_sources):
-            state = "ended"
-        else:
-            state = "idle"
+        state = run_states.get(run) or RunState(UNKNOWN, "written while it was being read")  # a race
         out.append({
             "run": run, "jobset": jobset, "namespace": namespace, "sources": run_sources,
-            "state": state, "incarnations": len(incs),
+            "state": state.state, "state_reason": state.reason, "incarnations": len(incs),
             "steps": sum(int(i[1]) for i in incs),
             "last_incarnation": latest[0] if latest else None,
             "last_step": latest[3] if latest else None,

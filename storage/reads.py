@@ -10,7 +10,9 @@ import sqlalchemy as sa
 from steptail.parsers import format_ns
 from steptail.runs import gaps
 from steptail.runs.rows import FINDINGS
+from steptail.runs.state import UNKNOWN, RunState
 from steptail.storage.db import Store
+from steptail.storage.run_outcome import states
 
 
 class UnknownRun(LookupError):
@@ -46,16 +48,20 @@ ORDER BY r.run
 """  # counts and last steps from loss_summary (kept at commit): the cost of a run, not of its steps
 
 
-def run_summaries(store: Store) -> list[dict]:
-    """Each run with its counts and last step (its latest incarnation's); times in ns since
-    the epoch (None: unknown)."""
+def run_summaries(store: Store, now_ns: int | None = None) -> list[dict]:
+    """Each run with its state (steptail.runs.state, with the reason), counts and last step
+    (its latest incarnation's); times in ns since the epoch (None: unknown)."""
     with store.engine.connect() as conn:
         rows = conn.execute(sa.text(_SUMMARIES)).mappings().all()
+        run_states = states(conn, now_ns)
         sources: dict[str, list[str]] = {}
         for run, source in conn.execute(sa.text("SELECT run, source FROM run_sources ORDER BY run, added_ns, source")):
             sources.setdefault(run, []).append(source)
+    unknown = RunState(UNKNOWN, "written while it was being read")
     return [{"run": r["run"], "jobset": r["jobset"], "namespace": r["namespace"],
-             "sources": sources.get(r["run"], []), "incarnations": r["incarnations"], "steps": int(r["steps"]),
+             "sources": sources.get(r["run"], []),
+             "state": run_states.get(r["run"], unknown).state, "state_reason": run_states.get(r["run"], unknown).reason,
+             "incarnations": r["incarnations"], "steps": int(r["steps"]),
              "max_step": r["max_step"], "last_step": r["last_step"], "last_ce": r["last_ce"],
              "last_ts_ns": r["last_ts_ns"], "bad_lines": int(r["bad_lines"]), "updated_ns": r["updated_ns"]}
             for r in rows]

@@ -87,6 +87,21 @@ def test_reference_files(tmp_path):
         load_reference(str(tmp_path / "absent.json"))
 
 
+def _followed_now(db: str, run: str) -> None:
+    """The run as `follow` leaves it while following: a cluster source and a fresh heartbeat."""
+    from steptail.storage.db import open_store
+    from steptail.storage.run_outcome import heartbeat
+
+    store = open_store(db)
+    try:
+        with store.engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO run_sources (run, source, added_ns) VALUES (:r, 'kubernetes:team/g', 1)"),
+                         {"r": run})
+        heartbeat(store, [run])
+    finally:
+        store.dispose()
+
+
 def test_gate_through_cli(tmp_path):
     db = str(tmp_path / "g.db")
     log = tmp_path / "g.log"
@@ -100,14 +115,20 @@ def test_gate_through_cli(tmp_path):
     assert json.loads(r.output)["findings"] == []
     r = runner.invoke(main, ["check", "g", "--db", db, "--reference-ce", str(ce1(1) + 0.4),
                              "--workload", "jobset-g-abcde", "-n", "team"])
+    assert r.exit_code == 1 and "step1_ce_gate" in r.output
+    # ingested from files: no workload to stop (issue 32 item 5), and it says why
+    assert "kubectl patch" not in r.output and "ingested from saved files: nothing to stop" in r.output
+    _followed_now(db, "g")  # a collector follows it now: its workload is still admitted
+    r = runner.invoke(main, ["check", "g", "--db", db, "--reference-ce", str(ce1(1) + 0.4),
+                             "--workload", "jobset-g-abcde", "-n", "team"])
     assert r.exit_code == 1
     assert "step1_ce_gate" in r.output
     assert ("kubectl patch workloads.kueue.x-k8s.io jobset-g-abcde -n team --type=merge "
             "-p '{\"spec\":{\"active\":false}}'") in r.output
-    r = runner.invoke(main, ["check", "g", "--db", db, "--json"])  # no reference any more
+    r = runner.invoke(main, ["check", "g", "--db", db, "--json"])  # no reference given: the stored one
     assert r.exit_code == 1
     (f,) = json.loads(r.output)["findings"]
-    assert "no HF reference" in f["detail"]  # the failed gate was replaced, not duplicated
+    assert "differs from the HF reference" in f["detail"] and f["severity"] == "critical"  # issue 32 item 2
     r = runner.invoke(main, ["check", "g", "--db", db, "--reference-ce", str(tmp_path / "nope.csv")])
     assert r.exit_code == 2 and "neither a number nor a readable file" in r.output
     r = runner.invoke(main, ["check", "absent", "--db", db])

@@ -314,7 +314,8 @@ async def test_overview_and_outline(loaded):
         assert set(runs) == {"rg", "nan"}
         rg, nan = runs["rg"], runs["nan"]
         assert (rg["state"], rg["incarnations"], rg["steps"], rg["last_step"], rg["last_incarnation"]) == (
-            "live", 2, 426, 400, 2)  # just ingested: written to in the last 5 minutes
+            "ingested", 2, 426, 400, 2)  # from saved files: ingested, however recently written
+        assert rg["state_reason"] == "from saved log files: not followed"
         assert rg["last_ce_raw"] == "1.970015" and rg["sources"] == ["files"]
         assert (rg["findings"], rg["critical"], rg["warning"]) == (2, 0, 2)
         assert (nan["findings"], nan["critical"], nan["warning"]) == (3, 2, 1) and nan["last_ts"] is None
@@ -341,10 +342,9 @@ async def test_overview_and_outline(loaded):
 
 async def test_a_restart_without_restore_and_stalled_state(store, samples):
     ingest_sample(store, samples, "rz", "resume-from-zero")
-    with store.engine.begin() as conn:  # a stall flagged at the last step (follow stores them)
-        conn.execute(sa.text(
-            "INSERT INTO findings (run, kind, incarnation, first_step, last_step, detail, severity, detected_ns)"
-            " VALUES ('rz', 'stall', 2, 200, 200, 'no step for 40 min', 'warning', 1)"))
+    with store.engine.begin() as conn:  # followed now (a collector's heartbeat), its last step days old
+        conn.execute(sa.text("INSERT INTO run_sources (run, source, added_ns) VALUES ('rz', 'kubernetes:default/rz', 1)"))
+        conn.execute(sa.text("UPDATE runs SET followed_ns = :now WHERE run = 'rz'"), {"now": time.time_ns()})
     async with running(store) as http:
         outline = json.loads((await _get(http, "/api/runs/rz/outline"))[2])
         assert outline["restores"] == [{"incarnation": 2, "restored_from": None, "first_step": 1, "step": 0}]

@@ -7,15 +7,19 @@ from __future__ import annotations
 import sys
 
 import click
+import sqlalchemy as sa
 
 from steptail.commands._common import db_option, fail, store_or_exit
 from steptail.commands._detect_options import detector_options, detector_settings
 from steptail.output import Column, Output, output_option
 from steptail.runs.findings import CRITICAL, Finding, actionable, step_range
 from steptail.runs.gaps import GAP, HEAD_GAP
-from steptail.runs.policy import stop_command
+from steptail.runs.policy import nothing_to_stop, stop_applies, stop_command
 from steptail.storage.checks import CheckFailed, check_and_store
 from steptail.storage.reads import UnknownRun
+from steptail.storage.run_inputs import reference_document
+from steptail.storage.run_outcome import run_state
+from steptail.storage.superseded import superseded_event
 
 
 @click.command()
@@ -38,14 +42,25 @@ def command(run: str, db: str | None, output: Output, reference_ce: str | None, 
     except CheckFailed as exc:
         fail(f"cannot check run {run!r} in {store.describe()}: {exc}")
     findings = result.findings
-    stop = None
-    if result.stop:
+    try:  # the stop command only where it applies: the run's workload still admitted
+        state = run_state(store, run, k=stall_k)
+    except sa.exc.SQLAlchemyError as exc:
+        fail(f"cannot read the state of run {run!r} in {store.describe()}: {str(exc).splitlines()[0]}")
+    stop = moot = None
+    if result.stop and stop_applies(state):
         stop = stop_command(workload or "WORKLOAD", namespace or result.namespace or "default")
+    elif result.stop:
+        moot = nothing_to_stop(state)
     if output.machine:
         records = [f.to_dict() for f in findings]
-        output.data({"run": run, "findings": records, "stop_command": stop}, records)
+        output.data({"run": run, "state": state.to_dict() if state else None, "findings": records,
+                     "stop_command": stop, "reference_ce": reference_document(result.reference),
+                     "superseded": [superseded_event(r) for r in result.superseded]}, records)
     else:
         _print(output, run, findings, stop, result.jobset, workload)
+        _print_inputs(output, run, result, given=reference is not None)
+        if moot:
+            output.line(f"A finding would call for stopping this run, but {moot}")
     sys.exit(1 if actionable(findings) else 0)
 
 
@@ -82,3 +97,13 @@ def _print(output: Output, run: str, findings: list[Finding], stop: str | None, 
             owner = f" owned by JobSet {jobset}" if jobset else ""
             click.echo(f"  # WORKLOAD: the Kueue workload{owner} (kubectl get workloads.kueue.x-k8s.io -n NS)")
         click.echo(f"  {stop}")
+
+
+def _print_inputs(output: Output, run: str, result, given: bool) -> None:
+    """The stored reference the gate used when none was given, and the superseded verdicts."""
+    if result.reference and not given:
+        output.line(f"step-1 CE gate: HF reference stored with the run (from {result.reference.source})",
+                    markup=False)
+    if result.superseded:
+        output.line(f"{len(result.superseded)} superseded finding(s) kept: steptail check {run} -o json",
+                    markup=False)

@@ -12,6 +12,7 @@ from steptail.storage.reads import list_runs
 # out: the wide ones, bad lines, the source, the last line's age (steptail.output.fit).
 COLUMNS = [
     Column("run", "run", keep=True),
+    Column("state", "state", keep=True),
     Column("source", lambda r: ", ".join(r["sources"]), min_width=8, drop=2),
     Column("incarnations", "incarnations", min_width=None, short="incs"),
     Column("steps", "steps", min_width=None),
@@ -30,8 +31,8 @@ COLUMNS = [
 @db_option
 @output_option()
 def command(db: str | None, output) -> None:
-    """List recorded runs: source (kubernetes:<namespace>/<jobset> or files), incarnations,
-    steps, last step and CE."""
+    """List recorded runs: state (live, stalled, ended, failed, ingested, unknown), source
+    (kubernetes:<namespace>/<jobset> or files), incarnations, steps, last step and CE."""
     store = store_or_exit(db, create=False)
     runs = list_runs(store)
     if output.machine:

@@ -320,7 +320,7 @@
             "tr",
             { data: { run: r.run, state: r.state, findings: r.findings, severity: worst } },
             el("td", {}, el("a", { href: runLink(r.run) }, r.run)),
-            el("td", {}, el("span", { class: `state ${r.state}` }, r.state)),
+            el("td", {}, el("span", { class: `state ${r.state}`, title: r.state_reason || "" }, r.state)),
             el("td", { class: "note" }, r.sources.join(", ")),
             el("td", { class: "num" }, r.incarnations),
             el("td", { class: "num" }, r.steps),
@@ -711,6 +711,7 @@
       const st = $("run-state");
       st.textContent = me ? me.state : "";
       st.className = `state ${me ? me.state : ""}`;
+      st.title = me ? me.state_reason || "" : "";
       setText("run-source", me ? me.sources.join(", ") : "");
     }
 
