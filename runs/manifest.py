@@ -8,7 +8,9 @@ import re
 import shlex
 from dataclasses import dataclass
 
-import yaml
+from steptail.runs import safe_yaml
+from steptail.runs.names import printed
+from steptail.runs.safe_yaml import LOADER  # noqa: F401  (libyaml's loader, for callers that had it here)
 
 JOBSET_KIND = "JobSet"
 JOBSET_GROUP = "jobset.x-k8s.io"
@@ -22,7 +24,6 @@ REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
-LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's when built with it: ~5x faster
 _OVERRIDE = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)=(.*)", re.S)
 
 
@@ -41,13 +42,10 @@ class Document:
 def split_manifest(text: str, source: str) -> tuple[list[Document], list[str]]:
     """The JobSets of a (multi-document) YAML file, and a note for each other object it holds.
     A `kind: List` (kubectl get -o yaml) counts as its items."""
-    try:
-        docs = list(yaml.load_all(text, Loader=LOADER))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ManifestError(f"{source}: not YAML{where}: {problem}") from None
+    try:  # bounded: an alias bomb or a recursive alias is refused before it is expanded
+        docs = [as_api_server_stores(d) for d in safe_yaml.load_all(text)]
+    except safe_yaml.YamlError as exc:
+        raise ManifestError(f"{source}: {exc}") from None
     items: list[tuple[int, object]] = []
     for i, doc in enumerate(docs):
         if isinstance(doc, dict) and doc.get("kind") == "List" and isinstance(doc.get("items"), list):
@@ -63,14 +61,51 @@ def split_manifest(text: str, source: str) -> tuple[list[Document], list[str]]:
         kind = doc.get("kind")
         name = ((doc.get("metadata") or {}) if isinstance(doc.get("metadata"), dict) else {}).get("name") or ""
         if kind != JOBSET_KIND:
-            notes.append(f"{source}: document {i + 1} ({kind or 'no kind'} {name}) is not a JobSet: ignored".replace(" )", ")"))
+            what = f"{printed(kind) if kind else 'no kind'} {printed(name) if name else ''}".strip()
+            notes.append(f"{source}: document {i + 1} ({what}) is not a JobSet: ignored")
             continue
         api = str(doc.get("apiVersion", ""))
         if api.split("/")[0] != JOBSET_GROUP:
-            raise ManifestError(f"{source}: document {i + 1}: JobSet {name} has apiVersion {api!r}, not {JOBSET_GROUP}/…")
+            raise ManifestError(f"{source}: document {i + 1}: JobSet {printed(name)} has apiVersion {api!r}, "
+                                f"not {JOBSET_GROUP}/…")
         check_jobset(doc, f"{source}: document {i + 1}")
         jobsets.append(Document(i, kind, name, doc))
     return jobsets, notes
+
+
+# Fields Kubernetes types as strings (maps of string to string, lists of strings): a YAML scalar
+# there is read as the text the API server would hold (`true`, `5`; a null as "", as Go's JSON
+# decoding leaves a string), so the rules never meet a bool, a number or None where they read text.
+_STRING_MAPS = frozenset({"labels", "annotations", "nodeSelector", "volumeAttributes"})
+_STRING_LISTS = frozenset({"args", "command"})
+
+
+def as_api_server_stores(value, key: str = ""):
+    """`value` (safe_yaml's plain data) with the string-typed fields' scalars as strings: labels,
+    annotations, nodeSelector, volumeAttributes, command, args, and env values. A new object:
+    safe_yaml shares aliased nodes. Depth is bounded by safe_yaml.MAX_DEPTH."""
+    if isinstance(value, dict):
+        if key in _STRING_MAPS:
+            return {k: _as_string(v) for k, v in value.items()}
+        return {k: as_api_server_stores(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        if key in _STRING_LISTS:
+            return [_as_string(v) for v in value]
+        if key == "env":
+            return [{**e, "value": _as_string(e["value"])} if isinstance(e, dict) and "value" in e else e
+                    for e in (as_api_server_stores(v) for v in value)]
+        return [as_api_server_stores(v) for v in value]
+    return value
+
+
+def _as_string(v):
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return str(v)
+    return v  # a string, or a mapping or list where text belongs: check_jobset's to refuse
 
 
 def _expect(value, kind: type, where: str, what: str):

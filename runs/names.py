@@ -23,6 +23,19 @@ def shown(value) -> str:
     return text + (f" ({len(value)} characters)" if isinstance(value, str) and len(value) > SHOWN else "")
 
 
+def escaped(text: str) -> str:
+    """Text for a log line: quoted, every control and non-ASCII character escaped."""
+    return ascii(text)
+
+
+def printed(value) -> str:
+    """A name (or text holding one) from the cluster or a manifest as a terminal line shows it:
+    as is when printable, else escaped (an ANSI escape, a U+202E or a newline cannot recolour
+    the terminal, reverse the text or forge a line)."""
+    text = value if isinstance(value, str) else str(value)
+    return text if text.isprintable() else escaped(text)
+
+
 def check_run_name(run: str) -> str:
     if not isinstance(run, str) or not RUN_NAME.match(run):
         raise RunNameError(

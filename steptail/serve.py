@@ -45,6 +45,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from steptail.body_cache import BodyCache
 from steptail.jsonsafe import strict
+from steptail.runs.names import escaped  # one escaper for every name the CLI prints
 from steptail.storage.api_reads import KEYS as STEP_FIELDS
 from steptail.storage.api_reads import run_state, step_rows, steps_json
 from steptail.storage.db import DatabaseFailure, Store
@@ -144,11 +145,6 @@ class ApiError(Exception):
         self.status = status
         self.message = message
         self.headers: dict[str, str] = {}
-
-
-def escaped(text: str) -> str:
-    """Text for a log line: quoted, every control and non-ASCII character escaped."""
-    return ascii(text)
 
 
 # -- lanes: bounded executors with a queue limit -------------------------------------------------

@@ -1,7 +1,8 @@
 """`steptail lint JOBSET.yaml`: the runbook's rules checked from a JobSet manifest, before it
 is submitted. Offline: reads files only (and the store, for --control).
 
-Exit 0 when every JobSet keeps every rule, 1 when anything is flagged, 2 on error."""
+Exit 0 when every JobSet keeps every rule it can be checked on (a rule "not evaluable" for want
+of its input is info), 1 when a rule is broken (warning or critical), 2 on error."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import click
 from steptail.commands._common import db_option, fail
 from steptail.output import Column, Output, output_option
 from steptail.runs import manifest
-from steptail.runs.findings import CRITICAL
+from steptail.runs.findings import CRITICAL, INFO, actionable
+from steptail.runs.names import printed
 from steptail.runs.runbook import Policy, PolicyError, RuleFinding, evaluate, load_policy
 
 DEFAULT_POLICY = "runbook.yaml"  # package data of steptail.runs
@@ -24,15 +26,25 @@ def default_policy_text() -> str:
     return files("steptail.runs").joinpath(DEFAULT_POLICY).read_text(encoding="utf-8")
 
 
+MAX_INPUT_BYTES = 16 << 20  # a JobSet is a few KB; a List of a whole namespace's, a few MB
+
+
 def read_text(path: str, what: str) -> str:
-    if path == "-":
-        return sys.stdin.read()
+    """The file (or stdin) as text, read no further than MAX_INPUT_BYTES: CI feeds lint
+    untrusted input, so memory is bounded before YAML sees it."""
     try:
-        return Path(path).read_text(encoding="utf-8")
+        if path == "-":
+            data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+        else:
+            with Path(path).open("rb") as fh:
+                data = fh.read(MAX_INPUT_BYTES + 1)
+        if len(data) > MAX_INPUT_BYTES:
+            fail(f"cannot read {what} {printed(path)}: larger than {MAX_INPUT_BYTES >> 20} MiB")
+        return data.decode("utf-8")
     except UnicodeDecodeError:
-        fail(f"cannot read {what} {path}: not UTF-8 text")
+        fail(f"cannot read {what} {printed(path)}: not UTF-8 text")
     except OSError as exc:
-        fail(f"cannot read {what} {path}: {exc.strerror or exc}")
+        fail(f"cannot read {what} {printed(path)}: {exc.strerror or exc}")
 
 
 def policy_from(policy_file: str | None) -> Policy:
@@ -166,9 +178,10 @@ def command(manifests: tuple[str, ...], policy_file: str | None, control: str | 
             found = evaluate(policy, doc.body, facts={"control": facts} if facts else None)
             namespace = str((doc.body.get("metadata") or {}).get("namespace") or "")
             results.append({"file": "<stdin>" if path == "-" else path, "document": doc.index + 1,
-                            "jobset": doc.name, "namespace": namespace, "clean": not found,
+                            "jobset": doc.name, "namespace": namespace, "clean": not actionable(found),
                             "findings": found})
     total = sum(len(r["findings"]) for r in results)
+    broken = any(not r["clean"] for r in results)
     if output.machine:
         records = [_record(r, f) for r in results for f in r["findings"]]
         output.data({
@@ -177,10 +190,11 @@ def command(manifests: tuple[str, ...], policy_file: str | None, control: str | 
             "jobsets": [{**r, "findings": [f.to_dict() for f in r["findings"]]} for r in results],
             "ignored": notes, "findings": total,
             "critical": sum(f["severity"] == CRITICAL for f in records),
+            "not_evaluable": sum(f["severity"] == INFO for f in records),
         }, records)
     else:
         _print(output, results, facts)
-    sys.exit(1 if total else 0)
+    sys.exit(1 if broken else 0)
 
 
 def _record(result: dict, f: RuleFinding) -> dict:
@@ -188,7 +202,7 @@ def _record(result: dict, f: RuleFinding) -> dict:
 
 
 COLUMNS = [
-    Column("severity", "severity", style=lambda r: "bold red" if r["severity"] == CRITICAL else "yellow"),
+    Column("severity", "severity", style=lambda r: {CRITICAL: "bold red", INFO: "dim"}.get(r["severity"], "yellow")),
     Column("rule", "rule"),
     Column("jobset", "jobset"),
     Column("message", "message"),
@@ -198,7 +212,9 @@ COLUMNS = [
 
 
 def _print(output: Output, results: list[dict], facts: dict | None) -> None:
-    rows = [_record(r, f) for r in results for f in r["findings"]]
+    # names, paths and messages carry the manifest's text: escaped on a terminal (-o json escapes)
+    rows = [{k: printed(v) if isinstance(v, str) else v for k, v in _record(r, f).items()}
+            for r in results for f in r["findings"]]
     if facts:
         shape = f"{facts['topology'] or '?'} x {facts['hosts'] or '?'} hosts"
         output.line(f"control {facts['run'] or '?'}: {shape} (from {', '.join(facts['from']) or 'nothing'})",
@@ -207,7 +223,11 @@ def _print(output: Output, results: list[dict], facts: dict | None) -> None:
         output.table(COLUMNS, rows)
     for r in results:
         if r["clean"]:
-            output.line(f"JobSet {r['jobset']} ({r['file']}#{r['document']}): clean", markup=False)
+            info = len(r["findings"])
+            output.line(f"JobSet {printed(r['jobset'])} ({printed(r['file'])}#{r['document']}): clean"
+                        + (f" ({info} rule(s) not evaluable)" if info else ""), markup=False)
     critical = sum(r["severity"] == CRITICAL for r in rows)
+    info = sum(r["severity"] == INFO for r in rows)
     if rows:
-        output.line(f"{len(results)} JobSet(s): {len(rows)} finding(s), {critical} critical", markup=False)
+        output.line(f"{len(results)} JobSet(s): {len(rows)} finding(s), {critical} critical"
+                    + (f", {info} not evaluable" if info else ""), markup=False)
