@@ -19,6 +19,15 @@ class ReferenceError(ValueError):
     """One line, safe to show."""
 
 
+class Reference(dict):
+    """step -> ce, and where it came from (`source`: the file read, or the value given on the
+    command line), stored with the run so a later evaluation without one uses it."""
+
+    def __init__(self, ce: dict[int, float], source: str) -> None:
+        super().__init__(ce)
+        self.source = source
+
+
 def _number(value, where: str) -> float:
     try:
         x = float(value)
@@ -72,7 +81,7 @@ def load_reference(value: str | None) -> dict[int, float] | Path | None:
     if value is None:
         return None
     try:
-        return {1: _number(value, "--reference-ce")}
+        return Reference({1: _number(value, "--reference-ce")}, f"--reference-ce {value.strip()}")
     except ReferenceError:
         pass
     path = Path(value)
@@ -95,7 +104,7 @@ def reference_for(reference: dict[int, float] | Path | None, run: str) -> dict[i
     return None
 
 
-def _read(path: Path) -> dict[int, float]:
+def _read(path: Path) -> Reference:
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
@@ -110,4 +119,4 @@ def _read(path: Path) -> dict[int, float]:
         ref = _from_csv(text, path.name)
     if not ref:
         raise ReferenceError(f"{path}: no step -> ce pairs")
-    return ref
+    return Reference(ref, str(path.resolve()))

@@ -1,5 +1,10 @@
 """Findings and the SQL store: the offline check (the stored rows fed to the same engine as
-`follow`), and idempotent saving (uq_findings: run, kind, incarnation, first_step)."""
+`follow`), and idempotent saving (uq_findings: run, kind, incarnation, first_step).
+
+A stored verdict is never silently replaced: a finding that a newer evaluation changes or no
+longer raises is first kept as superseded (storage/superseded.py), a finding not evaluated for
+want of an input never replaces one evaluated with it (runs/evaluable.py), and the HF reference
+CE given once is stored with the run and used when none is given (storage/run_inputs.py)."""
 
 from __future__ import annotations
 
@@ -9,12 +14,15 @@ from collections import Counter
 import sqlalchemy as sa
 
 from steptail.runs.detectors import FindingEngine
-from steptail.runs.findings import Finding, Settings, is_live_kind, sort_key
+from steptail.runs.evaluable import not_evaluable
+from steptail.runs.findings import STEP1_CE_GATE, Finding, Settings, is_live_kind, sort_key
 from steptail.runs.model import FLAG_KINDS, Batch
 from steptail.runs.rows import FINDINGS
 from steptail.runs.stream_gap import StreamGap
 from steptail.storage.db import Store, StoreFailure
+from steptail.storage.run_inputs import describe, remember_reference, stored_reference
 from steptail.storage.sql import INCARNATION_COLUMNS
+from steptail.storage.superseded import change, supersede
 
 
 def _incarnation_batches(conn: sa.Connection, run: str):
@@ -57,6 +65,7 @@ def _incarnation_batches(conn: sa.Connection, run: str):
 def replay(conn: sa.Connection, engine: FindingEngine) -> list[Finding]:
     """Feed a run's stored stream gaps and rows to `engine` (no finish)."""
     run = engine.run
+    engine.remember(load_findings(conn, run))  # what the log cannot say again (the JobSet's args)
     out: list[Finding] = []
     for row in conn.execute(
         sa.text("SELECT stream, start_ns, end_ns, reason, detected_ns FROM stream_gaps WHERE run = :run"
@@ -71,20 +80,41 @@ def replay(conn: sa.Connection, engine: FindingEngine) -> list[Finding]:
 
 def check_run(store: Store, run: str, settings: Settings | None = None,
               reference_ce: dict[int, float] | None = None) -> list[Finding]:
-    """Offline check of a whole run: every finding its stored rows yield."""
-    engine = FindingEngine(run, settings, reference_ce)
+    """Offline check of a whole run: every finding its stored rows yield (with the reference
+    stored with the run when none is given). Writes nothing."""
     with store.engine.connect() as conn:
+        engine = FindingEngine(run, settings, reference_ce or stored_reference(conn, run))
         replay(conn, engine)
     engine.finish()
     return sorted(engine.findings.values(), key=sort_key)
 
 
+def evaluate_and_store(conn: sa.Connection, run: str, settings: Settings | None = None,
+                       reference_ce: dict[int, float] | None = None, by: str = "check") -> list[Finding]:
+    """`check` in the caller's transaction: the reference given is stored with the run (or the
+    stored one used), every detector runs over the stored rows and the result is synced
+    (sync_findings). Returns every finding of the run now stored."""
+    reference = remember_reference(conn, run, reference_ce, by)
+    engine = FindingEngine(run, settings, reference)
+    replay(conn, engine)
+    engine.finish()
+    return sync_findings(conn, run, list(engine.findings.values()), by=by, context=describe(reference),
+                         unevaluated=unevaluated_kinds(reference))
+
+
+def unevaluated_kinds(reference: dict[int, float] | None) -> frozenset[str]:
+    """Kinds an evaluation with this input cannot decide: their stored evaluated findings stay."""
+    return frozenset() if reference and 1 in reference else frozenset({STEP1_CE_GATE})
+
+
 def load_engine(store: Store, run: str, settings: Settings | None = None,
                 reference_ce: dict[int, float] | None = None, **kwargs) -> FindingEngine:
     """An engine that has seen everything stored for `run` (for `follow` resuming a run): its
-    `findings` hold the history; only what later batches add is returned by observe()."""
-    engine = FindingEngine(run, settings, reference_ce, **kwargs)
-    with store.engine.connect() as conn:
+    `findings` hold the history; only what later batches add is returned by observe(). The
+    reference given is stored with the run; without one, the stored one is used."""
+    with store.engine.begin() as conn:
+        reference = remember_reference(conn, run, reference_ce, "follow")
+        engine = FindingEngine(run, settings, reference, **kwargs)
         replay(conn, engine)
     return engine
 
@@ -95,12 +125,15 @@ class FindingsFeed:
     the clock, failures, alerts and metrics around it). Every call into the engine is guarded:
     a detector that raises costs findings, never the rows or the run (a store failure is the
     store's: raised). Each error is logged and the first kept (`error`); with `stop_on_error`
-    (ingest: its findings are then left as they were) no call follows one."""
+    (ingest: its findings are then left as they were) no call follows one. `by` names the
+    evaluation on what it stores and supersedes (ingest, reparse)."""
 
     def __init__(self, run: str, settings: Settings | None = None, reference_ce: dict[int, float] | None = None,
-                 *, engine: FindingEngine | None = None, stop_on_error: bool = False) -> None:
+                 *, engine: FindingEngine | None = None, stop_on_error: bool = False, by: str = "ingest") -> None:
         self.run = run
         self.engine = engine if engine is not None else FindingEngine(run, settings, reference_ce)
+        self.given = self.reference = reference_ce  # stored with the run at replay
+        self.by = by
         self.stop_on_error = stop_on_error
         self.error: str | None = None
 
@@ -119,7 +152,11 @@ class FindingsFeed:
             return None
 
     def replay(self, conn: sa.Connection) -> None:
-        """What the store holds for the run, seen first (its findings are the engine's history)."""
+        """What the store holds for the run, seen first (its findings are the engine's history),
+        with the reference given stored with the run, or the stored one when none was given."""
+        reference = remember_reference(conn, self.run, self.given, self.by)
+        self.engine.reference_ce = dict(reference or {})
+        self.reference = reference
         self.guard(replay, conn, self.engine)
 
     def observe(self, batch: Batch, gaps: list[StreamGap] = ()) -> list[Finding]:
@@ -139,7 +176,9 @@ class FindingsFeed:
         self.finish()
         if self.error is not None:
             return {}
-        stored = sync_findings(conn, self.run, list(self.engine.findings.values()))
+        stored = sync_findings(conn, self.run, list(self.engine.findings.values()), by=self.by,
+                               context=describe(self.reference),
+                               unevaluated=unevaluated_kinds(self.reference))
         return dict(sorted(Counter(f.kind for f in stored).items()))
 
 
@@ -152,17 +191,32 @@ def _upsert_sql(store_or_conn) -> str:
     return (
         f"INSERT INTO findings ({', '.join(FINDINGS)}) VALUES ({', '.join([ph] * len(FINDINGS))}) "
         "ON CONFLICT (run, kind, incarnation, first_step) DO UPDATE SET "
-        "last_step = excluded.last_step, detail = excluded.detail, severity = excluded.severity "
+        "last_step = excluded.last_step, detail = excluded.detail, severity = excluded.severity, "
+        # a changed severity is a new verdict: detected now (the old one is kept as superseded)
+        "detected_ns = CASE WHEN findings.severity <> excluded.severity THEN excluded.detected_ns"
+        " ELSE findings.detected_ns END "
         "WHERE findings.last_step <> excluded.last_step OR findings.detail <> excluded.detail "
         "OR findings.severity <> excluded.severity"
     )
 
 
-def save_findings(conn: sa.Connection, findings: list[Finding]) -> int:
-    """Insert new findings, bring grown ones up to date; rows written (0 on a re-check)."""
+def save_findings(conn: sa.Connection, findings: list[Finding], by: str = "follow", context: str = "") -> int:
+    """Insert new findings, bring grown ones up to date; rows written (0 on a re-check). A
+    stored finding the new one changes is kept as superseded first (by: the evaluation); one
+    evaluated with an input is never replaced by one not evaluable without it."""
+    if not findings:
+        return 0
+    stored = {f.key: f for run in {f.run for f in findings} for f in load_findings(conn, run)}
     sql = _upsert_sql(conn)
     written = 0
     for f in findings:
+        old = stored.get(f.key)
+        if old is not None:
+            if not_evaluable(f) and not not_evaluable(old):
+                continue  # the stored verdict had the input this evaluation lacks: it stays
+            why = change(old, f)
+            if why is not None:
+                supersede(conn, old, by, f"{why} ({by} {context})" if context else why)
         res = conn.exec_driver_sql(sql, (f.run, f.kind, f.incarnation, f.first_step, f.last_step,
                                          f.detail, f.severity, f.detected_ns))
         written += max(res.rowcount, 0)
@@ -182,18 +236,23 @@ def stored_findings(store: Store, run: str) -> list[Finding]:
         return load_findings(conn, run)
 
 
-def sync_findings(conn: sa.Connection, run: str, findings: list[Finding]) -> list[Finding]:
+def sync_findings(conn: sa.Connection, run: str, findings: list[Finding], by: str = "check",
+                  context: str = "", unevaluated: frozenset[str] = frozenset()) -> list[Finding]:
     """Store the result of an offline check: recomputable findings it no longer yields are
-    dropped (e.g. a gate that now has its reference), live-only ones (stall, stream and auth
-    failures, runbook rules) and those flagged while reading lines (step and clock jumps) are kept. Returns
-    every finding of the run now stored."""
+    kept as superseded and dropped (e.g. a gate that now passes with its reference), live-only
+    ones (stall, stream and auth failures, runbook rules) and those flagged while reading lines
+    (step and clock jumps) are kept, and so are evaluated ones of the `unevaluated` kinds (this
+    evaluation lacked their input). Returns every finding of the run now stored."""
     fresh = {f.key for f in findings}
     for f in load_findings(conn, run):
+        if f.kind in unevaluated and not not_evaluable(f):
+            continue  # evaluated with an input this evaluation lacks: the stored verdict stays
         if not is_live_kind(f.kind) and f.kind not in FLAG_KINDS and f.key not in fresh:
+            supersede(conn, f, by, f"no longer raised by {by} {context}".strip())
             conn.execute(
                 sa.text("DELETE FROM findings WHERE run = :run AND kind = :kind"
                         " AND incarnation = :inc AND first_step = :first"),
                 {"run": run, "kind": f.kind, "inc": f.incarnation, "first": f.first_step},
             )
-    save_findings(conn, findings)
+    save_findings(conn, findings, by, context)
     return load_findings(conn, run)

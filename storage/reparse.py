@@ -10,8 +10,10 @@ import json
 import sqlalchemy as sa
 
 from steptail.runs.findings import LIVE_KIND_PATTERN, LIVE_KINDS
+from steptail.runs.model import FLAG_KINDS
 from steptail.runs.rows import FINDINGS, ROW_TABLES
 from steptail.storage.reads import json_value
+from steptail.storage.run_inputs import copy_reference
 
 # kind -> (SELECT of key columns, then value columns; number of key columns)
 _KINDS: dict[str, tuple[str, int]] = {
@@ -29,7 +31,7 @@ _KINDS: dict[str, tuple[str, int]] = {
 # Not compared: cursors (follow's cover every line read, an ingest's the tagged lines only: the
 # same rows from the same lines, another high-water mark), ingest_stats (per source).
 KINDS = tuple(_KINDS)
-# rows rebuilt from the lines (findings: all but the live-only kinds)
+# rows rebuilt from the lines (findings: only the flagged ones, see clear_rows)
 _CLEARED = (*ROW_TABLES, "loss_summary", "loss_rollup", "incarnations", "quarantine", "cursors", "ingest_stats")
 
 
@@ -92,13 +94,14 @@ def _named(cols: list[str], values: tuple) -> dict:
 
 
 def clear_rows(conn: sa.Connection, run: str) -> None:
-    """`--replace`: the run's rows that its lines made go (rebuilt in the same transaction);
-    stream gaps, reconnects, sources, raw segments and the live-only findings stay."""
+    """`--replace`: the run's rows that its lines made go (rebuilt in the same transaction), and
+    the findings flagged while reading them (step and clock jumps); stream gaps, reconnects,
+    sources, raw segments, the reference CE and the findings stay: the rebuild's check
+    supersedes those it changes or no longer raises (storage/findings.py sync_findings)."""
     for table in _CLEARED:
         conn.execute(sa.text(f"DELETE FROM {table} WHERE run = :run"), {"run": run})
-    live = sorted(LIVE_KINDS)
-    conn.execute(sa.text("DELETE FROM findings WHERE run = :run AND kind NOT IN :live AND kind NOT LIKE :rule")
-                 .bindparams(sa.bindparam("live", expanding=True)), {"run": run, "live": live, "rule": LIVE_KIND_PATTERN})
+    conn.execute(sa.text("DELETE FROM findings WHERE run = :run AND kind IN :flags")
+                 .bindparams(sa.bindparam("flags", expanding=True)), {"run": run, "flags": sorted(FLAG_KINDS)})
 
 
 _POD_FACTS = ("image", "image_id", "topology", "hosts")
@@ -121,9 +124,11 @@ def restore_pod_facts(conn: sa.Connection, run: str, facts: dict[str, tuple]) ->
 
 def copy_read_facts(conn: sa.Connection, src: str, dst: str) -> None:
     """A new run rebuilt from `src`'s raw log gets what reading it established: its stream
-    gaps and reconnects, its live-only findings (stalls, stream and auth failures) and its
-    raw segments (so `export` of the new run carries them)."""
+    gaps and reconnects, its live-only findings (stalls, stream and auth failures), its
+    raw segments (so `export` of the new run carries them) and its reference CE (its gate is
+    evaluated as `src`'s)."""
     p = {"src": src, "dst": dst}
+    copy_reference(conn, src, dst)
     conn.execute(sa.text(
         "INSERT INTO stream_gaps (run, stream, start_ns, end_ns, reason, detected_ns)"
         " SELECT :dst, stream, start_ns, end_ns, reason, detected_ns FROM stream_gaps WHERE run = :src"), p)
