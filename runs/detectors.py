@@ -25,6 +25,7 @@ from operator import itemgetter
 
 from steptail.parsers import format_ns
 from steptail.parsers.numbers import parse_integer
+from steptail.runs.evaluable import mark as mark_not_evaluable
 from steptail.runs.findings import (
     AUTH_FAILURE,
     CRITICAL,
@@ -711,12 +712,12 @@ class FindingEngine:
                 CRITICAL,
             )
         elif cp is not None and cp > 1:
-            self._emit(
+            mark_not_evaluable(self._emit(  # never replaces a stored gate evaluated with a reference
                 STEP1_CE_GATE, inc.number, 1, 1,
                 f"step-1 CE gate cannot run: no HF reference CE for step 1 ({CP_PARAM}={cp}, "
                 f"step-1 ce {_fmt_ce(ce, raw)}); give one with --reference-ce VALUE or FILE",
                 WARNING,
-            )
+            ))
 
     def _gate_needed(self) -> bool:
         return 1 in self.reference_ce or (self._cp is not None and self._cp > 1)
