@@ -160,6 +160,7 @@ class Ingest:
     settings: Settings | None = None
     reference_ce: dict[int, float] | None = None
     origin: Origin = field(default_factory=Origin)
+    evaluation = "ingest"  # names it on the findings it supersedes and the reference it stores
 
     def prepare(self, conn) -> None:
         """First in the transaction, before the run's row and model are read."""
@@ -174,7 +175,8 @@ class Ingest:
         lake = _lake_url(self.parquet)
         pq_sink = _parquet_sink(self.parquet, self.run) if self.parquet and lake is None else None
         result = IngestResult(run=self.run)
-        detectors = FindingsFeed(self.run, self.settings, self.reference_ce, stop_on_error=True)
+        detectors = FindingsFeed(self.run, self.settings, self.reference_ce, stop_on_error=True,
+                                 by=self.evaluation)
         pool = self.pool if self.pool is not None else start_workers(sources)
         hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="steptail-sha256")
         # The rows in flight are acyclic; the cyclic collector would only rescan them (~20%).

@@ -136,6 +136,7 @@ class _Rebuild(Ingest):
     or copies what only follow knew (a new run), and reads both sides for the diff, all in
     its one transaction."""
 
+    evaluation = "reparse"
     source: str = ""  # the run reparsed
     replace: bool = False
     before: dict = field(default_factory=dict)  # the source run's rows, by kind, before
