@@ -191,7 +191,7 @@ def _scalar(tag: str, text: str, line: int):
         if tag == _T + "float":
             value = _SCALARS.construct_yaml_float(node)
             return value if math.isfinite(value) else text  # JSON has no nan/inf: kept as text
-    except (ValueError, yaml.YAMLError):
+    except (ValueError, KeyError, yaml.YAMLError):  # `!!bool maybe`: a KeyError in PyYAML
         raise YamlError(f"the scalar {text[:40]!r} (line {line}) is not a valid {tag.rsplit(':', 1)[-1]}") from None
     if tag == _T + "int":
         raise YamlError(f"the integer {text[:40]} (line {line}) does not fit 64 bits, as a Kubernetes integer must")
