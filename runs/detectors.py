@@ -29,6 +29,7 @@ from steptail.runs.evaluable import mark as mark_not_evaluable
 from steptail.runs.findings import (
     AUTH_FAILURE,
     CRITICAL,
+    INFO,
     LOAD_BALANCE_RULE,
     MISSING_RBF,
     NO_INCARNATION,
@@ -64,6 +65,7 @@ from steptail.runs.rows import (
     LOSS_PARTS,
     REQUIRED_RBF,
 )
+from steptail.runs.rule_text import cite, citing, load_balance_text
 from steptail.runs.stream_gap import StreamGap
 
 _INCARNATION = itemgetter(INCARNATION)
@@ -310,10 +312,25 @@ class FindingEngine:
 
     def observe_cluster(self, findings: list[Finding]) -> list[Finding]:
         """Findings read off the cluster's objects, not the log (a runbook rule the live JobSet
-        breaks, a failed JobSet deleted with its logs unsaved): each raised once per key."""
+        breaks, a failed JobSet deleted with its logs unsaved): each raised once per key. The
+        load-balance rule seen in the JobSet's args joins the one seen in the config lines: one
+        finding citing both (`_evidence`)."""
         for f in findings:
+            if f.kind == LOAD_BALANCE_RULE and f.first_step == NO_STEP:
+                text, seen = citing(f.detail)
+                for where in seen or ["the JobSet"]:
+                    self._evidence(f.incarnation, text, where, f.severity, f.detected_ns)
+                continue
             self._emit(f.kind, f.incarnation, f.first_step, f.last_step, f.detail, f.severity, f.detected_ns)
         return self._flush()
+
+    def remember(self, stored: list[Finding]) -> None:
+        """The stored load-balance findings, before the rows are replayed (`check`, `ingest`,
+        a resumed `follow`): the evidence the log cannot give again (the JobSet's args, seen
+        live) stays cited, and a check that only reads the config lines changes nothing."""
+        for f in stored:
+            if f.kind == LOAD_BALANCE_RULE and f.first_step == NO_STEP:
+                self.findings.setdefault(f.key, replace(f, extra={}))
 
     def tick(self, now_ns: int, running: bool = True, heard_ns: int | None = None) -> list[Finding]:
         """Live stall check from the clock: no new step for k x the median step time.
@@ -401,12 +418,32 @@ class FindingEngine:
         if inc.first_read is not None:  # "could not be checked" at its unread head: it now is
             self.findings.pop((self.run, LOAD_BALANCE_RULE, inc.number, inc.first_read), None)
         if cp > 1 and _truthy(lb):
-            self._emit(
-                LOAD_BALANCE_RULE, inc.number, NO_STEP, NO_STEP,
-                f"{CP_PARAM}={cp} with {LB_PARAM}={lb}: the runbook forbids load balancing with "
-                "context parallelism (it moved step-1 CE by +0.39 at cp4 and +1.98 at cp8)",
-                CRITICAL,
-            )
+            self._evidence(inc.number, load_balance_text(cp, lb), f"the config lines of incarnation {inc.number}",
+                           CRITICAL)
+
+    def _evidence(self, number: int, text: str, where: str, severity: str, now_ns: int | None = None) -> None:
+        """The load-balance rule seen in one more place (the config lines of an incarnation, the
+        JobSet's or a pod's trainer args): one finding per cause, its detail citing every place.
+        It joins the finding of this incarnation, or the one of the JobSet as submitted
+        (incarnation 0, before its pods ran); a not-evaluable one (info) gives way to a verdict."""
+        cands = [f for f in self.findings.values() if f.kind == LOAD_BALANCE_RULE and f.first_step == NO_STEP
+                 and (f.incarnation in (number, NO_INCARNATION) or number == NO_INCARNATION)]
+        if not cands:
+            self._emit(LOAD_BALANCE_RULE, number, NO_STEP, NO_STEP, cite(text, [where]), severity, now_ns)
+            return
+        f = min(cands, key=lambda c: (c.incarnation != number, c.incarnation))
+        old_text, seen = citing(f.detail)
+        if severity == INFO:
+            return  # not evaluable from here: what was found stands
+        if f.severity == INFO:  # evaluated now: the verdict replaces "not evaluable"
+            f.severity, detail = severity, cite(text, [where])
+        elif where in seen:
+            return
+        else:
+            detail = cite(old_text, [*seen, where])
+        if detail != f.detail:
+            f.detail = detail
+            self._out[f.key] = f
 
     def _period(self, inc: _Inc) -> int | None:
         """The run's checkpoint period as its config printed it, latest incarnation first."""
@@ -634,11 +671,11 @@ class FindingEngine:
         read_before = any(i.lb_checked or i.saw_start for i in self._incs.values() if i is not inc)
         if unread and (cp is None or cp > 1) and not read_before:
             # keyed at the first step read, not NO_STEP: the rule's own finding, should the config
-            # still come, is another one (and alerted)
+            # still come, is another one (and alerted). Info: absent input is never a breach.
             inc.first_read = step
             self._emit(LOAD_BALANCE_RULE, inc.number, step, step,
-                       f"load-balance rule could not be checked: {' and '.join(unread)} never read ({head}; "
-                       f"{cp_known})", WARNING)
+                       f"not evaluable: the config lines of {' and '.join(unread)} missing ({head}; "
+                       f"{cp_known})", INFO)
 
     def _gap(self, inc: _Inc, step: int, ts: int | None) -> None:
         gap = between(inc.number, inc.last_step, step)

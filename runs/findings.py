@@ -27,7 +27,9 @@ def actionable(findings) -> bool:
 
 # The kinds of finding, each named once here (the code compares with these, never a literal).
 GAP, HEAD_GAP = "gap", "head_gap"
-STALL, NONFINITE_CE, STEP1_CE_GATE, LOAD_BALANCE_RULE = "stall", "nonfinite_ce", "step1_ce_gate", "load_balance_rule"
+# The load-balance rule: the runbook's rule `load_balance`, seen in the config lines (the
+# detectors) or in the JobSet's args (follow): one kind, one finding citing both.
+STALL, NONFINITE_CE, STEP1_CE_GATE, LOAD_BALANCE_RULE = "stall", "nonfinite_ce", "step1_ce_gate", "rule:load_balance"
 RESUME_FROM_ZERO, RESUME_MISMATCH, MISSING_RBF = "resume_from_zero", "resume_mismatch", "missing_rbf"
 STREAM_FAILURE, AUTH_FAILURE, PARQUET_FAILURE = "stream_failure", "auth_failure", "parquet_failure"
 STEP_JUMP, CLOCK_JUMP, UNREAD_TAIL = "step_jump", "clock_jump", "unread_tail"
@@ -54,7 +56,9 @@ def rule_kind(rule: str) -> str:
 
 
 def is_live_kind(kind: str) -> bool:
-    return kind in LIVE_KINDS or kind.startswith(RULE_PREFIX)
+    """Only `follow` can raise it: `check` keeps the stored ones. Not the load-balance rule:
+    the config lines raise it again (its JobSet evidence is kept: FindingEngine.remember)."""
+    return kind in LIVE_KINDS or (kind.startswith(RULE_PREFIX) and kind != LOAD_BALANCE_RULE)
 NO_STEP = -1  # first/last_step of a finding not tied to a step
 NO_INCARNATION = 0
 

@@ -24,6 +24,17 @@ REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
 JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
+# Chips per host of each GKE TPU accelerator type (`cloud.google.com/gke-tpu-accelerator`), for
+# the hosts a slice topology needs (its chips ÷ chips per host). Multi-host slices only: a
+# single-host machine type (v5e/v6e ct*-1t/-8t) sets its own chip count and is not in this
+# table, so such a slice is "not evaluable" rather than guessed.
+CHIPS_PER_HOST = {
+    "tpu-v4-podslice": 4,  # ct4p-hightpu-4t
+    "tpu-v5p-slice": 4,  # ct5p-hightpu-4t
+    "tpu-v5-lite-podslice": 4,  # ct5lp-hightpu-4t, its multi-host machine type
+    "tpu-v6e-slice": 4,  # ct6e-standard-4t, its multi-host machine type
+}
+_TOPOLOGY = re.compile(r"[1-9][0-9]*(x[1-9][0-9]*){1,2}")
 _OVERRIDE = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)=(.*)", re.S)
 
 
@@ -228,8 +239,39 @@ def volume_view(vol: dict, path: str) -> dict | None:
             "mount_options": opts, "only_dir": only_dir(opts)}
 
 
+def tpu_chips(container: dict) -> int:
+    """The container's google.com/tpu (its limit, else its request): 0 when it asks for none,
+    -1 when the value is not a whole number."""
+    res = container.get("resources") or {}
+    for k in ("limits", "requests"):
+        asked = res.get(k)
+        if isinstance(asked, dict) and TPU_RESOURCE in asked:
+            value = asked[TPU_RESOURCE]
+            if isinstance(value, bool):
+                return -1
+            try:
+                return int(str(value).strip())
+            except ValueError:
+                return -1
+    return 0
+
+
+def slice_view(topology: str, accelerator: str) -> dict:
+    """What the node selectors say of one slice: its chips (the product of the topology's
+    dimensions; 0 when the topology is absent or not NxM[xK]), the accelerator's chips per host
+    (0: unknown type) and so the hosts it has (0 when either is unknown)."""
+    chips = 0
+    if _TOPOLOGY.fullmatch(topology):
+        chips = 1
+        for d in topology.split("x"):
+            chips *= int(d)
+    per_host = CHIPS_PER_HOST.get(accelerator, 0)
+    hosts = chips // per_host if chips and per_host and chips % per_host == 0 else 0
+    return {"chips": chips, "chips_per_host": per_host, "hosts": hosts}
+
+
 def pod_view(pod: dict, path: str, *, replicated_job: str, replicas: int, parallelism: int,
-             process0: bool, trainer_name: str = "", live: bool = False) -> dict:
+             process0: bool, trainer_name: str = "", live: bool = False, completions: int = -1) -> dict:
     """One pod template (or live pod) as the rules see it, `path` its place in the object."""
     spec = pod.get("spec") or {}
     meta = pod.get("metadata") or {}
@@ -247,11 +289,16 @@ def pod_view(pod: dict, path: str, *, replicated_job: str, replicas: int, parall
         view = volume_view(vol, f"{path}.spec.volumes[{v}]") if isinstance(vol, dict) else None
         if view is not None:
             volumes.append(view)
+    topology, accelerator = selector.get(TOPOLOGY_SELECTOR, ""), selector.get(ACCELERATOR_SELECTOR, "")
     return {
         "name": _str(meta.get("name")) or replicated_job, "path": path, "live": live,
         "replicated_job": replicated_job, "replicas": replicas, "parallelism": parallelism,
+        "completions": completions,  # -1: not set
+        # google.com/tpu of the first container asking for it (0: none does)
+        "tpu_chips": next((n for n in map(tpu_chips, containers) if n), 0),
+        "slice": slice_view(topology, accelerator),
         "process0": process0, "tpu": any(_tpu(c) for c in containers) or TOPOLOGY_SELECTOR in selector,
-        "topology": selector.get(TOPOLOGY_SELECTOR, ""), "accelerator": selector.get(ACCELERATOR_SELECTOR, ""),
+        "topology": topology, "accelerator": accelerator,
         "node_selector": selector, "labels": {str(k): _str(v) for k, v in (meta.get("labels") or {}).items()},
         "containers": [{"name": _str(c.get("name")), "image": _str(c.get("image"))} for c in containers],
         "trainer": trainer, "volumes": volumes,
@@ -271,7 +318,7 @@ def templates(jobset: dict, trainer_name: str = "") -> list[dict]:
         out.append(pod_view(jspec.get("template") or {}, f"spec.replicatedJobs[{j}].template.spec.template",
                             replicated_job=_str(rj.get("name")), replicas=_count(rj.get("replicas")),
                             parallelism=_count(jspec.get("parallelism")), process0=False,
-                            trainer_name=trainer_name))
+                            trainer_name=trainer_name, completions=_count(jspec.get("completions"), -1)))
     first = next((t for t in out if t["tpu"]), out[0] if out else None)
     if first is not None:
         first["process0"] = True
@@ -290,7 +337,8 @@ def live_pod(pod: dict, jobset_templates: list[dict], trainer_name: str = "") ->
     process0 = bool(tmpl and tmpl["process0"]) and _str(labels.get(JOB_INDEX_LABEL)) == "0" and index == "0"
     return pod_view(pod, f"pods/{_str(meta.get('name'))}", replicated_job=rjob,
                     replicas=tmpl["replicas"] if tmpl else 1, parallelism=tmpl["parallelism"] if tmpl else 1,
-                    process0=process0, trainer_name=trainer_name, live=True)
+                    process0=process0, trainer_name=trainer_name, live=True,
+                    completions=tmpl["completions"] if tmpl else -1)
 
 
 def shape(pods: list[dict]) -> dict:

@@ -21,9 +21,11 @@ import cel
 import yaml
 
 from steptail.runs import manifest
-from steptail.runs.findings import CRITICAL, WARNING
+from steptail.runs.findings import CRITICAL, INFO, WARNING
 
-SEVERITIES = (WARNING, CRITICAL)
+SEVERITIES = (WARNING, CRITICAL)  # a rule's own: a broken rule asks for a change
+# A finding's: also INFO, a rule that is not evaluable for want of its input (`requires`).
+FINDING_SEVERITIES = (CRITICAL, WARNING, INFO)
 SCOPES = ("jobset", "pod", "process0", "volume")
 # The CEL variables each scope's expressions may read.
 VARIABLES = {
@@ -33,7 +35,8 @@ VARIABLES = {
     "volume": ("volume", "pod", "jobset", "settings", "facts"),
 }
 RULE_KEYS = {"name", "scope", "severity", "message", "messageExpression", "expression", "path",
-             "enabled", "description"}
+             "enabled", "description", "requires", "live"}
+REQUIRE_KEYS = {"field", "expression"}
 REQUIRED = ("severity", "message", "expression")
 TOP_KEYS = {"settings", "rules", "defaults"}
 DEFAULTS_MODES = ("merge", "replace")
@@ -67,6 +70,9 @@ class Rule:
     description: str = ""
     program: object = field(default=None, compare=False, repr=False)
     message_program: object = field(default=None, compare=False, repr=False)
+    # (field, compiled CEL) the rule needs: when one is false the rule is not evaluable (info)
+    requires: tuple = field(default=(), compare=False, repr=False)
+    live: bool = True  # false: checked before submission only (`lint`), not on a running JobSet
 
 
 @dataclass(frozen=True)
@@ -91,10 +97,15 @@ class RuleFinding:
     namespace: str = ""
     error: bool = False  # the rule could not be evaluated here (the message says why)
 
+    @property
+    def evaluable(self) -> bool:
+        """False for "not evaluable: … missing" (severity info): its input is absent."""
+        return self.severity != INFO
+
     def to_dict(self) -> dict:
         return {"rule": self.rule, "severity": self.severity, "jobset": self.jobset,
                 "namespace": self.namespace, "path": self.path, "message": self.message,
-                "error": self.error}
+                "error": self.error, "evaluable": self.evaluable}
 
 
 # -- loading ---------------------------------------------------------------------------------
@@ -189,8 +200,9 @@ def compile_rule(r: dict, source: str) -> Rule:
     scope = r.get("scope", "jobset")
     if scope not in SCOPES:
         raise bad(f"scope must be one of {', '.join(SCOPES)}, not {scope!r}")
-    if not isinstance(r.get("enabled", True), bool):
-        raise bad("`enabled` must be true or false")
+    for key in ("enabled", "live"):
+        if not isinstance(r.get(key, True), bool):
+            raise bad(f"`{key}` must be true or false")
     for key in ("message", "expression", "messageExpression", "path", "description"):
         if key in r and not isinstance(r[key], str):
             raise bad(f"`{key}` must be a string")
@@ -205,8 +217,28 @@ def compile_rule(r: dict, source: str) -> Rule:
     message_program = None
     if r.get("messageExpression", "").strip():
         message_program = _compile(r["messageExpression"], scope, bad, "messageExpression")
+    requires = tuple((field_, _compile(expr, scope, bad, f"requires[{i}].expression"))
+                     for i, (field_, expr) in enumerate(_requirements(r.get("requires"), bad)))
     return Rule(name, scope, r["severity"], " ".join(r["message"].split()), r["expression"], source,
-                path, r.get("messageExpression", ""), r.get("description", ""), program, message_program)
+                path, r.get("messageExpression", ""), r.get("description", ""), program, message_program,
+                requires, r.get("live", True))
+
+
+def _requirements(raw, bad) -> list[tuple[str, str]]:
+    """`requires`: a list of {field: what the input is called, expression: CEL, true when the
+    input is there}."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise bad("`requires` must be a list of {field, expression}")
+    out = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict) or set(item) != REQUIRE_KEYS:
+            raise bad(f"requires[{i}] must be a mapping with exactly `field` and `expression`")
+        if not all(isinstance(item[k], str) and item[k].strip() for k in REQUIRE_KEYS):
+            raise bad(f"requires[{i}]: `field` and `expression` must be non-empty strings")
+        out.append((" ".join(item["field"].split()), item["expression"]))
+    return out
 
 
 class _Paths(dict):
@@ -286,18 +318,28 @@ def _targets(policy: Policy, jobset: dict, pods: list[dict] | None, facts: dict 
 
 
 def evaluate(policy: Policy, jobset: dict, pods: list[dict] | None = None,
-             facts: dict | None = None) -> list[RuleFinding]:
-    """The rules `jobset` breaks. `pods`: its live pods, when known (`follow`): pod-scope rules
-    run on each of them too (Kueue and webhooks change a template on admission). `facts`:
-    what the JobSet alone cannot tell, e.g. {"control": {"run", "topology", "hosts"}}."""
+             facts: dict | None = None, *, live: bool = False) -> list[RuleFinding]:
+    """The rules `jobset` breaks, and those not evaluable for want of their input (severity
+    info). `pods`: its live pods, when known (`follow`): pod-scope rules run on each of them
+    too (Kueue and webhooks change a template on admission). `facts`: what the JobSet alone
+    cannot tell, e.g. {"control": {"run", "topology", "hosts"}}. `live`: the JobSet is running
+    (`follow`): rules checked before submission only (`live: false`, the slice's shape: a
+    running JobSet was scheduled) are skipped."""
     meta = jobset.get("metadata") or {}
     name, namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "")
     findings = []
     targets = _targets(policy, jobset, pods, facts)
     for rule in policy.rules:
+        if live and not rule.live:
+            continue
         for t in targets[rule.scope]:
             ctx = t.ctx()
             path = rule.path.format_map(t.paths) if rule.path else (t.paths["volume"] or t.paths["pod"])
+            missing = _missing(rule, ctx)
+            if missing is not None:
+                findings.append(RuleFinding(rule.name, INFO, f"not evaluable: {missing} missing",
+                                            path, name, namespace))
+                continue
             try:
                 kept = rule.program.execute(ctx)
             except Exception as exc:  # any CEL runtime error is the rule's, not ours
@@ -313,6 +355,25 @@ def evaluate(policy: Policy, jobset: dict, pods: list[dict] | None = None,
                 continue
             findings.append(RuleFinding(rule.name, rule.severity, _message(rule, ctx), path, name, namespace))
     return findings
+
+
+def _missing(rule: Rule, ctx) -> str | None:
+    """The first input the rule requires that is absent (a requirement that cannot be
+    evaluated counts as absent: never a breach for want of data)."""
+    for field_, program in rule.requires:
+        try:
+            present = program.execute(ctx)
+        except Exception:  # noqa: BLE001 - e.g. a key the object lacks: the input is not there
+            present = False
+        if present is not True:
+            return field_
+    return None
+
+
+def render_message(policy: Policy, rule_name: str, variables: dict) -> str:
+    """A rule's message over the given variables (a detector that saw the rule broken
+    elsewhere than in a JobSet: runs/rule_text.py)."""
+    return _message(policy.rule(rule_name), cel.Context(variables=variables))
 
 
 def _message(rule: Rule, ctx) -> str:

@@ -171,12 +171,15 @@ def test_a_head_never_read_is_a_head_gap_and_its_rules_unchecked():
     b = LogBuilder().steps(40, 50)  # no start-up line: following began mid-way, the head never read
     engine, _ = feed_engine("m", b.lines)
     assert keys(engine.findings.values()) == {
-        ("head_gap", 1, 1, 39), ("step1_ce_gate", 1, 1, 1), ("load_balance_rule", 1, 40, 40)}
-    assert {f.severity for f in engine.findings.values()} == {"warning"}
+        ("head_gap", 1, 1, 39), ("step1_ce_gate", 1, 1, 1), ("rule:load_balance", 1, 40, 40)}
+    # the rule whose input (the config lines) was never read is not evaluable: info, never a breach
+    assert {(f.kind, f.severity) for f in engine.findings.values()} == {
+        ("head_gap", "warning"), ("step1_ce_gate", "warning"), ("rule:load_balance", "info")}
     head = only(engine, "head_gap")
     assert "read from step 40" in head.detail and "start-up" in head.detail and "restore line" in head.detail
     assert "could not run: step 1 was never read" in only(engine, "step1_ce_gate").detail
-    assert "could not be checked" in only(engine, "load_balance_rule").detail
+    assert only(engine, "rule:load_balance").detail.startswith(
+        "not evaluable: the config lines of ici_context_parallelism and context_parallel_load_balance missing")
 
 
 def test_no_head_gap_mid_resume_with_the_restore_line_read():
@@ -220,11 +223,11 @@ def test_load_balance_config_read_after_the_unread_head_is_still_critical():
     b = LogBuilder().steps(31, 35).add("I1130 pyconfig.py:584] Config param ici_context_parallelism: 4")
     b.add("I1130 pyconfig.py:584] Config param context_parallel_load_balance: True").steps(36, 40)
     engine, out = feed_engine("m", b.lines)
-    lb = only(engine, "load_balance_rule")  # the warning dropped: `check` stores only the violation
+    lb = only(engine, "rule:load_balance")  # the info dropped: `check` stores only the violation
     assert lb.severity == "critical" and "runbook forbids" in lb.detail and lb.first_step == -1
     # live, both were raised; the violation has a key of its own, so it is alerted too
-    raised = [(f.severity, f.first_step) for batch in out for f in batch if f.kind == "load_balance_rule"]
-    assert raised == [("warning", 31), ("critical", -1)]
+    raised = [(f.severity, f.first_step) for batch in out for f in batch if f.kind == "rule:load_balance"]
+    assert raised == [("info", 31), ("critical", -1)]
 
 
 def test_gap_names_the_stream_gap():
@@ -327,8 +330,11 @@ def test_resume_from_zero_and_not_after_a_crash_at_step_1():
 def test_load_balance_rule():
     lines = LogBuilder().start(ici_context_parallelism=8, context_parallel_load_balance="true").steps(1, 3).lines
     engine, _ = feed_engine("lb", lines, reference_ce={1: ce1(1)})
-    f = only(engine, "load_balance_rule")
+    f = only(engine, "rule:load_balance")
     assert f.severity == "critical" and f.first_step == -1
+    assert f.detail == ("ici_context_parallelism=8 with context_parallel_load_balance=true: the runbook forbids load "
+                        "balancing with context parallelism (it moved step-1 CE by +0.39 at cp4 and +1.98 at cp8); "
+                        "set context_parallel_load_balance=False (seen in the config lines of incarnation 1)")
     lines = LogBuilder().start(ici_context_parallelism=1, context_parallel_load_balance="True").steps(1, 3).lines
     assert feed_engine("lb", lines)[0].findings == {}
 
@@ -373,7 +379,7 @@ def test_offline_equals_live_on_a_busy_log(store):
     offline = check_run(store, "busy")
     assert keys(offline) == keys(live.findings.values())
     assert {k for k, *_ in keys(offline)} == {
-        "gap", "missing_rbf", "stall", "nonfinite_ce", "load_balance_rule", "step1_ce_gate",
+        "gap", "missing_rbf", "stall", "nonfinite_ce", "rule:load_balance", "step1_ce_gate",
         "head_gap", "resume_mismatch", "resume_from_zero",
     }
 

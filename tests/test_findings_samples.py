@@ -20,7 +20,7 @@ EXPECTED = {
     "clean-300": set(),
     "resume-gap": {("gap", 1, 60, 63), ("missing_rbf", 1, 90, 91)},
     "resume-mismatch": {("resume_mismatch", 2, 101, 120)},
-    "cp4-lb-nan": {("load_balance_rule", 1, -1, -1), ("nonfinite_ce", 1, 77, 77), ("step1_ce_gate", 1, 1, 1)},
+    "cp4-lb-nan": {("rule:load_balance", 1, -1, -1), ("nonfinite_ce", 1, 77, 77), ("step1_ce_gate", 1, 1, 1)},
     "resume-from-zero": {("resume_from_zero", 2, 1, 1)},
 }
 

@@ -100,14 +100,16 @@ def test_follow_started_after_a_rotation_flags_the_head_and_the_rules_it_held(ma
     (gap,) = gaps(db_url, "r")
     assert "rotated away before following began" in gap[3]
     found = _findings(db_url)
-    assert set(found) == {("head_gap", 1, 1, 40), ("step1_ce_gate", 1, 1, 1), ("load_balance_rule", 1, 41, 41)}
-    assert {sev for sev, _ in found.values()} == {"warning"}
+    assert set(found) == {("head_gap", 1, 1, 40), ("step1_ce_gate", 1, 1, 1), ("rule:load_balance", 1, 41, 41)}
+    # the load-balance rule's input (the config lines) went with the head: not evaluable, info
+    assert {k[0]: sev for k, (sev, _) in found.items()} == {
+        "head_gap": "warning", "step1_ce_gate": "warning", "rule:load_balance": "info"}
     head = found[("head_gap", 1, 1, 40)][1]
     assert "read from step 41" in head and "without the trainer's start-up or a restore line" in head
     assert "rotated away before following began" in head  # the stream gap that explains it
     assert "step 1 was never read" in found[("step1_ce_gate", 1, 1, 1)][1]
-    lb = found[("load_balance_rule", 1, 41, 41)][1]
-    assert "could not be checked" in lb and "context_parallel_load_balance" in lb
+    lb = found[("rule:load_balance", 1, 41, 41)][1]
+    assert lb.startswith("not evaluable: the config lines of") and "context_parallel_load_balance" in lb
     assert _missing_metric(metrics) == 40
 
     result = _check(db_url)
@@ -246,7 +248,7 @@ def test_ingest_of_a_log_without_its_head(samples, tmp_path, db_url):
         assert res.exit_code == 0, res.output
         found = _findings(db_url)
         # its config lines went with the head: cp unknown, so the rules that need it are unchecked
-        assert set(found) == {("head_gap", 1, 1, 30), ("step1_ce_gate", 1, 1, 1), ("load_balance_rule", 1, 31, 31)}
+        assert set(found) == {("head_gap", 1, 1, 30), ("step1_ce_gate", 1, 1, 1), ("rule:load_balance", 1, 31, 31)}
     assert "read from step 31" in found[("head_gap", 1, 1, 30)][1]
     result = _check(db_url)
     assert result.exit_code == 1 and "30 step(s) missing: steps 1–30 (incarnation 1, head)" in result.output
@@ -264,8 +266,8 @@ def test_ingest_of_the_cp4_load_balance_run_without_its_config_and_step_1(sample
     assert result.exit_code == 1
     found = _findings(db_url)
     assert found[("head_gap", 1, 1, 40)][0] == "warning"
-    gate, lb = found[("step1_ce_gate", 1, 1, 1)], found[("load_balance_rule", 1, 41, 41)]
-    assert gate[0] == lb[0] == "warning"
+    gate, lb = found[("step1_ce_gate", 1, 1, 1)], found[("rule:load_balance", 1, 41, 41)]
+    assert (gate[0], lb[0]) == ("warning", "info")
     assert "could not run: step 1 was never read" in gate[1] and "ici_context_parallelism unknown" in gate[1]
-    assert "could not be checked" in lb[1] and "ici_context_parallelism and context_parallel_load_balance" in lb[1]
-    assert "40 step(s) missing" in result.output and "could not be checked" in result.output
+    assert "not evaluable: the config lines of ici_context_parallelism and context_parallel_load_balance missing" in lb[1]
+    assert "40 step(s) missing" in result.output and "not evaluable: the config lines" in result.output

@@ -58,7 +58,11 @@ POLICY = load_policy([DEFAULTS])
 
 
 def rules_broken(js: dict, facts: dict | None = None, policy=POLICY) -> list[str]:
-    return [f.rule for f in evaluate(policy, js, facts=facts)]
+    return [f.rule for f in evaluate(policy, js, facts=facts) if f.severity != "info"]
+
+
+def not_evaluable(js: dict, facts: dict | None = None, policy=POLICY) -> dict[str, str]:
+    return {f.rule: f.message for f in evaluate(policy, js, facts=facts) if f.severity == "info"}
 
 
 # -- each rule: a JobSet that breaks it, one that keeps it ------------------------------------
@@ -102,6 +106,18 @@ def _suspend(v):
     return lambda js: js["spec"].__setitem__("suspend", v)
 
 
+def _jobspec(key, value):
+    return lambda js: js["spec"]["replicatedJobs"][0]["template"]["spec"].__setitem__(key, value)
+
+
+def _selector(key, value):
+    return lambda js: template(js)["nodeSelector"].__setitem__(f"cloud.google.com/gke-tpu-{key}", value)
+
+
+def _tpus(n):
+    return lambda js: trainer(js)["resources"]["limits"].__setitem__("google.com/tpu", n)
+
+
 def _nothing(js):
     pass
 
@@ -113,7 +129,6 @@ BREAKS = [
     ("restore_fix_image", _image("maxtext-posttrain:0e1d2c3b")),
     ("restore_fix_image", _image("us-docker.pkg.dev/p/i/maxtext-posttrain:51f8cc4b-p907d86f3-rfb46e215e-old")),
     ("slice_topology", _topology("2x2x1")),
-    ("slice_topology", _no_topology),
     ("borrowed_topology", _topology("8x8x16")),
     ("load_balance", _args("ici_context_parallelism=2")),
     ("load_balance", _args("ici_context_parallelism=-1", "context_parallel_load_balance=True")),
@@ -122,6 +137,11 @@ BREAKS = [
     ("checkpoint_mount", _only_dir("only-dir=/post-training/checkpoints/")),
     ("checkpoint_mount", _only_dir("implicit-dirs")),
     ("suspend", _suspend(True)),
+    ("slice_hosts", _jobspec("parallelism", 8)),
+    ("slice_hosts", _topology("8x8x16")),  # 1024 chips: 256 hosts
+    ("slice_completions", _jobspec("completions", 16)),
+    ("tpu_request", _tpus("8")),
+    ("tpu_request", _tpus("four")),
 ]
 KEEPS = [
     ("queue", _nothing),
@@ -135,6 +155,9 @@ KEEPS = [
     ("checkpoint_mount", _only_dir("implicit-dirs,only-dir=post-training/data")),
     ("checkpoint_mount", _only_dir("only-dir=post-training/tokenizers")),
     ("suspend", _suspend(False)),
+    ("slice_hosts", _jobspec("parallelism", 32)),
+    ("slice_completions", _jobspec("completions", 32)),
+    ("tpu_request", _tpus(4)),
 ]
 
 
@@ -143,7 +166,9 @@ def test_a_jobset_that_breaks_the_rule_is_flagged(rule, change):
     js = good()
     change(js)
     assert rules_broken(js) == [rule] or rule in rules_broken(js)
-    assert all(r in (rule, "slice_topology", "borrowed_topology") for r in rules_broken(js))
+    # a topology or host count changed breaks the slice's shape too
+    shape = {"slice_topology", "borrowed_topology", "slice_hosts", "slice_completions"}
+    assert all(r in ({rule} | shape) for r in rules_broken(js))
 
 
 @pytest.mark.parametrize("rule, change", KEEPS, ids=lambda x: x if isinstance(x, str) else "")
@@ -156,6 +181,75 @@ def test_a_jobset_that_keeps_the_rule_is_clean(rule, change):
 def test_each_default_rule_is_tested():
     # slice_shape needs a control, stagger the neighbours' start times: tested below with facts
     assert {r.name for r in POLICY.rules} == {r for r, _ in BREAKS} | {"slice_shape", "stagger"}
+
+
+# -- absent input is never a breach: not evaluable (info), naming what is missing ----------------
+
+
+def _no_image(js):
+    del trainer(js)["image"]
+
+
+def _no_containers(js):
+    template(js)["containers"] = []
+
+
+NOT_EVALUABLE = [  # (change, {rule: the missing input named})
+    (_no_image, {"restore_fix_image": "the trainer container's image"}),
+    (lambda js: trainer(js).__setitem__("image", ""), {"restore_fix_image": "the trainer container's image"}),
+    (_no_topology, {"slice_topology": "the cloud.google.com/gke-tpu-topology node selector"}),
+    (lambda js: template(js)["nodeSelector"].pop("cloud.google.com/gke-tpu-accelerator"),
+     {"slice_hosts": "the cloud.google.com/gke-tpu-accelerator node selector"}),
+    (_selector("accelerator", "tpu-v9-hyperslice"), {"slice_hosts": "the chips per host of this accelerator type"}),
+    (_no_containers, {"restore_fix_image": "the trainer container", "load_balance": "the trainer container",
+                      "tpu_request": "the trainer container"}),
+]
+
+
+@pytest.mark.parametrize("change, expected", NOT_EVALUABLE)
+def test_a_rule_without_its_input_is_not_evaluable_never_broken(change, expected):
+    js = good()
+    change(js)
+    assert rules_broken(js) == []
+    got = not_evaluable(js)
+    assert set(got) == set(expected), got
+    for rule, field in expected.items():
+        assert got[rule].startswith(f"not evaluable: {field}") and got[rule].endswith(" missing"), got[rule]
+
+
+def test_live_suspend_without_a_workload_is_not_evaluable():
+    js = good()
+    _suspend(True)(js)
+    assert rules_broken(js) == ["suspend"]  # lint: spec.suspend does nothing once admitted
+    live = {"live": True}  # follow read no Workload (no Kueue, or RBAC denied)
+    assert rules_broken(js, live) == [] and set(not_evaluable(js, live)) == {"suspend"}
+    assert "Kueue Workload" in not_evaluable(js, live)["suspend"]
+    _suspend(False)(js)
+    assert not_evaluable(js, live) == {}  # nothing to ask of the Workload
+
+
+def test_slice_hosts_says_what_to_change():
+    js = good()
+    _jobspec("parallelism", 8)(js)
+    _jobspec("completions", 8)(js)
+    [f] = evaluate(POLICY, js)
+    assert (f.rule, f.severity) == ("slice_hosts", "critical")
+    assert f.message == ("parallelism 8 but a 4x4x8 tpu-v5p-slice has 32 hosts (128 chips ÷ 4 per host): the "
+                         "runbook requires one pod per host; set parallelism and completions to 32")
+    assert evaluate(POLICY, js, live=True) == []  # a running JobSet was scheduled: lint's check only
+
+
+def test_rule_messages_say_what_to_change_never_a_double_negative():
+    docs, _ = manifest.split_manifest((MANIFESTS / "bad.yaml").read_text(), "bad.yaml")
+    found = evaluate(POLICY, docs[0].body)
+    for f in found:
+        assert " without " not in f.message and "(it is " not in f.message, f.message
+        if f.severity != "info":
+            assert "the runbook" in f.message and ("; " in f.message), f.message
+    lb = next(f for f in found if f.rule == "load_balance")
+    assert lb.message == ("ici_context_parallelism=2 with context_parallel_load_balance=True: the runbook forbids "
+                          "load balancing with context parallelism (it moved step-1 CE by +0.39 at cp4 and +1.98 "
+                          "at cp8); set context_parallel_load_balance=False")
 
 
 def _workload(admitted: bool, active: bool = True) -> dict:
@@ -200,7 +294,7 @@ def test_findings_name_the_rule_severity_message_and_path():
 
 
 def test_slice_shape_against_the_control():
-    js = good()  # 4x4x8, 2 replicas x 16 hosts
+    js = good()  # 4x4x8, 1 replica x 32 hosts
     same = {"control": {"run": "base", "topology": "4x4x8", "hosts": 32}}
     assert rules_broken(js, same) == []
     assert rules_broken(js) == []  # no control, nothing to compare
@@ -358,8 +452,8 @@ def test_lint_exit_codes_and_table(tmp_path):
     rows = flagged.stdout.splitlines()
     assert rows[0].split() == ["SEVERITY", "RULE", "JOBSET", "MESSAGE"]
     assert {r.split()[1] for r in rows[1:-1]} == {"queue", "restore_fix_image", "borrowed_topology",
-                                                  "load_balance", "checkpoint_mount", "suspend"}
-    assert rows[-1] == "1 JobSet(s): 6 finding(s), 4 critical"
+                                                  "load_balance", "checkpoint_mount", "suspend", "slice_hosts"}
+    assert rows[-1] == "1 JobSet(s): 7 finding(s), 4 critical, 1 not evaluable"  # no accelerator selector
     wide = steptail("lint", MANIFESTS / "bad.yaml", "-o", "wide", cwd=tmp_path)
     assert "PATH" in wide.stdout and "bad.yaml#1" in wide.stdout
 
@@ -375,7 +469,7 @@ def test_lint_json_csv_ndjson(tmp_path):
     assert "is not a JobSet: ignored" in proc.stderr  # the note, on stderr
     assert doc["control"] is None and "queue" in doc["rules"]
     rows = list(csv.DictReader(io.StringIO(steptail("lint", MANIFESTS / "bad.yaml", "-o", "csv", cwd=tmp_path).stdout)))
-    assert len(rows) == 6 and rows[0]["rule"] == "queue" and rows[0]["document"] == "1"
+    assert len(rows) == 7 and rows[0]["rule"] == "queue" and rows[0]["document"] == "1"
     lines = steptail("lint", MANIFESTS / "bad.yaml", "-o", "ndjson", cwd=tmp_path).stdout.splitlines()
     assert [json.loads(line)["rule"] for line in lines][:2] == ["queue", "restore_fix_image"]
 
@@ -441,9 +535,9 @@ def test_lint_control_run_from_the_store(tmp_path):
     assert json.loads(ok.stdout)["control"] == {"run": "base", "topology": "", "hosts": 32, "from": ["run base"]}
     assert "only the host count is compared" in ok.stderr
     js = good()
-    js["spec"]["replicatedJobs"][0]["replicas"] = 1
-    (tmp_path / "half.yaml").write_text(yaml.safe_dump(js))
-    half = steptail("lint", "half.yaml", "--control", "base", "--db", db, cwd=tmp_path)
-    assert half.returncode == 1 and "slice_shape" in half.stdout and "16 hosts" in half.stdout
+    js["spec"]["replicatedJobs"][0]["replicas"] = 2
+    (tmp_path / "double.yaml").write_text(yaml.safe_dump(js))
+    double = steptail("lint", "double.yaml", "--control", "base", "--db", db, cwd=tmp_path)
+    assert double.returncode == 1 and "slice_shape" in double.stdout and "64 hosts" in double.stdout
     unknown = one_line_error(steptail("lint", MANIFESTS / "good.yaml", "--control", "nope", "--db", db, cwd=tmp_path))
     assert "no run 'nope'" in unknown

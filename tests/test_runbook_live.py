@@ -27,6 +27,8 @@ CLI = [sys.executable, "-c", "from steptail.cli import main; main()"]
 IMAGE = "us-docker.pkg.dev/steptail-sim/maxtext/maxtext-posttrain:51f8cc4b-p907d86f3-rfb46e215e"
 OTHER_IMAGE = "us-docker.pkg.dev/steptail-sim/maxtext/maxtext-posttrain:0ddba11-p1-r2"
 TRAINER = {"steps": 60, "checkpoint_period": 20}
+# The simulated slices run 1-4 pods on a "4x4x8" (32 hosts): lint's host-count check is off for them.
+SIM_POLICY = Path(__file__).resolve().parent / "manifests" / "sim-policy.yaml"
 
 
 def base(**extra) -> dict:
@@ -141,7 +143,7 @@ def test_each_rule_broken_by_a_live_jobset_is_a_finding_of_its_run(make_simclust
                              capture_output=True, text=True, env={**os.environ, "CLOUDSDK_CORE_ACCOUNT": sim.account})
         assert got.returncode == 0, got.stderr
         manifest.write_text(got.stdout)
-        lint = steptail("lint", str(manifest), "-o", "json")
+        lint = steptail("lint", str(manifest), "--policy", str(SIM_POLICY), "-o", "json")
         flagged = {"rule:" + f["rule"] for j in json.loads(lint.stdout)["jobsets"] for f in j["findings"]}
         assert flagged == expected, (name, lint.stdout)
         assert lint.returncode == (1 if expected else 0)
@@ -154,19 +156,41 @@ def test_each_rule_broken_by_a_live_jobset_is_a_finding_of_its_run(make_simclust
     # stored with their severity and message; `check` keeps them (not recomputable offline)
     (detail, severity), = query(db_url, "SELECT detail, severity FROM findings WHERE run = 'hero-queue'"
                                         " AND kind = 'rule:queue'")
-    assert severity == "critical" and "queue 'hero' is not a post-training queue" in detail
+    assert severity == "critical" and "queue 'hero': the runbook requires a post-training queue" in detail
     check = steptail("check", "hero-queue", "--db", db_url, "--json")
     assert check.returncode == 1
     assert "rule:queue" in {f["kind"] for f in json.loads(check.stdout)["findings"]}
+    # one cause, one finding: the load-balance rule seen in the config lines and in the trainer's
+    # args is one critical citing both, in the words lint prints; `check` (the config lines
+    # alone) keeps both citations
+    lb_lint = next(f["message"] for f in json.loads(steptail("lint", str(tmp_path / "cp4-lb.yaml"), "--policy",
+                                                             str(SIM_POLICY), "-o", "json").stdout)["jobsets"][0]["findings"])
+    assert lb_lint.startswith("ici_context_parallelism=4 with context_parallel_load_balance=True: the runbook forbids")
+    assert lb_lint.endswith("; set context_parallel_load_balance=False")
+
+    def critical(run: str) -> list[tuple]:
+        return query(db_url, "SELECT kind, incarnation, detail FROM findings WHERE run = :run"
+                             " AND severity = 'critical'", run=run)
+
+    [(kind, inc, detail)] = critical("cp4-lb")
+    assert (kind, inc) == ("rule:load_balance", 1)
+    assert detail.startswith(lb_lint + " (seen in "), detail
+    assert "the config lines of incarnation 1" in detail and "the trainer args of pod cp4-lb-" in detail
+    check = steptail("check", "cp4-lb", "--db", db_url, "--json")
+    assert check.returncode == 1
+    assert [f["detail"] for f in json.loads(check.stdout)["findings"] if f["severity"] == "critical"] == [detail]
+    assert critical("cp4-lb") == [(kind, inc, detail)]
     # each incarnation records what it ran on
     (image, image_id, topology, hosts), = query(
         db_url, "SELECT image, image_id, topology, hosts FROM incarnations WHERE run = 'good'")
     assert image == IMAGE and image_id.startswith(IMAGE.split(":")[0] + "@sha256:") and len(image_id) > 70
     assert (topology, hosts) == ("4x4x8", 2)
     # one slice shape per experiment: lint --control reads the control's recorded topology
-    same = steptail("lint", str(tmp_path / "good.yaml"), "--control", "good", "--db", db_url, "-o", "json")
+    same = steptail("lint", str(tmp_path / "good.yaml"), "--control", "good", "--db", db_url,
+                    "--policy", str(SIM_POLICY), "-o", "json")
     assert same.returncode == 0, same.stdout + same.stderr
-    other = steptail("lint", str(tmp_path / "own-topology.yaml"), "--control", "good", "--db", db_url, "-o", "json")
+    other = steptail("lint", str(tmp_path / "own-topology.yaml"), "--control", "good", "--db", db_url,
+                     "--policy", str(SIM_POLICY), "-o", "json")
     flagged = {f["rule"]: f["message"] for j in json.loads(other.stdout)["jobsets"] for f in j["findings"]}
     assert other.returncode == 1 and "slice_shape" in flagged, other.stdout
     assert "differs from the control good's 4x4x8 x 2 hosts" in flagged["slice_shape"]

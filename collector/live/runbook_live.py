@@ -25,6 +25,9 @@ from steptail.collector.cluster.discovery import Discovery, PodInfo
 from steptail.collector.cluster.jobsets import OWN_FAILURES, ClusterObjects, jobset_failed
 from steptail.runs import manifest
 from steptail.runs.findings import (
+    CRITICAL,
+    INFO,
+    LOAD_BALANCE_RULE,
     LOGS_NOT_SAVED,
     NO_INCARNATION,
     NO_STEP,
@@ -32,6 +35,7 @@ from steptail.runs.findings import (
     Finding,
     rule_kind,
 )
+from steptail.runs.rule_text import cite
 from steptail.runs.runbook import Policy, RuleFinding, evaluate
 from steptail.storage.db import Store
 from steptail.storage.run_files import ARCHIVE_MANIFEST, run_files
@@ -144,7 +148,7 @@ class RunbookLive:
             # once its pods ran, between a restart's old pods and new ones too, the pods speak
             state.ran = state.ran or bool(pods) or bool(state.pods)
             try:
-                found = evaluate(self.policy, obj, [p.view for p in pods], facts)
+                found = evaluate(self.policy, obj, [p.view for p in pods], facts, live=True)
             except Exception as exc:  # noqa: BLE001 - an object the views cannot read: said once per change
                 log.warning("%s: runbook rules not checked on JobSet %s (resourceVersion %s): cannot read it "
                             "(%s: %s)", target.run, jobset, signature[0], type(exc).__name__, str(exc)[:200])
@@ -163,7 +167,7 @@ class RunbookLive:
             state.pods[cur.pod] = cur.number
 
     def _facts(self, jobset: str, obj: dict, workload, starts: dict[str, int]) -> dict:
-        facts: dict = {}
+        facts: dict = {"live": True}  # a rule's `requires` may ask for what only live tells (the Workload)
         if workload is not None:
             facts["workload"] = {"name": workload.name, "admitted": workload.admitted,
                                  "active": workload.active, "finished": workload.finished}
@@ -227,7 +231,13 @@ class RunbookLive:
         now = time.time_ns()
         out = []
         for (rule, inc), rfs in grouped.items():
-            detail = "; ".join(dict.fromkeys(f"{rf.message} ({rf.path})" if rf.path else rf.message for rf in rfs))
+            if rule_kind(rule) == LOAD_BALANCE_RULE:  # one finding with the config lines': cite where
+                top = max(rfs, key=lambda rf: _rank(rf.severity))
+                detail = cite(top.message, list(dict.fromkeys(_seen_in(rf.path) for rf in rfs
+                                                              if rf.severity == top.severity)))
+            else:
+                detail = "; ".join(dict.fromkeys(f"{rf.message} ({rf.path})" if rf.path else rf.message
+                                                 for rf in rfs))
             for rf in rfs:
                 state.raised.add((rule, inc, rf.message))
             out.append(Finding(rule_kind(rule), target.run, inc, NO_STEP, NO_STEP, detail[:2000],
@@ -280,7 +290,14 @@ class RunbookLive:
 
 
 def _rank(severity: str) -> int:
-    return 0 if severity == WARNING else 1
+    return {INFO: 0, WARNING: 1, CRITICAL: 2}.get(severity, 1)
+
+
+def _seen_in(path: str) -> str:
+    """Where a rule was seen, as a finding cites it: a live pod's or the JobSet's trainer args."""
+    if path.startswith("pods/"):
+        return f"the trainer args of pod {path[len('pods/'):].split('.', 1)[0]}"
+    return f"the JobSet's trainer args ({path})" if path else "the JobSet's trainer args"
 
 
 def _created_ns(p: PodInfo) -> int | None:
