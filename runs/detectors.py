@@ -27,7 +27,6 @@ from steptail.parsers import format_ns
 from steptail.parsers.numbers import parse_integer
 from steptail.runs.evaluable import mark as mark_not_evaluable
 from steptail.runs.findings import (
-    AUTH_FAILURE,
     CRITICAL,
     INFO,
     LOAD_BALANCE_RULE,
@@ -35,12 +34,10 @@ from steptail.runs.findings import (
     NO_INCARNATION,
     NO_STEP,
     NONFINITE_CE,
-    PARQUET_FAILURE,
     RESUME_FROM_ZERO,
     RESUME_MISMATCH,
     STALL,
     STEP1_CE_GATE,
-    STREAM_FAILURE,
     UNREAD_TAIL,
     WARNING,
     Finding,
@@ -76,11 +73,11 @@ _RBF_STEP = itemgetter(REQUIRED_RBF.STEP)
 STEADY_MIN = 32
 CP_PARAM = "ici_context_parallelism"
 LB_PARAM = "context_parallel_load_balance"
-# Follower failure kinds and what each means for the run.
+# Follower failures that are the run's findings, and what each means for the run: only data
+# lost. The collector's own faults that lost nothing (auth, stream, Parquet failures) are
+# collector events, health (steptail.collector.notify.collector_events), never findings; one
+# that lost steps is named as the cause on the gap finding (the stream gap's reason).
 FAILURES = {
-    STREAM_FAILURE: "cannot read the log",
-    AUTH_FAILURE: "cannot authenticate to the cluster",
-    PARQUET_FAILURE: "cannot write Parquet (SQL has the rows; they go to Parquet once it works)",
     UNREAD_TAIL: "could not read the end of a pod's log",
 }
 
@@ -288,11 +285,12 @@ class FindingEngine:
 
     def observe_failure(self, kind: str, reason: str, now_ns: int,
                         at: tuple[int, int | None] | None = None) -> list[Finding]:
-        """stream_failure / auth_failure / parquet_failure / unread_tail from the follower. One
-        finding per position in the run (incarnation, last step): repeated failures at the same
-        place alert once. `at`: the position when the follower knows it better than the latest
-        rows do (an unread tail: the incarnation and last step of the stream that lost it; the
-        steps after that step are lost, their number unknown)."""
+        """An unread_tail from the follower (the collector's other faults are not the run's
+        findings: collector events). One finding per position in the run (incarnation, last
+        step): repeated failures at the same place alert once. `at`: the position when the
+        follower knows it better than the latest rows do (an unread tail: the incarnation and
+        last step of the stream that lost it; the steps after that step are lost, their number
+        unknown)."""
         what = FAILURES.get(kind)
         if what is None:
             raise ValueError(f"not a failure kind: {kind!r}")
@@ -305,8 +303,7 @@ class FindingEngine:
         where = f"after step {step}" if step != NO_STEP else "before any step"
         self._emit(
             kind, number or NO_INCARNATION, step, step,
-            f"the follower {what} ({where}): {reason}",
-            CRITICAL if kind == AUTH_FAILURE else WARNING, now_ns,
+            f"the follower {what} ({where}): {reason}", WARNING, now_ns,
         )
         return self._flush()
 

@@ -1,11 +1,12 @@
 """What a finding is, how severe each kind is, and the knobs of the detectors.
 
-Severity: "critical" when the run's loss can no longer be trusted or the service is blind
-(CE gate failure, non-finite CE, resume mismatch, load-balance rule, resume from zero, auth
-failure); "warning" when records are missing or late but the loss itself is not in doubt
-(gap, head gap, missing REQUIRED_RBF, stall, stream failure, Parquet failure, a step or clock
-jump read in a line, a step-1 gate or load-balance rule that could not run for want of its
-input: a reference, or the head of the log with step 1 and the config lines)."""
+Severity: "critical" when the run's loss can no longer be trusted (CE gate failure,
+non-finite CE, resume mismatch, load-balance rule, resume from zero); "warning" when records
+are missing or late but the loss itself is not in doubt (gap, head gap, unread tail, missing
+REQUIRED_RBF, stall, a step or clock jump read in a line, a step-1 gate or load-balance rule
+that could not run for want of its input: a reference, or the head of the log with step 1 and
+the config lines). The collector's own faults (auth, stream, Parquet failures) are not
+findings: see COLLECTOR_FAULTS."""
 
 from __future__ import annotations
 
@@ -35,9 +36,13 @@ STREAM_FAILURE, AUTH_FAILURE, PARQUET_FAILURE = "stream_failure", "auth_failure"
 STEP_JUMP, CLOCK_JUMP, UNREAD_TAIL = "step_jump", "clock_jump", "unread_tail"
 KINDS = (
     GAP, HEAD_GAP, STALL, NONFINITE_CE, STEP1_CE_GATE, LOAD_BALANCE_RULE,
-    RESUME_FROM_ZERO, RESUME_MISMATCH, MISSING_RBF, STREAM_FAILURE, AUTH_FAILURE,
-    PARQUET_FAILURE, STEP_JUMP, CLOCK_JUMP, UNREAD_TAIL,
+    RESUME_FROM_ZERO, RESUME_MISMATCH, MISSING_RBF, STEP_JUMP, CLOCK_JUMP, UNREAD_TAIL,
 )
+# The collector's own faults: collector events (health: steptail.collector.notify.collector_events),
+# never findings of a run. A fault that lost steps is named as the cause on the run's gap
+# finding; the lost tail of a deleted pod's log stays a finding (unread_tail). Stores written
+# before this hold them as findings: read and shown as stored.
+COLLECTOR_FAULTS = (AUTH_FAILURE, STREAM_FAILURE, PARQUET_FAILURE)
 # The collector's own finding (run ""): a name from the cluster refused as unsafe, never a run.
 UNSAFE_NAME = "unsafe_name"
 # A runbook rule (runs/runbook.yaml) the live JobSet or its pods break: kind "rule:<name>".

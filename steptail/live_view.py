@@ -16,6 +16,7 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
 from steptail.collector.live.follower import RunStatus
+from steptail.collector.live.view import findings_by_severity, run_state, severity_text
 from steptail.collector.notify.health import Health
 from steptail.output import Column, fit_table
 
@@ -32,32 +33,45 @@ def _red_if(key: str):
     return lambda r: "red" if r[key] else None
 
 
-# Left out when the terminal is narrow, in this order: lines, rows, step s, pod, reconnects,
-# last error (cut to 16 first). The run, its state (cut to 12), incarnation, step, CE, gaps
-# and failures are always there.
+def _findings_style(r: dict) -> str | None:
+    sev = r["severities"]
+    return "red" if sev.get("critical") else "yellow" if sev.get("warning") else None
+
+
+# Left out when the terminal is narrow, in this order: lines, step s, pod, stream gaps,
+# failures and reconnects, last error (cut to 16 first). The run, its state (live, stalled,
+# ended, failed, unknown: steptail.runs.state), incarnation, step, CE, steps recorded and its
+# findings by severity are always there; the follower's own state is cut to 8.
 COLUMNS = [
     Column("run", "run", keep=True),
     Column("pod", "pod", min_width=10, drop=3),
-    Column("state", "state", min_width=12),
+    Column("state", "run_state", keep=True, style=lambda r: "red" if r["run_state"] in ("stalled", "failed") else None),
+    Column("follower", "state", min_width=8),
     Column("inc", "inc", keep=True),
     Column("last step", "step", keep=True),
     Column("ce", "ce", keep=True),
     Column("step s", "step_s", min_width=None, drop=4),
     Column("lines", "lines", min_width=None, drop=5),
-    Column("rows", "rows", min_width=None, drop=5),
+    Column("steps", "steps", min_width=None, keep=True),
+    Column("findings", "findings", keep=True, style=_findings_style),
     Column("reconnects", "reconnects", min_width=None, drop=2),
-    Column("gaps", "gaps", keep=True, style=_red_if("gaps")),
-    Column("failures", "failures", keep=True, style=_red_if("failures")),
+    Column("gaps", "gaps", min_width=None, drop=2, style=_red_if("gaps")),
+    Column("failures", "failures", min_width=None, drop=2, style=_red_if("failures")),
     Column("last error", "last_error", min_width=16, drop=1, style=lambda r: "red" if r["last_error"] else None),
 ]
 
 
 def rows(statuses: dict[str, RunStatus]) -> list[dict]:
-    return [{"run": st.run, "pod": st.pod or "-", "state": st.state, "inc": _num(st.last_incarnation, "d"),
-             "step": _num(st.last_step, "d"), "ce": _num(st.last_ce, ".4f"), "step_s": _num(st.step_seconds, ".2f"),
-             "lines": st.lines, "rows": st.rows, "reconnects": st.reconnects, "gaps": st.gaps,
-             "failures": st.failures, "last_error": st.last_error or ""}
-            for st in statuses.values()]
+    out = []
+    for st in statuses.values():
+        severities = findings_by_severity(st)
+        out.append({"run": st.run, "pod": st.pod or "-", "run_state": run_state(st), "state": st.state,
+                    "inc": _num(st.last_incarnation, "d"), "step": _num(st.last_step, "d"),
+                    "ce": _num(st.last_ce, ".4f"), "step_s": _num(st.step_seconds, ".2f"), "lines": st.lines,
+                    "steps": st.steps, "findings": severity_text(severities, short=True), "severities": severities,
+                    "reconnects": st.reconnects, "gaps": st.gaps, "failures": st.failures,
+                    "last_error": st.last_error or ""})
+    return out
 
 
 class View:

@@ -597,6 +597,21 @@ def _accepts_gzip(request: web.Request) -> bool:
             if not q.startswith("q="):
                 return True
             try:
+def _collector_events(conn, run: str | None) -> dict:
+    from steptail.storage.collector_events import read_events
+
+    return {"run": run, "collector_events": read_events(conn, run)}
+
+
+async def collector_events(request: web.Request) -> web.Response:
+    """The collector's own faults (health, not the run's findings; storage.collector_events):
+    ?run=NAME, that run's and pod discovery's; without it, all; newest first."""
+    run = request.query.get("run") or None
+    if run is not None and (why := _impossible_run(run)) is not None:
+        raise ApiError(400, f"run: {why}")
+    return _json(await request.app[READS].run(request.app[CONNECTIONS].call, _collector_events, run))
+
+
                 return float(q[2:]) > 0
             except ValueError:
                 return False
@@ -757,6 +772,7 @@ async def _shutdown_lanes(app: web.Application) -> None:
     app[EXPORTS].shutdown()
     app[READS].shutdown()
     app[CONNECTIONS].close()
+    r.add_get("/api/collector-events", collector_events)
 
 
 class GuardedSite(web.BaseSite):

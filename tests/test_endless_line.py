@@ -14,7 +14,15 @@ import threading
 
 import psutil
 import pytest
-from test_follow_support import findings, follow_sim, gaps, in_gap, recorded, scenario
+from test_follow_support import (
+    collector_events,
+    findings,
+    follow_sim,
+    gaps,
+    in_gap,
+    recorded,
+    scenario,
+)
 
 from steptail.collector.cluster.kubectl import rss_bytes
 from steptail.collector.notify.metrics import Metrics
@@ -83,5 +91,10 @@ def test_a_line_with_no_end_is_bounded_skipped_and_flagged(make_simcluster, tmp_
     assert st.errors.get("line_too_long") == 1
     said = [rec.getMessage() for rec in caplog.records if "line_too_long" in rec.getMessage()]
     assert len(said) == 2 and "a line with no end" in said[0] and "ok again" in said[1], said
-    assert [k for k, d in findings(db, "r") if "a line with no end" in d] == ["stream_failure"]
+    # the collector's fault is a collector event; the steps it cost are a gap finding naming it
+    assert not [k for k, _ in findings(db, "r") if k == "stream_failure"]
+    (event,) = [e for e in collector_events(db, "r") if e["run"] == "r"]
+    assert event["kind"] == "stream_failure" and "a line with no end" in event["reason"] and event["cleared"]
+    named = [d for k, d in findings(db, "r") if k == "gap" and "a line with no end" in d]
+    assert bool(named) == bool(skipped) == event["lost_steps"], (named, skipped, event)  # steps lost: named
     assert 'steptail_errors_total{reason="line_too_long",run="r",source="follower"} 1.0' in metrics.render().decode()

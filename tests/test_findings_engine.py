@@ -356,14 +356,16 @@ def test_missing_rbf_rules():
 
 # -- follower failures --------------------------------------------------------------------------
 def test_failures_once_per_position():
+    """Only data lost (an unread tail) is a finding of the run; the collector's own faults
+    (auth, stream, Parquet failures) are collector events, which the engine refuses."""
     engine = FindingEngine("f")
-    (a,) = engine.observe_failure("auth_failure", "getting credentials: exec: executable gke-gcloud-auth-plugin failed", 5)
-    assert a.severity == "critical" and a.first_step == -1 and "getting credentials" in a.detail
-    assert engine.observe_failure("auth_failure", "again", 6) == []
-    (s,) = engine.observe_failure("stream_failure", "HTTP 500", 7)
-    assert s.severity == "warning"
-    with pytest.raises(ValueError):
-        engine.observe_failure("gap", "x", 8)
+    (a,) = engine.observe_failure("unread_tail", "pod p deleted before its log was read to the end", 5)
+    assert a.severity == "warning" and a.first_step == -1 and "deleted before" in a.detail
+    assert engine.observe_failure("unread_tail", "again", 6) == []
+    for kind in ("auth_failure", "stream_failure", "parquet_failure", "gap"):
+        with pytest.raises(ValueError):
+            engine.observe_failure(kind, "getting credentials: exec: executable gke-gcloud-auth-plugin failed", 8)
+    assert engine.findings.keys() == {a.key}
 
 
 def test_offline_equals_live_on_a_busy_log(store):

@@ -19,7 +19,7 @@ import aiohttp
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
-from test_follow_support import assert_exactly_once, findings, recorded, scenario
+from test_follow_support import assert_exactly_once, collector_events, findings, recorded, scenario
 
 from steptail.collector.cluster.kubectl import KubeTarget
 from steptail.collector.live.follower import FollowConfig
@@ -194,8 +194,11 @@ def test_denial_after_pods_were_listed_is_alerted_and_retried_not_fatal(make_sim
     assert proc.returncode == 0, proc.stderr
     _quiet_libraries(proc.stderr)
     assert len(assert_exactly_once(sim, db, "r")["got"]) == 300
-    alerts = [detail for kind, detail in findings(db, "r") if kind == "auth_failure"]
-    assert alerts and "pod discovery: pods is forbidden" in alerts[0], alerts
+    # pod discovery's denial is the collector's: one collector event for every run (run None),
+    # stored with its start and clear; no finding of the run
+    assert not [kind for kind, _ in findings(db, "r") if kind == "auth_failure"]
+    denied = [e for e in collector_events(db, "r") if e["run"] is None and e["kind"] == "auth_failure"]
+    assert denied and "pods is forbidden" in denied[0]["reason"] and denied[0]["cleared"], denied
     assert "pod discovery: ok, " in proc.stdout and "forbidden ×" in proc.stdout, proc.stdout
 
 

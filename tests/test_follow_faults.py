@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from test_follow_support import (
     assert_exactly_once,
+    collector_events,
     findings,
     follow_sim,
     kubectl_procs,
@@ -132,7 +133,14 @@ def test_auth_lapse_surfaces_with_its_reason_and_recovers(make_simcluster, tmp_p
     assert st.failures >= 1
     failures = [f for f in sup.detectors["r"].failures if f.kind == "auth"]
     assert failures and "auth" in failures[0].reason.lower()
-    assert any(kind == "auth_failure" and "authenticate" in detail for kind, detail in findings(_db(tmp_path), "r"))
+    # a lapse that lost nothing is the collector's health, not a finding of the run (issue 32)
+    assert not any(kind == "auth_failure" for kind, _ in findings(_db(tmp_path), "r"))
+    events = collector_events(_db(tmp_path), "r")
+    (event,) = [e for e in events if e["run"] == "r"]
+    assert event["kind"] == "auth_failure" and event["source"] == "follower" and event["cleared"] is not None
+    assert "Reauthentication failed" in event["reason"] and not event["lost_steps"], event
+    # pod discovery's lapse too: one event for every run, cleared
+    assert all(e["kind"] == "auth_failure" and e["cleared"] for e in events if e["run"] is None), events
 
 
 def test_server_errors_are_retried(make_simcluster, tmp_path):

@@ -96,6 +96,19 @@ def findings(db: str, run: str) -> list[tuple[str, str]]:
     return [(f[FINDINGS.KIND], f[FINDINGS.DETAIL]) for f in read(db, list_findings, run)]
 
 
+def collector_events(db: str, run: str | None = None) -> list[dict]:
+    """The collector's own faults stored (storage.collector_events: the run's and pod
+    discovery's, newest first)."""
+    from steptail.storage.collector_events import read_events
+
+    store = open_store(db)
+    try:
+        with store.engine.connect() as conn:
+            return read_events(conn, run)
+    finally:
+        store.dispose()
+
+
 def reconnects(db: str, run: str) -> list[tuple[str, int]]:
     """(reason, count) of the reconnects committed to the store (what the Fleet board counts)."""
     return rows(db, "SELECT reason, COUNT(*) FROM stream_reconnects WHERE run = :r GROUP BY reason", run)

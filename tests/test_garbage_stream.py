@@ -12,7 +12,13 @@ import threading
 import time
 
 import pytest
-from test_follow_support import assert_exactly_once, findings, follow_sim, scenario
+from test_follow_support import (
+    assert_exactly_once,
+    collector_events,
+    findings,
+    follow_sim,
+    scenario,
+)
 
 from steptail.collector.live.follower import readable
 from steptail.collector.notify.metrics import Metrics
@@ -50,9 +56,11 @@ def test_a_garbage_stream_is_a_warning_a_metric_and_a_finding(make_simcluster, t
     r = assert_exactly_once(sim, db, "r")
     assert len(r["got"]) == 160 and not r["gaps"]  # the garbage cost no step
 
-    found = [d for k, d in findings(db, "r") if "nothing steptail can read" in d]
-    assert len(found) == 1 and found[0].startswith("the follower cannot read the log (after step 60)"), found
-    assert [k for k, d in findings(db, "r") if "nothing steptail can read" in d] == ["stream_failure"]
+    # the collector's trouble, not the run's: a collector event (stored, cleared), no finding
+    assert not [k for k, d in findings(db, "r") if "nothing steptail can read" in d]
+    found = [e for e in collector_events(db, "r") if "nothing steptail can read" in e["reason"]]
+    assert len(found) == 1 and found[0]["kind"] == "stream_failure", found
+    assert found[0]["source"] == "stream content" and found[0]["cleared"] and not found[0]["lost_steps"], found
     said = [rec.getMessage() for rec in caplog.records if "stream content" in rec.getMessage()]
     assert len(said) == 2, said
     assert "failing (unreadable): process 0 prints nothing steptail can read" in said[0]

@@ -15,7 +15,14 @@ from pathlib import Path
 import sqlalchemy as sa
 from object_store_support import unique_prefix
 from store_fixtures import PG_ADMIN
-from test_follow_support import assert_exactly_once, findings, follow_sim, scenario, stop_replicas
+from test_follow_support import (
+    assert_exactly_once,
+    collector_events,
+    findings,
+    follow_sim,
+    scenario,
+    stop_replicas,
+)
 
 from steptail.storage.db import open_store
 from steptail.storage.lake import Lake
@@ -137,7 +144,7 @@ def test_two_replicas_write_one_table_through_a_handover_and_a_sigkill(make_simc
 
 def test_a_lake_that_fails_is_said_and_caught_up_once_it_works(make_simcluster, tmp_path):
     """The table cannot be written for a while (a file where its data folder goes: refused even
-    to root): the run says so (a parquet_failure finding), follows on, and once the table can be
+    to root): the run says so (a parquet_failure collector event), follows on, and once the table can be
     written again it is caught up from SQL, every key once."""
     lake_dir = tmp_path / "lake"
     url = f"file://{lake_dir}"
@@ -151,7 +158,7 @@ def test_a_lake_that_fails_is_said_and_caught_up_once_it_works(make_simcluster, 
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
-                if "parquet_failure" in {k for k, _ in findings(db, "r")}:
+                if "parquet_failure" in {e["kind"] for e in collector_events(db, "r")}:
                     break
             except Exception:  # noqa: BLE001, S110 - the store is not made yet
                 pass
@@ -163,7 +170,10 @@ def test_a_lake_that_fails_is_said_and_caught_up_once_it_works(make_simcluster, 
     follow_sim(sim, db, parquet=url)
     unblock.join()
     assert lake_equals_sql(db, url, "r") > 0
-    assert "parquet_failure" in {k for k, _ in findings(db, "r")}
+    # the collector's fault (SQL had every row): a collector event, cleared; no finding of the run
+    (event,) = [e for e in collector_events(db, "r") if e["kind"] == "parquet_failure"]
+    assert event["run"] == "r" and event["cleared"] and not event["lost_steps"], event
+    assert "parquet_failure" not in {k for k, _ in findings(db, "r")}
 
 
 def test_the_writer_commits_every_run_at_once_and_compacts_a_run_as_it_goes(tmp_path, monkeypatch):

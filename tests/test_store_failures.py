@@ -377,7 +377,11 @@ async def test_a_store_outage_is_waited_out_with_backoff_and_nothing_lost(db_url
 
 async def test_a_parquet_failure_is_a_parquet_failure_and_catches_up(store, tmp_path, monkeypatch, caplog):
     caplog.set_level(logging.INFO)
-    det = Detectors("r", store)
+    from steptail.collector.notify.collector_events import CollectorEvents
+    from steptail.storage.collector_events import read_events
+
+    book = CollectorEvents()
+    det = Detectors("r", store, collector_events=book)
     sink = RunSink(store, "r", str(tmp_path / "pq"), det, parquet_every=0.0)
     model = RunModel("r")
     real_write = ParquetSink.write
@@ -391,10 +395,16 @@ async def test_a_parquet_failure_is_a_parquet_failure_and_catches_up(store, tmp_
     await follow_with_outage(sink, model, None, seconds=0.6, down=(0, 0))
     await sink.flush(model, parquet=True)
 
+    # the collector's fault, not the run's (SQL has every row): a collector event, no finding
     kinds = [f.kind for f in det.flagged]
-    assert kinds.count("parquet_failure") == 1 and "stream_failure" not in kinds, kinds
-    (finding,) = [f for f in det.flagged if f.kind == "parquet_failure"]
-    assert "No space left on device" in finding.detail
+    assert "parquet_failure" not in kinds and "stream_failure" not in kinds, kinds
+    (event,) = book.events
+    assert event.kind == "parquet_failure" and event.source == "parquet" and not event.open, event
+    assert "No space left on device" in event.reason and not event.lost_steps
+    assert book.save(store) == 1
+    with store.engine.connect() as conn:
+        (stored,) = read_events(conn, "r")
+    assert stored["kind"] == "parquet_failure" and stored["cleared"] and "No space left" in stored["reason"]
     failing = [r for r in caplog.records if "parquet failing" in r.getMessage()]
     assert len(failing) == 1 and failing[0].levelno == logging.WARNING
     assert any("parquet ok again" in r.getMessage() for r in caplog.records)

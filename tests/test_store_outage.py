@@ -14,7 +14,7 @@ import time
 
 import pytest
 from store_fixtures import PG_ADMIN
-from test_follow_support import findings, gaps, recorded
+from test_follow_support import collector_events, findings, gaps, recorded
 
 from steptail.collector.cluster.kubectl import KubeTarget
 from steptail.collector.live.follower import FollowConfig
@@ -130,7 +130,7 @@ async def test_an_outage_across_a_jobset_restart_with_short_grace_loses_nothing(
 
 async def test_past_the_buffer_bound_reading_pauses_and_resumes_from_the_pod(make_simcluster, caplog):
     """A bound of 60 rows (about 20 steps) and 12 s without the store: the follower stops
-    reading at the bound (one line, a metric, a stream_failure finding), the lines wait in
+    reading at the bound (one line, a metric, a stream_failure collector event), the lines wait in
     the pod's log, and once a commit makes room it reads on from its cursor: every step once."""
     caplog.set_level(logging.INFO)
     sim = make_simcluster(scenario(steps=160, rate=5))
@@ -138,13 +138,14 @@ async def test_past_the_buffer_bound_reading_pauses_and_resumes_from_the_pod(mak
         sup, metrics, states = await follow_through_outage(sim, db, proxy, down_after_steps=20, outage=12.0,
                                                            buffer_rows=60)
         assert_every_step_once(sim, db)
-        flagged = [d for k, d in findings(db, RUN) if k == "stream_failure" and "bound 60" in d]
+        flagged = [e for e in collector_events(db, RUN) if e["kind"] == "stream_failure" and "bound 60" in e["reason"]]
+        assert not [k for k, _ in findings(db, RUN) if k == "stream_failure"]  # health, not the run's
     assert "paused: store away, buffer full" in states, states
     assert lines(caplog, f"{RUN}: buffer failing (full)") == 1 and lines(caplog, f"{RUN}: buffer ok again") == 1
     assert metrics.registry.get_sample_value(
         "steptail_errors_total", {"run": RUN, "source": "buffer", "reason": "full"}) >= 1
     assert sup.status[RUN].errors.get("full", 0) >= 1
-    assert len(flagged) == 1, findings(db, RUN)
+    assert len(flagged) == 1 and flagged[0]["source"] == "buffer" and flagged[0]["cleared"], flagged
 
 
 async def test_rows_buffered_through_an_outage_are_not_committed_when_another_replica_took_the_run():

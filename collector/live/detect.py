@@ -1,7 +1,10 @@
 """The one place where the live path hands data to the detectors (through the adapter
-ingest uses too, steptail.storage.findings.FindingsFeed) and the alerts (steptail.collector.notify.alerts, .metrics): committed batches, stream gaps, follower
-failures, the clock. Stream failures are also kept here (with their reason) for the view and
-the demo."""
+ingest uses too, steptail.storage.findings.FindingsFeed) and the alerts
+(steptail.collector.notify.alerts, .metrics): committed batches, stream gaps, follower
+failures, the clock. Follower failures are also kept here (with their reason) for the view
+and the demo; of them only an unread tail (data lost) is a finding of the run: the others are
+collector events (collector.notify.collector_events), and one that lost steps is named on the
+gap finding, which the events' book is then told (lost_steps)."""
 
 from __future__ import annotations
 
@@ -15,13 +18,11 @@ from steptail.collector.notify.alerts import Alerter
 from steptail.collector.notify.metrics import Metrics
 from steptail.runs.detectors import FindingEngine
 from steptail.runs.findings import (
-    AUTH_FAILURE,
-    PARQUET_FAILURE,
-    STREAM_FAILURE,
     UNREAD_TAIL,
     Finding,
     Settings,
 )
+from steptail.runs.gaps import GAP, HEAD_GAP
 from steptail.storage.db import Store
 from steptail.storage.findings import FindingsFeed, load_engine, save_findings
 from steptail.storage.status import last_recorded
@@ -48,16 +49,6 @@ def _engine(store: Store, run: str, settings: Settings | None = None,
         return None
 
 
-def failure_kind(kind: str) -> str:
-    """The finding of a follower or discovery failure: refused credentials (401) and denied
-    permissions (403) are auth failures, anything else keeps the log from being read."""
-    if kind == "parquet":  # the log is read and SQL has the rows; only Parquet lags
-        return PARQUET_FAILURE
-    if kind == UNREAD_TAIL:  # a pod deleted while the collector was down
-        return kind
-    return AUTH_FAILURE if kind in ("auth", "forbidden") else STREAM_FAILURE
-
-
 def _seed_metrics(metrics: Metrics, store: Store, run: str) -> None:
     """The run's last stored step in the step gauges from the start: a collector that resumes
     or takes over a stalled run shows how old its last step is (no step to read, no gauge)."""
@@ -69,7 +60,8 @@ def _seed_metrics(metrics: Metrics, store: Store, run: str) -> None:
 class Detectors:
     def __init__(self, run: str, store: Store | None = None, alerts: Alerter | None = None,
                  metrics: Metrics | None = None, settings: Settings | None = None,
-                 reference_ce: dict[int, float] | None = None, on_event: events.Hook | None = None) -> None:
+                 reference_ce: dict[int, float] | None = None, on_event: events.Hook | None = None,
+                 collector_events=None) -> None:
         self.run = run
         self.metrics = metrics
         self.engine = _engine(store, run, settings, reference_ce) if store is not None else None
@@ -89,6 +81,14 @@ class Detectors:
         self._paused = False
         self.on_event = on_event
         self._lock = threading.Lock()
+        # the collector's events (collector.notify.collector_events.CollectorEvents), and the stream
+        # gaps the follower recorded with one of them as their cause: a gap finding naming such a
+        # gap marks its event as having lost steps
+        self.collector_events = collector_events
+        self._caused: list[tuple[str, object]] = []
+        # every finding of the run by key, latest state (the store's, then this collector's): the
+        # live view's counts by severity and stall state (collector.live.view)
+        self.verdicts: dict[tuple, Finding] = dict(self.engine.findings) if self.engine is not None else {}
 
     # -- inputs ------------------------------------------------------------------------------
     def observe(self, batch, gaps) -> list:
@@ -98,6 +98,13 @@ class Detectors:
         # the engine is used from the commit thread only: queue, handled at the next tick
         with self._lock:
             self.failures.append(Failure(kind, reason, time.time_ns(), at))
+
+    def caused(self, gap_reason: str, event) -> None:
+        """The follower recorded a stream gap (this reason) in or right after collector event
+        `event`: should a gap finding name it, the event lost steps."""
+        if event is not None:
+            self._caused.append((gap_reason, event))
+            del self._caused[:-64]  # the recent ones: a gap finding follows its gap within a batch or two
 
     def cluster_findings(self, findings: list[Finding]) -> None:
         """Runbook rules broken by the live JobSet (collector.live.runbook_live): handled at
@@ -129,7 +136,8 @@ class Detectors:
         out = []
         if (feed := self.feed) is not None:
             for f in todo:
-                out += feed.guard(feed.engine.observe_failure, failure_kind(f.kind), f.reason, f.at_ns, f.at) or []
+                if f.kind == UNREAD_TAIL:  # the others are collector events: health, not the run's
+                    out += feed.guard(feed.engine.observe_failure, f.kind, f.reason, f.at_ns, f.at) or []
             if cluster:
                 out += feed.guard(feed.engine.observe_cluster, cluster) or []
             if self.finishing:
@@ -167,6 +175,12 @@ class Detectors:
         if not findings:
             return
         self.flagged += findings
+        for f in findings:
+            self.verdicts[f.key] = f
+            if f.kind in (GAP, HEAD_GAP) and self.collector_events is not None:
+                for reason, ev in self._caused:
+                    if reason in f.detail:
+                        self.collector_events.lost(ev)
         events.committed_findings(self.on_event, findings)
         if self.alerts is not None:
             try:

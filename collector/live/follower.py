@@ -69,10 +69,13 @@ class RunStatus:
     rows: int = 0
     reconnects: int = 0
     gaps: int = 0
+    steps: int = 0  # LOSS-PARTS rows committed (a step read again after a restart counts again)
     failures: int = 0
     errors: dict[str, int] = field(default_factory=dict)  # failures by kind (collector.notify.health)
     last_error: str | None = None
     done: bool = False
+    # the run's findings by key, latest state (collector.live.detect.Detectors.verdicts)
+    findings: dict = field(default_factory=dict, repr=False)
 
 
 def _upper(ns: int | None) -> int | None:
@@ -84,6 +87,14 @@ def stream_key(pod: PodInfo, restart_count: int) -> str:
     return f"{pod.uid}/{pod.container}/{restart_count}"
 
 
+# A follower failure as the cause on the gap it left (collector.cluster.kubectl.classify's
+# and reason_of's kinds); any other: "could not read the log (<kind>)".
+CAUSES = {
+    "auth": "could not authenticate",
+    "forbidden": "was denied access (403)",
+    "server_error": "got server errors from the Kubernetes API",
+    "network": "could not reach the Kubernetes API",
+}
 DELETING_RETRY_S = 0.5  # longest back-off while a pod being deleted holds unread lines
 PAUSE_S = 1.0  # a sleep this much longer than asked: the process was not running (SIGSTOP, starved)
 # Bytes no text line holds (tab, CR and ESC of colours and progress bars are fine).
@@ -190,6 +201,11 @@ class RunFollower:
         self.health = health or Health("follower", run, detectors.metrics, status)
         # what process 0 prints: failing while a stream delivers only lines no parser can read
         self.content = Health("stream content", run, detectors.metrics, status)
+        for h in (self.health, self.content):  # their failures are collector events, not findings
+            h.events = h.events or detectors.collector_events
+        # the latest failure that kept this follower from reading (kind, reason), until a read
+        # shows whether lines were lost meanwhile: the stream gap it finds then names it as cause
+        self._cause: tuple[str, str] | None = None
         self._unreadable: list | None = None  # [monotonic start, lines, bytes] of such a spell
         self.env = target.env()
         # streams read to their end (saved with the cursors: known again after a restart)
@@ -253,9 +269,10 @@ class RunFollower:
             if uid not in live and stream_key(p, p.restart_count) not in self.finished:
                 await self._drain(p, gone=True)
         if not pods:
-            self._set_state("waiting for process 0" if self.discovery.listed else "listing pods")
-            if self.discovery.error:
-                self._set_state(f"discovery failed: {self.discovery.error[1]}")
+            # one state per pass: setting "waiting" then "discovery failed" made it flap twice a second
+            error = self.discovery.error
+            self._set_state(f"discovery failed: {error[1]}" if error else
+                            "waiting for process 0" if self.discovery.listed else "listing pods")
             await self.discovery.wait_change(2.0)
             return
         newest = pods[-1]
@@ -589,7 +606,8 @@ class RunFollower:
         placed after the last step read from the stream (the steps lost after it are unknown
         by number, so not counted as missing steps; they are lost all the same); the stream is
         done."""
-        self._gap(key, start_ns, end_ns, reason)
+        reason += self._cause_text()
+        self._gap(key, start_ns, end_ns, reason, caused=True)
         cur = self.model.current
         # the incarnation the stream's lines went to: the model's current one when that is
         # this pod's (lines are read in order: a deleted pod is read before its replacement)
@@ -600,6 +618,7 @@ class RunFollower:
         window = (f"lines from {format_ns(start_ns) if start_ns else 'its start'} to "
                   f"{format_ns(end_ns) if end_ns else 'its end'} lost")
         self.detectors.failure(UNREAD_TAIL, f"{reason}: {window}", at)
+        self._cause = None
         self._read_to_end(key)
 
     # ------------------------------------------------------------------------ lines
@@ -653,10 +672,11 @@ class RunFollower:
             self._unreadable = None
             self.content.ok()  # logs the end of a spell that was reported
         self.pace.see(ts_ns)
-        for gap in check.see(ts_ns, line):
-            self._gap(key, *gap)
+        for start, end, reason in check.see(ts_ns, line):
+            self._gap(key, start, end, reason + self._cause_text(), caused=True)
         if check.resolved:
             self._pending_check.pop(key, None)
+            self._cause = None  # this read shows what the failure lost, if anything
         self.model.counters.lines += 1
         self.status.lines += 1
         if self.raw is not None:  # as read: the sink writes it before the rows it makes commit
@@ -679,7 +699,12 @@ class RunFollower:
             self.content.fail("unreadable", reason)
             self.detectors.failure("unreadable", reason)
 
-    def _gap(self, key: str, start_ns: int | None, end_ns: int | None, reason: str) -> None:
+    def _gap(self, key: str, start_ns: int | None, end_ns: int | None, reason: str, caused: bool = False) -> None:
+        """A stream gap; `caused`: its reason names the collector's failure that kept the stream
+        from being read (the collector event is told should a gap finding follow)."""
+        if caused and self._cause is not None:
+            book = self.detectors.collector_events
+            self.detectors.caused(reason, book.latest(self.run) if book is not None else None)
         now = time.time_ns()
         if start_ns is None:  # nothing read from this stream: lost from its start
             start_ns = 0
@@ -704,8 +729,28 @@ class RunFollower:
                 return
         await self._report(kind, reason)
 
+    def _cause_text(self) -> str:
+        """What kept the stream from being read before a gap was found, for the gap's reason
+        (and so the gap finding's detail): the collector's failure, in its own words."""
+        if self._cause is None:
+            return ""
+        kind, reason = self._cause
+        what = CAUSES.get(kind, f"could not read the log ({kind})")
+        return f"; meanwhile the collector {what}: {reason}"
+
+    def failed(self, kind: str, reason: str) -> None:
+        """A failure that kept this run from being read (the supervisor's too): the cause of
+        what the next read finds lost."""
+        self._cause = (kind, reason)
+
     async def _report(self, kind: str, reason: str) -> None:
+        if kind != "line_too_long":
+            self.failed(kind, reason)
         self.health.fail(kind, reason)  # counted; logged when the failure starts or changes kind
+        if kind == "line_too_long" and (book := self.detectors.collector_events) is not None:
+            # the stretch skipped is its own stream gap, recorded with this reason: the event it
+            # opened lost steps should a gap finding name it
+            self.detectors.caused(reason, book.latest(self.run))
         self.status.last_error = f"{kind}: {reason}"
         self._set_state(f"failing ({kind})")
         self.detectors.failure(kind, reason)
@@ -803,5 +848,6 @@ class RunFollower:
             st.last_ce = row[LOSS_PARTS.CE]
             if sink.step_seconds is not None:
                 st.step_seconds = sink.step_seconds
+        st.steps = sink.committed_steps
         if sink.error:
             st.last_error = sink.error

@@ -65,6 +65,7 @@ class RunSink:
         # while a stream of process 0 delivers (the follower says: delivering); stalls are judged only then
         self.running = False
         self.committed_rows = 0
+        self.committed_steps = 0  # LOSS-PARTS rows of them (the live view counts steps, not rows)
         self.bad_lines = 0  # model.counters.bad_lines already reported to the metrics
         self.last_commit_ns: int | None = None
         self.error: str | None = None
@@ -97,7 +98,11 @@ class RunSink:
             self.parquet = LakeFeed(parquet_root, run, told)
         else:
             self.parquet = ParquetFeed(store, run, parquet_root, parquet_every, told) if parquet_root else None
+        # a full buffer and Parquet failing are collector events (health), not findings of the run
+        book = getattr(detectors, "collector_events", None)
+        self.buffer_health.events = book
         if self.parquet is not None:
+            self.parquet.health.events = book
             self.error = self.parquet.catch_up()
 
     def delivering(self, running: bool) -> None:
@@ -111,7 +116,7 @@ class RunSink:
     def full(self, model: RunModel) -> bool:
         """Whether reading must pause: the store refuses commits and `buffer_rows` rows wait
         for it (a backlog read while the store works is no reason). Said once when it starts
-        (a log line, a metric, the summary, a stream_failure finding) and once when a commit
+        (a log line, a metric, the summary, a stream_failure collector event) and once when a commit
         makes room again."""
         since = self._committing_since  # asked for every line read: the common case first
         stuck = since is not None and time.monotonic() - since > RETRY_MAX
@@ -185,6 +190,7 @@ class RunSink:
                         events.committed_gaps(self.on_event, self.run, committed_gaps)
                     written += len(b)
                     if b.loss_parts:
+                        self.committed_steps += len(b.loss_parts)
                         self.last_loss = b.loss_parts[-1]
                         self.detectors.step(self.last_loss[LOSS_PARTS.STEP], self.last_loss[LOSS_PARTS.TS_NS])
                     if b.pod_metrics:

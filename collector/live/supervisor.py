@@ -29,6 +29,7 @@ from steptail.collector.live.sink import RunSink
 from steptail.collector.notify import events
 from steptail.collector.notify.alerts import Alerter
 from steptail.collector.notify.health import Health
+from steptail.collector.notify.collector_events import CollectorEvents
 from steptail.collector.notify.metrics import Metrics
 from steptail.runs.findings import NO_STEP, UNSAFE_NAME, WARNING, Finding, Settings
 from steptail.runs.model import RunModel
@@ -43,7 +44,6 @@ from steptail.storage.streams import record_reconnects
 
 log = logging.getLogger("steptail.follow")
 rlog = logging.getLogger("steptail.replicas")  # runs moving between replicas: INFO is shown
-GIVE_UP_KINDS = ("auth", "forbidden", "network")  # failing from start-up: a configuration error
 UNSEEN_AFTER = 10.0  # seconds after start-up a named JobSet with no process-0 pod is said to be missing
 
 
@@ -88,7 +88,10 @@ class Supervisor:
         self.store, self.plan = store, plan
         self.discovery = Discovery(plan.target, plan.selector if plan.follow_all else None, plan.metrics,
                                    plan.page_size)
-        self.discovery.on_failure = self._discovery_failed
+        # the collector's own faults (each spell of a source failing): health, never a run's findings
+        self.collector_events = CollectorEvents(plan.metrics)
+        self.discovery.health.events = self.collector_events
+        self._events_health = Health("collector events store")  # saving them: one line per spell
         self.discovery.on_refused = self._refused
         self.over_max_runs = 0  # JobSets found beyond plan.max_runs: not followed
         self._found: set[str] = set()  # JobSets --all follows (at most plan.max_runs)
@@ -160,6 +163,7 @@ class Supervisor:
             waiter.cancel()
         finally:
             await self.shutdown()
+                await self.save_events()
             if install_signals:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(sig)
@@ -202,6 +206,19 @@ class Supervisor:
     def _given_up(self) -> str | None:
         """The pod list refused (401/403), or the API unreachable, ever since start-up and for
         `give_up` seconds: what to say on exit. A failure after pods were listed is retried."""
+        await self.save_events()
+
+    async def save_events(self) -> None:
+        """The collector events changed since the last save, stored (a failure: one line, kept
+        for the next save)."""
+        if not self.collector_events.unsaved:
+            return
+        try:
+            await asyncio.to_thread(self.collector_events.save, self.store)
+        except Exception as exc:  # noqa: BLE001 - the store: retried at the next save
+            self._events_health.fail("store", f"collector events not stored: {str(exc).splitlines()[0][:200]}")
+        else:
+            self._events_health.ok()
         d = self.discovery
         if d.listed or d.health.failing is None or d.health.failing_for() < self.plan.give_up:
             return None
@@ -249,15 +266,6 @@ class Supervisor:
                 self._unselected.add(name)
                 log.warning("JobSet %s is not followed: no replicated job of it matches --selector %s",
                             name, self.plan.selector)
-
-    def _discovery_failed(self, kind: str, reason: str) -> None:
-        """Pods cannot be listed or watched: every run is blind to restarts meanwhile (an
-        auth or stream failure finding; the engine alerts once per position). Not for what
-        may yet be a configuration error (see _given_up): that ends in one line of its own."""
-        if not self.discovery.listed and kind in GIVE_UP_KINDS:
-            return
-        for det in self.detectors.values():
-            det.failure(kind, f"pod discovery: {reason}")
 
     def _runbook_targets(self) -> dict[str, RunTarget]:
         """The runs followed here, by JobSet: only their owner checks their rules."""
@@ -458,7 +466,8 @@ class Supervisor:
             status.last_error, reference = str(exc), None
         detectors = self.detectors[run] = await asyncio.to_thread(  # also told when discovery fails
             partial(Detectors, run, store, plan.alerts, plan.metrics, plan.settings, reference,
-                    on_event=plan.on_event))
+                    on_event=plan.on_event, collector_events=self.collector_events))
+        status.findings = detectors.verdicts  # the live view's counts by severity and stall
         # the sink: SQL, then the detectors, then Parquet (catching up what a killed collector left);
         # with replicas every commit checks this replica still owns the run
         owned = self.ownership is not None
@@ -493,7 +502,9 @@ class Supervisor:
                 log.error("%s", status.last_error)
                 return
             except Exception as exc:  # noqa: BLE001 - this run only: report, back off, go on
-                health = self.health.get(run) or Health("follower", run, self.plan.metrics, status)
+                health = (follower.health if follower is not None else self.health.get(run)) \
+                    or Health("follower", run, self.plan.metrics, status)
+                health.events = health.events or self.collector_events
                 if isinstance(exc, kubectl.KubectlMissing):
                     kind, reason, trace = "kubectl_missing", str(exc), None
                 else:
@@ -506,6 +517,7 @@ class Supervisor:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 30.0)
 
+                    follower.failed(kind, reason)
     def _set_state(self, run: str, state: str) -> None:
         status = self.status[run]
         if state != status.state:

@@ -30,7 +30,8 @@ async def follow(store: Store, plan: Plan, *, view: bool = False, webhooks: tupl
     sup: Supervisor | None = None
     if metrics_port is not None:  # /healthz: ready once discovery has listed pods (the readiness probe)
         server = MetricsServer(metrics, port=metrics_port, host=metrics_host,
-                               ready=lambda: sup is not None and sup.discovery.listed)
+                               ready=lambda: sup is not None and sup.discovery.listed,
+                               events=lambda: sup.collector_events.open_events() if sup is not None else [])
         port = await server.start()
         log.info("metrics on http://%s:%d/metrics", metrics_host, port)
     plan.metrics = metrics

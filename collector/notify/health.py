@@ -104,6 +104,9 @@ class Health:
         self.worked = False  # has succeeded at least once
         self._failures_in_spell = 0
         self._backoff = Backoff()
+        # the collector's events (collector.notify.collector_events.CollectorEvents): told when a
+        # failure starts, changes kind, repeats and clears; set by whoever wires the source
+        self.events = None
         if metrics is not None:
             metrics.up(run, source, source != "discovery")  # discovery is up once pods are listed
 
@@ -129,7 +132,9 @@ class Health:
         self.last = self.failing
         self._backoff.fail(kind)
         if previous is not None and previous[0] == kind:
+            self._tell("failed_again", self.run, self.source)
             return False
+        self._tell("changed", self.run, self.source, kind, reason)
         if previous is None:
             self.since = time.monotonic()
             if self.metrics is not None:
@@ -150,11 +155,21 @@ class Health:
         took, n = self.failing_for(), self._failures_in_spell
         self.since, self._failures_in_spell = None, 0
         self._backoff.ok()
+        self._tell("changed", self.run, self.source, None, None)
         if self.metrics is not None:
             self.metrics.up(self.run, self.source, True)
         log.info("%s ok again after %.1f s (%s, %d failure%s)", self.name, took, kind, n, "" if n == 1 else "s",
                  extra=self._fields("ok", kind, reason))
         return True
+
+    def _tell(self, what: str, *args) -> None:
+        """The events' book told; a failure there is logged, never raised into the source."""
+        if self.events is None:
+            return
+        try:
+            getattr(self.events, what)(*args)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("%s: collector event not recorded: %s", self.name, exc)
 
     def backoff(self, cap: float) -> float:
         """Seconds to wait before retrying the current failure (the Backoff rule)."""

@@ -31,7 +31,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from steptail.runs.findings import KINDS, Finding
+from steptail.runs.findings import COLLECTOR_FAULTS, KINDS, Finding
 from steptail.runs.gaps import GAP, HEAD_GAP
 
 MISSING_KINDS = (GAP, HEAD_GAP)  # steptail.runs.gaps: the one definition of a missing step
@@ -83,6 +83,14 @@ class Metrics:
             "steptail_errors", "Failed attempts, by source (discovery, follower, store) and reason (auth, "
             "forbidden, network, deserialize, server_error, store, …); run is empty for discovery.",
             ["run", "source", "reason"], registry=r)
+        # the collector's own faults (collector.notify.collector_events): health, not findings of a run
+        self.collector_events = Counter(
+            "steptail_collector_events", "Collector events started: a source of the collector failing until "
+            "it works again (auth_failure, stream_failure, parquet_failure); run is empty for pod discovery. "
+            "Not findings of the run: one that lost steps is named on the run's gap finding.",
+            ["run", "kind"], registry=r)
+        self.collector_events_open = Gauge(
+            "steptail_collector_events_open", "Collector events not cleared yet, by kind.", ["kind"], registry=r)
         self.pauses = Counter(
             "steptail_collector_pauses", "Times this collector was not running for over a second (stopped, "
             "starved: its event loop's clock jumped); stalls are not judged over that time.", registry=r)
@@ -100,6 +108,9 @@ class Metrics:
         self._followed: set[str] = set()  # runs started and not stopped here
         for reason in DISCOVERY_ERRORS:
             self.errors.labels("", "discovery", reason)
+        for kind in COLLECTOR_FAULTS:
+            self.collector_events.labels("", kind)
+            self.collector_events_open.labels(kind).set(0)
 
     def run_started(self, run: str, status=None) -> None:
         """A run is followed from now: its counters exist at 0 (again a no-op for one that
@@ -112,6 +123,8 @@ class Metrics:
             self.stream_reconnects.labels(run, reason)
         for source, reason in RUN_ERRORS:
             self.errors.labels(run, source, reason)
+        for kind in COLLECTOR_FAULTS:
+            self.collector_events.labels(run, kind)
         self._followed.add(run)
         self.runs_owned.set(len(self._followed))  # one store, one collector: it holds what it follows
         done = self.run_done.labels(run)
@@ -126,7 +139,7 @@ class Metrics:
                               (self.run_done, by_run), (self.missing_steps, by_run),
                               (self.findings, ("run", "kind")), (self.stream_reconnects, ("run", "reason")),
                               (self.bad_lines_total, by_run), (self.errors, ("run", "source", "reason")),
-                              (self.follower_up, by_run)):
+                              (self.follower_up, by_run), (self.collector_events, ("run", "kind"))):
             _remove_run(metric, names, run)
         self._down.pop(run, None)
         self._followed.discard(run)
@@ -172,6 +185,13 @@ class Metrics:
             down.add(source)
         self.follower_up.labels(run).set(0 if down else 1)
 
+    def collector_events_now(self, run: str, started: str | None, open_by_kind: dict[str, int]) -> None:
+        """A collector event of `run` started (its kind), or one cleared (None); the open ones now."""
+        if started is not None:
+            self.collector_events.labels(run, started).inc()
+        for kind in {*COLLECTOR_FAULTS, *open_by_kind}:
+            self.collector_events_open.labels(kind).set(open_by_kind.get(kind, 0))
+
     def finding(self, f: Finding) -> None:
         self.findings.labels(f.run, f.kind).inc()
         if f.kind in MISSING_KINDS:
@@ -202,13 +222,15 @@ def _remove_run(metric, names: tuple[str, ...], run: str) -> None:
 
 class MetricsServer:
     """GET /metrics (Prometheus text format), /healthz (readiness: 503 until `ready()`, e.g.
-    until discovery has listed pods once) and /livez (liveness: the event loop answers), on
-    127.0.0.1 unless told otherwise."""
+    until discovery has listed pods once; the collector events open now, one line each after
+    the status: they are health, ready all the same) and /livez (liveness: the event loop
+    answers), on 127.0.0.1 unless told otherwise."""
 
     def __init__(self, metrics: Metrics, port: int = 0, host: str = "127.0.0.1",
-                 ready: Callable[[], bool] | None = None) -> None:
+                 ready: Callable[[], bool] | None = None, events: Callable[[], list] | None = None) -> None:
         self.metrics, self.host, self.port = metrics, host, port
         self.ready = ready or (lambda: True)
+        self.events = events or list  # the open collector events (collector.notify.collector_events)
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> int:
@@ -233,7 +255,14 @@ class MetricsServer:
             ready = bool(self.ready())
         except Exception:  # noqa: BLE001 - a broken check is "not ready", never a 500
             ready = False
-        return web.Response(text="ok\n") if ready else web.Response(status=503, text="not ready: pods not listed yet\n")
+        text = "ok\n" if ready else "not ready: pods not listed yet\n"
+        try:
+            for ev in self.events():
+                text += (f"collector event open: {ev.kind} ({ev.source}{' of ' + ev.run if ev.run else ''}) "
+                         f"since {ev.to_dict()['started']}: {' '.join(ev.reason.split())}\n")
+        except Exception as exc:  # noqa: BLE001 - the status line stands; say what failed
+            text += f"collector events unavailable: {exc}\n"
+        return web.Response(text=text, status=200 if ready else 503)
 
     async def _live(self, _request: web.Request) -> web.Response:
         return web.Response(text="ok\n")  # answered by the event loop: it is not blocked

@@ -266,10 +266,10 @@ class Follow:
         return save
 
     def report(self, sup) -> None:
-        from steptail.collector.live.view import by_kind, summary
+        from steptail.collector.live.view import by_kind, severity_text, short, summary
 
         output = self.output
-        report = summary(sup.status, sup.discovery.health, sup.ownership_health)
+        report = summary(sup.status, sup.discovery.health, sup.ownership_health, sup.collector_events)
         # what the cluster sent that was not followed: unsafe names (never a run), JobSets over --max-runs
         report["discovery"] |= {"refused": [{"name": k, "reason": v} for k, v in sup.discovery.refused.items()],
                                 "refused_count": sup.discovery.refused_count,
@@ -281,11 +281,17 @@ class Follow:
             output.data(report, report["runs"])
             return
         for r in report["runs"]:
-            output.print(f"[bold]{r['run']}[/]: {r['state']}, last step {r['last_step']}, {r['rows']} rows, "
+            output.print(f"[bold]{r['run']}[/]: {r['run_state']} ({r['state']}), last step {r['last_step']}, "
+                         f"{r['steps']} steps recorded, findings: {severity_text(r['findings_by_severity'])}; "
                          f"{r['reconnects']} reconnects, {r['gaps']} stream gaps, {r['failures']} failures"
                          + (f" ({by_kind(r['errors'])})" if r["errors"] else "")
                          + (f" (last: {r['last_error']})" if r["last_error"] else ""), highlight=False,
                          soft_wrap=True)
+            for f in r["findings"]:
+                steps = f" {f['steps']}" if f["steps"] else ""
+                output.print(f"  {f['severity']} {f['kind']}{steps}: {short(f['detail'])}", highlight=False,
+                             soft_wrap=True, markup=False)
+            self._events(r["collector_events"])
         d = report["discovery"]
         if d["refused_count"] or d["over_max_runs"]:
             output.print(f"[bold]pod discovery[/]: {d['refused_count']} names refused (unsafe), "
@@ -296,3 +302,14 @@ class Follow:
             if d and d["failures"]:
                 output.print(f"[bold]{name}[/]: {d['state']}, {d['failures']} failures ({by_kind(d['errors'])}) "
                              f"(last: {d['last_error']})", highlight=False, soft_wrap=True)
+        self._events(report["discovery"]["collector_events"])
+
+    def _events(self, events: list[dict]) -> None:
+        """The collector's own faults (health, not findings of the run): one line each."""
+        for e in events:
+            until = f"cleared {e['cleared']}" if e["cleared"] else "still open"
+            lost = "steps lost (named on the gap finding)" if e["lost_steps"] else "nothing lost"
+            where = f"{e['source']} of {e['run']}" if e["run"] else e["source"]
+            self.output.print(f"  collector event {e['kind']} ({where}): {e['started']}, {until}, "
+                              f"{e['failures']} failures, {lost}: {e['reason']}", highlight=False,
+                              soft_wrap=True, markup=False)

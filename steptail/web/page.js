@@ -346,6 +346,7 @@
       this.series = new Series(run);
       this.outline = new Tagged(`${base}/outline`);
       this.findings = new Tagged(`${base}/findings`);
+      this.events = new Tagged(`api/collector-events?run=${encodeURIComponent(run)}`);
       this.overview = new Tagged("api/overview");
       this.part = params.get("part");
       this.partPicked = params.has("part"); // in the address only once picked
@@ -420,6 +421,7 @@
         this.dirty = true;
       }
       if (await this.findings.fetch()) this.dirty = true;
+      if (await this.pollEvents()) this.dirty = true;
       if (await this.overview.fetch()) this.dirty = true;
       if (this.control) {
         try {
@@ -477,6 +479,7 @@
       this.renderFacts(d, me);
       this.renderOverlay(runs);
       this.renderTables(d, findings);
+      this.renderEvents();
       const lastInc = s.last ? s.incs.get(s.last[0]) : null;
       Object.assign(state, {
         ready: true,
@@ -751,6 +754,40 @@
       }
       setText("overlay-note", note);
       $("overlay-note").classList.toggle("warn", note.includes("differ"));
+    }
+
+    // The collector events (health, not findings): no ETag, so changed when their text is.
+    async pollEvents() {
+      const before = JSON.stringify(this.events.data);
+      try {
+        await this.events.fetch();
+      } catch (e) {
+        if (e instanceof AuthNeeded) throw e; // the token: asked for as on every route
+        this.events.data = null; // an older server without the route: the section says none
+      }
+      return JSON.stringify(this.events.data) !== before;
+    }
+
+    renderEvents() {
+      const events = (this.events.data && this.events.data.collector_events) || [];
+      $("events-empty").hidden = events.length > 0;
+      $("events-table").hidden = events.length === 0;
+      setText("events-count", events.length ? `(${events.length})` : "");
+      fill(
+        $("events-table").tBodies[0],
+        events.map((e) =>
+          el(
+            "tr",
+            { data: { kind: e.kind, open: String(e.open), lost: String(e.lost_steps) } },
+            el("td", { class: e.lost_steps ? "sev-warning" : "" }, e.kind),
+            el("td", {}, e.run ? e.source : `${e.source} (every run)`),
+            el("td", {}, e.started),
+            el("td", {}, e.cleared || "still open"),
+            el("td", {}, e.lost_steps ? "yes (see the gap finding)" : "no"),
+            el("td", { class: "detail" }, e.reason)
+          )
+        )
+      );
     }
 
     renderTables(d, findings) {
