@@ -149,6 +149,20 @@ class Steptail:
         return _frame({name: (list(values), kind)
                        for (name, kind), values in zip(FINDING_COLUMNS, columns, strict=True)})
 
+    def superseded(self, run: str) -> pd.DataFrame:
+        """Findings of `run` a newer evaluation changed or no longer raised (kept, never
+        deleted): the findings' columns, then superseded (when), superseded_by (check, ingest,
+        reparse, follow) and why."""
+        from steptail.storage.superseded import load_superseded
+
+        run = self._known(run)
+        with self.store.engine.connect() as conn:
+            rows = load_superseded(conn, run)
+        names = [n for n, _ in FINDING_COLUMNS] + ["superseded", "superseded_by", "why"]
+        kinds = [k for _, k in FINDING_COLUMNS] + ["ns", "string", "string"]
+        keys = [n for n, _ in FINDING_COLUMNS[:-1]] + ["detected_ns", "superseded_ns", "superseded_by", "why"]
+        return _frame({n: ([r[key] for r in rows], k) for n, k, key in zip(names, kinds, keys, strict=True)})
+
     def gaps(self, run: str) -> pd.DataFrame:
         """Steps missing from `run`, one row per range: kind ('gap' between two recorded steps,
         'head_gap' before an incarnation's first step), incarnation, first_step, last_step,

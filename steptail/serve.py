@@ -570,33 +570,33 @@ def _after_param(request: web.Request) -> tuple[int, int] | None:
     return _integer("after's incarnation", inc, 0, INT32_MAX), _integer("after's step", step, -1, INT32_MAX)
 
 
-def _tagged_findings(conn, run: str, if_none_match: str | None) -> tuple[str, bytes | None] | None:
+def _tagged_findings(conn, run: str, if_none_match: str | None,
+                     superseded: bool = False) -> tuple[str, bytes | None] | None:
     """On the lane's connection: a pool checkout costs more than these two small queries."""
     from steptail.storage.findings import load_findings  # loads the detectors: on first use
 
     if not run_exists_on(conn, run):
         return None
-    return _hashed({"run": run, "findings": [f.to_event() for f in load_findings(conn, run)]}, if_none_match)
+    data = {"run": run, "findings": [f.to_event() for f in load_findings(conn, run)]}
+    if superseded:  # the verdicts newer evaluations replaced, and the gate's reference CE
+        from steptail.storage.superseded import verdict_history
+
+        data |= verdict_history(conn, run)
+    return _hashed(data, if_none_match)
 
 
 async def findings(request: web.Request) -> web.Response:
     run = _possible_run(request)
+    flag = request.query.get("superseded", "0")
+    if flag not in ("0", "1"):
+        raise ApiError(400, "superseded must be 0 or 1")
     answer = await request.app[READS].run(request.app[CONNECTIONS].call, _tagged_findings, run,
-                                          request.headers.get("If-None-Match"))
+                                          request.headers.get("If-None-Match"), flag == "1")
     if answer is None:
         raise ApiError(404, f"no run {run!r}")
     return _tagged(*answer)
 
 
-# -- the web page (steptail/web, docs/page.md) ------------------------------------------------
-def _accepts_gzip(request: web.Request) -> bool:
-    for item in request.headers.get("Accept-Encoding", "").split(","):
-        name, _, params = item.partition(";")
-        if name.strip().lower() == "gzip":
-            q = params.strip().lower()
-            if not q.startswith("q="):
-                return True
-            try:
 def _collector_events(conn, run: str | None) -> dict:
     from steptail.storage.collector_events import read_events
 
@@ -612,6 +612,15 @@ async def collector_events(request: web.Request) -> web.Response:
     return _json(await request.app[READS].run(request.app[CONNECTIONS].call, _collector_events, run))
 
 
+# -- the web page (steptail/web, docs/page.md) ------------------------------------------------
+def _accepts_gzip(request: web.Request) -> bool:
+    for item in request.headers.get("Accept-Encoding", "").split(","):
+        name, _, params = item.partition(";")
+        if name.strip().lower() == "gzip":
+            q = params.strip().lower()
+            if not q.startswith("q="):
+                return True
+            try:
                 return float(q[2:]) > 0
             except ValueError:
                 return False
@@ -763,6 +772,7 @@ def make_app(store: Store, token: str | None = None, *, export_lane: tuple[int, 
     r.add_get("/api/runs/{run}/export", export)
     r.add_get("/api/runs/{run}/outline", run_outline)
     r.add_get("/api/overview", runs_overview)
+    r.add_get("/api/collector-events", collector_events)
     r.add_get("/", page)
     r.add_get("/static/{name}", static)
     return app
@@ -772,7 +782,6 @@ async def _shutdown_lanes(app: web.Application) -> None:
     app[EXPORTS].shutdown()
     app[READS].shutdown()
     app[CONNECTIONS].close()
-    r.add_get("/api/collector-events", collector_events)
 
 
 class GuardedSite(web.BaseSite):

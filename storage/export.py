@@ -34,6 +34,8 @@ from steptail.storage.export_files import (
 from steptail.storage.findings import load_findings
 from steptail.storage.parquet import JSON_PARTS_SCHEMA, SCHEMAS
 from steptail.storage.reads import json_value, missing_steps, run_exists
+from steptail.storage.run_inputs import reference_document, stored_reference
+from steptail.storage.superseded import load_superseded, superseded_event
 
 MANIFEST_VERSION = 1
 _CHUNK = 20_000
@@ -236,6 +238,10 @@ def _build(store: Store, run: str, folder: Path) -> dict:
         except BundleFileError as exc:
             raise ExportError(f"cannot export {run}: {exc}") from None
         kept["ingested"] = ingested(conn, run)
+        # the gate's input and the verdicts newer evaluations replaced (issue 32): the ledger
+        # says what the findings were evaluated with, and what they were before
+        verdicts = {"reference_ce": reference_document(stored_reference(conn, run)),
+                    "superseded_findings": [superseded_event(r) for r in load_superseded(conn, run)]}
     plot_ce(folder / "ce.png", run, ce, facts["incarnations"], facts["gaps"]["steps"])
     for path in bundle_files(folder):
         files[path.relative_to(folder).as_posix()] = {"sha256": file_sha256(path), "bytes": path.stat().st_size}
@@ -245,6 +251,7 @@ def _build(store: Store, run: str, folder: Path) -> dict:
         "counts": {**counts, "incarnations": len(facts["incarnations"]),
                    "steps": len({row[1] for row in ce})},
         "findings": _findings_summary(findings),
+        **verdicts,
         **{k: v for k, v in kept.items() if v},
         "files": files,
         "steptail_version": steptail.__version__,

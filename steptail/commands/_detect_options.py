@@ -17,7 +17,9 @@ def detector_options(fn):
     for option in reversed((
         click.option("--reference-ce", metavar="VALUE|FILE|DIR",
                       help="HF reference CE of step 1, a JSON/CSV file of step -> ce, or a directory "
-                           "of <run>.json / <run>.csv (one reference per run, e.g. with follow --all)."),
+                           "of <run>.json / <run>.csv (one reference per run, e.g. with follow --all). "
+                           "Stored with the run: later evaluations given none use it; a different one "
+                           "replaces it (the old one kept as superseded)."),
         click.option("--gate-tolerance", type=float, default=1e-3, show_default=True,
                      help="Step-1 CE gate: largest allowed |ce - reference|."),
         click.option("--resume-tolerance", type=float, default=1e-4, show_default=True,
