@@ -541,3 +541,50 @@ def test_lint_control_run_from_the_store(tmp_path):
     assert double.returncode == 1 and "slice_shape" in double.stdout and "64 hosts" in double.stdout
     unknown = one_line_error(steptail("lint", MANIFESTS / "good.yaml", "--control", "nope", "--db", db, cwd=tmp_path))
     assert "no run 'nope'" in unknown
+
+
+# -- the issue's cases through the CLI: one wording, absent input, the slice's shape -------------
+
+
+def test_lint_of_the_issue_cases(tmp_path):
+    no_image = steptail("lint", MANIFESTS / "no-image.yaml", "-o", "json", cwd=tmp_path)
+    assert no_image.returncode == 0, no_image.stdout  # info only: nothing to change
+    [f] = json.loads(no_image.stdout)["jobsets"][0]["findings"]
+    assert (f["rule"], f["severity"], f["evaluable"]) == ("restore_fix_image", "info", False)
+    assert f["message"] == "not evaluable: the trainer container's image missing"
+    assert json.loads(no_image.stdout)["jobsets"][0]["clean"] is True
+    table = steptail("lint", MANIFESTS / "no-image.yaml", cwd=tmp_path)
+    assert table.returncode == 0 and "clean (1 rule(s) not evaluable)" in table.stdout
+
+    hosts = steptail("lint", MANIFESTS / "hosts-8.yaml", cwd=tmp_path)
+    assert hosts.returncode == 1
+    assert ("parallelism 8 but a 4x4x8 tpu-v5p-slice has 32 hosts (128 chips ÷ 4 per host): the runbook "
+            "requires one pod per host; set parallelism and completions to 32") in " ".join(hosts.stdout.split())
+
+    lb = steptail("lint", MANIFESTS / "cp4-lb.yaml", "-o", "json", cwd=tmp_path)
+    assert lb.returncode == 1
+    [f] = json.loads(lb.stdout)["jobsets"][0]["findings"]
+    assert (f["rule"], f["severity"]) == ("load_balance", "critical")
+    assert f["message"] == LB_TEXT
+
+    good_run = steptail("lint", MANIFESTS / "good.yaml", "-o", "json", cwd=tmp_path)
+    assert good_run.returncode == 0 and json.loads(good_run.stdout)["findings"] == 0
+
+
+LB_TEXT = ("ici_context_parallelism=4 with context_parallel_load_balance=True: the runbook forbids load balancing "
+           "with context parallelism (it moved step-1 CE by +0.39 at cp4 and +1.98 at cp8); "
+           "set context_parallel_load_balance=False")
+
+
+def test_check_of_the_cp4_load_balance_log_is_one_finding_in_lints_words(tmp_path):
+    """Offline (a saved log, no JobSet): the config lines alone raise the rule, once, worded
+    as lint words it; a second check changes nothing."""
+    db = tmp_path / "s.db"
+    assert steptail("ingest", SAMPLES / "cp4-lb-nan.log", "--run", "qwen3-cp4", "--db", db, cwd=tmp_path).returncode == 0
+    for _ in range(2):
+        check = steptail("check", "qwen3-cp4", "--db", db, "--json", cwd=tmp_path)
+        assert check.returncode == 1
+        lb = [f for f in json.loads(check.stdout)["findings"] if "load_balance" in f["kind"]]
+        assert [(f["kind"], f["severity"], f["incarnation"]) for f in lb] == [("rule:load_balance", "critical", 1)]
+        assert lb[0]["detail"] == LB_TEXT + " (seen in the config lines of incarnation 1)"
+        assert " without " not in check.stdout

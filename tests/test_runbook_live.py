@@ -329,3 +329,108 @@ def test_a_jobset_the_views_cannot_read_is_one_line_per_change_never_a_crash(cap
     said = [r.getMessage() for r in caplog.records if "runbook rules not checked on JobSet bad" in r.getMessage()]
     assert len(said) == 2, said
     assert [(f.run, f.kind) for f in got] == [("hero", "rule:queue")]
+
+
+# -- one cause, one finding: the engine joins the evidences (no cluster needed) ------------------
+
+LB_TEXT = ("ici_context_parallelism=4 with context_parallel_load_balance=True: the runbook forbids load balancing "
+           "with context parallelism (it moved step-1 CE by +0.39 at cp4 and +1.98 at cp8); "
+           "set context_parallel_load_balance=False")
+CONFIG_SEEN = "the config lines of incarnation 1"
+POD_SEEN = "the trainer args of pod qwen3-cp4-slice-0-0-abcde"
+
+
+def _config_batch():
+    from steptail.runs.model import Batch
+
+    b = Batch()
+    b.config = [("qwen3-cp4", 1, "ici_context_parallelism", "4"), ("qwen3-cp4", 1, "context_parallel_load_balance", "True")]
+    return b
+
+
+def _seen(inc: int, where: str, severity: str = "critical", text: str = LB_TEXT):
+    from steptail.runs.findings import Finding
+    from steptail.runs.rule_text import cite
+
+    return Finding("rule:load_balance", "qwen3-cp4", inc, -1, -1, cite(text, [where]), severity, 1)
+
+
+def test_the_load_balance_rule_seen_in_the_config_and_the_args_is_one_finding_either_way():
+    from steptail.runs.detectors import FindingEngine
+
+    # the config lines first, then follow's look at the process-0 pod
+    engine = FindingEngine("qwen3-cp4")
+    [first] = engine.observe(_config_batch())
+    assert first.detail == f"{LB_TEXT} (seen in {CONFIG_SEEN})"
+    [joined] = engine.observe_cluster([_seen(1, POD_SEEN)])
+    assert joined.key == first.key and joined.detail == f"{LB_TEXT} (seen in {CONFIG_SEEN} and in {POD_SEEN})"
+    assert engine.observe_cluster([_seen(1, POD_SEEN)]) == []  # seen there already: nothing new
+    assert [f.key for f in engine.findings.values()] == [first.key]
+    # the pod first: the config lines join it
+    engine = FindingEngine("qwen3-cp4")
+    engine.observe_cluster([_seen(1, POD_SEEN)])
+    [joined] = engine.observe(_config_batch())
+    assert joined.detail == f"{LB_TEXT} (seen in {POD_SEEN} and in {CONFIG_SEEN})"
+    assert len(engine.findings) == 1
+    # the JobSet as submitted (incarnation 0, before its pods ran): the config lines join it too
+    engine = FindingEngine("qwen3-cp4")
+    engine.observe_cluster([_seen(0, "the JobSet's trainer args (spec.replicatedJobs[0]…args)")])
+    [joined] = engine.observe(_config_batch())
+    assert joined.incarnation == 0 and len(engine.findings) == 1 and CONFIG_SEEN in joined.detail
+
+
+def test_not_evaluable_never_replaces_the_verdict_and_gives_way_to_one():
+    from steptail.runs.detectors import FindingEngine
+
+    missing = "not evaluable: the trainer container missing"
+    engine = FindingEngine("qwen3-cp4")
+    engine.observe(_config_batch())
+    assert engine.observe_cluster([_seen(1, POD_SEEN, "info", missing)]) == []
+    [f] = engine.findings.values()
+    assert f.severity == "critical" and missing not in f.detail
+    engine = FindingEngine("qwen3-cp4")
+    engine.observe_cluster([_seen(1, POD_SEEN, "info", missing)])
+    [f] = engine.observe(_config_batch())
+    assert (f.severity, f.detail) == ("critical", f"{LB_TEXT} (seen in {CONFIG_SEEN})")
+
+
+def test_a_check_from_the_config_lines_keeps_the_stored_args_evidence():
+    """`check` replays the stored rows into an engine that remembers the stored finding: the
+    JobSet's evidence, which the log cannot give again, stays cited and nothing changes."""
+    from steptail.runs.detectors import FindingEngine
+
+    stored = _seen(1, POD_SEEN)
+    stored.detail = f"{LB_TEXT} (seen in {CONFIG_SEEN} and in {POD_SEEN})"
+    engine = FindingEngine("qwen3-cp4")
+    engine.remember([stored])
+    assert engine.observe(_config_batch()) == []
+    assert [f.detail for f in engine.findings.values()] == [stored.detail]
+
+
+def test_a_live_jobset_without_an_image_is_not_evaluable_never_a_breach():
+    import asyncio
+    from types import SimpleNamespace
+
+    from steptail.collector.cluster.jobsets import ClusterObjects
+    from steptail.collector.live.runbook_live import RunbookLive, RunTarget
+    from steptail.commands.lint import policy_from
+
+    got = []
+    no_image = {"metadata": {"name": "no-image", "resourceVersion": "1",
+                             "labels": {"kueue.x-k8s.io/queue-name": "post-training"}},
+                "spec": {"replicatedJobs": [{"name": "slice", "template": {"spec": {"template": {"spec": {
+                    "nodeSelector": {"cloud.google.com/gke-tpu-topology": "4x4x8",
+                                     "cloud.google.com/gke-tpu-accelerator": "tpu-v5p-slice"},
+                    "containers": [{"name": "jax-tpu", "resources": {"limits": {"google.com/tpu": "4"}}}]}}}}}]}}
+    objects = ClusterObjects(target=None)
+    objects.jobsets.update({"no-image": no_image})
+    objects.listed = {"jobsets": True, "workloads": True}
+    targets = {"no-image": RunTarget("no-image", "no-image", SimpleNamespace(cluster_findings=got.extend), None)}
+    discovery = SimpleNamespace(pods={}, process0=lambda j: [])
+
+    async def one_pass():
+        RunbookLive(policy_from(None), objects, discovery, lambda: targets, store=None).check_all()
+
+    asyncio.run(one_pass())
+    assert [(f.kind, f.severity) for f in got] == [("rule:restore_fix_image", "info")]
+    assert got[0].detail.startswith("not evaluable: the trainer container's image missing")
