@@ -43,10 +43,10 @@ def test_demo_records_flags_and_points_at_its_data(tmp_path):
     assert any(f["kind"] == "auth" for f in olmo["failures"] + qwen["failures"])
     assert qwen["steps_lost_to_rotation"] and qwen["stream_gaps"]
     kinds = {f["kind"]: f for f in qwen["findings"]}
-    assert {"gap", "load_balance_rule", "nonfinite_ce", "step1_ce_gate"} <= set(kinds)
+    assert {"gap", "rule:load_balance", "nonfinite_ce", "step1_ce_gate"} <= set(kinds)
     gate = kinds["step1_ce_gate"]  # against the HF reference the demo wrote: +0.39, critical
     assert gate["severity"] == "critical" and "+0.390000" in gate["detail"]
-    assert not {"step1_ce_gate", "load_balance_rule"} & {f["kind"] for f in control["findings"]}
+    assert not {"step1_ce_gate", "rule:load_balance"} & {f["kind"] for f in control["findings"]}
     lp = read_table(out / "parquet", "loss_parts", "olmo3-sft")
     assert lp.num_rows == olmo["steps_recorded"] > 0
 
@@ -145,7 +145,7 @@ def test_demo_prints_commands_that_run_in_a_new_shell(tmp_path):
         verb = shlex.split(command)[1]
         if verb == "check":  # exit 1: it flags the arm (the runbook's rule, the step-1 gate)
             assert res.returncode == 1, (command, res.stderr)
-            assert "load_balance_rule" in res.stdout and "by +0.390000" in res.stdout
+            assert "rule:load_balance" in res.stdout and "by +0.390000" in res.stdout
         elif verb == "compare":  # exit 1: the arm diverges from its control
             assert res.returncode == 1, (command, res.stderr)
             assert "diverges at step 1" in res.stdout

@@ -84,7 +84,7 @@ def test_ingest_alone_stores_the_findings(name, db_url, samples):
 def test_text_summary_names_findings_by_kind(db_url, samples):
     r = cli("ingest", str(samples / "cp4-lb-nan.log"), "--run", "cp", "--db", db_url)
     assert r.exit_code == 0, r.output
-    assert "findings: 3 (load_balance_rule 1, nonfinite_ce 1, step1_ce_gate 1;" in r.stdout
+    assert "findings: 3 (nonfinite_ce 1, rule:load_balance 1, step1_ce_gate 1;" in r.stdout
 
 
 def test_next_days_log_extends_the_findings_as_check_would(db_url, samples, tmp_path):

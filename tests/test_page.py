@@ -447,7 +447,7 @@ async def test_nan_and_findings_without_a_step(served, chromium):
         assert await page.eval("document.querySelector('#run-facts [data-fact=\"non-finite CE\"] b').textContent") == "1"
         rows = await page.eval("[...document.querySelectorAll('#findings-table tbody tr')].map("
                                "tr => [tr.dataset.kind, tr.dataset.severity, tr.cells[3].textContent])")
-        assert rows == [["load_balance_rule", "critical", "—"], ["step1_ce_gate", "warning", "step 1"],
+        assert rows == [["rule:load_balance", "critical", "—"], ["step1_ce_gate", "warning", "step 1"],
                         ["nonfinite_ce", "critical", "step 77"]]
         assert not page.errors, page.errors
 

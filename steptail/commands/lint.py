@@ -162,8 +162,10 @@ def command(manifests: tuple[str, ...], policy_file: str | None, control: str | 
     """Check the JobSets in JOBSET.yaml ('-': stdin; several documents and `kind: List` too,
     other kinds ignored with a note) against the runbook's rules: the Kueue queue, the
     restore-fix image, the slice topology, the load-balance rule, gcsfuse mounts that hold
-    checkpoints, one slice shape per experiment (with --control/--control-manifest) and
-    spec.suspend. Offline: nothing is submitted or read from a cluster."""
+    checkpoints, the slice's hosts (parallelism = the topology's chips / chips per host), one
+    slice shape per experiment (with --control/--control-manifest) and spec.suspend. A rule
+    whose input the JobSet lacks is "not evaluable" (info; exit 0 if nothing else). Offline:
+    nothing is submitted or read from a cluster."""
     if list(manifests).count("-") > 1 or (control_manifest == "-" and "-" in manifests):
         fail("stdin ('-') can be read once")
     policy = policy_from(policy_file)
