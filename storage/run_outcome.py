@@ -20,33 +20,41 @@ from steptail.storage.sources import FILES
 
 log = logging.getLogger("steptail.store")
 
-_RECORD = ("UPDATE runs SET outcome = :outcome, outcome_ns = :at, outcome_reason = :reason"
+# when it ended is kept when only the reason grows (e.g. "being archived" -> "archived")
+_RECORD = ("UPDATE runs SET outcome_ns = CASE WHEN outcome = :outcome AND outcome_ns IS NOT NULL"
+           " THEN outcome_ns ELSE :at END, outcome = :outcome, outcome_reason = :reason"
            " WHERE run = :run AND (outcome IS NULL OR outcome <> :outcome OR outcome_reason IS NULL"
            " OR outcome_reason <> :reason)")
-_BEAT = "UPDATE runs SET followed_ns = :now WHERE run = :run"
+_BEAT = sa.text("UPDATE runs SET followed_ns = :now WHERE run IN :runs").bindparams(
+    sa.bindparam("runs", expanding=True))
 _RUNS = "SELECT run, outcome, outcome_ns, outcome_reason, followed_ns FROM runs"
 _SOURCES = "SELECT run, source FROM run_sources"
 _SUMMARY = "SELECT run, incarnation, lo, hi, first_ts_ns, last_ts_ns FROM loss_summary ORDER BY run, incarnation"
 
 
-def record(store: Store, run: str, outcome: str, reason: str, now_ns: int | None = None) -> bool:
-    """Store the run's end as the collector saw it (the first time, or when it changed); True
-    if written. A run with no row yet (no record read) has nothing to mark."""
+def record(store: Store, run: str, outcome: str, reason: str, now_ns: int | None = None) -> bool | None:
+    """Store the run's end as the collector saw it (the first time, or when it changed): True
+    if written, False if already so, None if the run has no row yet (nothing of it committed:
+    the caller tries again later)."""
     if outcome not in OUTCOMES:
         raise ValueError(f"outcome must be one of {OUTCOMES}, not {outcome!r}")
     with store.engine.begin() as conn:
         n = conn.execute(sa.text(_RECORD), {"run": run, "outcome": outcome, "reason": reason[:1000],
                                             "at": now_ns if now_ns is not None else time.time_ns()}).rowcount
+        if not n and conn.execute(sa.text("SELECT 1 FROM runs WHERE run = :run"), {"run": run}).first() is None:
+            return None
     return bool(n)
 
 
-def heartbeat(store: Store, runs: Iterable[str], now_ns: int | None = None) -> None:
-    """The collector follows `runs` now (runs.followed_ns): one statement for all of them."""
+def heartbeat(store: Store, runs: Iterable[str], now_ns: int | None = None) -> int:
+    """The collector follows `runs` now (runs.followed_ns): one statement for all of them.
+    Returns how many had a row to mark (a run with nothing committed yet has none)."""
     now = now_ns if now_ns is not None else time.time_ns()
-    params = [{"run": r, "now": now} for r in runs]
-    if params:
-        with store.engine.begin() as conn:
-            conn.execute(sa.text(_BEAT), params)
+    names = sorted(set(runs))
+    if not names:
+        return 0
+    with store.engine.begin() as conn:
+        return conn.execute(_BEAT, {"runs": names, "now": now}).rowcount
 
 
 def facts(conn: sa.Connection, run: str | None = None) -> dict[str, Facts]:

@@ -24,12 +24,13 @@ from steptail.collector.live.detect import Detectors
 from steptail.collector.live.follower import FollowConfig, RunFollower, RunStatus
 from steptail.collector.live.lake_feed import LakeWriter
 from steptail.collector.live.ownership import INTERVAL, LOOK_TIMEOUT, OUTAGE_RETRY_MAX, Ownership
+from steptail.collector.live.run_end import RunEnds
 from steptail.collector.live.runbook_live import RunbookLive, RunTarget
 from steptail.collector.live.sink import RunSink
 from steptail.collector.notify import events
 from steptail.collector.notify.alerts import Alerter
-from steptail.collector.notify.health import Health
 from steptail.collector.notify.collector_events import CollectorEvents
+from steptail.collector.notify.health import Health
 from steptail.collector.notify.metrics import Metrics
 from steptail.runs.findings import NO_STEP, UNSAFE_NAME, WARNING, Finding, Settings
 from steptail.runs.model import RunModel
@@ -114,6 +115,7 @@ class Supervisor:
         # the ownership connection: failing loses every run here (logged, counted, summarised)
         self.ownership_health = Health("ownership", "", plan.metrics) if self.ownership is not None else None
         self._look_now = asyncio.Event()
+        self.ends = RunEnds(self)  # each run's heartbeat and end (JobSet failed/completed) to the store
         # --parquet URL: the lake, one writer (one commit per table and period) for every run here
         self.lake = None
         if is_lake(plan.parquet):
@@ -153,6 +155,7 @@ class Supervisor:
                     break
                 self._look_for_named()
                 self._look_for_unselected()
+                await self.ends.tick()
                 active = [t for t in self.tasks.values() if not t.done()]
                 elsewhere = [r for r in self.candidates if r not in self.tasks and not self.status[r].done]
                 if not active and not elsewhere and (
@@ -160,10 +163,10 @@ class Supervisor:
                     break  # with --all --until-done: every run found so far is done
                 # bounded: runs found by discovery (--all) join while we wait
                 await asyncio.wait([waiter, *active], timeout=0.5, return_when=asyncio.FIRST_COMPLETED)
+                await self.save_events()
             waiter.cancel()
         finally:
             await self.shutdown()
-                await self.save_events()
             if install_signals:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(sig)
@@ -192,8 +195,9 @@ class Supervisor:
                 log.error("%s: final flush failed: %s", run, exc)
             else:
                 await asyncio.to_thread(f.sink.compact_parquet)
-            if self.status[run].state != "done":
+            if not self.status[run].done:  # done: "done", or "failed" (collector.live.run_end)
                 self._set_state(run, "stopped")
+        await self.ends.close()
         if self.ownership is not None:  # after the final commits: the locks fall, others take over
             try:
                 await self.ownership.close()
@@ -202,10 +206,6 @@ class Supervisor:
         await self.discovery.close()
         if self.objects is not None:
             await self.objects.close()
-
-    def _given_up(self) -> str | None:
-        """The pod list refused (401/403), or the API unreachable, ever since start-up and for
-        `give_up` seconds: what to say on exit. A failure after pods were listed is retried."""
         await self.save_events()
 
     async def save_events(self) -> None:
@@ -219,6 +219,10 @@ class Supervisor:
             self._events_health.fail("store", f"collector events not stored: {str(exc).splitlines()[0][:200]}")
         else:
             self._events_health.ok()
+
+    def _given_up(self) -> str | None:
+        """The pod list refused (401/403), or the API unreachable, ever since start-up and for
+        `give_up` seconds: what to say on exit. A failure after pods were listed is retried."""
         d = self.discovery
         if d.listed or d.health.failing is None or d.health.failing_for() < self.plan.give_up:
             return None
@@ -513,11 +517,11 @@ class Supervisor:
                 status.last_error = reason
                 self._set_state(run, "restarting after an error")
                 if follower is not None:
+                    follower.failed(kind, reason)
                     follower.detectors.failure(kind, reason)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 30.0)
 
-                    follower.failed(kind, reason)
     def _set_state(self, run: str, state: str) -> None:
         status = self.status[run]
         if state != status.state:

@@ -19,6 +19,8 @@ def run_state(s: RunStatus) -> str:
     process 0 completed, failed while its container ended otherwise (until a restart), stalled
     while the stall finding is open (no step within k x the median step time: the engine's
     stall clock), live while steps come, unknown before the first."""
+    if s.state == FAILED:  # its JobSet failed or was deleted (collector.live.run_end, --until-done)
+        return FAILED
     if s.done or s.state.startswith(COMPLETED):
         return ENDED
     if s.state.startswith("container ") and s.state.endswith("; waiting"):
