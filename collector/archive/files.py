@@ -33,6 +33,14 @@ def remove_stale(folder: Path) -> int:
     return n
 
 
+def with_path(exc: OSError, path: Path) -> OSError:
+    """`exc` naming the file it is about: a write or fsync error (ENOSPC, EIO) carries no
+    file name, and "No space left on device" alone does not say which disk."""
+    if exc.filename is not None or exc.errno is None:
+        return exc
+    return type(exc)(exc.errno, exc.strerror, str(path))
+
+
 def write_json(path: Path, doc: dict) -> tuple[str, int]:
     """Atomically (temporary name, fsync, rename, fsync of the folder); (sha256, bytes)."""
     data = (json.dumps(doc, indent=2, sort_keys=False) + "\n").encode()
@@ -43,6 +51,9 @@ def write_json(path: Path, doc: dict) -> tuple[str, int]:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise with_path(exc, path) from exc
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -83,7 +94,10 @@ class GzipLog:
 
     def _out(self, data: bytes) -> None:
         if data:
-            self._f.write(data)
+            try:
+                self._f.write(data)
+            except OSError as exc:
+                raise with_path(exc, self.final) from exc
             self._gz.update(data)
             self.stats.bytes_compressed += len(data)
 
@@ -107,9 +121,12 @@ class GzipLog:
         """All written and fsynced under the temporary name."""
         st = self.stats
         self._out(self._z.flush())
-        self._f.flush()
-        os.fsync(self._f.fileno())
-        self._f.close()
+        try:
+            self._f.flush()
+            os.fsync(self._f.fileno())
+            self._f.close()
+        except OSError as exc:
+            raise with_path(exc, self.final) from exc
         if self._open:  # a last line without its newline (cut off)
             st.lines += 1
             self._last = self._open
@@ -123,5 +140,8 @@ class GzipLog:
 
     def abort(self) -> None:
         if not self._f.closed:
-            self._f.close()
+            try:
+                self._f.close()
+            except OSError:  # its buffer's flush on a full disk: the file is being thrown away
+                pass
         self.tmp.unlink(missing_ok=True)

@@ -197,11 +197,35 @@ async def archive(target: KubeTarget, jobset: str, out: Path, *, parallel: int =
                                       "previous": task.previous, "kind": failure[0], "reason": failure[1]})
             progress.done()
 
+        failure: BaseException | None = None
         try:
-            async with asyncio.TaskGroup() as group:
-                for t in todo:
-                    group.create_task(one(t))
+            try:
+                async with asyncio.TaskGroup() as group:
+                    for t in todo:
+                        group.create_task(one(t))
+            except BaseExceptionGroup as group_exc:
+                failure = first_failure(group_exc)  # the cause itself, not "unhandled errors in a TaskGroup"
         finally:
             manifest.errors = sorted(result.errors, key=lambda e: (e["pod"], e["container"], e["previous"]))
-            result.manifest_sha256, result.manifest_bytes = await loop.run_in_executor(pool, manifest.save, folder)
+            try:
+                result.manifest_sha256, result.manifest_bytes = await loop.run_in_executor(pool, manifest.save,
+                                                                                           folder)
+            except OSError:
+                if failure is None:
+                    raise  # else the disk that filled up under a log fails the manifest too: the log's said
+        if failure is not None:
+            raise failure
     return result
+
+
+def first_failure(group: BaseExceptionGroup) -> BaseException:
+    """The error to say of a failed group of reads: the first OSError (a full disk: its
+    errno, strerror and file), else the first error."""
+    leaves, todo = [], [group]
+    while todo:
+        exc = todo.pop(0)
+        if isinstance(exc, BaseExceptionGroup):
+            todo[:0] = exc.exceptions
+        else:
+            leaves.append(exc)
+    return next((e for e in leaves if isinstance(e, OSError)), leaves[0])

@@ -133,7 +133,8 @@ class Archive:
             fail(str(exc))
         except OSError as exc:
             _dispose(store)
-            fail(f"cannot write the archive under {self.out}: {exc.strerror or exc}; no partial file left")
+            at = f": {exc.filename}" if exc.filename else ""  # which file (collector.archive.files.with_path)
+            fail(f"cannot write the archive under {self.out}: {exc.strerror or exc}{at}; no partial file left")
         for e in result.errors:
             warn(f"{e['pod']}: {e['container']}{' --previous' if e['previous'] else ''}: {e['reason']}")
         ingested = None
