@@ -192,7 +192,8 @@ def fleet_dashboard() -> dm.Dashboard:
     )
     return (
         _dashboard(FLEET_UID, "steptail / Fleet",
-                   "The runs seen in the time range: last step, seconds since it, reconnects, stream gaps, open findings.")
+                   "The runs seen in the time range: state (live, stalled, ended, failed, ingested, unknown), "
+                   "last step, seconds since it, reconnects, stream gaps, open findings.")
         .with_variable(namespace_variable())
         .with_panel(fleet)
         .build()

@@ -8,6 +8,7 @@ their own line instead of zig-zagging back over the first recording."""
 
 from __future__ import annotations
 
+from steptail.runs import state as st
 from steptail.runs.findings import CRITICAL, NONFINITE_CE, RESUME_MISMATCH, STEP1_CE_GATE, Settings
 
 # Finding kinds written by the detectors (steptail.runs.findings.KINDS). A step-1 gate that could
@@ -220,13 +221,28 @@ ORDER BY 1, 2
 # fleet table costs the fleet's size, not the store's history. "reconnects": streams the
 # follower re-opened (silence, EOF); "stream gaps": stretches of log that could not be read
 # back; "open findings": every finding recorded for the run (findings carry no resolution
-# state).
-FLEET = """
+# state). "state": steptail.runs.state.decide in SQL, with its constants (tests hold the two
+# to the same answers): the run's source, the end the collector recorded, its heartbeat, the
+# last step against k x the latest incarnation's mean step time (at least MIN_STALL_S).
+_NOW_NS = "(EXTRACT(EPOCH FROM now()) * 1e9)"
+_STATE = f"""
+  CASE
+    WHEN NOT EXISTS (SELECT 1 FROM run_sources x WHERE x.run = r.run AND x.source <> 'files') THEN '{st.INGESTED}'
+    WHEN r.outcome IN ('{st.COMPLETED}', '{st.JOBSET_FAILED}')
+         AND (span.last_ns IS NULL OR r.outcome_ns IS NULL OR span.last_ns <= r.outcome_ns)
+      THEN CASE r.outcome WHEN '{st.COMPLETED}' THEN '{st.ENDED}' ELSE '{st.FAILED}' END
+    WHEN r.followed_ns IS NULL OR {_NOW_NS} - r.followed_ns > {st.FOLLOWED_NS} THEN '{st.UNKNOWN}'
+    WHEN span.last_ns IS NULL THEN '{st.LIVE}'
+    WHEN {_NOW_NS} - span.last_ns > GREATEST({st.STALL_K} * COALESCE(pace.seconds, 0), {st.MIN_STALL_S}) * 1e9
+      THEN '{st.STALLED}'
+    ELSE '{st.LIVE}'
+  END""".strip()
+FLEET = f"""
 WITH seen AS (
   SELECT run FROM loss_summary WHERE last_ts_ns >= $__unixEpochNanoFrom()
   UNION SELECT run FROM runs WHERE updated_ns >= $__unixEpochNanoFrom()
 )
-SELECT r.run, r.namespace, r.jobset, last.incarnation, last.hi AS last_step,
+SELECT r.run, {_STATE} AS state, r.namespace, r.jobset, last.incarnation, last.hi AS last_step,
        EXTRACT(EPOCH FROM now()) - last.last_ts_ns / 1e9 AS seconds_since_last_step,
        (SELECT COUNT(*) FROM stream_reconnects c WHERE c.run = r.run) AS reconnects,
        (SELECT COUNT(*) FROM stream_gaps g WHERE g.run = r.run) AS stream_gaps,
@@ -236,6 +252,12 @@ LEFT JOIN LATERAL (
   SELECT s.incarnation, s.hi, s.last_ts_ns FROM loss_summary s WHERE s.run = r.run
   ORDER BY s.incarnation DESC LIMIT 1
 ) last ON true
+LEFT JOIN LATERAL (SELECT MAX(s.last_ts_ns) AS last_ns FROM loss_summary s WHERE s.run = r.run) span ON true
+LEFT JOIN LATERAL (
+  SELECT (s.last_ts_ns - s.first_ts_ns) / 1e9 / (s.hi - s.lo) AS seconds FROM loss_summary s
+  WHERE s.run = r.run AND s.hi > s.lo AND s.last_ts_ns >= s.first_ts_ns
+  ORDER BY s.incarnation DESC LIMIT 1
+) pace ON true
 WHERE COALESCE(r.namespace, '-') IN ($namespace)
 ORDER BY r.run
 """.strip()

@@ -108,6 +108,37 @@ def test_states_in_the_store(db_url):  # noqa: F811
         store.dispose()
 
 
+def test_the_fleet_dashboard_says_the_same_state(db_url):  # noqa: F811
+    """The Fleet table's state column (SQL, PostgreSQL) is steptail.runs.state.decide's."""
+    if not db_url.startswith("postgresql"):
+        pytest.skip("Grafana reads PostgreSQL")
+    from test_dashboards_sql import ctx, run_sql
+
+    from steptail.dashboards import queries as q
+
+    store = open_store(db_url)
+    try:
+        for run in ("saved", "done", "stuck", "gone", "broke", "fresh", "stale-end"):
+            ingest_sample(store, samples_dir(), run, "clean-300")
+            if run != "saved":
+                _followed(store, run)
+        heartbeat(store, ["done", "stuck", "broke", "fresh", "stale-end"])
+        record(store, "done", COMPLETED, "process 0 completed")
+        record(store, "broke", JOBSET_FAILED, "JobSet broke failed")
+        record(store, "stale-end", COMPLETED, "process 0 completed", now_ns=1)  # steps came after it
+        now = time.time_ns()
+        with store.engine.begin() as conn:  # steps a second apart, the last one 10 s ago: live
+            conn.execute(sa.text("UPDATE loss_summary SET last_ts_ns = :t, first_ts_ns = :t - CAST(hi - lo AS BIGINT) * :s"
+                                 " WHERE run = 'fresh'"), {"t": now - 10 * S, "s": S})
+        with store.engine.connect() as conn:
+            expected = {run: s.state for run, s in states(conn).items()}
+        assert expected == {"saved": INGESTED, "done": ENDED, "stuck": STALLED, "gone": UNKNOWN, "broke": FAILED,
+                            "fresh": LIVE, "stale-end": STALLED}
+        assert {r["run"]: r["state"] for r in run_sql(store, q.FLEET, ctx())} == expected
+    finally:
+        store.dispose()
+
+
 def test_check_prints_the_stop_command_only_while_the_workload_is_admitted(db_url):  # noqa: F811
     store = open_store(db_url)
     try:
