@@ -179,6 +179,22 @@ class Lake:
             self._catalog = catalog
         return self._catalog
 
+    def check_bucket(self) -> None:
+        """Raise LakeError unless the lake's bucket exists: checked at start (one request), as
+        pyiceberg would only find out at the first write, and steptail makes tables, never
+        buckets. A file:// lake needs nothing: its folders are made as it writes."""
+        if self.location.scheme == "file":
+            return
+        from steptail.storage.object_store import bucket_exists
+
+        bucket = f"{self.location.scheme}://{self.location.bucket}"
+        try:
+            found = bucket_exists(self.location, self.props)
+        except Exception as exc:
+            raise LakeError(f"cannot reach the lake's bucket {bucket}: {_reason(exc)}") from exc
+        if not found:
+            raise LakeError(f"the lake's bucket {bucket} does not exist (steptail creates tables, not buckets)")
+
     def table(self, name: str, create: bool = True):
         """The Iceberg table `name` (created, partitioned by run, when missing and `create`)."""
         if name not in self._tables:

@@ -209,6 +209,16 @@ class NoDeleteFileIO(PyArrowFileIO):
         log.debug("not deleting %s: nothing in the table's store is ever deleted", path)
 
 
+def bucket_exists(loc: Location, props: Mapping[str, str]) -> bool:
+    """Whether the bucket of `loc` (s3:// or gs://) exists: one metadata request, through the
+    same pyarrow file system pyiceberg builds from `props`. Raises OSError when the store
+    cannot say (refused credentials, unreachable)."""
+    from pyarrow.fs import FileType
+
+    fs = NoDeleteFileIO(dict(props)).fs_by_scheme(loc.scheme, loc.bucket)
+    return fs.get_file_info(loc.bucket).type != FileType.NotFound
+
+
 def list_objects(loc: Location, props: Mapping[str, str]) -> list[tuple[str, int]]:
     """Every object (file) under `loc` with its size, sorted, as (URI, bytes): the URIs in the
     form the table's metadata refers to them (`s3://bucket/key`, `file:///abs/path`). Through

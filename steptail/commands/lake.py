@@ -49,6 +49,7 @@ def open_lake(store, url: str):
     try:
         lake = Lake(url, store.catalog_url())
         check_lake(lake)  # opens the catalog: one no command can use fails here
+        lake.check_bucket()  # a bucket that is not there: here, not at the first write
     except LakeError as exc:
         store.dispose()
         fail(str(exc))
