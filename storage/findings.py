@@ -206,7 +206,7 @@ def save_findings(conn: sa.Connection, findings: list[Finding], by: str = "follo
     evaluated with an input is never replaced by one not evaluable without it."""
     if not findings:
         return 0
-    stored = {f.key: f for run in {f.run for f in findings} for f in load_findings(conn, run)}
+    stored = _stored(conn, findings)
     sql = _upsert_sql(conn)
     written = 0
     for f in findings:
@@ -221,6 +221,24 @@ def save_findings(conn: sa.Connection, findings: list[Finding], by: str = "follo
                                          f.detail, f.severity, f.detected_ns))
         written += max(res.rowcount, 0)
     return written
+
+
+def _stored(conn: sa.Connection, findings: list[Finding]) -> dict[tuple, Finding]:
+    """The stored findings under the keys of `findings`: a live commit's few by their key (the
+    unique index), a whole check's with one read of each run."""
+    if len(findings) > _BY_KEY:
+        return {f.key: f for run in {f.run for f in findings} for f in load_findings(conn, run)}
+    sql = sa.text(f"SELECT {', '.join(FINDINGS)} FROM findings WHERE run = :run AND kind = :kind"
+                  " AND incarnation = :inc AND first_step = :first")
+    out = {}
+    for f in findings:
+        row = conn.execute(sql, {"run": f.run, "kind": f.kind, "inc": f.incarnation, "first": f.first_step}).first()
+        if row is not None:
+            out[f.key] = Finding(**dict(zip(FINDINGS, row, strict=True)))
+    return out
+
+
+_BY_KEY = 16  # up to this many findings are looked up one by one
 
 
 def load_findings(conn: sa.Connection, run: str) -> list[Finding]:

@@ -98,7 +98,9 @@ def test_with_then_without_the_reference_the_critical_gate_stays(cp4):
     assert r.exit_code == 1 and f"HF reference stored with the run (from --reference-ce {OFF})" in r.output
 
 
-def test_without_then_with_the_reference_the_warning_is_superseded(cp4):
+@pytest.mark.parametrize("by_key", [16, 0], ids=["looked-up-by-key", "read-whole"])
+def test_without_then_with_the_reference_the_warning_is_superseded(cp4, by_key, monkeypatch):
+    monkeypatch.setattr("steptail.storage.findings._BY_KEY", by_key)  # both ways save_findings reads
     code, doc = check(cp4)
     assert code == 1 and doc["reference_ce"] is None and doc["superseded"] == []
     assert gate(cp4)[0] == WARNING and superseded(cp4) == []
