@@ -292,6 +292,11 @@ def test_follow_without_the_jobset_rbac_says_so_once_and_follows(make_simcluster
     assert len(lines) == 1 and "forbidden" in lines[0], proc.stderr
     assert query(db, "SELECT COUNT(*) FROM loss_parts WHERE run = 'olmo3-sft'") == [(60,)]
     assert Path(tmp_path / "s.db").exists()
+    # the rules could not be evaluated: one info finding naming what is missing, never a breach
+    [(kind, severity, detail)] = query(db, "SELECT kind, severity, detail FROM findings WHERE run = 'olmo3-sft'")
+    assert (kind, severity) == ("rule:runbook", "info")
+    assert detail.startswith("not evaluable: the JobSet (the collector cannot list jobsets: forbidden) missing")
+    assert steptail("check", "olmo3-sft", "--db", db).returncode == 0  # info alone: nothing to do
 
 
 def test_a_jobset_the_views_cannot_read_is_one_line_per_change_never_a_crash(caplog):

@@ -26,7 +26,9 @@ from steptail.simcluster.scenario import DEFAULT_IMAGE, Scenario
 pytestmark = pytest.mark.timeout(90)
 
 STEPTAIL = str(Path(sys.executable).with_name("steptail"))
-POLICY = load_policy([("runbook.yaml", default_policy_text())])
+# The simulated slices run 1-4 pods on a "4x4x8" (32 hosts): lint's host-count check is off here.
+SIM_POLICY = Path(__file__).resolve().parent / "manifests" / "sim-policy.yaml"
+POLICY = load_policy([("runbook.yaml", default_policy_text()), ("sim-policy.yaml", SIM_POLICY.read_text())])
 KUEUE = ("kueue.x-k8s.io", "v1beta1")
 JOBSET = ("jobset.x-k8s.io", "v1alpha2")
 OTHER_IMAGE = "us-docker.pkg.dev/steptail-sim/maxtext/maxtext-posttrain:0e1d2c3b"
@@ -44,10 +46,6 @@ def kubectl(sim: SimCluster, *args: str, check: bool = True) -> subprocess.Compl
 
 def kjson(sim: SimCluster, *args: str) -> dict:
     return json.loads(kubectl(sim, *args, "-o", "json").stdout)
-
-
-# The simulated slices run 1-4 pods on a "4x4x8" (32 hosts): lint's host-count check is off here.
-SIM_POLICY = Path(__file__).resolve().parent / "manifests" / "sim-policy.yaml"
 
 
 def lint(*files: Path) -> tuple[int, dict]:

@@ -43,6 +43,8 @@ from steptail.storage.run_files import ARCHIVE_MANIFEST, run_files
 log = logging.getLogger("steptail.follow")
 INTERVAL = 1.0  # seconds between passes when nothing wakes it sooner
 STAGGER = {"hosts": 32, "seconds": 600}  # defaults of the policy's settings.stagger
+# Every rule at once not evaluable (the JobSet cannot be read): one info finding, not one a rule.
+RULES_NOT_EVALUABLE = rule_kind("runbook")
 
 
 @dataclass
@@ -65,6 +67,7 @@ class _State:
     archiving: asyncio.Task | None = None
     deleted: bool = False
     ran: bool = False  # process-0 pods were seen: from then on they, not the templates, are checked
+    unreadable: str = ""  # why the JobSet could not be read, as last said (not evaluable)
 
 
 class RunbookLive:
@@ -122,6 +125,7 @@ class RunbookLive:
     def check_all(self) -> int:
         """Evaluate every followed JobSet whose signature changed; returns how many were."""
         if not self.ready():
+            self._not_readable()
             return 0
         self.passes += 1
         targets = self.targets()
@@ -158,6 +162,23 @@ class RunbookLive:
                 target.follower.set_hosts(self._hosts(obj) or None)
         self.evaluations += n
         return n
+
+    def _not_readable(self) -> None:
+        """The JobSets cannot be listed for good (RBAC denies them, no JobSet CRD): every rule
+        is not evaluable on each followed run, said once per reason (info, never a breach)."""
+        failing = self.objects.health["jobsets"].failing
+        if failing is None or failing[0] not in OWN_FAILURES:
+            return  # not yet listed, or a passing fault: the rules wait for the list
+        why = f"the JobSet (the collector cannot list jobsets: {failing[0]})"
+        for jobset, target in self.targets().items():
+            state = self.states.setdefault(jobset, _State())
+            if state.unreadable == why:
+                continue
+            state.unreadable = why
+            target.detectors.cluster_findings([Finding(
+                RULES_NOT_EVALUABLE, target.run, NO_INCARNATION, NO_STEP, NO_STEP,
+                f"not evaluable: {why} missing; the runbook's rules were not checked on JobSet {jobset}",
+                INFO, time.time_ns())])
 
     def _learn_pods(self, target: RunTarget, state: _State) -> None:
         """pod -> incarnation, from the model's current incarnation as it moves on."""
