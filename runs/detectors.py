@@ -412,7 +412,7 @@ class FindingEngine:
         if inc.lb_checked or cp is None or lb is None:
             return
         inc.lb_checked = True
-        if inc.first_read is not None:  # "could not be checked" at its unread head: it now is
+        if inc.first_read is not None:  # "not evaluable" at its unread head: it now is
             self.findings.pop((self.run, LOAD_BALANCE_RULE, inc.number, inc.first_read), None)
         if cp > 1 and _truthy(lb):
             self._evidence(inc.number, load_balance_text(cp, lb), f"the config lines of incarnation {inc.number}",
@@ -653,7 +653,8 @@ class FindingEngine:
 
     def _unchecked(self, inc: _Inc, gap: StepGap, step: int) -> None:
         """Rules whose input is in the head that was not read (the config lines, step 1): a
-        finding that says they could not be checked, never silence. Not when an earlier
+        finding that says they could not run (the gate: a warning) or are not evaluable (the
+        load-balance rule: info), never silence. Not when an earlier
         incarnation's start-up (where the config is printed) was read, nor when the config read
         rules them out (no context parallelism and no reference)."""
         head = (f"incarnation {inc.number}'s log was read from step {step}: its start-up, config lines and "
