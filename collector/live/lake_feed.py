@@ -7,7 +7,8 @@ SQL holds every row first, so the lake may lag but never loses: after a failure 
 unreachable) the rows held are dropped, the runs they belonged to are "behind", and the next
 write catches each up from SQL (storage.catchup.catch_up_lake: keys SQL holds and the table
 does not). The lake's append is exactly once by key, so catching up twice adds nothing.
-A failure is said once per spell per run, as a parquet_failure."""
+A failure is said once per spell per run, as a parquet_failure collector event (health: the
+run loses nothing)."""
 
 from __future__ import annotations
 

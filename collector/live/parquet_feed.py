@@ -4,7 +4,7 @@ reconnects) rewritten when they changed; the parts compacted at shutdown.
 
 SQL holds every row first, so Parquet may lag but never loses: after a failure (a full disk)
 the rows held are dropped and catch_up writes them from SQL once it works again. A failure is
-said once per spell, as a parquet_failure: the log itself is read fine."""
+said once per spell, as a parquet_failure collector event: the log itself is read fine."""
 
 from __future__ import annotations
 
