@@ -78,7 +78,7 @@ class Steptail:
     # -- frames --------------------------------------------------------------------------
     def runs(self) -> pd.DataFrame:
         """One row per run (the fields of `steptail runs --json`): run, jobset, namespace,
-        sources (list), state (steptail.runs.state), incarnations, steps, max_step, last_step,
+        sources (list), state and state_reason (steptail.runs.state), incarnations, steps, max_step, last_step,
         last_ce, last_ts, bad_lines, updated."""
         rows = reads.run_summaries(self.store)
         return _frame({
@@ -87,6 +87,7 @@ class Steptail:
             "namespace": (_column(rows, "namespace"), "string"),
             "sources": (_column(rows, "sources"), object),
             "state": (_column(rows, "state"), "string"),
+            "state_reason": (_column(rows, "state_reason"), "string"),
             "incarnations": (_column(rows, "incarnations"), "int64"),
             "steps": (_column(rows, "steps"), "int64"),
             "max_step": (_column(rows, "max_step"), "Int64"),

@@ -28,7 +28,7 @@ PART_TYPES = {"z_loss": "float64", "moe_lb": "float64", "total": "float64", "tun
 RBF_TYPES = {"incarnation": "int64", "step": "int64", "ts": TS, "max": "float64", "per_layer": "object",
              "program": "string"}
 RUNS_TYPES = {"run": "string", "jobset": "string", "namespace": "string", "sources": "object",
-              "incarnations": "int64", "steps": "int64", "max_step": "Int64", "last_step": "Int64",
+              "state": "string", "state_reason": "string", "incarnations": "int64", "steps": "int64", "max_step": "Int64", "last_step": "Int64",
               "last_ce": "float64", "last_ts": TS, "bad_lines": "int64", "updated": TS}
 FINDINGS_TYPES = {"run": "string", "kind": "string", "incarnation": "int64", "first_step": "int64",
                   "last_step": "int64", "detail": "string", "severity": "string", "detected": TS}
