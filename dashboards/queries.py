@@ -229,7 +229,7 @@ _STATE = f"""
   CASE
     WHEN NOT EXISTS (SELECT 1 FROM run_sources x WHERE x.run = r.run AND x.source <> 'files') THEN '{st.INGESTED}'
     WHEN r.outcome IN ('{st.COMPLETED}', '{st.JOBSET_FAILED}')
-         AND (span.last_ns IS NULL OR r.outcome_ns IS NULL OR span.last_ns <= r.outcome_ns)
+         AND (span.last_ns IS NULL OR r.outcome_ns IS NULL OR span.last_ns <= r.outcome_ns + {st.STALE_NS})
       THEN CASE r.outcome WHEN '{st.COMPLETED}' THEN '{st.ENDED}' ELSE '{st.FAILED}' END
     WHEN r.followed_ns IS NULL OR {_NOW_NS} - r.followed_ns > {st.FOLLOWED_NS} THEN '{st.UNKNOWN}'
     WHEN span.last_ns IS NULL THEN '{st.LIVE}'

@@ -7,7 +7,8 @@ Pure: the caller gathers the facts (the store's rows, or the live follower's vie
 - `failed`: the collector saw its JobSet fail (terminalState/condition Failed, or deleted after
   failing).
 - `ended`: the collector saw it end well (process 0 completed, or the JobSet Completed).
-  An outcome older than the run's last step is stale (the run went on after it) and is ignored.
+  An outcome older than the run's last step (by over STALE_NS) is stale: the run went on after
+  it (a JobSet of that name again), and it is ignored.
 - `unknown`: a run of the cluster no collector follows now (its heartbeat is older than
   `followed_ns`) and whose end was never seen: "not followed since …".
 - `stalled`: followed now, and no step for longer than k × its step time (and at least
@@ -32,6 +33,9 @@ STALL_K = 3.0  # the detectors' default (runs.findings.Settings.stall_k)
 MIN_STALL_S = 30.0  # below this a quiet spell is the store's and the clocks' lag, not the run's
 HEARTBEAT_S = 10.0  # how often a collector says it still follows its runs (runs.followed_ns)
 FOLLOWED_NS = 60 * 10**9  # a heartbeat this recent: the run is followed now (6 beats missed: not)
+# An end is stale when a step came this long after it (log stamps are the kubelet's clock, the
+# end the collector's: a skew of seconds must not undo an end)
+STALE_NS = 60 * 10**9
 
 
 @dataclass(frozen=True)
@@ -70,7 +74,7 @@ def decide(f: Facts, now_ns: int, k: float = STALL_K, followed_ns: int = FOLLOWE
     """The run's state now (see the module's docstring)."""
     if not f.from_cluster:
         return RunState(INGESTED, "from saved log files: not followed")
-    stale = f.outcome_ns is not None and f.last_step_ns is not None and f.last_step_ns > f.outcome_ns
+    stale = f.outcome_ns is not None and f.last_step_ns is not None and f.last_step_ns > f.outcome_ns + STALE_NS
     if f.outcome in OUTCOMES and not stale:
         why = f.outcome_reason or ("process 0 completed" if f.outcome == COMPLETED else "its JobSet failed")
         return RunState(ENDED if f.outcome == COMPLETED else FAILED, why, f.outcome_ns)
