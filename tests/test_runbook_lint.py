@@ -203,6 +203,8 @@ NOT_EVALUABLE = [  # (change, {rule: the missing input named})
     (_selector("accelerator", "tpu-v9-hyperslice"), {"slice_hosts": "the chips per host of this accelerator type"}),
     (_no_containers, {"restore_fix_image": "the trainer container", "load_balance": "the trainer container",
                       "tpu_request": "the trainer container"}),
+    (lambda js: template(js)["volumes"][0]["csi"]["volumeAttributes"].pop("bucketName"),
+     {"checkpoint_mount": "the gcsfuse volume's bucketName"}),
 ]
 
 
@@ -303,6 +305,11 @@ def test_slice_shape_against_the_control():
     assert f.rule == "slice_shape" and "32 hosts" in f.message and "base's 4x4x8 x 16 hosts" in f.message
     assert rules_broken(js, {"control": {"run": "b", "topology": "8x8x16", "hosts": 32}}) == ["slice_shape"]
     assert rules_broken(js, {"control": {"run": "b", "topology": "", "hosts": 32}}) == []  # topology unknown
+    _no_topology(js)  # the arm's topology unknown: not evaluable against a control that has one
+    control = {"control": {"run": "b", "topology": "4x4x8", "hosts": 32}}
+    assert rules_broken(js, control) == []
+    assert not_evaluable(js, control)["slice_shape"].startswith(
+        "not evaluable: the JobSet's cloud.google.com/gke-tpu-topology node selector")
 
 
 def test_the_sidecar_and_the_trainer():
