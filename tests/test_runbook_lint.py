@@ -394,6 +394,11 @@ rules:
     ("rules:\n  - {name: Queue}\n", "mine.yaml: rule 1: `name` must be lower_snake_case"),
     ("defaults: keep\n", "mine.yaml: `defaults` is merge or replace"),
     ("- a\n", "mine.yaml: a policy is a mapping"),
+    ("rules:\n  - {name: queue, requires: x}\n", "mine.yaml: rule 'queue': `requires` must be a list"),
+    ("rules:\n  - {name: queue, requires: [{field: f}]}\n", "mine.yaml: rule 'queue': requires[0] must be a mapping"),
+    ("rules:\n  - {name: queue, requires: [{field: f, expression: 'pod.tpu'}]}\n",
+     "mine.yaml: rule 'queue': requires[0].expression: unknown variable 'pod'"),
+    ("rules:\n  - {name: queue, live: 'no'}\n", "mine.yaml: rule 'queue': `live` must be true or false"),
 ])
 def test_a_malformed_policy_names_the_file_and_the_rule(text, expected):
     with pytest.raises(PolicyError) as exc:
