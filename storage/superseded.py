@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from steptail.parsers import format_ns
 from steptail.runs.findings import Finding, step_range
 from steptail.runs.rows import FINDINGS
+from steptail.storage.run_inputs import reference_document, reference_history, stored_reference
 
 _log = logging.getLogger("steptail.findings")
 COLUMNS = (*FINDINGS, "superseded_ns", "superseded_by", "why")
@@ -61,3 +62,14 @@ def superseded_event(row: dict) -> dict:
     return {"run": row["run"], **out, "detected_at": format_ns(row["detected_ns"]),
             "superseded_at": format_ns(row["superseded_ns"]), "superseded_by": row["superseded_by"],
             "why": row["why"]}
+
+
+def verdict_history(conn: sa.Connection, run: str) -> dict:
+    """What the API adds on request (?superseded=1): the superseded findings and the HF
+    reference CE the run's gate is evaluated with (current and replaced)."""
+    return {"superseded": [superseded_event(r) for r in load_superseded(conn, run)],
+            "reference_ce": reference_document(stored_reference(conn, run)),
+            "reference_ce_history": [
+                {**r, "given_at": format_ns(r["given_ns"]),
+                 "superseded_at": format_ns(r["superseded_ns"]) if r["superseded_ns"] else None}
+                for r in reference_history(conn, run)]}
