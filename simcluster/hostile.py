@@ -7,7 +7,8 @@ test wants the cluster's answers to be input an attacker chose.
 - `rename`: pods served with another name or container name (the log stays under the real one);
 - `flood`: that many extra process-0 pods (each of its own JobSet, Pending forever) in every
   pod list, e.g. 20,000;
-- `garble`: the next N answers to a pod list, get or watch are not JSON.
+- `garble`: the next N answers to a pod list, get or watch are not JSON;
+- `ignore_limit`: list answers whole, `limit` ignored (with `flood`: one answer of many MB).
 
 List answers honour `limit` and `continue` like the apiserver (`page`). Plain state, read
 under ClusterState.lock by api.py's hooks; a default Hostile changes nothing."""
@@ -33,6 +34,7 @@ class Hostile:
     flood_name: str = "flood-{i}"  # their JobSet label (e.g. "../flood {i}": every one unsafe)
     garble: dict[str, int] = field(default_factory=dict)  # "list" | "get" | "watch" -> answers left
     pages: int = 0  # list answers cut by `limit` (to tell paging happened)
+    ignore_limit: bool = False  # list answers whole, whatever `limit` asked (a server that ignores it)
     _flooded: tuple = (None, 0, [])  # (namespace, flood, pods) last served
 
     def served(self, o: dict) -> dict:
@@ -79,7 +81,7 @@ class Hostile:
             except ValueError:
                 raise web.HTTPBadRequest(text="invalid continue token") from None
         limit = int(query.get("limit") or 0)
-        if limit <= 0:
+        if limit <= 0 or self.ignore_limit:
             return items[start:], None
         self.pages += 1
         end = start + limit

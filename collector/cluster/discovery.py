@@ -49,6 +49,11 @@ WATCH_SECONDS = 5
 # two failed lists a second.
 BACKOFF_MAX = 0.5
 PAGE_SIZE = 500  # pods per list request: a namespace of 20,000 pods is read 500 models at a time
+# Bytes of one list answer read before it is refused: 500 pods are a few MB (a GKE TPU pod ~10 KB
+# with its managed fields). An answer past this is a server that ignored `limit` (a 55 MB list
+# cost 700 MB and stalled the event loop 10 s): refused before it is parsed, as a list failure.
+MAX_PAGE_BYTES = 16 << 20
+READ_CHUNK = 1 << 20
 REFUSED_LOGGED = 20  # refused names logged one line each; beyond, counted (metric, summary) only
 REFUSED_KEPT = 1000  # refused names remembered (for the summary); beyond, counted only
 # how long a stop waits for the watch threads to end. They are daemons, but one still inside
@@ -309,16 +314,50 @@ class _Watcher(threading.Thread):
 
     def _list(self, list_fn) -> tuple[list, str | None]:
         """Every item, read page by page (`limit`/`continue`): the client's models of one page
-        at a time, never the whole namespace's."""
+        at a time, never the whole namespace's, and a page of at most MAX_PAGE_BYTES."""
         items, token = [], None
         while True:
             kw = {"limit": self.page_size, "_continue": token} if token else {"limit": self.page_size}
-            listing = list_fn(_request_timeout=15, **kw)
+            listing = self._page(list_fn, kw)
             items += [self.read(o) for o in _items(listing)]
             meta = listing["metadata"] if isinstance(listing, dict) else listing.metadata
             token = meta.get("continue") if isinstance(meta, dict) else meta._continue
             if not token or self.stopping.is_set():
                 return items, _rv(listing)
+
+
+    def _page(self, list_fn, kw: dict) -> dict:
+        """One list answer, its body read raw and bounded (the client would parse any size),
+        then its items made the client's models (V1Pod) or kept as dicts (custom objects)."""
+        resp = list_fn(_request_timeout=15, _preload_content=False, **kw)
+        try:
+            body = read_bounded(resp, MAX_PAGE_BYTES, kw["limit"])
+        finally:
+            resp.release_conn()
+        listing = json.loads(body)  # not JSON: a ValueError, a `deserialize` failure
+        if not isinstance(listing, dict) or not isinstance(listing.get("items"), list) \
+                or not isinstance(listing.get("metadata", {}), dict):
+            raise ValueError(f"a list answer that is not a list: {body[:100]!r}")
+        listing.setdefault("metadata", {})
+        if self.return_type == "V1Pod":
+            client = getattr(list_fn, "api_client", None)
+            if client is None:
+                raise TypeError("a pod list function without its api_client")
+            # the client's own model building, item by item (its public deserialize takes text)
+            listing["items"] = [client._ApiClient__deserialize(o, "V1Pod") for o in listing["items"]]
+        return listing
+
+
+def read_bounded(resp, limit_bytes: int, limit_items: int) -> bytes:
+    """The body of `resp` (a urllib3 response, not read yet), refused past `limit_bytes`."""
+    chunks, size = [], 0
+    while chunk := resp.read(READ_CHUNK):
+        size += len(chunk)
+        if size > limit_bytes:
+            raise ValueError(f"a list answer over {limit_bytes >> 20} MB for limit={limit_items}: the API server "
+                             "ignores `limit` (refused, not parsed)")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 async def stop_watchers(threads: list[_Watcher], timeout: float = JOIN_SECONDS) -> None:
@@ -397,7 +436,12 @@ class Discovery:
         # on the watch's thread, or every stream of every run would stall meanwhile.
         def connect():
             core = CoreV1Api(self._connect())
-            return lambda **kw: core.list_namespaced_pod(ns, label_selector=selector, **kw)
+
+            def list_pods(**kw):
+                return core.list_namespaced_pod(ns, label_selector=selector, **kw)
+
+            list_pods.api_client = core.api_client  # _Watcher._page builds the models
+            return list_pods
 
         self._threads.append(_Watcher("discover-pods", loop, connect, self._pod_list, self._pod_event,
                                       self._error, self.page_size))
