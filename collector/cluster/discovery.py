@@ -332,8 +332,10 @@ class _Watcher(threading.Thread):
         resp = list_fn(_request_timeout=15, _preload_content=False, **kw)
         try:
             body = read_bounded(resp, MAX_PAGE_BYTES, kw["limit"])
-        finally:
-            resp.release_conn()
+        except BaseException:
+            resp.close()  # the rest of the answer unread: its connection is dropped, not reused
+            raise
+        resp.release_conn()
         listing = json.loads(body)  # not JSON: a ValueError, a `deserialize` failure
         if not isinstance(listing, dict) or not isinstance(listing.get("items"), list) \
                 or not isinstance(listing.get("metadata", {}), dict):
