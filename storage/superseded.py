@@ -1,7 +1,8 @@
 """Superseded findings (table superseded_findings, migration 0011): a stored finding that a newer
-evaluation changed (its severity, or its verdict on the same steps) or no longer raises is
+evaluation changed (its severity, or fewer steps) or no longer raises is
 copied here first, with when, by which evaluation (check, ingest, reparse, follow) and why;
-`findings` keeps the current ones. A range that merely grew is the same finding, not superseded."""
+`findings` keeps the current ones. A range that merely grew, or words that changed with the
+same severity (more evidence), are the same verdict, not superseded (`change`)."""
 
 from __future__ import annotations
 
@@ -20,18 +21,16 @@ COLUMNS = (*FINDINGS, "superseded_ns", "superseded_by", "why")
 
 
 def change(old: Finding, new: Finding) -> str | None:
-    """Why `new` (same key) supersedes the stored `old`; None when it is the same verdict or
-    the same range grown."""
+    """Why `new` (same key) supersedes the stored `old`, or None when the verdict stands. A
+    verdict is a severity over steps: a new severity, or fewer steps, supersedes it; new words
+    with the same severity over the same or more steps (a range grown, the follower's second
+    evidence, another reference's figure: that change is kept in reference_ce) update it."""
     if new.severity != old.severity:
         return f"severity {old.severity} -> {new.severity}: {new.detail}"
-    if new.last_step == old.last_step and new.detail == old.detail:
-        return None
-    if new.last_step > old.last_step:
-        return None  # a range that grew: the same finding, longer
     if new.last_step < old.last_step:
         return (f"{step_range(old.first_step, old.last_step)} -> "
                 f"{step_range(new.first_step, new.last_step)}: {new.detail}")
-    return f"detail changed: {new.detail}"
+    return None
 
 
 def supersede(conn: sa.Connection, old: Finding, by: str, why: str) -> None:

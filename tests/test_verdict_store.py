@@ -198,15 +198,20 @@ def test_the_live_path_keeps_what_a_changed_severity_replaces(cp4):
     assert why.startswith("severity critical -> warning")
 
 
-def test_a_range_that_grows_is_not_a_supersession():
+def test_a_range_that_grows_or_new_words_are_not_a_supersession():
     old = Finding("missing_rbf", "r", 1, 90, 91, "REQUIRED_RBF missing at steps 90–91", WARNING, 1)
     grown = Finding("missing_rbf", "r", 1, 90, 95, "REQUIRED_RBF missing at steps 90–95", WARNING, 2)
     assert change(old, old) is None and change(old, grown) is None
     assert change(grown, old) == "steps 90–95 -> steps 90–91: REQUIRED_RBF missing at steps 90–91"
-    assert change(old, Finding("missing_rbf", "r", 1, 90, 91, "other words", WARNING, 2)) == \
-        "detail changed: other words"
+    assert change(old, Finding("missing_rbf", "r", 1, 90, 91, "other words", WARNING, 2)) is None
     assert change(old, Finding("missing_rbf", "r", 1, 90, 91, old.detail, CRITICAL, 2)).startswith(
         "severity warning -> critical")
+    # a finding the follower saw more evidence of (the load-balance rule in the JobSet's args,
+    # then in the config lines) is the same verdict; a new severity is not
+    rule = Finding("rule:load_balance", "r", 1, -1, -1, "… (seen in the JobSet's args)", CRITICAL, 1)
+    both = Finding("rule:load_balance", "r", 1, -1, -1, "… (seen in the JobSet's args and the config)", CRITICAL, 2)
+    assert change(rule, both) is None
+    assert change(rule, Finding("rule:load_balance", "r", 1, -1, -1, "not evaluable: …", "info", 2)) is not None
 
 
 def test_ingest_stores_the_reference_file_and_export_carries_it(db_url, samples, tmp_path):
