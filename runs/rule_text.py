@@ -5,6 +5,7 @@ print one text for one cause. And how a finding cites where its cause was seen."
 
 from __future__ import annotations
 
+import logging
 import re
 from functools import lru_cache
 from importlib.resources import files
@@ -15,6 +16,7 @@ DEFAULT_POLICY = "runbook.yaml"  # package data of steptail.runs
 LOAD_BALANCE = "load_balance"
 _CITED = re.compile(r"(.*) \(seen in (.*)\)", re.S)
 _AND = " and in "
+log = logging.getLogger("steptail.runbook")
 
 
 @lru_cache(maxsize=1)
@@ -30,7 +32,9 @@ def load_balance_text(cp: int, lb: str) -> str:
     pod = {"trainer": {"overrides": overrides, "image": "", "args": [], "name": "", "path": ""}}
     try:
         return render_message(default_policy(), LOAD_BALANCE, {"pod": pod, "settings": {}, "facts": {}})
-    except Exception:  # noqa: BLE001 - the packaged policy is tested; the rule's words never cost a finding
+    except Exception as exc:  # noqa: BLE001 - the packaged policy is tested; its words never cost a finding
+        log.warning("the packaged runbook's load_balance message could not be rendered (%s): its fallback is used",
+                    exc)
         return (f"ici_context_parallelism={cp} with context_parallel_load_balance={lb}: the runbook forbids "
                 "load balancing with context parallelism; set context_parallel_load_balance=False")
 
