@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 
 from steptail.runs.rows import STEP_TABLES
 from steptail.storage.parquet import SCHEMAS, SNAPSHOT_SCHEMAS
+from steptail.storage.slow_writes import SlowWrites
 
 if TYPE_CHECKING:
     from steptail.storage.object_store import Location
@@ -153,6 +154,7 @@ class Lake:
         self._held: dict[tuple[str, str], _Held] = {}
         self.commits = 0
         self.conflicts = 0
+        self.slow = SlowWrites(f"lake {self.location.uri}", log)  # a store away is said, not retried in silence
 
     def __repr__(self) -> str:
         from steptail.storage.object_store import describe
@@ -292,6 +294,10 @@ class Lake:
     def append(self, name: str, by_run: Mapping[str, pa.Table]) -> int:
         """Append each run's rows (lake schema) that the table does not hold yet, in one
         commit. Returns rows added. Exactly once across retries, crashes and other writers."""
+        with self.slow.watch(f"append to {name}"):  # every request to the store in it, reads too
+            return self._append(name, by_run)
+
+    def _append(self, name: str, by_run: Mapping[str, pa.Table]) -> int:
         batch = uuid.uuid4().hex
         tbl = self.table(name)
         self._refresh(tbl)
@@ -318,6 +324,10 @@ class Lake:
     def replace(self, name: str, by_run: Mapping[str, pa.Table]) -> None:
         """Each run's rows of a snapshot table (findings…) replace the ones it had: one commit.
         Files replaced are only marked removed in the new snapshot, never deleted."""
+        with self.slow.watch(f"replace in {name}"):  # every request to the store in it, reads too
+            return self._replace(name, by_run)
+
+    def _replace(self, name: str, by_run: Mapping[str, pa.Table]) -> None:
         from pyiceberg.expressions import In
 
         batch = uuid.uuid4().hex
@@ -343,6 +353,10 @@ class Lake:
         """Rewrite one run's files of a table as one file: a commit that adds the new file and
         marks the old ones removed (they stay on the bucket). Refused, not retried, when another
         commit lands in between: the next compaction does it. Returns (files before, after)."""
+        with self.slow.watch(f"compaction of {name}"):  # every request to the store in it, reads too
+            return self._compact(name, run)
+
+    def _compact(self, name: str, run: str) -> tuple[int, int]:
         from pyiceberg.expressions import EqualTo
 
         tbl = self.table(name, create=False)
