@@ -143,6 +143,21 @@ def test_an_auth_lapse_over_a_rotation_names_itself_on_the_gap_finding(make_simc
     assert {f["kind"] for f in json.loads(result.output)["findings"] if f["severity"] != "info"} == {"gap"}
 
 
+def test_a_head_lost_while_discovery_was_refused_names_discovery(make_simcluster, tmp_path):
+    # credentials refused from the start: pod discovery cannot list pods while the head of the
+    # log rotates away; the follower never failed itself, so the cause is discovery's event
+    sim = make_simcluster(scenario({"action": "rotate", "at_step": 20}, rate=20))
+    sim.auth_lapse(3.0)
+    db = str(tmp_path / "h.db")
+    follow_sim(sim, db)
+    r = assert_exactly_once(sim, db, "r")
+    assert [t for t in r["truth"] if t.rotated_unread], "the head rotated after the lapse: nothing lost"
+    (head,) = [d for k, d in findings(db, "r") if k == "head_gap"]
+    assert "meanwhile pod discovery was failing (auth_failure)" in head and "401" in head, head
+    (event,) = [e for e in collector_events(db, "r") if e["run"] is None]
+    assert event["source"] == "discovery" and event["lost_steps"] and event["cleared"], event
+
+
 # ---- the parts, without a cluster ----------------------------------------------------------------
 
 def test_events_start_clear_and_are_stored_on_both_stores(db_url):

@@ -177,7 +177,7 @@ class Detectors:
         self.flagged += findings
         for f in findings:
             self.verdicts[f.key] = f
-            if f.kind in (GAP, HEAD_GAP) and self.collector_events is not None:
+            if f.kind in (GAP, HEAD_GAP, UNREAD_TAIL) and self.collector_events is not None:
                 for reason, ev in self._caused:
                     if reason in f.detail:
                         self.collector_events.lost(ev)

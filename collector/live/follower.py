@@ -609,8 +609,7 @@ class RunFollower:
         placed after the last step read from the stream (the steps lost after it are unknown
         by number, so not counted as missing steps; they are lost all the same); the stream is
         done."""
-        reason += self._cause_text()
-        self._gap(key, start_ns, end_ns, reason, caused=True)
+        reason = self._gap(key, start_ns, end_ns, reason, caused=True)
         cur = self.model.current
         # the incarnation the stream's lines went to: the model's current one when that is
         # this pod's (lines are read in order: a deleted pod is read before its replacement)
@@ -675,7 +674,7 @@ class RunFollower:
             self._unreadable_line(line, True)
         self.pace.see(ts_ns)
         for start, end, reason in check.see(ts_ns, line):
-            self._gap(key, start, end, reason + self._cause_text(), caused=True)
+            self._gap(key, start, end, reason, caused=True)
         if check.resolved:
             self._pending_check.pop(key, None)
             self._cause = None  # this read shows what the failure lost, if anything
@@ -715,18 +714,38 @@ class RunFollower:
             self.detectors.failure("unreadable", reason)
         self._unreadable = [now, 0, 0, 0]  # the next window
 
-    def _gap(self, key: str, start_ns: int | None, end_ns: int | None, reason: str, caused: bool = False) -> None:
-        """A stream gap; `caused`: its reason names the collector's failure that kept the stream
-        from being read (the collector event is told should a gap finding follow)."""
-        if caused and self._cause is not None:
-            book = self.detectors.collector_events
-            self.detectors.caused(reason, book.latest(self.run) if book is not None else None)
+    def _gap(self, key: str, start_ns: int | None, end_ns: int | None, reason: str, caused: bool = False) -> str:
+        """A stream gap (its reason returned). `caused`: found by a read after the stream could
+        not be read; the reason then names the collector's fault that kept it from being read —
+        this follower's last failure, else a collector event of the run or pod discovery open
+        within the gap's window — and that event is told should a gap finding follow."""
         now = time.time_ns()
         if start_ns is None:  # nothing read from this stream: lost from its start
             start_ns = 0
-        self.sink.add_gap(StreamGap(key, start_ns, end_ns if end_ns is not None else now, reason, now))
+        end_ns = end_ns if end_ns is not None else now
+        if caused:
+            why, event = self._cause_of(start_ns, end_ns)
+            if why:
+                reason += why
+                self.detectors.caused(reason, event)
+        self.sink.add_gap(StreamGap(key, start_ns, end_ns, reason, now))
         self.status.gaps += 1
         log.warning("%s: stream gap on %s: %s", self.run, key, reason)
+        return reason
+
+    def _cause_of(self, start_ns: int, end_ns: int) -> tuple[str, object]:
+        """The collector's fault behind a gap found from start_ns to end_ns, as words for its
+        reason, and its collector event (None if not known)."""
+        book = self.detectors.collector_events
+        if self._cause is not None:
+            kind, reason = self._cause
+            what = CAUSES.get(kind, f"could not read the log ({kind})")
+            return f"; meanwhile the collector {what}: {reason}", book.latest(self.run) if book is not None else None
+        event = book.overlapping(self.run, start_ns, end_ns) if book is not None else None
+        if event is None:
+            return "", None
+        who = "pod discovery" if not event.run else f"the collector's {event.source}"
+        return f"; meanwhile {who} was failing ({event.kind}): {event.reason}", event
 
     # ------------------------------------------------------------------------ failures
     async def _failed(self, pod: PodInfo, key: str, code: int | None, err: str) -> None:
@@ -744,15 +763,6 @@ class RunFollower:
                 self.known.pop(pod.uid, None)
                 return
         await self._report(kind, reason)
-
-    def _cause_text(self) -> str:
-        """What kept the stream from being read before a gap was found, for the gap's reason
-        (and so the gap finding's detail): the collector's failure, in its own words."""
-        if self._cause is None:
-            return ""
-        kind, reason = self._cause
-        what = CAUSES.get(kind, f"could not read the log ({kind})")
-        return f"; meanwhile the collector {what}: {reason}"
 
     def failed(self, kind: str, reason: str) -> None:
         """A failure that kept this run from being read (the supervisor's too): the cause of

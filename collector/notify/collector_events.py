@@ -106,6 +106,14 @@ class CollectorEvents:
         with self._lock:
             return next((e for e in reversed(self.events) if e.run == run and e.source == source), None)
 
+    def overlapping(self, run: str, start_ns: int, end_ns: int) -> CollectorEvent | None:
+        """The newest event of the run's follower or of pod discovery open at some time from
+        start_ns to end_ns (the window of a gap: what kept it from being read)."""
+        with self._lock:
+            return next((e for e in reversed(self.events)
+                         if e.run in (run, "") and e.source in ("follower", DISCOVERY) and e.started_ns <= end_ns
+                         and (e.cleared_ns is None or e.cleared_ns >= start_ns)), None)
+
     def lost(self, ev: CollectorEvent) -> None:
         """Steps were lost in `ev` (a gap finding names it as its cause)."""
         with self._lock:
