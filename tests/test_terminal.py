@@ -222,8 +222,7 @@ def test_runs_one_line_per_run_names_whole(db, wide):
     gap_row = next(r for r in rows if GAP in r)
     assert re.search(AGE, gap_row), gap_row  # the last line's time as an age
     if wide:  # what does not fit is named under the table
-        assert any(line.startswith(("1 column not shown", "2 columns not shown", "3 columns not shown",
-                                    "4 columns not shown", "5 columns not shown")) for line in lines), lines
+        assert any(re.match(r"(1 column|[2-9] columns) not shown", line) for line in lines), lines
     # piped: the full values, as before
     out = piped("runs", "--db", db)
     assert "2026-11-30T05:26:06.532810134Z" in out and "ago" not in out
