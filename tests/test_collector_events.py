@@ -22,6 +22,7 @@ from test_follow_support import (
     follow_sim,
     scenario,
 )
+from test_page import STEPTAIL, _ingest, chromium, needs_chromium, tab  # noqa: F401 - chromium: a fixture
 
 from steptail.cli import main
 from steptail.collector.live.follower import RunStatus
@@ -32,7 +33,7 @@ from steptail.collector.notify.metrics import Metrics, MetricsServer
 from steptail.live_view import rows
 from steptail.runs.findings import COLLECTOR_FAULTS, Finding
 from steptail.serve import serve
-from steptail.storage.collector_events import read_events
+from steptail.storage.collector_events import read_events, record_events
 from steptail.storage.db import open_store
 
 pytestmark = pytest.mark.timeout(120)
@@ -251,3 +252,62 @@ def test_live_view_shows_state_steps_and_findings_by_severity():
     st2 = RunStatus("q", "j", state="container Error; waiting", last_step=5, last_incarnation=1)
     assert run_state(st2) == "failed"
     assert run_state(RunStatus("u", "j")) == "unknown"
+
+
+# ---- the run's page ------------------------------------------------------------------------------
+
+@needs_chromium
+async def test_the_run_page_lists_its_collector_events_as_text(chromium, tmp_path, samples):  # noqa: F811
+    import signal
+    import subprocess
+
+    from steptail.parsers import format_ns
+
+    url = f"sqlite:///{tmp_path / 'page.db'}"
+    _ingest(url, "clean", samples / "clean-300.log")
+    t = 1_796_011_200_000_000_000  # 2026-11-30T04:00:00Z
+    store = open_store(url)
+    try:
+        with store.engine.begin() as conn:  # as `follow` stores them (one lost steps; one is discovery's)
+            record_events(conn, [
+                ("clean", "auth_failure", "follower", t + 1, t + 4, "getting credentials: exec: plugin failed",
+                 3, False),
+                ("clean", "stream_failure", "follower", t + 5, t + 9, '<img src=x onerror="window.pwned=3">',
+                 1, True),
+                ("", "auth_failure", "discovery", t + 6, None, "Unauthorized (401)", 2, False),
+                ("other", "parquet_failure", "parquet", t + 7, t + 8, "No space left on device", 1, False)])
+    finally:
+        store.dispose()
+    err = tmp_path / "serve.err"
+    with err.open("wb") as err_file:
+        proc = subprocess.Popen([STEPTAIL, "serve", "--port", "0", "--db", url], stderr=err_file,
+                                stdout=subprocess.DEVNULL)
+    try:
+        base = None
+        for _ in range(600):
+            if " on http://" in (text := err.read_text()):
+                base = text.split(" on ")[1].split(" ")[0]
+                break
+            assert proc.poll() is None, text
+            await asyncio.sleep(0.1)
+        assert base, "steptail serve did not start"
+        async with tab(chromium) as page:
+            await page.goto(base + "/?run=clean")
+            await page.ready()
+            await page.until("!document.getElementById('events-table').hidden")
+            rows = await page.eval("[...document.querySelectorAll('#events-table tbody tr')].map(tr => "
+                                   "[tr.dataset.kind, tr.dataset.open, tr.dataset.lost, tr.cells[1].textContent,"
+                                   " tr.cells[3].textContent, tr.cells[5].textContent])")
+            assert rows == [  # newest first; the other run's event is not this run's
+                ["auth_failure", "true", "false", "discovery (every run)", "still open", "Unauthorized (401)"],
+                ["stream_failure", "false", "true", "follower", format_ns(t + 9),
+                 '<img src=x onerror="window.pwned=3">'],
+                ["auth_failure", "false", "false", "follower", format_ns(t + 4),
+                 "getting credentials: exec: plugin failed"]], rows
+            assert await page.eval("document.getElementById('events-count').textContent") == "(3)"
+            assert await page.eval("document.getElementById('events-empty').hidden") is True
+            assert await page.eval("window.pwned === undefined")  # the reason stayed text
+            assert not page.errors, page.errors
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
