@@ -162,8 +162,8 @@ def test_a_head_lost_while_discovery_was_refused_names_discovery(make_simcluster
 # ---- the parts, without a cluster ----------------------------------------------------------------
 
 def test_events_start_clear_and_are_stored_on_both_stores(db_url):
-    metrics = Metrics()
-    book = CollectorEvents(metrics)
+    metrics, streamed = Metrics(), []
+    book = CollectorEvents(metrics, on_event=streamed.append)  # follow -o ndjson's lines
     follower = Health("follower", "r", metrics)
     follower.events = book
     discovery = Health("discovery", "", metrics)
@@ -185,6 +185,14 @@ def test_events_start_clear_and_are_stored_on_both_stores(db_url):
     assert not book.open_events()
     assert all(e.cleared_ns is not None and e.cleared_ns >= e.started_ns for e in book.events)
     book.lost(book.events[2])  # the 503 spell
+    assert [(e["event"], e["kind"], e["source"], e["open"], e["lost_steps"]) for e in streamed] == [
+        ("collector_event", "auth_failure", "follower", True, False),
+        ("collector_event", "auth_failure", "discovery", True, False),
+        ("collector_event", "auth_failure", "follower", False, False),  # cleared by the change of kind
+        ("collector_event", "stream_failure", "follower", True, False),
+        ("collector_event", "stream_failure", "follower", False, False),
+        ("collector_event", "auth_failure", "discovery", False, False),
+        ("collector_event", "stream_failure", "follower", False, True)]
     assert metrics.registry.get_sample_value(
         "steptail_collector_events_total", {"run": "r", "kind": "stream_failure"}) == 1
 

@@ -90,7 +90,7 @@ class Supervisor:
         self.discovery = Discovery(plan.target, plan.selector if plan.follow_all else None, plan.metrics,
                                    plan.page_size)
         # the collector's own faults (each spell of a source failing): health, never a run's findings
-        self.collector_events = CollectorEvents(plan.metrics)
+        self.collector_events = CollectorEvents(plan.metrics, plan.on_event)
         self.discovery.health.events = self.collector_events
         self._events_health = Health("collector events store")  # saving them: one line per spell
         self.discovery.on_refused = self._refused

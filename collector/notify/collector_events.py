@@ -16,6 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from steptail.collector.notify import events
 from steptail.runs.findings import AUTH_FAILURE, PARQUET_FAILURE, STREAM_FAILURE
 from steptail.storage.collector_events import as_dict, record_events
 
@@ -64,8 +65,9 @@ class CollectorEvents:
     """Every event of this collector, the open one per (run, source), and those not stored yet.
     Told from the event loop and from threads (Parquet writes): one lock."""
 
-    def __init__(self, metrics=None) -> None:
+    def __init__(self, metrics=None, on_event=None) -> None:
         self.metrics = metrics  # collector.notify.metrics.Metrics
+        self.on_event = on_event  # `follow -o ndjson`: a `collector_event` line when one starts, clears, lost steps
         self.events: list[CollectorEvent] = []
         self._open: dict[tuple[str, str], CollectorEvent] = {}
         self._dirty: dict[int, CollectorEvent] = {}  # id() -> event changed since the last save
@@ -92,6 +94,8 @@ class CollectorEvents:
             still_open = self._counts()
         if self.metrics is not None:
             self.metrics.collector_events_now(run, ev.kind if ev is not None else None, still_open)
+        for told in (was, ev):
+            self._emit(told)
 
     def failed_again(self, run: str, source: str) -> None:
         """One more failed attempt in the open spell (counted, not logged)."""
@@ -123,6 +127,11 @@ class CollectorEvents:
             self._mark(ev)
         log.warning("%s: collector event %s (started %s) lost steps: the gap finding names it",
                     ev.run or DISCOVERY, ev.kind, ev.to_dict()["started"])
+        self._emit(ev)
+
+    def _emit(self, ev: CollectorEvent | None) -> None:
+        if ev is not None and self.on_event is not None:
+            events.emit(self.on_event, {"event": "collector_event", **ev.to_dict()})
 
     # -- read ------------------------------------------------------------------------------------
     def open_events(self) -> list[CollectorEvent]:
