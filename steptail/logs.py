@@ -113,7 +113,8 @@ def _isatty(stream) -> bool:
 
 def configure(fmt: str = "text") -> None:
     """Everything steptail logs to stderr in `fmt` (text | json), at WARNING and above, plus
-    the INFO line of a failure that cleared and of runs moving between replicas. The HTTP
+    the INFO line of a failure that cleared, of runs moving between replicas and of an info
+    finding (a rule not evaluable: noted, nothing to do). The HTTP
     libraries' own retry warnings are dropped: the failure they retry is one state-change
     line of ours. `follow` calls it first (--log-format); `demo` too, with text."""
     handler = StderrHandler()
@@ -123,6 +124,7 @@ def configure(fmt: str = "text") -> None:
     root.setLevel(logging.WARNING)
     logging.getLogger("steptail.health").setLevel(logging.INFO)
     logging.getLogger("steptail.replicas").setLevel(logging.INFO)
+    logging.getLogger("steptail.alerts").setLevel(logging.INFO)
     logging.getLogger("urllib3").setLevel(logging.ERROR)
 
 

@@ -94,6 +94,21 @@ async def test_webhooks_each_finding_once_with_retries(receiver, caplog):
     assert all("s3cret" not in r.getMessage() for r in caplog.records)  # secrets stay out of logs
 
 
+async def test_an_info_finding_is_logged_at_info_and_never_sent(receiver, caplog):
+    """Info is noted with nothing to do (docs/verdicts.md): logged at INFO, stored, no webhook."""
+    caplog.set_level(logging.INFO, logger="steptail.alerts")
+    alerter = Alerter([receiver.url("ok")], backoff=0.01)
+    info = Finding("rule:queue", "r1", 0, -1, -1, "not evaluable: no Workload", "info", 1_796_011_200_000_000_000)
+    gap = finding()
+    assert await alerter.publish([info]) == [info]
+    assert await alerter.publish([gap]) == [gap]
+    assert await alerter.flush(timeout=20)
+    assert [p["id"] for p in receiver.got["ok"]] == ["r1/gap/1/60"]  # the info one never went out
+    levels = {logged_event(r)["kind"]: r.levelno for r in caplog.records if logged_event(r).get("event") == "finding"}
+    assert levels == {"rule:queue": logging.INFO, "gap": logging.WARNING}
+    await alerter.close()
+
+
 async def test_an_unreachable_receiver_keeps_the_delivery_pending(caplog):
     """Retried, never given up: at exit one line says what is still pending."""
     alerter = Alerter(["http://127.0.0.1:9/hook"], backoff=0.01, max_backoff=0.05)

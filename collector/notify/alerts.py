@@ -26,7 +26,7 @@ import sqlalchemy as sa
 
 from steptail.collector.notify.metrics import Metrics
 from steptail.collector.notify.webhooks import DeliveryWorker
-from steptail.runs.findings import CRITICAL, Finding, finding_id
+from steptail.runs.findings import ACTIONABLE, CRITICAL, INFO, Finding, finding_id
 from steptail.storage.db import Store
 from steptail.storage.outbox import MemoryOutbox, Row, SqlOutbox
 
@@ -35,8 +35,8 @@ log = logging.getLogger("steptail.alerts")
 
 def _log(f: Finding) -> None:
     """One line per finding: its detail as the message, its fields as the record's (top-level
-    keys under `--log-format json`, steptail.logs), at CRITICAL or WARNING as its severity."""
-    level = logging.CRITICAL if f.severity == CRITICAL else logging.WARNING
+    keys under `--log-format json`, steptail.logs), at CRITICAL, WARNING or INFO as its severity."""
+    level = {CRITICAL: logging.CRITICAL, INFO: logging.INFO}.get(f.severity, logging.WARNING)
     log.log(level, "%s", f.detail, extra={"event": "finding", "id": finding_id(f), **f.to_event()})
 
 
@@ -84,9 +84,13 @@ class Alerter:
         self.deliveries.start(report_backlog=True)
 
     def _rows(self, findings: Iterable[Finding]) -> list[Row]:
+        """Outbox rows of the findings that ask for action: an info finding (noted, nothing to
+        do: docs/verdicts.md) is logged and stored, never sent to a webhook."""
         now = time.time_ns()
         rows = []
         for f in findings:
+            if f.severity not in ACTIONABLE:
+                continue
             payload = json.dumps({"id": finding_id(f), **f.to_event(),
                                   "text": f"[{f.severity}] {f.run}: {f.kind}: {f.detail}"})
             rows += [(finding_id(f), h.key, h.name, f.run, payload, now) for h in self.deliveries.hooks]
@@ -95,8 +99,8 @@ class Alerter:
     def record(self, conn: sa.Connection, findings: list[Finding]) -> None:
         """In the transaction that stores `findings`: one outbox row per (finding, webhook); a
         finding already there (a range that grew) is not added again. Thread-safe."""
-        if self.webhooks and self.outbox.durable and findings:
-            self.outbox.add(conn, self._rows(findings))
+        if self.webhooks and self.outbox.durable and findings and (rows := self._rows(findings)):
+            self.outbox.add(conn, rows)
 
     async def publish(self, findings: Iterable[Finding], *, recorded: bool = False) -> list[Finding]:
         """Log, count and hand to the webhooks every finding not published before; returns those.
@@ -110,7 +114,7 @@ class Alerter:
             _log(f)
             if self.metrics is not None:
                 self.metrics.finding(f)
-        if self.webhooks and new:
+        if self.webhooks and any(f.severity in ACTIONABLE for f in new):
             if not (recorded and self.outbox.durable):
                 rows = self._rows(new)
                 if self.outbox.durable:
