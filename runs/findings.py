@@ -1,12 +1,12 @@
-"""What a finding is, how severe each kind is, and the knobs of the detectors.
+"""What a finding is, how severe each kind is, and the knobs of the detectors (docs/verdicts.md).
 
-Severity: "critical" when the run's loss can no longer be trusted (CE gate failure,
-non-finite CE, resume mismatch, load-balance rule, resume from zero); "warning" when records
-are missing or late but the loss itself is not in doubt (gap, head gap, unread tail, missing
-REQUIRED_RBF, stall, a step or clock jump read in a line, a step-1 gate or load-balance rule
-that could not run for want of its input: a reference, or the head of the log with step 1 and
-the config lines). The collector's own faults (auth, stream, Parquet failures) are not
-findings: see COLLECTOR_FAULTS."""
+Severity: "critical" when the run's result can no longer be trusted or a runbook rule is broken
+(CE gate failure, non-finite CE, resume mismatch, load-balance rule, resume from zero); "warning"
+when records are missing or in doubt (gap, head gap, unread tail, missing REQUIRED_RBF, stall, a
+step or clock jump read in a line, a step-1 gate that could not run for want of its reference or
+of step 1); "info" when noted with nothing to do (a rule not evaluable for want of its input, e.g.
+the load-balance rule when the config lines were never read). The collector's own faults (auth,
+stream, Parquet failures) are not findings: see COLLECTOR_FAULTS."""
 
 from __future__ import annotations
 
