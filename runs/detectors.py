@@ -39,6 +39,7 @@ from steptail.runs.findings import (
     STALL,
     STEP1_CE_GATE,
     UNREAD_TAIL,
+    UNREADABLE_LOG,
     WARNING,
     Finding,
     Settings,
@@ -79,6 +80,7 @@ LB_PARAM = "context_parallel_load_balance"
 # that lost steps is named as the cause on the gap finding (the stream gap's reason).
 FAILURES = {
     UNREAD_TAIL: "could not read the end of a pod's log",
+    UNREADABLE_LOG: "read a log mostly unreadable",
 }
 
 

@@ -34,9 +34,12 @@ STALL, NONFINITE_CE, STEP1_CE_GATE, LOAD_BALANCE_RULE = "stall", "nonfinite_ce",
 RESUME_FROM_ZERO, RESUME_MISMATCH, MISSING_RBF = "resume_from_zero", "resume_mismatch", "missing_rbf"
 STREAM_FAILURE, AUTH_FAILURE, PARQUET_FAILURE = "stream_failure", "auth_failure", "parquet_failure"
 STEP_JUMP, CLOCK_JUMP, UNREAD_TAIL = "step_jump", "clock_jump", "unread_tail"
+# Process 0's log mostly unreadable over a window (binary output, an unknown encoding): the
+# run's own output, so its data is in doubt (warning), unlike the collector's faults.
+UNREADABLE_LOG = "unreadable_log"
 KINDS = (
     GAP, HEAD_GAP, STALL, NONFINITE_CE, STEP1_CE_GATE, LOAD_BALANCE_RULE,
-    RESUME_FROM_ZERO, RESUME_MISMATCH, MISSING_RBF, STEP_JUMP, CLOCK_JUMP, UNREAD_TAIL,
+    RESUME_FROM_ZERO, RESUME_MISMATCH, MISSING_RBF, STEP_JUMP, CLOCK_JUMP, UNREAD_TAIL, UNREADABLE_LOG,
 )
 # The collector's own faults: collector events (health: steptail.collector.notify.collector_events),
 # never findings of a run. A fault that lost steps is named as the cause on the run's gap
@@ -52,7 +55,8 @@ RULE_PREFIX = "rule:"
 LOGS_NOT_SAVED = "logs_not_saved"
 # Kinds that only the live follower can see (the clock, the stream, the cluster's objects):
 # `check` keeps the stored ones instead of recomputing them.
-LIVE_KINDS = frozenset({STALL, STREAM_FAILURE, AUTH_FAILURE, PARQUET_FAILURE, UNREAD_TAIL, LOGS_NOT_SAVED})
+LIVE_KINDS = frozenset({STALL, STREAM_FAILURE, AUTH_FAILURE, PARQUET_FAILURE, UNREAD_TAIL, UNREADABLE_LOG,
+                        LOGS_NOT_SAVED})
 LIVE_KIND_PATTERN = RULE_PREFIX + "%"  # SQL LIKE: the rule kinds, live too
 
 

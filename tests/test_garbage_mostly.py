@@ -14,7 +14,13 @@ import time
 import pytest
 from sim_fixtures import make_simcluster  # noqa: F401
 from store_fixtures import db_url  # noqa: F401
-from test_follow_support import assert_exactly_once, collector_events, follow_sim, scenario
+from test_follow_support import (
+    assert_exactly_once,
+    collector_events,
+    findings,
+    follow_sim,
+    scenario,
+)
 
 from steptail.collector.live.follower import readable
 
@@ -62,5 +68,7 @@ def test_random_bytes_with_readable_fragments_are_said(make_simcluster, db_url, 
     said = [rec.getMessage() for rec in caplog.records if "stream content" in rec.getMessage()]
     assert said and "failing (unreadable): process 0 prints nothing steptail can read" in said[0], said
     assert "ok again" in said[-1], said
+    flagged = [(k, d) for k, d in findings(db_url, "r") if "nothing steptail can read" in d]
+    assert flagged and {k for k, _ in flagged} == {"unreadable_log"}, flagged  # a finding, not only a line
     found = [e for e in collector_events(db_url, "r") if "nothing steptail can read" in e["reason"]]
     assert found and found[0]["kind"] == "stream_failure" and found[0]["cleared"], found

@@ -19,6 +19,7 @@ from steptail.collector.notify.metrics import Metrics
 from steptail.runs.detectors import FindingEngine
 from steptail.runs.findings import (
     UNREAD_TAIL,
+    UNREADABLE_LOG,
     Finding,
     Settings,
 )
@@ -136,7 +137,8 @@ class Detectors:
         out = []
         if (feed := self.feed) is not None:
             for f in todo:
-                if f.kind == UNREAD_TAIL:  # the others are collector events: health, not the run's
+                # the run's own output lost or unreadable; the others are collector events (health)
+                if f.kind in (UNREAD_TAIL, UNREADABLE_LOG):
                     out += feed.guard(feed.engine.observe_failure, f.kind, f.reason, f.at_ns, f.at) or []
             if cluster:
                 out += feed.guard(feed.engine.observe_cluster, cluster) or []

@@ -27,7 +27,7 @@ from steptail.collector.notify import events
 from steptail.collector.notify.health import Health
 from steptail.parsers.fast import line_ts
 from steptail.parsers.timestamps import format_ns
-from steptail.runs.findings import UNREAD_TAIL
+from steptail.runs.findings import UNREAD_TAIL, UNREADABLE_LOG
 from steptail.runs.model import POD_STREAM, Cursor, RunModel
 from steptail.runs.rows import LOSS_PARTS
 from steptail.runs.stream_gap import StreamGap
@@ -711,7 +711,7 @@ class RunFollower:
                       f"({window[2]} bytes) in {now - window[0]:.0f} s unreadable (binary output or an unknown "
                       "encoding)")
             self.content.fail("unreadable", reason)
-            self.detectors.failure("unreadable", reason)
+            self.detectors.failure(UNREADABLE_LOG, reason)
         self._unreadable = [now, 0, 0, 0]  # the next window
 
     def _gap(self, key: str, start_ns: int | None, end_ns: int | None, reason: str, caused: bool = False) -> str:
