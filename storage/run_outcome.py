@@ -25,7 +25,7 @@ _RECORD = ("UPDATE runs SET outcome_ns = CASE WHEN outcome = :outcome AND outcom
            " THEN outcome_ns ELSE :at END, outcome = :outcome, outcome_reason = :reason"
            " WHERE run = :run AND (outcome IS NULL OR outcome <> :outcome OR outcome_reason IS NULL"
            " OR outcome_reason <> :reason)")
-_BEAT = sa.text("UPDATE runs SET followed_ns = :now WHERE run IN :runs").bindparams(
+_BEAT = sa.text("UPDATE runs SET followed_ns = :now WHERE run IN :runs RETURNING run").bindparams(
     sa.bindparam("runs", expanding=True))
 _RUNS = "SELECT run, outcome, outcome_ns, outcome_reason, followed_ns FROM runs"
 _SOURCES = "SELECT run, source FROM run_sources"
@@ -46,15 +46,15 @@ def record(store: Store, run: str, outcome: str, reason: str, now_ns: int | None
     return bool(n)
 
 
-def heartbeat(store: Store, runs: Iterable[str], now_ns: int | None = None) -> int:
+def heartbeat(store: Store, runs: Iterable[str], now_ns: int | None = None) -> set[str]:
     """The collector follows `runs` now (runs.followed_ns): one statement for all of them.
-    Returns how many had a row to mark (a run with nothing committed yet has none)."""
+    Returns those that had a row to mark (a run with nothing committed yet has none)."""
     now = now_ns if now_ns is not None else time.time_ns()
     names = sorted(set(runs))
     if not names:
-        return 0
+        return set()
     with store.engine.begin() as conn:
-        return conn.execute(_BEAT, {"runs": names, "now": now}).rowcount
+        return {r for (r,) in conn.execute(_BEAT, {"runs": names, "now": now})}
 
 
 def facts(conn: sa.Connection, run: str | None = None) -> dict[str, Facts]:

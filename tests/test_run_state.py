@@ -83,7 +83,7 @@ def test_states_in_the_store(db_url):  # noqa: F811
             ingest_sample(store, samples, run, "clean-300")  # stamped 2026-11-30: days old
         for run in ("done", "stuck", "gone", "broke"):
             _followed(store, run)
-        heartbeat(store, ["done", "stuck", "broke"])
+        assert heartbeat(store, ["done", "stuck", "broke", "nope"]) == {"done", "stuck", "broke"}
         assert record(store, "done", COMPLETED, "process 0 completed")
         assert not record(store, "done", COMPLETED, "process 0 completed")  # the same end: nothing written
         assert record(store, "broke", JOBSET_FAILED, "JobSet broke failed; its pod logs were not saved (logs_not_saved)")
@@ -233,3 +233,37 @@ def test_follow_until_done_ends_when_the_jobset_failed(make_simcluster, db_url, 
     listed = json.loads(steptail("runs", "--db", db_url, "--json").stdout)
     assert [(r["run"], r["state"]) for r in listed] == [("olmo3-sft", FAILED)], listed
     assert listed[0]["state_reason"].startswith("JobSet olmo3-sft failed")
+
+
+def _state_of(db: str) -> dict:
+    listed = json.loads(steptail("runs", "--db", db, "--json").stdout or "[]")
+    return {r["run"]: r for r in listed}.get("olmo3-sft", {})
+
+
+def test_a_followed_run_that_stops_stepping_is_stalled_then_live_again(make_simcluster, db_url):  # noqa: F811
+    sim = make_simcluster(_scenario(steps=100_000))
+    proc = _follow(sim, db_url)
+    try:
+        deadline = time.monotonic() + 60
+        while _steps(db_url) < 10 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        deadline = time.monotonic() + 20  # its first heartbeat follows its first commit within a second
+        while _state_of(db_url).get("state") != LIVE and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _state_of(db_url).get("state") == LIVE, _state_of(db_url)  # followed (its heartbeat), a step just now
+        sim.stall("olmo3-sft", seconds=60)  # the pods keep running, the trainer writes nothing
+        seen, deadline = [], time.monotonic() + 90
+        while time.monotonic() < deadline and (not seen or seen[-1] != STALLED):
+            seen.append(_state_of(db_url).get("state"))
+            time.sleep(1)
+        assert seen[-1] == STALLED, seen  # past the 30 s floor (3 × 0.05 s per step is less)
+        assert "no step for" in _state_of(db_url)["state_reason"]
+        before = _steps(db_url)
+        deadline = time.monotonic() + 60
+        while _steps(db_url) == before and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _steps(db_url) > before  # the trainer writes again
+        assert _state_of(db_url).get("state") == LIVE
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)

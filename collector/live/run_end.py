@@ -52,6 +52,7 @@ class RunEnds:
         self._chained = None  # the on_change we wrapped (the runbook's)
         self.done_failed: set[str] = set()  # runs --until-done ended as failed
         self._beat_at = 0.0
+        self.beaten: set[str] = set()  # runs whose row took a heartbeat (a row exists)
         self._writing: asyncio.Task | None = None
         self._failing: str | None = None  # the store write failing now (said when it starts and clears)
 
@@ -84,10 +85,13 @@ class RunEnds:
         if self._writing is not None and not self._writing.done():
             return  # the store is slow: one write at a time, the next look catches up
         todo = self._ends()
-        beat = time.monotonic() - self._beat_at >= HEARTBEAT_S
-        followed = [r for r, t in self.sup.tasks.items() if not t.done()] if beat else []
-        if beat:
+        followed = [r for r, t in self.sup.tasks.items() if not t.done()]
+        # every HEARTBEAT_S; sooner (RETRY_BEAT_S) for a run followed here never marked yet
+        due = HEARTBEAT_S if self.beaten.issuperset(followed) else RETRY_BEAT_S
+        if followed and time.monotonic() - self._beat_at >= due:
             self._beat_at = time.monotonic()
+        else:
+            followed = []
         if todo or followed:
             self._writing = asyncio.create_task(asyncio.to_thread(self._write, todo, followed))
             await asyncio.wait([self._writing], timeout=0.0)
@@ -172,8 +176,7 @@ class RunEnds:
                     self.recorded.pop(run, None)  # no row yet (nothing committed): the next look writes it
                     continue
                 log.info("%s: recorded as %s: %s", run, "ended" if outcome == COMPLETED else "failed", reason)
-            if run_outcome.heartbeat(store, followed, now) < len(followed):
-                self._beat_at = time.monotonic() - HEARTBEAT_S + RETRY_BEAT_S  # a run without a row yet
+            self.beaten |= run_outcome.heartbeat(store, followed, now)
         except Exception as exc:  # noqa: BLE001 - retried at the next look; the runs go on
             for run, *_ in ends:
                 self.recorded.pop(run, None)
