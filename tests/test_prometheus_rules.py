@@ -125,18 +125,16 @@ def unit_tests() -> dict:
         {"series": 'steptail_last_step_timestamp_seconds{run="blind"}', "values": "0x40"},
         {"series": 'steptail_follower_up{run="blind"}', "values": "0x40"},
         {"series": 'steptail_run_done{run="blind"}', "values": "0x40"},
-        # auth: a refused credential once at minute 2 (follower) and discovery denied at minute 3;
-        # network errors are no auth failure
+        # auth: credentials refused from minute 2 to minute 6 (an open auth_failure collector
+        # event); the errors counters alone (a lapse that cleared within seconds) page nobody
+        {"series": 'steptail_collector_events_open{kind="auth_failure"}', "values": "0 0 1 1 1 1 1 0x33"},
+        {"series": 'steptail_collector_events_open{kind="stream_failure"}', "values": "1x40"},
         {"series": 'steptail_errors_total{run="steady",source="follower",reason="auth"}', "values": "0 0 1x38"},
         {"series": 'steptail_errors_total{run="",source="discovery",reason="forbidden"}', "values": "0 0 0 1x37"},
-        {"series": 'steptail_errors_total{run="steady",source="follower",reason="network"}', "values": "0+1x40"},
-        {"series": 'steptail_errors_total{run="clean",source="follower",reason="auth"}', "values": "0x40"},
     ]
     missing = _firing("SteptailMissingSteps", "gappy: steps missing from process 0's log", "critical", run="gappy")
-    follower_auth = _firing("SteptailAuthFailure", "steptail follower of steady: credentials refused", "critical",
-                            run="steady", source="follower", reason="auth")
-    discovery_auth = _firing("SteptailAuthFailure", "steptail discovery: credentials refused", "critical",
-                             source="discovery", reason="forbidden")
+    auth = _firing("SteptailAuthFailure", "steptail: credentials refused for 1 open collector event(s)", "critical",
+                   kind="auth_failure")
     return {
         "rule_files": [prometheus.RULES_FILE],
         "evaluation_interval": "1m",
@@ -152,11 +150,19 @@ def unit_tests() -> dict:
                 {"eval_time": "6m", "alertname": "SteptailFollowerDown", "exp_alerts": [
                     _firing("SteptailFollowerDown", "blind: its log cannot be read or stored", "warning",
                             run="blind")]},
-                {"eval_time": "4m", "alertname": "SteptailAuthFailure", "exp_alerts": [follower_auth, discovery_auth]},
+                {"eval_time": "3m", "alertname": "SteptailAuthFailure", "exp_alerts": []},  # pending
+                {"eval_time": "5m", "alertname": "SteptailAuthFailure", "exp_alerts": [auth]},
                 {"eval_time": "1m", "alertname": "SteptailAuthFailure", "exp_alerts": []},
                 {"eval_time": "20m", "alertname": "SteptailAuthFailure", "exp_alerts": []},
                 {"eval_time": "20m", "alertname": "SteptailDiscoveryDown", "exp_alerts": []},
                 {"eval_time": "20m", "alertname": "SteptailCollectorAbsent", "exp_alerts": []},
+            ]},
+            # a lapse of seconds, cleared by the next scrape: health that recovered, no page
+            {"interval": "1m", "input_series": [
+                {"series": 'steptail_collector_events_open{kind="auth_failure"}', "values": "0 1 0x18"}],
+             "alert_rule_test": [
+                {"eval_time": "2m", "alertname": "SteptailAuthFailure", "exp_alerts": []},
+                {"eval_time": "4m", "alertname": "SteptailAuthFailure", "exp_alerts": []},
             ]},
             {"interval": "1m", "input_series": [{"series": "steptail_discovery_up", "values": "0x20"}],
              "alert_rule_test": [
