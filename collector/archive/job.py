@@ -213,8 +213,11 @@ async def archive(target: KubeTarget, jobset: str, out: Path, *, parallel: int =
             except OSError:
                 if failure is None:
                     raise  # else the disk that filled up under a log fails the manifest too: the log's said
-        if failure is not None:
-            raise failure
+    # Out of the pool: its threads are done. A read cancelled while a worker thread was creating
+    # its temporary file never saw the file; swept here so a failed archive leaves none.
+    if failure is not None:
+        await asyncio.to_thread(remove_stale, folder)
+        raise failure
     return result
 
 
