@@ -41,6 +41,10 @@ class Repeats(logging.Filter):
         self._key: tuple | None = None  # its (logger, level, message)
         self._repeats = 0  # its repeats not logged
 
+    def reset(self) -> None:
+        """Forget the last line and its repeats not logged (a test starting from a clean log)."""
+        self._last, self._key, self._repeats = None, None, 0
+
     def filter(self, record: logging.LogRecord) -> bool:
         key = (record.name, record.levelno, record.getMessage())
         last = self._last
