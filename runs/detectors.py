@@ -354,7 +354,7 @@ class FindingEngine:
             return []  # training finished
         until = now_ns if heard_ns is None else min(now_ns, heard_ns)
         waited = (until - self._arrival_ns) / 1e9
-        if waited > self.settings.stall_k * median:
+        if waited > max(self.settings.stall_k * median, self.settings.stall_min_seconds):
             nxt = inc.last_step + 1
             self._emit(
                 STALL, inc.number, nxt, nxt,
@@ -552,7 +552,8 @@ class FindingEngine:
         checked = per[max(0, settings.stall_min_intervals - median.count):]
         if checked:
             floor = median.floor_while_adding(m)
-            if floor is None or settings.stall_k < 0 or max(checked) > settings.stall_k * floor:
+            if floor is None or settings.stall_k < 0 \
+                    or max(checked) > max(settings.stall_k * floor, settings.stall_min_seconds):
                 return 0
         if not self._first.add_run(first, inc.number, ces):
             return 0
@@ -702,7 +703,7 @@ class FindingEngine:
         per_step = (ts - inc.last_ts) / 1e9 / (step - inc.last_step)  # lost steps explain time
         known = self._median  # _median_ready() inline: this runs for every step
         median = known.value() if known.count >= self.settings.stall_min_intervals else None
-        if median is not None and per_step > self.settings.stall_k * median:
+        if median is not None and per_step > max(self.settings.stall_k * median, self.settings.stall_min_seconds):
             nxt = inc.last_step + 1
             self._emit(
                 STALL, inc.number, nxt, nxt,

@@ -76,6 +76,9 @@ NO_INCARNATION = 0
 class Settings:
     stall_k: float = 3.0  # stall: no step for longer than k x the median step time
     stall_min_intervals: int = 5  # step intervals needed before the median means anything
+    # and never a stall under this: stamps written in a burst make the median ~0 s, and then
+    # any ordinary step would be "k x" it
+    stall_min_seconds: float = 1.0
     gate_tolerance: float = 1e-3  # step-1 CE vs the HF reference
     resume_tolerance: float = 1e-4  # replayed step vs its first recording
 

@@ -263,6 +263,20 @@ def test_stall_offline_from_timestamps():
     assert only(engine, "stall").first_step == 21
 
 
+def test_no_stall_from_a_burst_of_stamps():
+    """Steps stamped in a burst (a trainer flushing its buffer, a log written at once) make the
+    median ~0 s: the next ordinary step is then "k x" it. A stall needs a wait of its own."""
+    b = LogBuilder(step_seconds=0.001).start().steps(1, 10)
+    b.step(11, "3.7", after_s=0.02)  # 20 x the median, but 20 ms
+    b.steps(12, 20)
+    assert feed_engine("st", b.lines)[0].findings == {}
+    b.step(21, "3.7", after_s=1.5)  # over k x the median and over the 1 s floor: a stall
+    assert only(feed_engine("st", b.lines)[0], "stall").first_step == 21
+    burst = LogBuilder(step_seconds=0.001).start().steps(1, 10).step(11, "3.7", after_s=0.02)
+    engine, _ = feed_engine("st", burst.lines, settings=Settings(stall_min_seconds=0))
+    assert only(engine, "stall").first_step == 11  # without the floor: the false stall
+
+
 def test_stall_live_from_the_clock():
     clock = [0]
     engine = FindingEngine("live", clock=lambda: clock[0])

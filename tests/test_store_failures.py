@@ -354,7 +354,7 @@ async def test_a_store_outage_is_waited_out_with_backoff_and_nothing_lost(db_url
     caplog.set_level(logging.INFO)
     store = open_store(db_url)
     try:
-        det = Detectors("r", store, settings=Settings(stall_k=5.0))  # a stall: 0.75 s without a step
+        det = Detectors("r", store, settings=Settings(stall_k=5.0, stall_min_seconds=0))  # a stall: 0.75 s without a step
         sink = RunSink(store, "r", None, det)
         outage = Outage(store, db_url)
         last = await follow_with_outage(sink, RunModel("r"), outage, seconds=5.0, down=(1.5, 3.5))
