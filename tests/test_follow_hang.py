@@ -65,9 +65,10 @@ def _pace(*ts_s: float) -> Pace:
 
 def test_the_threshold_follows_the_stream_s_pace():
     assert Watchdog(Pace(), cap=30).threshold() == FLOOR  # nothing known yet
-    # a step every 12 s, its lines in a burst of a few ms: 1.5 x 12 s
+    # a step every 12 s, its lines in a burst of 4 ms: 1.5 x the 11.996 s of quiet between bursts
+    # (issue 33: the pace is the quiet gaps, no longer burst start to burst start, 12 s)
     steps = [t for s in range(10) for t in (12.0 * s, 12.0 * s + 0.002, 12.0 * s + 0.004)]
-    assert Watchdog(_pace(*steps), cap=30).threshold() == pytest.approx(18.0)
+    assert Watchdog(_pace(*steps), cap=30).threshold() == pytest.approx(1.5 * 11.996)
     assert Watchdog(_pace(*steps), cap=10).threshold() == 10  # --silence bounds it
     assert Watchdog(_pace(*[0.05 * i for i in range(100)]), cap=30).threshold() == FLOOR  # chatty
     # a reconnect's overlap (timestamps going back) is not a burst

@@ -4,7 +4,7 @@ kubelet log rotation can leave `kubectl logs -f` open and silent for good. No fi
 silence threshold fits every stream: a short one re-opens a checkpoint save's quiet stream
 every few seconds, a long one lets a chatty stream rotate again meanwhile and lose lines.
 So the follower asks the pod (a cheap non-follow read of its last line) once the stream is
-quieter than usual — max(FLOOR, K × the median interval between its bursts of lines) —
+quieter than usual — max(FLOOR, K × the median quiet gap between its bursts of lines) —
 and re-opens the stream only when the pod holds a line the stream has not delivered. While
 the container stays quiet the checks back off, doubling up to `cap` (`--silence`); a look
 the API refused is tried again within a second or two, never left until `cap`."""
@@ -22,11 +22,14 @@ UNKNOWN_RETRY = 0.5  # seconds: a look at the pod that failed is tried again thi
 
 
 class Pace:
-    """The writer's pace from kubelet timestamps: intervals between bursts of lines."""
+    """The writer's pace from kubelet timestamps: the quiet gaps between bursts of lines,
+    from a burst's last line to the next one's first — what the watchdog waits out. Not from
+    a burst's start: a stream that writes steadily is one endless burst, and its first short
+    pause (a checkpoint save) would read as an interval as long as the whole stream so far
+    (issue 33: a 30 s threshold after a 1 s pause, and a second rotation took the lines)."""
 
     def __init__(self) -> None:
         self._last_ns: int | None = None
-        self._burst_ns: int | None = None
         self.intervals: deque[int] = deque(maxlen=HISTORY)
 
     def see(self, ts_ns: int | None) -> None:
@@ -36,12 +39,12 @@ class Pace:
         if last is not None and ts_ns <= last + BURST_NS:
             self._last_ns = max(last, ts_ns)  # same burst (or a reconnect's overlap)
             return
-        if self._burst_ns is not None:
-            self.intervals.append(ts_ns - self._burst_ns)
-        self._burst_ns = self._last_ns = ts_ns
+        if last is not None:
+            self.intervals.append(ts_ns - last)
+        self._last_ns = ts_ns
 
     def usual_s(self) -> float | None:
-        """Median seconds between bursts; None before two bursts were seen."""
+        """Median seconds of quiet between bursts; None before two bursts were seen."""
         return statistics.median(self.intervals) / 1e9 if self.intervals else None
 
 
