@@ -33,7 +33,7 @@ from urllib3.exceptions import HTTPError, MaxRetryError
 
 from steptail.collector.cluster.kubeclient import KubeconfigError, api_client, exec_failure
 from steptail.collector.cluster.kubectl import KubeTarget, classify
-from steptail.collector.notify.health import Backoff, Health
+from steptail.collector.notify.health import Backoff, Health, Recovery
 from steptail.parsers.timestamps import parse_rfc3339
 from steptail.runs.names import RunNameError, check_cluster_name, check_run_name, shown
 
@@ -246,8 +246,9 @@ class _Watcher(threading.Thread):
 
     def __init__(self, name: str, loop: asyncio.AbstractEventLoop, connect, on_list, on_event, on_error,
                  page_size: int = PAGE_SIZE, read=read_pod, return_type: str = "V1Pod",
-                 backoff_max: float = BACKOFF_MAX):
+                 backoff_max: float = BACKOFF_MAX, recovery: Recovery | None = None):
         super().__init__(name=name, daemon=True)
+        self.recovery = recovery  # the cluster's shared health: a recovery elsewhere ends our wait
         self.loop, self.connect, self.page_size, self.read = loop, connect, page_size, read
         self.return_type = return_type  # "object": custom resources, as plain dicts
         self.backoff_max = backoff_max
@@ -310,7 +311,10 @@ class _Watcher(threading.Thread):
                 kind, reason = reason_of(exc)
                 self._post(self.on_error, kind, reason)
                 backoff.fail(kind)
-                self.stopping.wait(backoff.delay(self.backoff_max))
+                if self.recovery is not None:
+                    self.recovery.wait_blocking(backoff.delay(self.backoff_max), self.stopping)
+                else:
+                    self.stopping.wait(backoff.delay(self.backoff_max))
 
     def _list(self, list_fn) -> tuple[list, str | None]:
         """Every item, read page by page (`limit`/`continue`): the client's models of one page
@@ -406,14 +410,18 @@ class Discovery:
     JobSets are known by their pods' jobset-name label."""
 
     def __init__(self, target: KubeTarget, selector: str | None = None, metrics=None,
-                 page_size: int = PAGE_SIZE) -> None:
+                 page_size: int = PAGE_SIZE, recovery: Recovery | None = None) -> None:
         self.target, self.page_size, self.metrics = target, page_size, metrics
+        # the health every source talking to the cluster shares (collector.notify.health):
+        # a recovery wakes whoever waits on this discovery's changes (the followers' back-offs)
+        self.recovery = recovery or Recovery()
+        self.recovery.listeners.append(lambda: self._wake())
         self.selector = PROCESS0 + (f",{selector}" if selector else "")
         self.pods: dict[str, PodInfo] = {}  # uid -> pod
         self.changed = asyncio.Event()
         self.listed = False  # pods were listed at least once since start-up
         self.error: tuple[str, str, float] | None = None  # (kind, reason, when) of the last failure
-        self.health = Health("discovery", metrics=metrics)
+        self.health = Health("discovery", metrics=metrics, recovery=self.recovery)
         self.server: str | None = None  # the API server's URL, once a client was built
         self.on_jobset = None  # called with each JobSet name seen for the first time
         self.on_failure = None  # called with (kind, reason) when listing/watching starts failing
@@ -446,7 +454,7 @@ class Discovery:
             return list_pods
 
         self._threads.append(_Watcher("discover-pods", loop, connect, self._pod_list, self._pod_event,
-                                      self._error, self.page_size))
+                                      self._error, self.page_size, recovery=self.recovery))
         for t in self._threads:
             t.start()
 

@@ -20,7 +20,7 @@ from kubernetes.client import CustomObjectsApi
 from steptail.collector.cluster.discovery import PAGE_SIZE, _Watcher, stop_watchers
 from steptail.collector.cluster.kubeclient import api_client
 from steptail.collector.cluster.kubectl import KubeTarget
-from steptail.collector.notify.health import Health
+from steptail.collector.notify.health import Health, Recovery
 from steptail.parsers.timestamps import parse_rfc3339
 
 log = logging.getLogger("steptail.follow")
@@ -86,12 +86,14 @@ class ClusterObjects:
     """JobSets and Workloads of one namespace, kept current on the loop. `on_change(kind, name,
     deleted)` is called for every JobSet or Workload change (kind "jobset" or "workload")."""
 
-    def __init__(self, target: KubeTarget, metrics=None, page_size: int = PAGE_SIZE) -> None:
+    def __init__(self, target: KubeTarget, metrics=None, page_size: int = PAGE_SIZE,
+                 recovery: Recovery | None = None) -> None:
         self.target, self.metrics, self.page_size = target, metrics, page_size
+        self.recovery = recovery  # the cluster's shared health (pod discovery's)
         self.jobsets: dict[str, dict] = {}
         self.workloads: dict[str, WorkloadInfo] = {}  # by workload name
         self.listed = {"jobsets": False, "workloads": False}
-        self.health = {"jobsets": Health("jobsets", metrics=metrics), "workloads": Health("workloads", metrics=metrics)}
+        self.health = {kind: Health(kind, metrics=metrics, recovery=recovery) for kind in ("jobsets", "workloads")}
         self.outages: dict[str, int] = {}  # failures that are the API's, not this watch's (not logged)
         self.on_change = None
         self._threads: list[_Watcher] = []
@@ -118,7 +120,7 @@ class ClusterObjects:
                 f"watch-{kind}", loop, connect_to(group, version, plural),
                 lambda items, k=kind: self._listed(k, items), lambda typ, obj, k=kind: self._event(k, typ, obj),
                 lambda err, reason, k=kind: self._error(k, err, reason), self.page_size, read=read,
-                return_type="object", backoff_max=FORBIDDEN_RETRY))
+                return_type="object", backoff_max=FORBIDDEN_RETRY, recovery=self.recovery))
         for t in self._threads:
             t.start()
 

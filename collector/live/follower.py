@@ -97,6 +97,10 @@ CAUSES = {
     "network": "could not reach the Kubernetes API",
 }
 DELETING_RETRY_S = 0.5  # longest back-off while a pod being deleted holds unread lines
+# Longest back-off while a process-0 container of the run runs: every second not read is a
+# second a rotation can take. Five 503s in a row waited 0.25 + … + 8 s (16-25 s unread, up
+# to 135 steps lost, issue 33); a retry a second costs one log request.
+RUNNING_RETRY_S = 1.0
 PAUSE_S = 1.0  # a sleep this much longer than asked: the process was not running (SIGSTOP, starved)
 # Bytes no text line holds (tab, CR and ESC of colours and progress bars are fine).
 _CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f]")
@@ -200,6 +204,9 @@ class RunFollower:
         self.detectors, self.cfg, self.status = detectors, cfg, status
         # kubectl and API reads of this run: failing until a read delivers again
         self.health = health or Health("follower", run, detectors.metrics, status)
+        # one health for everything that talks to the cluster: a recovery anywhere ends our back-off
+        self.recovery = discovery.recovery
+        self.health.recovery = self.health.recovery or self.recovery
         # what process 0 prints: failing while a stream delivers only lines no parser can read
         self.content = Health("stream content", run, detectors.metrics, status)
         for h in (self.health, self.content):  # their failures are collector events, not findings
@@ -780,16 +787,29 @@ class RunFollower:
         self.status.last_error = f"{kind}: {reason}"
         self._set_state(f"failing ({kind})")
         self.detectors.failure(kind, reason)
-        await self._back_off(self.health.backoff(self.cfg.backoff_max))
+        await self._back_off(self.health.backoff(self._retry_cap()))
+
+    def _retry_cap(self) -> float:
+        """The longest back-off now: RUNNING_RETRY_S while a process-0 container of this run
+        runs with its log not read to the end (its lines can rotate away), else backoff_max."""
+        for p in self.discovery.process0(self.jobset):
+            if p.state == "running" and stream_key(p, p.restart_count) not in self.finished:
+                return min(RUNNING_RETRY_S, self.cfg.backoff_max)
+        return self.cfg.backoff_max
 
     async def _back_off(self, delay: float) -> None:
-        """Wait before a retry, but not long while a process-0 pod of this JobSet is being
-        deleted with its log not read to the end: its grace period is all the time left to read
-        it. The wait ends when discovery first shows such a pod, and while one remains no wait
-        is longer than DELETING_RETRY_S."""
+        """Wait before a retry, but not past a recovery (any source talking to the cluster
+        working again: collector.notify.health.Recovery), and not long while a process-0 pod of
+        this JobSet is being deleted with its log not read to the end: its grace period is all
+        the time left to read it. The wait ends when discovery first shows such a pod, and
+        while one remains no wait is longer than DELETING_RETRY_S."""
         start = time.monotonic()
         deadline = start + delay
+        generation = self.recovery.generation
         while (left := deadline - time.monotonic()) > 0:
+            if self.recovery.generation != generation:
+                log.debug("%s: the cluster answers again: retrying now, not after the back-off", self.run)
+                return
             for p in self.discovery.process0(self.jobset):
                 if p.deleting and stream_key(p, p.restart_count) not in self.finished:
                     if p.uid not in self._hurried:

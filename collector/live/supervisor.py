@@ -30,7 +30,7 @@ from steptail.collector.live.sink import RunSink
 from steptail.collector.notify import events
 from steptail.collector.notify.alerts import Alerter
 from steptail.collector.notify.collector_events import CollectorEvents
-from steptail.collector.notify.health import Health
+from steptail.collector.notify.health import Backoff, Health
 from steptail.collector.notify.metrics import Metrics
 from steptail.runs.findings import NO_STEP, UNSAFE_NAME, WARNING, Finding, Settings
 from steptail.runs.model import RunModel
@@ -45,6 +45,7 @@ from steptail.storage.streams import record_reconnects
 
 log = logging.getLogger("steptail.follow")
 rlog = logging.getLogger("steptail.replicas")  # runs moving between replicas: INFO is shown
+RESTART_MAX = 30.0  # seconds: longest wait before a run whose follower raised is started again
 UNSEEN_AFTER = 10.0  # seconds after start-up a named JobSet with no process-0 pod is said to be missing
 
 
@@ -125,7 +126,7 @@ class Supervisor:
         # the runbook's rules on the live JobSets: their objects watched beside the pods
         self.objects = self.runbook = self._runbook_task = None
         if plan.policy is not None:
-            self.objects = ClusterObjects(plan.target, plan.metrics, plan.page_size)
+            self.objects = ClusterObjects(plan.target, plan.metrics, plan.page_size, self.discovery.recovery)
             self.runbook = RunbookLive(plan.policy, self.objects, self.discovery, self._runbook_targets, store,
                                        archive=plan.archive, metrics=plan.metrics)
 
@@ -488,7 +489,7 @@ class Supervisor:
         return follower
 
     async def _supervise(self, jobset: str, run: str, status: RunStatus) -> None:
-        backoff = 0.5
+        backoff = Backoff(start=0.5)  # the shared rule: doubling per kind, up to RESTART_MAX
         follower = None
         while not self.stopping.is_set():
             try:
@@ -519,8 +520,8 @@ class Supervisor:
                 if follower is not None:
                     follower.failed(kind, reason)
                     follower.detectors.failure(kind, reason)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 30.0)
+                backoff.fail(kind)
+                await asyncio.sleep(backoff.delay(RESTART_MAX))
 
     def _set_state(self, run: str, state: str) -> None:
         status = self.status[run]

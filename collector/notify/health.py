@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
+from collections.abc import Callable
 
 _SECRET = re.compile(r"(Bearer|token[\"':= ]+)\s*[A-Za-z0-9._~+/=-]{8,}", re.I)
 
@@ -76,10 +78,12 @@ collapse_repeats("steptail.follow", "steptail.health")
 
 class Backoff:
     """The retry rule of every source: the wait doubles with each failure of the same kind in
-    a row, starts from BACKOFF_START again when the kind changes or after a success (an auth
-    lapse's waits never lengthen the retries of a later 503), and is at most `cap`."""
+    a row, starts from `start` (BACKOFF_START) again when the kind changes or after a success
+    (an auth lapse's waits never lengthen the retries of a later 503), and is at most `cap`.
+    A wait is ended early by a Recovery (below): a source that works again ends them all."""
 
-    def __init__(self) -> None:
+    def __init__(self, start: float = BACKOFF_START) -> None:
+        self.start = start
         self.kind: str | None = None  # of the current spell; None after a success
         self.same_kind = 0  # failures in a row of that kind (the exponent)
 
@@ -93,12 +97,51 @@ class Backoff:
     def delay(self, cap: float) -> float:
         if self.kind is None:
             return 0.0
-        return min(cap, BACKOFF_START * 2 ** min(self.same_kind - 1, 30))
+        return min(cap, self.start * 2 ** min(self.same_kind - 1, 30))
+
+
+class Recovery:
+    """The health shared by everything that talks to the cluster (pod discovery, the JobSet
+    and Workload watches, every run's follower): when a source that was failing works again,
+    the cluster answers again, so every back-off still running ends now and each failing
+    source retries at once. Per-source back-offs alone kept a follower waiting 4.6 s after
+    an auth lapse had cleared for pod discovery, and a rotation took the lines (issue 33).
+
+    `generation` counts recoveries: a wait started under one generation ends when it moves.
+    Told on the event loop (Health.ok); waited for on the loop (`listeners` are woken: pod
+    discovery's change event) or on a watch thread (`wait_blocking`)."""
+
+    SLICE = 0.05  # seconds: how often a waiting thread looks at the generation
+
+    def __init__(self) -> None:
+        self.generation = 0
+        self.failing: set[int] = set()  # id() of each Health failing now
+        self.listeners: list[Callable[[], None]] = []  # called at each recovery (on the loop)
+
+    def fail(self, source: object) -> None:
+        self.failing.add(id(source))
+
+    def cleared(self, source: object) -> None:
+        """`source` works again after failing: every wait still running ends."""
+        self.failing.discard(id(source))
+        self.generation += 1
+        for wake in list(self.listeners):
+            wake()
+
+    def wait_blocking(self, delay: float, stopping: threading.Event) -> None:
+        """On a thread: wait `delay` seconds, less if `stopping` is set or a recovery comes."""
+        generation = self.generation
+        deadline = time.monotonic() + delay
+        while (left := deadline - time.monotonic()) > 0 and self.generation == generation:
+            if stopping.wait(min(left, self.SLICE)):
+                return
 
 
 class Health:
-    def __init__(self, source: str, run: str = "", metrics=None, status=None) -> None:
+    def __init__(self, source: str, run: str = "", metrics=None, status=None,
+                 recovery: Recovery | None = None) -> None:
         self.source, self.run = source, run
+        self.recovery = recovery  # shared with every source talking to the cluster (None: alone)
         self.metrics = metrics  # steptail.collector.notify.metrics.Metrics
         self.status = status  # the run's RunStatus: failures and errors by kind
         self.failing: tuple[str, str] | None = None  # (kind, reason)
@@ -135,6 +178,8 @@ class Health:
         previous, self.failing = self.failing, (kind, reason)
         self.last = self.failing
         self._backoff.fail(kind)
+        if self.recovery is not None:
+            self.recovery.fail(self)
         if previous is not None and previous[0] == kind:
             self._tell("failed_again", self.run, self.source)
             return False
@@ -159,6 +204,8 @@ class Health:
         took, n = self.failing_for(), self._failures_in_spell
         self.since, self._failures_in_spell = None, 0
         self._backoff.ok()
+        if self.recovery is not None:  # the cluster answers again: every other back-off ends too
+            self.recovery.cleared(self)
         self._tell("changed", self.run, self.source, None, None)
         if self.metrics is not None:
             self.metrics.up(self.run, self.source, True)

@@ -1,0 +1,73 @@
+"""Issue 33, item 2 and item 4's fourth defect: recovery within one API round trip. One
+health for everything that talks to the cluster (a source working again ends every back-off),
+a log stream's back-off capped near a second while its container runs, and a hung stream
+re-read before anything else is asked.
+
+Real kubectl against the simulated cluster, checked against the simulator's truth."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from test_follow_support import assert_exactly_once, findings, follow_sim, scenario
+
+from steptail.collector.notify.health import Health, Recovery
+
+DEFAULT_SILENCE = 30.0
+
+
+@pytest.fixture(autouse=True)
+def _account_env(monkeypatch):
+    monkeypatch.setenv("CLOUDSDK_CORE_ACCOUNT", "placeholder@example.invalid")
+
+
+def _lost(r: dict, steps: int) -> list[int]:
+    return sorted(set(range(1, steps + 1)) - {s for _, s in r["got"]})
+
+
+def test_a_source_working_again_ends_every_wait():
+    """Discovery's failing spell clears: a watch thread's back-off ends at once, and every
+    listener (the followers' wait) is woken; a failure of one source alone wakes nobody."""
+    recovery = Recovery()
+    woken = []
+    recovery.listeners.append(lambda: woken.append(time.monotonic()))
+    discovery, follower = Health("discovery", recovery=recovery), Health("follower", "r", recovery=recovery)
+    discovery.fail("auth", "401")
+    follower.fail("auth", "401")
+    assert not woken
+    stopping, waited = threading.Event(), []
+
+    def wait() -> None:
+        t0 = time.monotonic()
+        recovery.wait_blocking(10.0, stopping)
+        waited.append(time.monotonic() - t0)
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    time.sleep(0.2)
+    discovery.ok()  # the cluster answers again
+    thread.join(5)
+    assert waited and waited[0] < 1.0
+    assert len(woken) == 1 and recovery.failing == {id(follower)}
+
+
+@pytest.mark.timeout(150)
+def test_six_503s_on_log_reads_then_a_rotation_lose_nothing(make_simcluster, tmp_path):
+    """The stream ends and the next six log requests get 503 while the container runs at 20
+    steps/s; the log rotates 10 s later. Today the back-off doubles to 8 s (about 16 s unread)
+    and the rotation takes every line written since the stream ended."""
+    steps = 320
+    sim = make_simcluster(scenario(
+        {"action": "eof_streams", "at_step": 40},
+        {"action": "fail_next", "at_step": 40, "n": 6, "code": 503, "path": "/log"},
+        {"action": "rotate", "at_step": 240},
+        rate=20, jobsets=[{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": steps, "checkpoint_period": 1000}}]))
+    db = str(tmp_path / "s.db")
+    sup = follow_sim(sim, db, silence=DEFAULT_SILENCE, timeout=90)
+    assert [o for o in sim.truth.unavailable() if o.kind == "fail_next"][0].to_ns is not None  # all 6 answered
+    r = assert_exactly_once(sim, db, "r")
+    assert len(r["got"]) == steps, f"lost {_lost(r, steps)}"
+    assert not [k for k, _ in findings(db, "r") if k in ("gap", "head_gap")]
+    assert sup.status["r"].errors.get("server_error", 0) >= 1
