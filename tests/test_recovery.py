@@ -71,3 +71,22 @@ def test_six_503s_on_log_reads_then_a_rotation_lose_nothing(make_simcluster, tmp
     assert len(r["got"]) == steps, f"lost {_lost(r, steps)}"
     assert not [k for k, _ in findings(db, "r") if k in ("gap", "head_gap")]
     assert sup.status["r"].errors.get("server_error", 0) >= 1
+
+
+@pytest.mark.timeout(150)
+def test_a_hung_stream_under_a_slow_api_is_re_read_before_its_pod_is_read(make_simcluster, tmp_path):
+    """The log rotates (the stream hangs) as single-pod reads and log reads turn 4 s late; the
+    log rotates again 16 s later. The hang is seen after 2 s of quiet and a 4 s look; then
+    the re-read is kubectl alone (its pod GET and its log GET: 8 s), not the follower's pod
+    read first (4 s more, 18 s in all, and the second rotation took ~300 steps)."""
+    steps = 520
+    sim = make_simcluster(scenario(
+        {"action": "rotate", "at_step": 100},
+        {"action": "slow_api", "at_step": 100, "seconds": 20, "delay": 4.0, "path": "/pods/"},
+        {"action": "rotate", "at_step": 420},
+        rate=20, jobsets=[{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": steps, "checkpoint_period": 1000}}]))
+    db = str(tmp_path / "s.db")
+    follow_sim(sim, db, silence=DEFAULT_SILENCE, timeout=120)
+    r = assert_exactly_once(sim, db, "r")
+    assert len(r["got"]) == steps, f"lost {_lost(r, steps)}"
+    assert not [k for k, _ in findings(db, "r") if k in ("gap", "head_gap")]

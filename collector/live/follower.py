@@ -101,6 +101,9 @@ DELETING_RETRY_S = 0.5  # longest back-off while a pod being deleted holds unrea
 # second a rotation can take. Five 503s in a row waited 0.25 + … + 8 s (16-25 s unread, up
 # to 135 steps lost, issue 33); a retry a second costs one log request.
 RUNNING_RETRY_S = 1.0
+# kubectl logs asks the API twice before a line can come (the pod, then its log): a stream that
+# delivered nothing yet is not judged hung before that much time, at the API's latest pace
+OPEN_REQUESTS = 2
 PAUSE_S = 1.0  # a sleep this much longer than asked: the process was not running (SIGSTOP, starved)
 # Bytes no text line holds (tab, CR and ESC of colours and progress bars are fine).
 _CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f]")
@@ -228,9 +231,13 @@ class RunFollower:
         self._skip: dict[str, int] = {}  # stream -> read from here: a line with no end before it
         self._hurried: set[str] = set()  # deleting pods a back-off was cut short for (once each)
         self._stream_started = 0.0
+        # the stream to re-open at once, without reading its pod first (hung, ended while its
+        # container ran, or refused): the pod is read beside the re-read, not before it
+        self._reopen: str | None = None
         self._pending_check: dict[str, _Overlap] = {}  # stream -> unresolved re-read check
         self.pace = Pace()  # the writer's pace, for the hang watchdog
         self.probes = 0  # non-follow reads of a quiet pod's newest line
+        self._round_trip = 0.0  # seconds the latest probe took: the API's pace now
         # monotonic time until which the stream is known to have held back nothing: its latest
         # line, or a probe that found nothing unread (the stall clock counts quiet up to it only)
         self._heard: float | None = None
@@ -299,19 +306,27 @@ class RunFollower:
 
     # ------------------------------------------------------------------------ following
     async def _follow(self, pod: PodInfo) -> None:
-        # A fresh read of the pod, not the watch's view (stale after a watch failure): a stream
-        # opened with an old restartCount would file the new container's lines under the old one.
-        try:
-            fresh = await self.discovery.get_pod(pod.name)
-        except Exception as exc:  # noqa: BLE001 - e.g. auth lapse: report, back off, retry
-            await self._report(*reason_of(exc))
-            return
-        if fresh is None or fresh.uid != pod.uid:
-            await self._drain(pod, gone=True)
-            return
-        pod = self.known[pod.uid] = fresh
-        if not await self._catch_up_previous(pod):
-            return
+        reopen, self._reopen = self._reopen, None
+        verify = None
+        if reopen == stream_key(pod, pod.restart_count) and self._container_runs(pod):
+            # A re-read of the stream we were reading: opened first, the pod read beside it (a
+            # slow API made pod-then-log 6.3 s in series, and a rotation took the lines). A
+            # container restarted meanwhile is caught by the pod read or the re-read's first line.
+            verify = asyncio.create_task(self.discovery.get_pod(pod.name))
+        else:
+            # A fresh read of the pod, not the watch's view (stale after a watch failure): a stream
+            # opened with an old restartCount would file the new container's lines under the old one.
+            try:
+                fresh = await self.discovery.get_pod(pod.name)
+            except Exception as exc:  # noqa: BLE001 - e.g. auth lapse: report, back off, retry
+                await self._report(*reason_of(exc))
+                return
+            if fresh is None or fresh.uid != pod.uid:
+                await self._drain(pod, gone=True)
+                return
+            pod = self.known[pod.uid] = fresh
+            if not await self._catch_up_previous(pod):
+                return
         key = stream_key(pod, pod.restart_count)
         if pod.state == "waiting":
             self._set_state(f"pending: {pod.reason}", pod)
@@ -324,7 +339,11 @@ class RunFollower:
             self._set_state(f"container {pod.reason or 'ended'}; waiting", pod)
             await self.discovery.wait_change(1.0)
             return
-        outcome, code, err = await self._stream(pod, key)
+        try:
+            outcome, code, err = await self._stream(pod, key, verify)
+        finally:
+            if verify is not None and not verify.done():
+                verify.cancel()
         if code == 0:
             self.health.ok()
         if outcome == "oversized":
@@ -338,6 +357,7 @@ class RunFollower:
         if outcome == "silent":
             self.health.ok()  # the stream opened: whatever failed before works again
             self._reconnected(key, "silence")
+            self._reopen = key
             return
         if code == 0:
             if time.monotonic() - self._stream_started < 1.0:
@@ -353,11 +373,24 @@ class RunFollower:
                         await self._finish(fresh)
             elif fresh.restart_count == pod.restart_count:
                 self._reconnected(key, "eof")  # EOF while running: idle timeout, apiserver restart
+                self._reopen = key
             return
         await self._failed(pod, key, code, err)
 
-    async def _stream(self, pod: PodInfo, key: str) -> tuple[str, int | None, str]:
-        """One `kubectl logs -f`; returns (eof|silent|exit, exit code, stderr)."""
+    def _moved(self, pod: PodInfo, verify: asyncio.Task | None) -> bool:
+        """The pod read beside a re-read (`verify`) shows another container than the one read:
+        the stream stops, the next pass reads the pod afresh (a failed read proves nothing)."""
+        if verify is None or not verify.done() or verify.cancelled() or verify.exception() is not None:
+            return False
+        fresh = verify.result()
+        if fresh is None or fresh.uid != pod.uid:
+            return False  # gone: the stream ends by itself, and the next pass drains what is left
+        self.known[pod.uid] = fresh
+        return fresh.restart_count != pod.restart_count
+
+    async def _stream(self, pod: PodInfo, key: str, verify: asyncio.Task | None = None) -> tuple[str, int | None, str]:
+        """One `kubectl logs -f`; returns (eof|silent|exit, exit code, stderr). `verify`: a read
+        of the pod begun beside a re-read (_follow)."""
         since, skipping = self._read_since(key)
         argv = self.target.logs_argv(pod.name, pod.container, follow=True, since_ns=since)
         self._reading(pod)
@@ -369,6 +402,7 @@ class RunFollower:
         check = self._check_for(key, since, pod, skipping)
         outcome, overlong, why = "eof", False, ""
         last_line = time.monotonic()
+        delivered = False  # a line came on this stream (kubectl was answered)
         # a first read of the stream: nothing to compare its first line with, so the pod is
         # asked once whether the container is still the one the stream was opened for
         unverified = self._mark_since(key) is None
@@ -383,6 +417,9 @@ class RunFollower:
                         line = await proc.stdout.readline()
                 except TimeoutError:
                     quiet = time.monotonic() - last_line
+                    if self._moved(pod, verify):
+                        outcome = "moved"
+                        break
                     if not self._container_runs(pod):
                         if quiet >= 1.0:  # the container ended: do not wait for a slow EOF
                             outcome = "silent"
@@ -394,8 +431,14 @@ class RunFollower:
                     if probe is None or not probe.done():
                         continue
                     unread, probe = probe.result(), None
+                    self._round_trip = time.monotonic() - probe_at
                     if probe_line != last_line:
                         continue  # lines arrived meanwhile: the stream lives
+                    opening = watchdog.threshold() + OPEN_REQUESTS * self._round_trip
+                    if unread and not delivered and quiet < opening:
+                        # not answered yet under a slow API: killing it would only start over
+                        watchdog.next_check = opening
+                        continue
                     if unread or (unread is None and quiet >= self.cfg.silence):
                         outcome = "silent"  # hung (or unknowable for too long): re-open
                         break
@@ -415,6 +458,7 @@ class RunFollower:
                         outcome, why = "oversized", size.why
                     break
                 last_line = self._heard = time.monotonic()
+                delivered = True
                 self.sink.delivering(True)
                 watchdog.reset()
                 ts_ns = line_ts(line)
@@ -422,7 +466,8 @@ class RunFollower:
                     overlong = False
                     if ts_ns is None:
                         continue  # the over-long line's end, not a line of its own
-                if (unverified or check.would_gap(ts_ns)) and not await self._same_container(pod):
+                if self._moved(pod, verify) or (
+                        (unverified or check.would_gap(ts_ns)) and not await self._same_container(pod)):
                     outcome = "moved"  # opened just as the container restarted: those lines are not ours
                     break
                 unverified = False
@@ -769,6 +814,8 @@ class RunFollower:
                                   f"pod {pod.name} deleted before its log was read to the end ({reason})")
                 self.known.pop(pod.uid, None)
                 return
+        if kind in (kubectl.SERVER_ERROR, kubectl.NETWORK, kubectl.AUTH):
+            self._reopen = key  # the API's failure, not the pod's: the retry goes straight to the log
         await self._report(kind, reason)
 
     def failed(self, kind: str, reason: str) -> None:
