@@ -46,14 +46,14 @@ CASES = {
                  "rotate", 420),
 }
 
-reads: list[int] = []  # wall ns of every line the follower was handed
+reads: list[tuple[int, int | None]] = []  # (wall ns, kubelet stamp) of every line the follower was handed
 
 
 def _record_reads() -> None:
     feed = follower_mod.RunFollower._feed
 
     def timed(self, line, ts_ns, key, check):
-        reads.append(time.time_ns())
+        reads.append((time.time_ns(), ts_ns))
         return feed(self, line, ts_ns, key, check)
 
     follower_mod.RunFollower._feed = timed
@@ -88,11 +88,12 @@ def run_case(name: str, workdir: Path) -> dict:
     finally:
         store.dispose()
         sim.stop_thread()
-    if fault_kind == "rotate":
+    if fault_kind == "rotate":  # the hang: to the first line written after it (the re-read's)
         end = next(f.wall_ns for f in sim.truth.faults() if f.action == "rotate")
-    else:
+        after = [t for t, ts in reads if ts is not None and ts > end]
+    else:  # to the next line read, whatever it is
         end = next(o.to_ns for o in sim.truth.unavailable() if o.kind == fault_kind)
-    after = [t for t in reads if end is not None and t > end]
+        after = [t for t, _ in reads if end is not None and t > end]
     return {"case": name, "recovery_s": round((after[0] - end) / 1e9, 2) if after else None,
             "steps": steps, "recorded": len(got), "lost": steps - len(got)}
 

@@ -90,3 +90,24 @@ def test_a_hung_stream_under_a_slow_api_is_re_read_before_its_pod_is_read(make_s
     r = assert_exactly_once(sim, db, "r")
     assert len(r["got"]) == steps, f"lost {_lost(r, steps)}"
     assert not [k for k, _ in findings(db, "r") if k in ("gap", "head_gap")]
+
+
+@pytest.mark.timeout(150)
+def test_the_new_pod_is_read_while_the_old_one_s_drain_fails(make_simcluster, tmp_path):
+    """A JobSet restart (6 s grace) whose old pod's drain gets 503 for longer than the grace
+    period, and the new pod's log rotates 3-4 s after it starts. Today the new pod waits for
+    the old one to be read or gone, and the rotation takes its start-up and first steps (a
+    head gap); now it is read meanwhile and its lines are recorded once the old pod is done.
+    The old pod's unread tail is a loss the API caused: a stream gap and unread_tail."""
+    steps = 260
+    sim = make_simcluster(scenario(
+        {"action": "fail_next", "at_step": 150, "n": 16, "code": 503, "path": "sinceTime"},
+        {"action": "restart_jobset", "at_step": 150, "grace_seconds": 6.0},
+        {"action": "rotate", "at_step": 170},
+        rate=20, jobsets=[{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": steps, "checkpoint_period": 100}}]))
+    db = str(tmp_path / "s.db")
+    follow_sim(sim, db, silence=DEFAULT_SILENCE, timeout=90)
+    r = assert_exactly_once(sim, db, "r")
+    new = {(2, s) for s in range(101, steps + 1)}
+    assert new <= r["got"], f"lost of the new pod: {sorted(new - r['got'])[:20]}"
+    assert "head_gap" not in [k for k, _ in findings(db, "r")]

@@ -21,6 +21,7 @@ from steptail.collector.cluster import kubectl
 from steptail.collector.cluster.discovery import Discovery, PodInfo, reason_of
 from steptail.collector.cluster.kubectl import KubeTarget
 from steptail.collector.live.detect import Detectors
+from steptail.collector.live.prefetch import Prefetch
 from steptail.collector.live.sink import RunSink
 from steptail.collector.live.watchdog import Pace, Watchdog
 from steptail.collector.notify import events
@@ -234,6 +235,7 @@ class RunFollower:
         # the stream to re-open at once, without reading its pod first (hung, ended while its
         # container ran, or refused): the pod is read beside the re-read, not before it
         self._reopen: str | None = None
+        self._prefetch: Prefetch | None = None  # the newest pod read while an older one drains
         self._pending_check: dict[str, _Overlap] = {}  # stream -> unresolved re-read check
         self.pace = Pace()  # the writer's pace, for the hang watchdog
         self.probes = 0  # non-follow reads of a quiet pod's newest line
@@ -267,6 +269,8 @@ class RunFollower:
             while not self.status.done:
                 await self._pass()
         finally:
+            if self._prefetch is not None:
+                self._prefetch.cancel()
             flusher.cancel()
             try:
                 await flusher
@@ -297,7 +301,9 @@ class RunFollower:
             if stream_key(old, old.restart_count) not in self.finished:
                 await self._drain(old)
                 if stream_key(old, old.restart_count) not in self.finished:
-                    return  # lines in order: the new pod waits until the old one is read or gone
+                    # lines in order: the new pod's wait until the old one is read or gone, held
+                    self._prefetch_newest(newest)
+                    return
         if newest.deleting:  # restart in progress, replacement not listed yet
             await self._drain(newest)
             await self.discovery.wait_change(1.0)
@@ -313,6 +319,8 @@ class RunFollower:
             # slow API made pod-then-log 6.3 s in series, and a rotation took the lines). A
             # container restarted meanwhile is caught by the pod read or the re-read's first line.
             verify = asyncio.create_task(self.discovery.get_pod(pod.name))
+            # its failure is the stream's to report (it fails too), never an unretrieved exception
+            verify.add_done_callback(lambda t: t.cancelled() or t.exception())
         else:
             # A fresh read of the pod, not the watch's view (stale after a watch failure): a stream
             # opened with an old restartCount would file the new container's lines under the old one.
@@ -338,6 +346,8 @@ class RunFollower:
                 return
             self._set_state(f"container {pod.reason or 'ended'}; waiting", pod)
             await self.discovery.wait_change(1.0)
+            return
+        if self._prefetch is not None and not await self._feed_prefetched(pod, key):
             return
         try:
             outcome, code, err = await self._stream(pod, key, verify)
@@ -387,6 +397,41 @@ class RunFollower:
             return False  # gone: the stream ends by itself, and the next pass drains what is left
         self.known[pod.uid] = fresh
         return fresh.restart_count != pod.restart_count
+
+    def _prefetch_newest(self, pod: PodInfo) -> None:
+        """Read the newest pod now, its lines held (collector.live.prefetch) until the older pod
+        is done: a first read of a running container only (a re-read goes from the cursor)."""
+        key = stream_key(pod, pod.restart_count)
+        if self._prefetch is not None:
+            if self._prefetch.key == key:
+                return
+            self._prefetch.cancel()  # another container by now: its own read begins when its turn comes
+            self._prefetch = None
+        if pod.state != "running" or pod.deleting or key in self.finished or key in self.model.cursors:
+            return
+        log.info("%s: reading pod %s while %s", self.run, pod.name, "an older pod is drained")
+        argv = self.target.logs_argv(pod.name, pod.container, follow=True)
+        self._prefetch = Prefetch(key, argv, self.env, self.cfg.kubectl_max_rss)
+
+    async def _feed_prefetched(self, pod: PodInfo, key: str) -> bool:
+        """The lines read ahead of `pod` (its stream `key`) into the model, as a first read;
+        False when they turned out to be another container's (dropped: read again)."""
+        prefetch, self._prefetch = self._prefetch, None
+        if prefetch is None:
+            return True
+        lines = await prefetch.take()
+        if prefetch.key != key or not lines:
+            return True
+        if not await self._same_container(pod):  # opened just as the container restarted: not ours
+            return False
+        since, skipping = self._read_since(key)
+        check = self._check_for(key, since, pod, skipping)
+        self._reading(pod)
+        for line in lines:
+            self._feed(line, line_ts(line), key, check)
+        log.info("%s: %d lines of pod %s read while the older pod was drained, recorded now",
+                 self.run, len(lines), pod.name)
+        return True
 
     async def _stream(self, pod: PodInfo, key: str, verify: asyncio.Task | None = None) -> tuple[str, int | None, str]:
         """One `kubectl logs -f`; returns (eof|silent|exit, exit code, stderr). `verify`: a read
@@ -529,6 +574,9 @@ class RunFollower:
     async def _drain(self, pod: PodInfo, gone: bool = False) -> None:
         """Read what an old (replaced, deleting) pod holds after the last line read."""
         key = stream_key(pod, pod.restart_count)
+        if self._prefetch is not None and self._prefetch.key == key:  # read whole here instead
+            self._prefetch.cancel()
+            self._prefetch = None
         if gone:
             self.gone.add(pod.uid)
         if key in self.finished:
