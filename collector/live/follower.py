@@ -448,6 +448,7 @@ class RunFollower:
         outcome, overlong, why = "eof", False, ""
         last_line = time.monotonic()
         delivered = False  # a line came on this stream (kubectl was answered)
+        refused_at = self.recovery.generation  # recoveries seen when a look at the pod last failed
         # a first read of the stream: nothing to compare its first line with, so the pod is
         # asked once whether the container is still the one the stream was opened for
         unverified = self._mark_since(key) is None
@@ -465,6 +466,8 @@ class RunFollower:
                     if self._moved(pod, verify):
                         outcome = "moved"
                         break
+                    if watchdog.refused and self.recovery.generation != refused_at:
+                        watchdog.next_check = quiet  # the cluster answers again: look now
                     if not self._container_runs(pod):
                         if quiet >= 1.0:  # the container ended: do not wait for a slow EOF
                             outcome = "silent"
@@ -489,6 +492,7 @@ class RunFollower:
                         break
                     if unread is None:  # the pod could not be asked: ask again soon, vouch for nothing
                         watchdog.unknown(quiet)
+                        refused_at = self.recovery.generation
                         continue
                     watchdog.quiet_confirmed(quiet)
                     self._heard = max(self._heard or probe_at, probe_at)  # the quiet is the trainer's

@@ -14,6 +14,8 @@ from __future__ import annotations
 import statistics
 from collections import deque
 
+from steptail.collector.notify.health import Backoff
+
 FLOOR = 2.0  # seconds: below this, scheduling noise alone would trigger checks
 K = 1.5  # "quieter than usual": 1.5 x the usual interval between bursts
 BURST_NS = 100_000_000  # lines closer than this belong to one burst (one step's lines)
@@ -53,7 +55,13 @@ class Watchdog:
 
     def __init__(self, pace: Pace, cap: float) -> None:
         self.pace, self.cap = pace, cap
+        self._refused = Backoff(start=UNKNOWN_RETRY)  # looks the API refused: the shared rule
         self.reset()
+
+    @property
+    def refused(self) -> bool:
+        """The latest look at the pod failed (the follower asks again at once on a recovery)."""
+        return self._refused.kind is not None
 
     def threshold(self) -> float:
         usual = self.pace.usual_s()
@@ -63,18 +71,18 @@ class Watchdog:
     def reset(self) -> None:
         """A line arrived: the next check comes after one threshold of quiet."""
         self._interval = self.threshold()
-        self._unknown = 0.0
+        self._refused.ok()
         self.next_check = self._interval
 
     def unknown(self, quiet: float) -> None:
         """The pod could not be asked (the API failed): ask again after UNKNOWN_RETRY, doubling
         while it keeps failing, at most one threshold later. A hung stream is not left until
         `cap` because the API refused one look."""
-        self._unknown = min(self._unknown * 2, self.threshold()) if self._unknown else UNKNOWN_RETRY
-        self.next_check = quiet + self._unknown
+        self._refused.fail("look")
+        self.next_check = quiet + self._refused.delay(self.threshold())
 
     def quiet_confirmed(self, quiet: float) -> None:
         """The pod holds nothing new: check again later, twice as late each time."""
         self._interval = min(self._interval * 2, self.cap)
-        self._unknown = 0.0
+        self._refused.ok()
         self.next_check = quiet + self._interval
