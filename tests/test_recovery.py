@@ -53,6 +53,28 @@ def test_a_source_working_again_ends_every_wait():
     assert len(woken) == 1 and recovery.failing == {id(follower)}
 
 
+def test_pod_discovery_working_again_wakes_every_waiting_follower():
+    """The followers' back-offs wait on pod discovery's change event: a recovery of any
+    source sharing discovery's Recovery (here a follower's) sets it."""
+    import asyncio
+
+    from steptail.collector.cluster.discovery import Discovery
+    from steptail.collector.cluster.kubectl import KubeTarget
+
+    async def main() -> tuple[float, int]:
+        discovery = Discovery(KubeTarget("default", "a@example.invalid"))
+        other = Health("follower", "r2", recovery=discovery.recovery)
+        other.fail("auth", "401")
+        generation = discovery.recovery.generation
+        asyncio.get_running_loop().call_later(0.2, other.ok)
+        t0 = time.monotonic()
+        await discovery.wait_change(10.0)
+        return time.monotonic() - t0, discovery.recovery.generation - generation
+
+    waited, recoveries = asyncio.run(main())
+    assert recoveries == 1 and waited < 5.0
+
+
 @pytest.mark.timeout(150)
 def test_six_503s_on_log_reads_then_a_rotation_lose_nothing(make_simcluster, tmp_path):
     """The stream ends and the next six log requests get 503 while the container runs at 20
