@@ -1,0 +1,71 @@
+"""Goodput (docs/goodput.md) from a log with known timing and from the samples, on both stores."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from goodput_logs import EXPECTED, EXPECTED_INCARNATIONS, EXPECTED_RESTARTS, timed_log
+
+from steptail.collector.offline.files import open_source
+from steptail.collector.offline.ingest import ingest
+from steptail.storage.goodput import run_goodput
+from steptail.storage.reads import UnknownRun
+
+
+def ingest_text(store, run: str, path, text: str) -> None:
+    path.write_text(text)
+    src = open_source(str(path))
+    try:
+        ingest(store, run, [src])
+    finally:
+        src.close()
+
+
+def close(got, want) -> bool:
+    return got is not None and math.isclose(got, want, rel_tol=0.01, abs_tol=1e-6)
+
+
+def test_every_figure_is_what_the_stamps_give(store, tmp_path):
+    ingest_text(store, "timed", tmp_path / "timed.log", timed_log())
+    g = run_goodput(store, "timed")
+    for key, want in EXPECTED.items():
+        assert close(g[key], want), (key, g[key], want)
+    assert len(g["restarts"]) == 2
+    for got, want in zip(g["restarts"], EXPECTED_RESTARTS, strict=True):
+        assert got["incarnation"] == want["incarnation"]
+        assert got["queued_s"] is None  # pod states are seen live only
+        for key in ("recovery_s", "down_s", "startup_s", "compile_s"):
+            assert close(got[key], want[key]), (got, key)
+    assert [i["incarnation"] for i in g["incarnations"]] == [1, 2, 3]
+    for got, want in zip(g["incarnations"], EXPECTED_INCARNATIONS, strict=True):
+        for key, value in want.items():
+            assert close(got[key], value), (got, key)
+
+
+def test_a_log_without_stamps_has_no_wall_time(store, tmp_path):
+    unstamped = "\n".join(line.split(" ", 1)[1] for line in timed_log().splitlines()) + "\n"
+    ingest_text(store, "unstamped", tmp_path / "u.log", unstamped)
+    g = run_goodput(store, "unstamped")
+    assert g["wall_s"] is None and g["goodput"] is None and g["other_s"] is None
+    assert g["incarnations"][2]["median_step_s"] == pytest.approx(20.0)
+
+
+def test_the_samples_account_for_their_wall_time(store, samples):
+    for name in ("clean-300", "resume-gap", "resume-mismatch", "resume-from-zero"):
+        src = open_source(str(samples / f"{name}.log"))
+        try:
+            ingest(store, name, [src])
+        finally:
+            src.close()
+        g = run_goodput(store, name)
+        parts = g["productive_s"] + g["replayed_s"] + g["recovery_s"] + g["checkpoint_s"] + g["other_s"]
+        assert parts == pytest.approx(g["wall_s"])
+        assert 0.6 < g["goodput"] <= 1.0
+        assert (g["replayed_s"] > 0) == (name != "clean-300")
+        assert len(g["restarts"]) == len(g["incarnations"]) - 1
+
+
+def test_an_unknown_run_is_refused(store):
+    with pytest.raises(UnknownRun):
+        run_goodput(store, "nope")
