@@ -597,6 +597,24 @@ async def findings(request: web.Request) -> web.Response:
     return _tagged(*answer)
 
 
+def _tagged_goodput(conn, run: str, if_none_match: str | None) -> tuple[str, bytes | None] | None:
+    from steptail.storage.goodput import timing_on
+
+    if not run_exists_on(conn, run):
+        return None
+    return _hashed(timing_on(conn, run).report(), if_none_match)
+
+
+async def goodput(request: web.Request) -> web.Response:
+    """The fields of `steptail goodput RUN --json` (docs/goodput.md)."""
+    run = _possible_run(request)
+    answer = await request.app[READS].run(request.app[CONNECTIONS].call, _tagged_goodput, run,
+                                          request.headers.get("If-None-Match"))
+    if answer is None:
+        raise ApiError(404, f"no run {run!r}")
+    return _tagged(*answer)
+
+
 def _collector_events(conn, run: str | None) -> dict:
     from steptail.storage.collector_events import read_events
 
@@ -770,6 +788,7 @@ def make_app(store: Store, token: str | None = None, *, export_lane: tuple[int, 
     r.add_get("/api/runs/{run}/steps", steps)
     r.add_get("/api/runs/{run}/findings", findings)
     r.add_get("/api/runs/{run}/export", export)
+    r.add_get("/api/runs/{run}/goodput", goodput)
     r.add_get("/api/runs/{run}/outline", run_outline)
     r.add_get("/api/overview", runs_overview)
     r.add_get("/api/collector-events", collector_events)

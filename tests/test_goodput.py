@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import math
 
+import aiohttp
 import pytest
+from click.testing import CliRunner
 from goodput_logs import EXPECTED, EXPECTED_INCARNATIONS, EXPECTED_RESTARTS, timed_log
 
+import steptail
+from steptail.cli import main
 from steptail.collector.offline.files import open_source
 from steptail.collector.offline.ingest import ingest
+from steptail.serve import serve
 from steptail.storage.goodput import run_goodput
 from steptail.storage.reads import UnknownRun
+
+KEYS = {"run", "wall_s", "productive_s", "replayed_s", "recovery_s", "checkpoint_s", "other_s", "goodput",
+        "restarts", "incarnations"}
 
 
 def ingest_text(store, run: str, path, text: str) -> None:
@@ -69,3 +79,51 @@ def test_the_samples_account_for_their_wall_time(store, samples):
 def test_an_unknown_run_is_refused(store):
     with pytest.raises(UnknownRun):
         run_goodput(store, "nope")
+
+
+def test_cli_api_export_and_pandas_give_the_same_figures(store, db_url, tmp_path):
+    ingest_text(store, "timed", tmp_path / "timed.log", timed_log())
+    want = run_goodput(store, "timed")
+    r = CliRunner().invoke(main, ["goodput", "timed", "--db", db_url, "-o", "json"], catch_exceptions=False)
+    assert r.exit_code == 0
+    got = json.loads(r.output)
+    assert set(got) == KEYS and got == json.loads(json.dumps(want))
+    assert {"incarnation", "median_step_s", "step_s_mad", "tokens_per_s_device", "tflops_per_device"} <= \
+        set(got["incarnations"][0])
+    assert {"incarnation", "recovery_s", "queued_s", "startup_s", "compile_s"} <= set(got["restarts"][0])
+    r = CliRunner().invoke(main, ["goodput", "timed", "--db", db_url], catch_exceptions=False)
+    assert r.exit_code == 0 and "goodput 76.3%" in r.output and "replayed" in r.output
+    r = CliRunner().invoke(main, ["goodput", "nope", "--db", db_url])
+    assert r.exit_code == 2 and "no run 'nope'" in r.output
+
+    body = asyncio.run(_http(store, ["/api/runs/timed/goodput", "/api/runs/nope/goodput"]))
+    assert body[0][0] == 200 and json.loads(body[0][1]) == json.loads(json.dumps(want))
+    assert body[1][0] == 404
+
+    with steptail.open(db_url) as st:
+        frame = st.goodput("timed")
+        manifest = st.export("timed", tmp_path / "ledger")
+    assert list(frame["median_step_s"]) == pytest.approx([10.0, 10.0, 20.0])
+    assert frame.attrs["goodput"]["productive_s"] == pytest.approx(EXPECTED["productive_s"], rel=0.01)
+    assert manifest["goodput"]["wall_s"] == pytest.approx(EXPECTED["wall_s"], rel=0.01)
+    saved = json.loads((tmp_path / "ledger" / "manifest.json").read_text())
+    assert saved["goodput"]["replayed_s"] == pytest.approx(EXPECTED["replayed_s"], rel=0.01)
+
+
+async def _http(store, paths: list[str]) -> list[tuple[int, bytes]]:
+    urls, stop = [], asyncio.Event()
+    task = asyncio.create_task(serve(store, "127.0.0.1", 0, None, started=urls.append, stop=stop))
+    for _ in range(500):
+        if urls or task.done():
+            break
+        await asyncio.sleep(0.01)
+    out = []
+    try:
+        async with aiohttp.ClientSession(urls[0]) as http:
+            for path in paths:
+                async with http.get(path) as resp:
+                    out.append((resp.status, await resp.read()))
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+    return out
