@@ -38,6 +38,7 @@ from steptail.runs.findings import (
     RESUME_MISMATCH,
     STALL,
     STEP1_CE_GATE,
+    STEP_TIME_REGRESSION,
     UNREAD_TAIL,
     UNREADABLE_LOG,
     WARNING,
@@ -61,9 +62,11 @@ from steptail.runs.rows import (
     INCARNATION,
     INCARNATIONS,
     LOSS_PARTS,
+    POD_METRICS,
     REQUIRED_RBF,
 )
 from steptail.runs.rule_text import cite, citing, load_balance_text
+from steptail.runs.step_time import DECIDE_AT, IncTimes, config_diff, regression_detail, severity_of
 from steptail.runs.stream_gap import StreamGap
 
 _INCARNATION = itemgetter(INCARNATION)
@@ -245,6 +248,7 @@ class FindingEngine:
         self._cp: int | None = None  # latest ici_context_parallelism seen
         self._step1 = False
         self._median = RunningMedian()
+        self._times: dict[int, IncTimes] = {}  # per incarnation: steady step times (step_time_regression)
         self._arrival_ns: int | None = None  # clock when the latest step was observed
         self._watching = True  # the stream is being read (the stall clock runs); see tick
         self._gaps: list[StreamGap] = []
@@ -255,7 +259,7 @@ class FindingEngine:
     def observe(self, batch: Batch) -> list[Finding]:
         """Rows in log order; returns the findings opened or grown by them."""
         by_inc: dict[int, dict[str, list]] = defaultdict(lambda: defaultdict(list))
-        for table in ("config", "checkpoints", "loss_parts", "required_rbf"):
+        for table in ("config", "checkpoints", "pod_metrics", "loss_parts", "required_rbf"):
             rows = getattr(batch, table)
             numbers = set(map(_INCARNATION, rows))
             if len(numbers) == 1:  # the usual batch: one incarnation, no need to split its rows
@@ -272,6 +276,7 @@ class FindingEngine:
                 self._config(inc, row[CONFIG.NAME], row[CONFIG.VALUE])
             for row in rows["checkpoints"]:
                 self._checkpoint(inc, row[CHECKPOINTS.KIND], row[CHECKPOINTS.STEP])
+            self._timing(inc, rows)
             self._losses(inc, rows["loss_parts"])
             self._rbfs(inc, rows["required_rbf"])
         for row in batch.flags:  # lines the model flagged
@@ -375,6 +380,9 @@ class FindingEngine:
                 for s in pending:
                     self._missing_rbf(inc, s)
                 inc.pending_rbf = deque(s for s in inc.pending_rbf if s not in pending)
+        for n in sorted(self._times):  # an incarnation that never reached DECIDE_AT steady steps
+            if not self._times[n].decided:
+                self._regression(n)
         if self._gate_needed() and not self._step1 and self._incs:
             first = min(self._incs)
             self._emit(
@@ -599,6 +607,47 @@ class FindingEngine:
             inc.rbf_steps = set(old[bisect_right(old, cut):]) | set(range(max(cut + 1, first), first + m))
         inc.last_rbf = steps[-1]
         return m
+
+    def _timing(self, inc: _Inc, rows: dict[str, list]) -> None:
+        """Feed the incarnation's step times (runs/step_time.py); decide its regression once
+        it has DECIDE_AT steady steps. `completed step` rows go before LOSS-PARTS rows: whether
+        the incarnation logs `seconds` is known before its stamps could decide."""
+        times = self._times.get(inc.number)
+        if times is None:
+            times = self._times[inc.number] = IncTimes()
+        for row in rows["checkpoints"]:
+            if row[CHECKPOINTS.KIND] == "save":
+                times.saves.add(row[CHECKPOINTS.STEP])
+        for row in rows["pod_metrics"]:
+            times.pod(row[POD_METRICS.STEP], row[POD_METRICS.SECONDS])
+        if times.first_loss is None and rows["loss_parts"]:
+            times.first_loss = rows["loss_parts"][0][LOSS_PARTS.STEP]
+        if not times.has_seconds:
+            for row in rows["loss_parts"]:
+                times.loss(row[LOSS_PARTS.STEP], row[LOSS_PARTS.TS_NS])
+        if times.ready():
+            self._regression(inc.number, first=True)
+
+    def _regression(self, n: int, first: bool = False) -> None:
+        """step_time_regression: incarnation n's median step time against the latest earlier
+        incarnation that has one; its first DECIDE_AT steady steps when `first`, else all."""
+        times = self._times[n]
+        med = times.median(DECIDE_AT if first else None)
+        if med is None:
+            return
+        times.decided = True
+        earlier = [(m, t) for m, t in self._times.items() if m < n and t.median() is not None]
+        if not earlier:
+            return
+        prev, prev_times = max(earlier, key=itemgetter(0))
+        prev_med = prev_times.median()
+        severity = severity_of(med / prev_med) if prev_med > 0 else None
+        if severity is None:
+            return
+        inc, before = self._incs.get(n), self._incs.get(prev)
+        diff = config_diff(before.config if before else {}, inc.config if inc else {})
+        step = times.first_loss if times.first_loss is not None else (times.first_pod or NO_STEP)
+        self._emit(STEP_TIME_REGRESSION, n, step, step, regression_detail(n, med, prev, prev_med, diff), severity)
 
     def _first_step(self, inc: _Inc, step: int, ts: int | None) -> None:
         earlier = [i for i in self._incs.values() if i.number < inc.number and i.last_step is not None]
