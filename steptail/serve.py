@@ -615,6 +615,27 @@ async def goodput(request: web.Request) -> web.Response:
     return _tagged(*answer)
 
 
+def _mesh(conn, pattern: str | None, since_ns: int | None, until_ns: int | None) -> dict:
+    from steptail.storage.mesh import mesh_on
+
+    return {"mesh": mesh_on(conn, pattern, since_ns, until_ns)}
+
+
+async def mesh(request: web.Request) -> web.Response:
+    """`steptail mesh --json` as {"mesh": [...]}; ?run=GLOB&since=&until= (ISO 8601)."""
+    from steptail.storage.mesh import iso_ns
+
+    bounds = []
+    for name in ("since", "until"):
+        raw = request.query.get(name)
+        try:
+            bounds.append(None if raw is None else iso_ns(raw))
+        except ValueError:
+            raise ApiError(400, f"{name} must be an ISO 8601 time") from None
+    data = await request.app[READS].run(request.app[CONNECTIONS].call, _mesh, request.query.get("run"), *bounds)
+    return _json(data)
+
+
 def _collector_events(conn, run: str | None) -> dict:
     from steptail.storage.collector_events import read_events
 
@@ -792,6 +813,7 @@ def make_app(store: Store, token: str | None = None, *, export_lane: tuple[int, 
     r.add_get("/api/runs/{run}/outline", run_outline)
     r.add_get("/api/overview", runs_overview)
     r.add_get("/api/collector-events", collector_events)
+    r.add_get("/api/mesh", mesh)
     r.add_get("/", page)
     r.add_get("/static/{name}", static)
     return app
