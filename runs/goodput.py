@@ -20,7 +20,14 @@ class _Inc:
     # per step: [ts_ns, seconds, tflops, tokens_per_s] (seconds etc. None when not logged)
     steps: dict[int, list] = field(default_factory=dict)
     saves: set[int] = field(default_factory=set)
-    last_line_ns: int | None = None  # latest stamp of any of its rows
+    last_save_ns: int | None = None  # latest stamp of its save lines
+
+    def last_line_ns(self) -> int | None:
+        """The latest stamp of its rows (steps and saves)."""
+        stamps = [ts for ts, *_ in self.steps.values() if ts is not None]
+        if self.last_save_ns is not None:
+            stamps.append(self.last_save_ns)
+        return max(stamps, default=None)
 
 
 class RunTiming:
@@ -37,23 +44,27 @@ class RunTiming:
             inc = self.incs[n] = _Inc(n)
         return inc
 
-    def _seen(self, inc: _Inc, ts_ns: int | None) -> None:
-        if ts_ns is not None and (inc.last_line_ns is None or ts_ns > inc.last_line_ns):
-            inc.last_line_ns = ts_ns
-
     def incarnation(self, n: int, started_ns: int | None) -> None:
         self._inc(n).started_ns = started_ns
 
     def step(self, n: int, step: int, ts_ns: int | None, seconds=None, tflops=None, tokens=None) -> None:
         """A LOSS-PARTS step of incarnation n, with its `completed step` figures if logged."""
-        inc = self._inc(n)
-        inc.steps[step] = [ts_ns, seconds, tflops, tokens]
-        self._seen(inc, ts_ns)
+        self._inc(n).steps[step] = [ts_ns, seconds, tflops, tokens]
+
+    def add_steps(self, rows) -> None:
+        """step() for each (incarnation, step, ts_ns, seconds, tflops, tokens) row, in bulk."""
+        n, steps = None, None
+        for row in rows:
+            if row[0] != n:
+                n = row[0]
+                steps = self._inc(n).steps
+            steps[row[1]] = list(row[2:])
 
     def save(self, n: int, step: int, ts_ns: int | None) -> None:
         inc = self._inc(n)
         inc.saves.add(step)
-        self._seen(inc, ts_ns)
+        if ts_ns is not None and (inc.last_save_ns is None or ts_ns > inc.last_save_ns):
+            inc.last_save_ns = ts_ns
 
     def queued(self, n: int, seconds: float) -> None:
         """Incarnation n's pod or Workload was seen not running for `seconds` before it started."""
@@ -110,10 +121,11 @@ class RunTiming:
         compile_s = None if first_s is None or med is None else max(0.0, first_s - med)
         counted_own = own if own is None or med is None else min(own, med)
         recovery = down = startup = None
-        if prev.last_line_ns is not None and first_ts is not None and counted_own is not None:
-            recovery = max(0.0, (first_ts - prev.last_line_ns) / NS - counted_own)
-        if prev.last_line_ns is not None and inc.started_ns is not None:
-            down = max(0.0, (inc.started_ns - prev.last_line_ns) / NS)
+        last = prev.last_line_ns()
+        if last is not None and first_ts is not None and counted_own is not None:
+            recovery = max(0.0, (first_ts - last) / NS - counted_own)
+        if last is not None and inc.started_ns is not None:
+            down = max(0.0, (inc.started_ns - last) / NS)
         if inc.started_ns is not None and first_ts is not None and own is not None:
             startup = max(0.0, (first_ts - inc.started_ns) / NS - own)
         if compile_s is not None and recovery is not None:

@@ -23,9 +23,7 @@ def timing_on(conn: sa.Connection, run: str) -> RunTiming:
     timing, p = RunTiming(run), {"run": run}
     for inc, started in conn.execute(_INCARNATIONS, p):
         timing.incarnation(inc, started)
-    step = timing.step
-    for row in conn.execute(_STEPS, p):
-        step(*row)
+    timing.add_steps(conn.execute(_STEPS, p).fetchall())  # fetchall: a row at a time costs twice as much
     for inc, s, ts in conn.execute(_SAVES, p):
         timing.save(inc, s, ts)
     return timing
