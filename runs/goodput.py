@@ -80,10 +80,10 @@ class RunTiming:
         cut = None  # the lowest first step of the incarnations after this one: its steps from there were redone
         for inc, t, s in reversed(list(zip(incs, timed, stats, strict=True))):
             med = s["median_step_s"] if s["median_step_s"] is not None else fallback
-            for step, (_, secs, _, capped) in t.items():
+            for step, (_, secs, phase) in t.items():
                 if secs is None:
                     secs = med if med is not None else 0.0
-                elif capped and med is not None:
+                elif phase and med is not None:
                     secs = min(secs, med)  # its excess is compilation or a save, counted there
                 if cut is not None and step >= cut:
                     replayed += secs
@@ -139,26 +139,31 @@ def _first_ts(inc: _Inc) -> int | None:
 
 
 def _timed(inc: _Inc) -> dict[int, tuple]:
-    """Per step: (ts_ns, seconds, phase, capped). A step's time is its `seconds:`, else the
-    interval from the step before it in the incarnation (stamps), else None. A phase step is
-    the incarnation's first (compilation) or the one after a checkpoint save: left out of the
-    median. Capped at the median when counted: the first step (its seconds include the
-    compilation), and a step after a save timed by stamps (the interval holds the save)."""
+    """Per step: (ts_ns, seconds, phase). A step's time is its `seconds:`, else the interval
+    from the step before it in the incarnation (stamps; over lost steps, shared by them), else
+    None; never more than that interval, nor a first step more than the time since its start-up
+    line. A phase step, the incarnation's first (compilation) or the one after a checkpoint
+    save, is left out of the median and counted at most at the median: its excess is the
+    compilation (recovery) or the save (checkpoint), counted there."""
     out, prev_step, prev_ts = {}, None, None
     first = min(inc.steps)
     for step in sorted(inc.steps):
         ts, secs, *_ = inc.steps[step]
-        derived = False
-        if secs is None and ts is not None and prev_ts is not None and step == prev_step + 1:
-            secs, derived = (ts - prev_ts) / NS, True
-        after_save = (step - 1) in inc.saves
-        out[step] = (ts, secs, step == first or after_save, step == first or (after_save and derived))
+        if ts is not None and prev_ts is not None and step > prev_step:
+            interval = (ts - prev_ts) / NS / (step - prev_step)  # per step: steps lost between ran too
+            if secs is None:
+                secs = interval
+            elif secs > interval >= 0:
+                secs = interval  # no step outlasts the lines around it (a trainer clock unlike the kubelet's)
+        elif step == first and secs is not None and ts is not None and inc.started_ns is not None:
+            secs = min(secs, max(0.0, (ts - inc.started_ns) / NS))  # nor the time since the trainer started
+        out[step] = (ts, secs, step == first or (step - 1) in inc.saves)
         prev_step, prev_ts = step, ts
     return out
 
 
 def _stats(inc: _Inc, t: dict) -> dict:
-    steady = [secs for _, secs, phase, _ in t.values() if secs is not None and not phase]
+    steady = [secs for _, secs, phase in t.values() if secs is not None and not phase]
     if not steady:
         steady = [secs for _, secs, *_ in t.values() if secs is not None]
     med = _median(steady)

@@ -127,3 +127,14 @@ async def _http(store, paths: list[str]) -> list[tuple[int, bytes]]:
         stop.set()
         await asyncio.wait_for(task, 30)
     return out
+
+
+def test_seconds_beyond_the_stamps_count_the_stamps(store, tmp_path):
+    """A trainer whose clock is not the kubelet's (the simulator's prints 12 s for 0.3 s steps):
+    no step outlasts the lines around it, so goodput stays what the stamps give."""
+    inflated = timed_log().replace("seconds: 10.000", "seconds: 40.000").replace("seconds: 20.000", "seconds: 80.000")
+    ingest_text(store, "inflated", tmp_path / "inflated.log", inflated)
+    g = run_goodput(store, "inflated")
+    for key in ("wall_s", "productive_s", "replayed_s", "recovery_s", "checkpoint_s", "goodput"):
+        assert close(g[key], EXPECTED[key]), (key, g[key])
+    assert [i["median_step_s"] for i in g["incarnations"]] == pytest.approx([10.0, 10.0, 20.0], rel=0.01)
