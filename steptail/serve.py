@@ -400,7 +400,10 @@ class StoreCollector:
     them all), so a store of years of runs stays a few series per live run."""
 
     def __init__(self, store: Store, recent_days: float = RECENT_DAYS, max_runs: int = MAX_RUN_SERIES) -> None:
+        from steptail.storage.goodput import GoodputCache
+
         self.store, self.recent_days, self.max_runs = store, recent_days, max_runs
+        self.goodput = GoodputCache(store)
 
     def collect(self):
         runs = GaugeMetricFamily("steptail_runs", "Runs in the store")
@@ -412,6 +415,10 @@ class StoreCollector:
                                     "Unix time of the run's latest recorded step (kubelet timestamp)", labels=["run"])
         steps = GaugeMetricFamily("steptail_stored_steps", "LOSS-PARTS rows in the store", labels=["run"])
         findings = GaugeMetricFamily("steptail_stored_findings", "Findings in the store", labels=["run"])
+        goodput = GaugeMetricFamily("steptail_run_goodput", "Productive step time / wall time (docs/goodput.md)",
+                                    labels=["run"])
+        step_s = GaugeMetricFamily("steptail_run_median_step_seconds",
+                                   "Median step time of the run's latest incarnation", labels=["run"])
         since_ns = time.time_ns() - int(self.recent_days * 86400e9)
         total, rows = run_gauges(self.store, since_ns, self.max_runs)
         runs.add_metric([], total)
@@ -423,7 +430,15 @@ class StoreCollector:
                 last_ts.add_metric([run], ts_ns / 1e9)
             steps.add_metric([run], n_steps or 0)
             findings.add_metric([run], n_findings or 0)
-        yield from (runs, recent, last_step, last_ts, steps, findings)
+            if n_steps:
+                report = self.goodput.get(run, (n_steps, ts_ns, last))
+                if report["goodput"] is not None:
+                    goodput.add_metric([run], report["goodput"])
+                latest = report["incarnations"][-1]["median_step_s"] if report["incarnations"] else None
+                if latest is not None:
+                    step_s.add_metric([run], latest)
+        self.goodput.keep({row[0] for row in rows})
+        yield from (runs, recent, last_step, last_ts, steps, findings, goodput, step_s)
 
 
 # -- handlers ------------------------------------------------------------------------------

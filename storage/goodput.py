@@ -4,6 +4,9 @@ runs.goodput.RunTiming — the one computation every path shares."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 import sqlalchemy as sa
 
 from steptail.runs.goodput import RunTiming
@@ -34,3 +37,30 @@ def run_goodput(store: Store, run: str) -> dict:
     known_run(store, run)
     with store.engine.connect() as conn:
         return timing_on(conn, run).report()
+
+
+class GoodputCache:
+    """Each run's report for the /metrics gauges, computed again only when the run's rows changed
+    (its step count or last stamp: what run_gauges reads from loss_summary) and then at most every
+    `every_s` seconds: a scrape costs nothing for runs that did not move, and a live run's cost
+    is bounded by the interval, not by how often it is scraped."""
+
+    def __init__(self, store: Store, every_s: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.store, self.every_s, self.clock = store, every_s, clock
+        self._reports: dict[str, tuple[tuple, float, dict]] = {}
+
+    def get(self, run: str, state: tuple) -> dict:
+        """The run's report; `state` tells whether its rows changed since it was computed."""
+        known = self._reports.get(run)
+        now = self.clock()
+        if known is not None and (known[0] == state or now - known[1] < self.every_s):
+            return known[2]
+        with self.store.engine.connect() as conn:
+            report = timing_on(conn, run).report()
+        self._reports[run] = (state, now, report)
+        return report
+
+    def keep(self, runs: set[str]) -> None:
+        """Forget the runs no longer asked for (the gauges' runs are bounded; so is this)."""
+        for run in set(self._reports) - runs:
+            del self._reports[run]

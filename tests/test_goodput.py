@@ -138,3 +138,27 @@ def test_seconds_beyond_the_stamps_count_the_stamps(store, tmp_path):
     for key in ("wall_s", "productive_s", "replayed_s", "recovery_s", "checkpoint_s", "goodput"):
         assert close(g[key], EXPECTED[key]), (key, g[key])
     assert [i["median_step_s"] for i in g["incarnations"]] == pytest.approx([10.0, 10.0, 20.0], rel=0.01)
+
+
+def test_metrics_gauges_and_their_cache(store, tmp_path):
+    from steptail.serve import StoreCollector
+    from steptail.storage.goodput import GoodputCache
+
+    ingest_text(store, "timed", tmp_path / "timed.log", timed_log())
+    families = {f.name: f for f in StoreCollector(store, recent_days=3650).collect()}
+    [g] = families["steptail_run_goodput"].samples
+    assert g.labels == {"run": "timed"} and close(g.value, EXPECTED["goodput"])
+    [m] = families["steptail_run_median_step_seconds"].samples
+    assert close(m.value, 20.0)  # the latest incarnation's
+
+    now = [0.0]
+    cache = GoodputCache(store, every_s=60, clock=lambda: now[0])
+    first = cache.get("timed", (1, 1))
+    assert cache.get("timed", (1, 1)) is first  # unchanged rows: not computed again
+    now[0] = 30.0
+    assert cache.get("timed", (2, 2)) is first  # changed, but computed 30 s ago: kept
+    now[0] = 61.0
+    again = cache.get("timed", (2, 2))
+    assert again is not first and again == first
+    cache.keep(set())
+    assert cache.get("timed", (2, 2)) is not again  # forgotten: computed afresh
