@@ -619,7 +619,7 @@ class FindingEngine:
             if row[CHECKPOINTS.KIND] == "save":
                 times.saves.add(row[CHECKPOINTS.STEP])
         for row in rows["pod_metrics"]:
-            times.pod(row[POD_METRICS.STEP], row[POD_METRICS.SECONDS])
+            times.pod(row[POD_METRICS.STEP], row[POD_METRICS.SECONDS], row[POD_METRICS.TS_NS])
         if times.first_loss is None and rows["loss_parts"]:
             times.first_loss = rows["loss_parts"][0][LOSS_PARTS.STEP]
         if not times.has_seconds:

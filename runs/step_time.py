@@ -1,7 +1,8 @@
 """Step time per incarnation, as the detectors see it, and the `step_time_regression` finding's
 decision and words (docs/goodput.md, docs/verdicts.md).
 
-A step's time is its `completed step` line's `seconds:`; for an incarnation whose lines carry no
+A step's time is its `completed step` line's `seconds:`, never more than the interval from the
+line of the step before (as runs.goodput counts it); for an incarnation whose lines carry no
 `seconds` at all, the interval between consecutive LOSS-PARTS stamps. The first step of an
 incarnation (compilation) and the step after a checkpoint save are left out. Decided once per
 incarnation, over its first DECIDE_AT such steps (so the verdict does not depend on how rows are
@@ -28,15 +29,20 @@ class IncTimes:
         self.first_pod: int | None = None
         self.first_loss: int | None = None
         self.last: tuple[int, int] | None = None  # (step, ts_ns) of the latest stamped LOSS-PARTS
+        self.last_pod: tuple[int, int] | None = None  # and of the latest stamped `completed step` line
         self.saves: set[int] = set()
         self.decided = False
 
-    def pod(self, step: int, seconds: float | None) -> None:
+    def pod(self, step: int, seconds: float | None, ts: int | None = None) -> None:
         if self.first_pod is None:
             self.first_pod = step
+        last, self.last_pod = self.last_pod, ((step, ts) if ts is not None else None)
         if seconds is None:
             return
         self.has_seconds = True
+        if last is not None and ts is not None and step > last[0] and ts >= last[1]:
+            # no step outlasts the lines around it (as runs.goodput counts it)
+            seconds = min(seconds, (ts - last[1]) / 1e9 / (step - last[0]))
         if step != self.first_pod and step - 1 not in self.saves:
             self.seconds.append(seconds)
 

@@ -78,3 +78,11 @@ def test_the_verdict_does_not_depend_on_the_batches(seed):
     assert len(whole) == 1
     assert verdicts({i for i in range(len(lines)) if rng.random() < 0.05}) == whole
     assert verdicts(set(range(len(lines)))) == whole
+
+
+def test_seconds_beyond_the_stamps_are_no_regression(store, tmp_path):
+    """Incarnation 3 claims 60 s steps its stamps show 10 s apart: timed as goodput times them."""
+    text = timed_log(fsdp3=4, slow=10.0)
+    head, tail = text.split("Restoring checkpoint from step 150.", 1)
+    claimed = head + "Restoring checkpoint from step 150." + tail.replace("seconds: 10.000", "seconds: 60.000")
+    assert ingested(store, tmp_path, "claims", claimed) == []
