@@ -248,6 +248,9 @@ class FindingEngine:
         self._cp: int | None = None  # latest ici_context_parallelism seen
         self._step1 = False
         self._median = RunningMedian()
+        # the longest interval of a step right after a checkpoint save: the saves' own expected
+        # duration, learned from the run (a maximum: it only grows, so a batch can be judged at once)
+        self._save_max: float | None = None
         self._times: dict[int, IncTimes] = {}  # per incarnation: steady step times (step_time_regression)
         self._arrival_ns: int | None = None  # clock when the latest step was observed
         self._watching = True  # the stream is being read (the stall clock runs); see tick
@@ -359,7 +362,10 @@ class FindingEngine:
             return []  # training finished
         until = now_ns if heard_ns is None else min(now_ns, heard_ns)
         waited = (until - self._arrival_ns) / 1e9
-        if waited > max(self.settings.stall_k * median, self.settings.stall_min_seconds):
+        expected = median
+        if self._save_max is not None and self._after_save(inc, inc.last_step + 1):
+            expected = max(median, self._save_max)  # saving a checkpoint: as long as the longest save so far
+        if waited > max(self.settings.stall_k * expected, self.settings.stall_min_seconds):
             nxt = inc.last_step + 1
             self._emit(
                 STALL, inc.number, nxt, nxt,
@@ -556,6 +562,17 @@ class FindingEngine:
         per = [(b - a) / 1e9 for a, b in zip([last_ts, *stamps[:-1]], stamps, strict=True)]
         if min(per) < 0:
             return 0
+        times = self._times.get(inc.number)
+        saved = [] if times is None or not times.saves else [i for i, s in enumerate(steps) if s - 1 in times.saves]
+        longest = self._save_max
+        if saved:  # the steps after a save: judged as _save_stall does; here only if none is a stall
+            for i in saved:
+                if longest is not None and per[i] > max(self.settings.stall_k * longest, self.settings.stall_min_seconds):
+                    return 0
+                longest = per[i] if longest is None else max(longest, per[i])
+            skip = set(saved)
+            per = [p for i, p in enumerate(per) if i not in skip]
+            m -= len(saved)
         median, settings = self._median, self.settings
         checked = per[max(0, settings.stall_min_intervals - median.count):]
         if checked:
@@ -565,6 +582,9 @@ class FindingEngine:
                 return 0
         if not self._first.add_run(first, inc.number, ces):
             return 0
+        if saved:
+            self._save_max = longest
+            m += len(saved)
         median.extend(per)
         inc.pending_rbf.extend(steps)
         inc.last_step, inc.last_ts = steps[-1], stamps[-1]
@@ -746,8 +766,35 @@ class FindingEngine:
             )
         self._emit(gap.kind, inc.number, lo, hi, detail, WARNING)
 
+    def _after_save(self, inc: _Inc, step: int) -> bool:
+        """Whether `step` is the one after a checkpoint save of its incarnation (its interval
+        holds the save)."""
+        times = self._times.get(inc.number)
+        return times is not None and step - 1 in times.saves
+
+    def _save_stall(self, inc: _Inc, step: int, ts: int) -> None:
+        """The step after a save, judged against the longest such step so far (none yet: not
+        evaluable, only learned), never below the steps' own threshold."""
+        waited = (ts - inc.last_ts) / 1e9
+        longest, median = self._save_max, self._median_ready()
+        k = self.settings.stall_k
+        if longest is not None:
+            limit = max(k * longest, k * median if median is not None else 0.0, self.settings.stall_min_seconds)
+            if waited > limit:
+                nxt = inc.last_step + 1
+                self._emit(
+                    STALL, inc.number, nxt, nxt,
+                    f"step {step} came {waited:.0f} s after step {inc.last_step}, which saved a checkpoint "
+                    f"(longest step after a save so far {longest:.1f} s, k={k:g})",
+                    WARNING,
+                )
+        self._save_max = waited if longest is None else max(longest, waited)
+
     def _stall(self, inc: _Inc, step: int, ts: int | None) -> None:
         if ts is None or inc.last_ts is None or ts < inc.last_ts:
+            return
+        if step == inc.last_step + 1 and self._after_save(inc, step):
+            self._save_stall(inc, step, ts)
             return
         per_step = (ts - inc.last_ts) / 1e9 / (step - inc.last_step)  # lost steps explain time
         known = self._median  # _median_ready() inline: this runs for every step
