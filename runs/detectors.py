@@ -38,6 +38,7 @@ from steptail.runs.findings import (
     RESUME_MISMATCH,
     STALL,
     STEP1_CE_GATE,
+    STEP_TIME_REGRESSION,
     UNREAD_TAIL,
     UNREADABLE_LOG,
     WARNING,
@@ -61,9 +62,11 @@ from steptail.runs.rows import (
     INCARNATION,
     INCARNATIONS,
     LOSS_PARTS,
+    POD_METRICS,
     REQUIRED_RBF,
 )
 from steptail.runs.rule_text import cite, citing, load_balance_text
+from steptail.runs.step_time import DECIDE_AT, IncTimes, config_diff, regression_detail, severity_of
 from steptail.runs.stream_gap import StreamGap
 
 _INCARNATION = itemgetter(INCARNATION)
@@ -245,6 +248,10 @@ class FindingEngine:
         self._cp: int | None = None  # latest ici_context_parallelism seen
         self._step1 = False
         self._median = RunningMedian()
+        # the longest interval of a step right after a checkpoint save: the saves' own expected
+        # duration, learned from the run (a maximum: it only grows, so a batch can be judged at once)
+        self._save_max: float | None = None
+        self._times: dict[int, IncTimes] = {}  # per incarnation: steady step times (step_time_regression)
         self._arrival_ns: int | None = None  # clock when the latest step was observed
         self._watching = True  # the stream is being read (the stall clock runs); see tick
         self._gaps: list[StreamGap] = []
@@ -255,7 +262,7 @@ class FindingEngine:
     def observe(self, batch: Batch) -> list[Finding]:
         """Rows in log order; returns the findings opened or grown by them."""
         by_inc: dict[int, dict[str, list]] = defaultdict(lambda: defaultdict(list))
-        for table in ("config", "checkpoints", "loss_parts", "required_rbf"):
+        for table in ("config", "checkpoints", "pod_metrics", "loss_parts", "required_rbf"):
             rows = getattr(batch, table)
             numbers = set(map(_INCARNATION, rows))
             if len(numbers) == 1:  # the usual batch: one incarnation, no need to split its rows
@@ -272,6 +279,7 @@ class FindingEngine:
                 self._config(inc, row[CONFIG.NAME], row[CONFIG.VALUE])
             for row in rows["checkpoints"]:
                 self._checkpoint(inc, row[CHECKPOINTS.KIND], row[CHECKPOINTS.STEP])
+            self._timing(inc, rows)
             self._losses(inc, rows["loss_parts"])
             self._rbfs(inc, rows["required_rbf"])
         for row in batch.flags:  # lines the model flagged
@@ -354,7 +362,10 @@ class FindingEngine:
             return []  # training finished
         until = now_ns if heard_ns is None else min(now_ns, heard_ns)
         waited = (until - self._arrival_ns) / 1e9
-        if waited > max(self.settings.stall_k * median, self.settings.stall_min_seconds):
+        expected = median
+        if self._save_max is not None and self._after_save(inc, inc.last_step + 1):
+            expected = max(median, self._save_max)  # saving a checkpoint: as long as the longest save so far
+        if waited > max(self.settings.stall_k * expected, self.settings.stall_min_seconds):
             nxt = inc.last_step + 1
             self._emit(
                 STALL, inc.number, nxt, nxt,
@@ -375,6 +386,9 @@ class FindingEngine:
                 for s in pending:
                     self._missing_rbf(inc, s)
                 inc.pending_rbf = deque(s for s in inc.pending_rbf if s not in pending)
+        for n in sorted(self._times):  # an incarnation that never reached DECIDE_AT steady steps
+            if not self._times[n].decided:
+                self._regression(n)
         if self._gate_needed() and not self._step1 and self._incs:
             first = min(self._incs)
             self._emit(
@@ -548,6 +562,17 @@ class FindingEngine:
         per = [(b - a) / 1e9 for a, b in zip([last_ts, *stamps[:-1]], stamps, strict=True)]
         if min(per) < 0:
             return 0
+        times = self._times.get(inc.number)
+        saved = [] if times is None or not times.saves else [i for i, s in enumerate(steps) if s - 1 in times.saves]
+        longest = self._save_max
+        if saved:  # the steps after a save: judged as _save_stall does; here only if none is a stall
+            for i in saved:
+                if longest is not None and per[i] > max(self.settings.stall_k * longest, self.settings.stall_min_seconds):
+                    return 0
+                longest = per[i] if longest is None else max(longest, per[i])
+            skip = set(saved)
+            per = [p for i, p in enumerate(per) if i not in skip]
+            m -= len(saved)
         median, settings = self._median, self.settings
         checked = per[max(0, settings.stall_min_intervals - median.count):]
         if checked:
@@ -557,6 +582,9 @@ class FindingEngine:
                 return 0
         if not self._first.add_run(first, inc.number, ces):
             return 0
+        if saved:
+            self._save_max = longest
+            m += len(saved)
         median.extend(per)
         inc.pending_rbf.extend(steps)
         inc.last_step, inc.last_ts = steps[-1], stamps[-1]
@@ -599,6 +627,47 @@ class FindingEngine:
             inc.rbf_steps = set(old[bisect_right(old, cut):]) | set(range(max(cut + 1, first), first + m))
         inc.last_rbf = steps[-1]
         return m
+
+    def _timing(self, inc: _Inc, rows: dict[str, list]) -> None:
+        """Feed the incarnation's step times (runs/step_time.py); decide its regression once
+        it has DECIDE_AT steady steps. `completed step` rows go before LOSS-PARTS rows: whether
+        the incarnation logs `seconds` is known before its stamps could decide."""
+        times = self._times.get(inc.number)
+        if times is None:
+            times = self._times[inc.number] = IncTimes()
+        for row in rows["checkpoints"]:
+            if row[CHECKPOINTS.KIND] == "save":
+                times.saves.add(row[CHECKPOINTS.STEP])
+        for row in rows["pod_metrics"]:
+            times.pod(row[POD_METRICS.STEP], row[POD_METRICS.SECONDS], row[POD_METRICS.TS_NS])
+        if times.first_loss is None and rows["loss_parts"]:
+            times.first_loss = rows["loss_parts"][0][LOSS_PARTS.STEP]
+        if not times.has_seconds:
+            for row in rows["loss_parts"]:
+                times.loss(row[LOSS_PARTS.STEP], row[LOSS_PARTS.TS_NS])
+        if times.ready():
+            self._regression(inc.number, first=True)
+
+    def _regression(self, n: int, first: bool = False) -> None:
+        """step_time_regression: incarnation n's median step time against the latest earlier
+        incarnation that has one; its first DECIDE_AT steady steps when `first`, else all."""
+        times = self._times[n]
+        med = times.median(DECIDE_AT if first else None)
+        if med is None:
+            return
+        times.decided = True
+        earlier = [(m, t) for m, t in self._times.items() if m < n and t.median() is not None]
+        if not earlier:
+            return
+        prev, prev_times = max(earlier, key=itemgetter(0))
+        prev_med = prev_times.median()
+        severity = severity_of(med / prev_med) if prev_med > 0 else None
+        if severity is None:
+            return
+        inc, before = self._incs.get(n), self._incs.get(prev)
+        diff = config_diff(before.config if before else {}, inc.config if inc else {})
+        step = times.first_loss if times.first_loss is not None else (times.first_pod or NO_STEP)
+        self._emit(STEP_TIME_REGRESSION, n, step, step, regression_detail(n, med, prev, prev_med, diff), severity)
 
     def _first_step(self, inc: _Inc, step: int, ts: int | None) -> None:
         earlier = [i for i in self._incs.values() if i.number < inc.number and i.last_step is not None]
@@ -697,8 +766,35 @@ class FindingEngine:
             )
         self._emit(gap.kind, inc.number, lo, hi, detail, WARNING)
 
+    def _after_save(self, inc: _Inc, step: int) -> bool:
+        """Whether `step` is the one after a checkpoint save of its incarnation (its interval
+        holds the save)."""
+        times = self._times.get(inc.number)
+        return times is not None and step - 1 in times.saves
+
+    def _save_stall(self, inc: _Inc, step: int, ts: int) -> None:
+        """The step after a save, judged against the longest such step so far (none yet: not
+        evaluable, only learned), never below the steps' own threshold."""
+        waited = (ts - inc.last_ts) / 1e9
+        longest, median = self._save_max, self._median_ready()
+        k = self.settings.stall_k
+        if longest is not None:
+            limit = max(k * longest, k * median if median is not None else 0.0, self.settings.stall_min_seconds)
+            if waited > limit:
+                nxt = inc.last_step + 1
+                self._emit(
+                    STALL, inc.number, nxt, nxt,
+                    f"step {step} came {waited:.0f} s after step {inc.last_step}, which saved a checkpoint "
+                    f"(longest step after a save so far {longest:.1f} s, k={k:g})",
+                    WARNING,
+                )
+        self._save_max = waited if longest is None else max(longest, waited)
+
     def _stall(self, inc: _Inc, step: int, ts: int | None) -> None:
         if ts is None or inc.last_ts is None or ts < inc.last_ts:
+            return
+        if step == inc.last_step + 1 and self._after_save(inc, step):
+            self._save_stall(inc, step, ts)
             return
         per_step = (ts - inc.last_ts) / 1e9 / (step - inc.last_step)  # lost steps explain time
         known = self._median  # _median_ready() inline: this runs for every step

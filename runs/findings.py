@@ -4,7 +4,7 @@ Severity: "critical" when the run's result can no longer be trusted or a runbook
 (CE gate failure, non-finite CE, resume mismatch, load-balance rule, resume from zero); "warning"
 when records are missing or in doubt (gap, head gap, unread tail, missing REQUIRED_RBF, stall, a
 step or clock jump read in a line, a step-1 gate that could not run for want of its reference or
-of step 1); "info" when noted with nothing to do (a rule not evaluable for want of its input, e.g.
+of step 1, a step time regression of 1.5x to 5x — critical from 5x); "info" when noted with nothing to do (a rule not evaluable for want of its input, e.g.
 the load-balance rule when the config lines were never read). The collector's own faults (auth,
 stream, Parquet failures) are not findings: see COLLECTOR_FAULTS."""
 
@@ -37,9 +37,12 @@ STEP_JUMP, CLOCK_JUMP, UNREAD_TAIL = "step_jump", "clock_jump", "unread_tail"
 # Process 0's log mostly unreadable over a window (binary output, an unknown encoding): the
 # run's own output, so its data is in doubt (warning), unlike the collector's faults.
 UNREADABLE_LOG = "unreadable_log"
+# An incarnation's median step time >= 1.5x the previous incarnation's (runs/step_time.py).
+STEP_TIME_REGRESSION = "step_time_regression"
 KINDS = (
     GAP, HEAD_GAP, STALL, NONFINITE_CE, STEP1_CE_GATE, LOAD_BALANCE_RULE,
     RESUME_FROM_ZERO, RESUME_MISMATCH, MISSING_RBF, STEP_JUMP, CLOCK_JUMP, UNREAD_TAIL, UNREADABLE_LOG,
+    STEP_TIME_REGRESSION,
 )
 # The collector's own faults: collector events (health: steptail.collector.notify.collector_events),
 # never findings of a run. A fault that lost steps is named as the cause on the run's gap

@@ -177,6 +177,24 @@ class Steptail:
             "missing": ([g["last_step"] - g["first_step"] + 1 for g in rows], "int64"),
         })
 
+    def goodput(self, run: str) -> pd.DataFrame:
+        """Step time per incarnation of `run`: incarnation, steps, median_step_s, step_s_mad,
+        tokens_per_s_device, tflops_per_device (NaN when not logged); `attrs["goodput"]` holds
+        the rest of `steptail goodput --json` (wall, productive, ... seconds, goodput, restarts:
+        docs/goodput.md)."""
+        from steptail.storage.goodput import run_goodput
+
+        g = run_goodput(self.store, self._known(run))
+        rows = g["incarnations"]
+        frame = _frame({
+            "incarnation": (_column(rows, "incarnation"), "int64"),
+            "steps": (_column(rows, "steps"), "int64"),
+            **{k: ([math.nan if r[k] is None else r[k] for r in rows], "float64")
+               for k in ("median_step_s", "step_s_mad", "tokens_per_s_device", "tflops_per_device")},
+        })
+        frame.attrs["goodput"] = g
+        return frame
+
     def stream_gaps(self, run: str) -> pd.DataFrame:
         """Stretches of a followed log that could not be read back: stream, start, end (NaT
         while open), reason."""

@@ -18,6 +18,8 @@ COMMANDS = {
     "steps": ("steps", "Show a run's recorded steps: CE, loss parts, REQUIRED_RBF"),
     "check": ("check", "Check a run: gaps, stalls, non-finite CE, the runbook's gates"),
     "compare": ("compare", "Compare the CE of an arm with its control, step by step"),
+    "goodput": ("goodput", "Where a run's time went: goodput, recovery, step time"),
+    "mesh": ("mesh", "The measured mesh table: step time and goodput per slice and mesh"),
     "follow": ("follow", "Follow JAX process 0 of JobSets live, through every fault"),
     "demo": ("demo", "Follow a simulated cluster's faulty runs and report the findings"),
     "simcluster": ("simcluster", "Run a simulated GKE cluster with TPU JobSets and faults"),

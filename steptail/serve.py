@@ -400,7 +400,10 @@ class StoreCollector:
     them all), so a store of years of runs stays a few series per live run."""
 
     def __init__(self, store: Store, recent_days: float = RECENT_DAYS, max_runs: int = MAX_RUN_SERIES) -> None:
+        from steptail.storage.goodput import GoodputCache
+
         self.store, self.recent_days, self.max_runs = store, recent_days, max_runs
+        self.goodput = GoodputCache(store)
 
     def collect(self):
         runs = GaugeMetricFamily("steptail_runs", "Runs in the store")
@@ -412,6 +415,10 @@ class StoreCollector:
                                     "Unix time of the run's latest recorded step (kubelet timestamp)", labels=["run"])
         steps = GaugeMetricFamily("steptail_stored_steps", "LOSS-PARTS rows in the store", labels=["run"])
         findings = GaugeMetricFamily("steptail_stored_findings", "Findings in the store", labels=["run"])
+        goodput = GaugeMetricFamily("steptail_run_goodput", "Productive step time / wall time (docs/goodput.md)",
+                                    labels=["run"])
+        step_s = GaugeMetricFamily("steptail_run_median_step_seconds",
+                                   "Median step time of the run's latest incarnation", labels=["run"])
         since_ns = time.time_ns() - int(self.recent_days * 86400e9)
         total, rows = run_gauges(self.store, since_ns, self.max_runs)
         runs.add_metric([], total)
@@ -423,7 +430,15 @@ class StoreCollector:
                 last_ts.add_metric([run], ts_ns / 1e9)
             steps.add_metric([run], n_steps or 0)
             findings.add_metric([run], n_findings or 0)
-        yield from (runs, recent, last_step, last_ts, steps, findings)
+            if n_steps:
+                report = self.goodput.get(run, (n_steps, ts_ns, last))
+                if report["goodput"] is not None:
+                    goodput.add_metric([run], report["goodput"])
+                latest = report["incarnations"][-1]["median_step_s"] if report["incarnations"] else None
+                if latest is not None:
+                    step_s.add_metric([run], latest)
+        self.goodput.keep({row[0] for row in rows})
+        yield from (runs, recent, last_step, last_ts, steps, findings, goodput, step_s)
 
 
 # -- handlers ------------------------------------------------------------------------------
@@ -595,6 +610,45 @@ async def findings(request: web.Request) -> web.Response:
     if answer is None:
         raise ApiError(404, f"no run {run!r}")
     return _tagged(*answer)
+
+
+def _tagged_goodput(conn, run: str, if_none_match: str | None) -> tuple[str, bytes | None] | None:
+    from steptail.storage.goodput import timing_on
+
+    if not run_exists_on(conn, run):
+        return None
+    return _hashed(timing_on(conn, run).report(), if_none_match)
+
+
+async def goodput(request: web.Request) -> web.Response:
+    """The fields of `steptail goodput RUN --json` (docs/goodput.md)."""
+    run = _possible_run(request)
+    answer = await request.app[READS].run(request.app[CONNECTIONS].call, _tagged_goodput, run,
+                                          request.headers.get("If-None-Match"))
+    if answer is None:
+        raise ApiError(404, f"no run {run!r}")
+    return _tagged(*answer)
+
+
+def _mesh(conn, pattern: str | None, since_ns: int | None, until_ns: int | None) -> dict:
+    from steptail.storage.mesh import mesh_on
+
+    return {"mesh": mesh_on(conn, pattern, since_ns, until_ns)}
+
+
+async def mesh(request: web.Request) -> web.Response:
+    """`steptail mesh --json` as {"mesh": [...]}; ?run=GLOB&since=&until= (ISO 8601)."""
+    from steptail.storage.mesh import iso_ns
+
+    bounds = []
+    for name in ("since", "until"):
+        raw = request.query.get(name)
+        try:
+            bounds.append(None if raw is None else iso_ns(raw))
+        except ValueError:
+            raise ApiError(400, f"{name} must be an ISO 8601 time") from None
+    data = await request.app[READS].run(request.app[CONNECTIONS].call, _mesh, request.query.get("run"), *bounds)
+    return _json(data)
 
 
 def _collector_events(conn, run: str | None) -> dict:
@@ -770,9 +824,11 @@ def make_app(store: Store, token: str | None = None, *, export_lane: tuple[int, 
     r.add_get("/api/runs/{run}/steps", steps)
     r.add_get("/api/runs/{run}/findings", findings)
     r.add_get("/api/runs/{run}/export", export)
+    r.add_get("/api/runs/{run}/goodput", goodput)
     r.add_get("/api/runs/{run}/outline", run_outline)
     r.add_get("/api/overview", runs_overview)
     r.add_get("/api/collector-events", collector_events)
+    r.add_get("/api/mesh", mesh)
     r.add_get("/", page)
     r.add_get("/static/{name}", static)
     return app

@@ -32,6 +32,7 @@ from steptail.storage.export_files import (
     ingested,
 )
 from steptail.storage.findings import load_findings
+from steptail.storage.goodput import timing_on
 from steptail.storage.parquet import JSON_PARTS_SCHEMA, SCHEMAS
 from steptail.storage.reads import json_value, missing_steps, run_exists
 from steptail.storage.run_inputs import reference_document, stored_reference
@@ -238,6 +239,7 @@ def _build(store: Store, run: str, folder: Path) -> dict:
         except BundleFileError as exc:
             raise ExportError(f"cannot export {run}: {exc}") from None
         kept["ingested"] = ingested(conn, run)
+        goodput = timing_on(conn, run).report()  # where the run's time went (docs/goodput.md)
         # the gate's input and the verdicts newer evaluations replaced (issue 32): the ledger
         # says what the findings were evaluated with, and what they were before
         verdicts = {"reference_ce": reference_document(stored_reference(conn, run)),
@@ -251,6 +253,7 @@ def _build(store: Store, run: str, folder: Path) -> dict:
         "counts": {**counts, "incarnations": len(facts["incarnations"]),
                    "steps": len({row[1] for row in ce})},
         "findings": _findings_summary(findings),
+        "goodput": goodput,
         **verdicts,
         **{k: v for k, v in kept.items() if v},
         "files": files,

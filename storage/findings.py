@@ -49,6 +49,11 @@ def _incarnation_batches(conn: sa.Connection, run: str):
                 sa.text("SELECT kind, step, ts_ns FROM checkpoints WHERE run = :run AND incarnation = :inc"
                         " ORDER BY step, kind"), q)
         ]
+        batch.pod_metrics = [  # the step times (step_time_regression)
+            (run, n, step, ts, seconds, None, None, None, None, None) for step, ts, seconds in conn.execute(
+                sa.text("SELECT step, ts_ns, seconds FROM pod_metrics WHERE run = :run AND incarnation = :inc"
+                        " ORDER BY step"), q)
+        ]
         batch.loss_parts = [
             (run, n, step, ts, ce, raw, None) for step, ts, ce, raw in conn.execute(
                 sa.text("SELECT step, ts_ns, ce, ce_raw FROM loss_parts WHERE run = :run"

@@ -435,6 +435,29 @@ async def test_run_view_gap_restore_findings_and_screenshot(served, chromium, tm
 
 
 @needs_chromium
+async def test_where_the_time_went(served, chromium):
+    """The goodput bar split by cause and the step time of each incarnation (docs/goodput.md)."""
+    async with tab(chromium) as page:
+        await page.goto(served.base + "/?run=rg")
+        state = await page.ready()
+        g = state["goodput"]
+        assert g["run"] == "rg" and 0.9 < g["goodput"] < 0.93 and g["replayed_s"] > 300
+        parts = await page.eval("[...document.querySelectorAll('#goodput-bar span')].map(s => s.dataset.part)")
+        assert parts[:2] == ["productive", "replayed"]
+        width = await page.eval("parseFloat(document.querySelector('#goodput-bar .part-productive').style.width)")
+        assert abs(width - 100 * g["goodput"]) < 0.01
+        rows = await page.eval("[...document.querySelectorAll('#step-time-table tbody tr')].map("
+                               "tr => [...tr.cells].map(c => c.textContent))")
+        assert [r[0] for r in rows] == ["1", "2"] and all(11.5 < float(r[1]) < 12.5 for r in rows)
+        assert f"goodput {100 * g['goodput']:.1f}% of" in await page.eval("document.getElementById('goodput-summary').textContent")
+        await page.goto(served.base + "/?run=nan")  # logged without timestamps: no wall time, no bar
+        state = await page.ready()
+        assert state["goodput"]["wall_s"] is None
+        assert await page.eval("document.getElementById('goodput-bar').hidden") is True
+        assert not page.errors, page.errors
+
+
+@needs_chromium
 async def test_nan_and_findings_without_a_step(served, chromium):
     async with tab(chromium) as page:
         await page.goto(served.base + "/?run=nan")

@@ -9,6 +9,12 @@
   const POLL_MS = Math.max(250, 1000 * (Number(params.get("poll")) || 5));
   const PAGE = 10000; // rows per /steps request (the API's largest page)
   const RELOAD_MS = 30000; // a run's steps are read whole again at most this often
+  const GOODPUT_MS = 30000; // a run's goodput (computed from all its steps) is asked at most this often
+  // where the time went (docs/goodput.md), in the bar's order
+  const TIME_PARTS = [
+    ["productive_s", "productive"], ["replayed_s", "replayed"], ["recovery_s", "recovery"],
+    ["checkpoint_s", "checkpoint"], ["other_s", "other"],
+  ];
   const COLORS = ["#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#bcbd22"];
   const SEVERITY = { critical: "#b3261e", warning: "#e08a00" };
   const GAP_FILL = { gap: "rgba(214,39,40,0.16)", head_gap: "rgba(255,127,14,0.18)" };
@@ -347,6 +353,8 @@
       this.outline = new Tagged(`${base}/outline`);
       this.findings = new Tagged(`${base}/findings`);
       this.events = new Tagged(`api/collector-events?run=${encodeURIComponent(run)}`);
+      this.goodput = new Tagged(`${base}/goodput`);
+      this.goodputAt = 0;
       this.overview = new Tagged("api/overview");
       this.part = params.get("part");
       this.partPicked = params.has("part"); // in the address only once picked
@@ -421,6 +429,10 @@
         this.dirty = true;
       }
       if (await this.findings.fetch()) this.dirty = true;
+      if (Date.now() - this.goodputAt > GOODPUT_MS) {
+        this.goodputAt = Date.now();
+        if (await this.goodput.fetch()) this.dirty = true;
+      }
       if (await this.pollEvents()) this.dirty = true;
       if (await this.overview.fetch()) this.dirty = true;
       if (this.control) {
@@ -480,6 +492,7 @@
       this.renderOverlay(runs);
       this.renderTables(d, findings);
       this.renderEvents();
+      this.renderGoodput();
       const lastInc = s.last ? s.incs.get(s.last[0]) : null;
       Object.assign(state, {
         ready: true,
@@ -499,6 +512,7 @@
         part: this.part,
         overlay: this.control ? { run: this.vs, steps: this.control.rows } : null,
         state: me ? me.state : null,
+        goodput: this.goodput.data,
         renderMs: Math.round(performance.now() - t0),
       });
     }
@@ -785,6 +799,38 @@
             el("td", {}, e.cleared || "still open"),
             el("td", {}, e.lost_steps ? "yes (see the gap finding)" : "no"),
             el("td", { class: "detail" }, e.reason)
+          )
+        )
+      );
+    }
+
+    // The goodput bar split by cause, and the step time of each incarnation.
+    renderGoodput() {
+      const g = this.goodput.data;
+      if (!g) return;
+      const fmt = (v, digits) => (v === null || v === undefined ? "—" : v.toFixed(digits));
+      const bar = $("goodput-bar");
+      const wall = g.wall_s;
+      setText("goodput-summary", wall
+        ? `goodput ${(100 * g.goodput).toFixed(1)}% of ${wall.toFixed(0)} s wall time`
+        : "no wall time: the log has no timestamps (productive " + fmt(g.productive_s, 0) + " s)");
+      bar.hidden = !wall;
+      fill(bar, wall ? TIME_PARTS.filter(([k]) => g[k] > 0).map(([k, name]) => {
+        const share = (100 * g[k]) / wall;
+        return el("span", { class: `part-${name}`, title: `${name}: ${g[k].toFixed(1)} s (${share.toFixed(1)}%)`,
+                            data: { part: name }, style: `width: ${share}%` }, share >= 8 ? name : "");
+      }) : []);
+      fill(
+        $("step-time-table").tBodies[0],
+        g.incarnations.map((i) =>
+          el(
+            "tr",
+            { data: { incarnation: i.incarnation } },
+            el("td", { class: "num" }, i.incarnation),
+            el("td", { class: "num" }, fmt(i.median_step_s, 3)),
+            el("td", { class: "num" }, fmt(i.step_s_mad, 3)),
+            el("td", { class: "num" }, fmt(i.tokens_per_s_device, 1)),
+            el("td", { class: "num" }, fmt(i.tflops_per_device, 2))
           )
         )
       );
