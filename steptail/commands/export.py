@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from steptail.commands._common import db_option, fail, store_or_exit
+from steptail.commands._common import count, db_option, fail, store_or_exit
 from steptail.commands.lake import LOCATION, open_lake, table_location
 from steptail.output import Output, output_option
 
@@ -62,14 +62,14 @@ def command(run: str, out: Path, force: bool, parquet: str | None, db: str | Non
                     | ({"parquet": {"dir": parquet, "rows_back_filled": filled}} if filled is not None else {}))
     else:
         c = manifest["counts"]
-        click.echo(f"exported {run} to {out}: {c['loss_parts']} loss rows, {c['required_rbf']}"
-                   f" REQUIRED_RBF, {c['pod_metrics']} pod metrics, {c['findings']} findings,"
-                   f" {c['incarnations']} incarnations")
+        click.echo(f"exported {run} to {out}: {count(c['loss_parts'], 'loss row')}, {c['required_rbf']}"
+                   f" REQUIRED_RBF, {count(c['pod_metrics'], 'pod metric')}, {count(c['findings'], 'finding')},"
+                   f" {count(c['incarnations'], 'incarnation')}")
         if filled:
-            output.line(f"parquet {parquet}: {filled} row(s) written from SQL", markup=False)
+            output.line(f"parquet {parquet}: {count(filled, 'row')} written from SQL", markup=False)
         if compacted:
             output.line(f"lake {parquet}: {compacted['rows_added']} row(s) added; "
-                        f"{compacted['files_before']} files -> {compacted['files_after']}", markup=False)
+                        f"{count(compacted['files_before'], 'file')} -> {compacted['files_after']}", markup=False)
 
 
 def _update_parquet(store, run: str, parquet: Path) -> int:

@@ -16,7 +16,7 @@ from steptail.commands._detect_options import detector_options, detector_setting
 from steptail.commands.lake import PARQUET_HELP, check_target, table_location
 from steptail.output import Output, output_option
 from steptail.runs.names import RunNameError, check_run_name
-from steptail.storage.db import StoreError
+from steptail.storage.db import StoreError, remove_unused_store, sqlite_file
 from steptail.storage.sources import SourceConflict
 
 
@@ -57,6 +57,28 @@ def command(paths: tuple[str, ...], run: str, db: str | None, parquet: str | Non
       steptail ingest train.log.gz --run sft-7 --parquet parquet
       steptail ingest train.log.gz --run sft-7 --parquet gs://my-bucket/steptail
     """
+    with _no_store_left(db):
+        _ingest(paths, run, db, parquet, append, reference_ce, gate_tolerance, resume_tolerance, stall_k, output)
+
+
+@contextmanager
+def _no_store_left(db: str | None):
+    """An ingest of sources without one record line (exit 1: nothing to write) leaves no SQLite
+    store behind that it created (the schema alone, and its lock file). A failure (exit 2)
+    keeps it, empty, as it always did: `runs` then says there is no run."""
+    path = sqlite_file(db)
+    new = path is not None and not path.exists()
+    try:
+        yield
+    except SystemExit as exc:
+        if new and exc.code == 1:
+            remove_unused_store(path)
+        raise
+
+
+def _ingest(paths: tuple[str, ...], run: str, db: str | None, parquet: str | None, append: bool,
+            reference_ce: str | None, gate_tolerance: float, resume_tolerance: float, stall_k: float,
+            output: Output) -> None:
     try:
         check_run_name(run)
     except RunNameError as exc:
