@@ -3,18 +3,27 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test lint bench clean image
+.PHONY: setup dev demo test lint bench clean image
 
+# `make setup` (and `make demo`) install what the product needs, nothing more; the tools of the
+# tests and benchmarks (pytest, moto, duckdb, hypothesis, ruff…: the dev extra) come with
+# `make test`, `make lint` and `make dev`.
 # compileall: an editable install leaves the project's own modules uncompiled, and with
 # PYTHONDONTWRITEBYTECODE set (as on CI) every `steptail` process compiled them again (~0.2 s).
 $(BIN)/steptail: pyproject.toml parsers/_steady.c
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e .
 	$(BIN)/python -m compileall -q parsers runs storage dashboards collector simcluster steptail
 	touch $(BIN)/steptail
 
+$(VENV)/.dev: $(BIN)/steptail
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(VENV)/.dev
+
 setup: $(BIN)/steptail
+
+dev: $(VENV)/.dev
 
 demo: setup
 	$(BIN)/steptail demo
@@ -23,7 +32,7 @@ demo: setup
 # clock, not the CPU (measured on 2 cores: ~26 min on 2 workers, ~50 min of test time serially).
 # `make test TEST_WORKERS=0` runs it serially, in one process.
 TEST_WORKERS ?= 2
-test: setup
+test: dev
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal
 
@@ -33,7 +42,7 @@ test: setup
 image:
 	deploy/build-image.sh --tag localhost/steptail:dev --save build/steptail-image.tar
 
-lint: setup
+lint: dev
 	$(BIN)/ruff check .
 
 clean:

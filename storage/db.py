@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import fcntl
 import os
-from contextlib import contextmanager
+import sqlite3
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,8 +86,9 @@ def open_store(db: str | None = None, *, create: bool = True) -> Store:
             raise StoreError(f"directory {path.parent} does not exist")
     try:
         engine = _engine(url)
-        with _sqlite_lock(url), engine.begin() as conn:
-            _upgrade(conn)
+        if not _is_current(engine):  # a current schema is only read: no lock (nor lock file) needed
+            with _sqlite_lock(url), engine.begin() as conn:
+                _upgrade(conn)
         meta = sa.MetaData()
         meta.reflect(engine)
     except NoSuchModuleError:
@@ -127,6 +129,45 @@ def _sqlite_lock(url: sa.URL):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def sqlite_file(db: str | None) -> Path | None:
+    """The file of a SQLite store (None for PostgreSQL, memory, or a URL that does not parse)."""
+    try:
+        url = resolve_url(db)
+    except StoreError:
+        return None
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    return Path(url.database)
+
+
+def remove_unused_store(path: Path) -> bool:
+    """Remove a SQLite store a command created and then wrote nothing into (its schema only),
+    with its lock file. Kept when it holds a run, or when another process has it open (its WAL
+    index is there: SQLite removes it when the last connection closes). Never raises."""
+    lock = Path(f"{path}.lock")
+    if not path.exists() or not lock.exists():  # nothing made (nor anything to make here)
+        return False
+    try:
+        with open(lock, "ab") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)  # no first-use upgrade runs meanwhile
+            if _in_use(path):
+                return False
+            with closing(sqlite3.connect(f"file:{path}?mode=rw", uri=True)) as conn:
+                if conn.execute("SELECT EXISTS (SELECT 1 FROM runs)").fetchone()[0]:
+                    return False
+            if _in_use(path):  # opened by another process since
+                return False
+            path.unlink()
+            lock.unlink()  # while held: a process waiting on it creates its store afresh
+            return True
+    except (OSError, sqlite3.Error):
+        return False
+
+
+def _in_use(path: Path) -> bool:
+    return Path(f"{path}-shm").exists() or Path(f"{path}-wal").exists()
+
+
 def _engine(url: sa.URL) -> Engine:
     if url.get_backend_name() == "sqlite":
         engine = sa.create_engine(url, connect_args={"timeout": 30})
@@ -149,6 +190,11 @@ def _engine(url: sa.URL) -> Engine:
     return sa.create_engine(url, pool_pre_ping=True, connect_args={
         "connect_timeout": 10, "keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2,
         "keepalives_count": 3, "tcp_user_timeout": 15000})
+
+
+def _is_current(engine: Engine) -> bool:
+    with engine.connect() as conn:
+        return _current_revision(conn) == SCHEMA_HEAD
 
 
 def _current_revision(conn: sa.Connection) -> str | None:

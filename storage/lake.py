@@ -28,15 +28,13 @@ import time
 import uuid
 import warnings
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from steptail.runs.rows import STEP_TABLES
 from steptail.storage.parquet import SCHEMAS, SNAPSHOT_SCHEMAS
+from steptail.storage.row_keys import KEYS, HeldKeys
 from steptail.storage.slow_writes import SlowWrites
 
 if TYPE_CHECKING:
@@ -46,8 +44,6 @@ log = logging.getLogger("steptail.lake")
 
 NAMESPACE = "steptail"
 TABLES = (*SCHEMAS, *SNAPSHOT_SCHEMAS)
-KEYS = {"config": ("incarnation", "name"), "checkpoints": ("incarnation", "kind", "step")}
-KEYS |= {t: ("incarnation", "step") for t in STEP_TABLES}
 _US = pa.timestamp("us", tz="UTC")
 # Conflicts are ours to handle (the idempotency check must run again before a retry), and
 # manifests are merged so planning a scan does not grow with every commit.
@@ -92,47 +88,6 @@ def as_lake_rows(table: str, run: str, data: pa.Table) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=schema)
 
 
-def _packed(data: pa.Table) -> np.ndarray:
-    """(incarnation, step) -> one sortable int64 each."""
-    inc = data.column("incarnation").to_numpy(zero_copy_only=False).astype(np.int64)
-    step = data.column("step").to_numpy(zero_copy_only=False).astype(np.int64)
-    return (inc << 40) + step
-
-
-@dataclass
-class _Held:
-    """The keys the table holds for one run of one table, as of `snapshot`."""
-    snapshot: int | None
-    packed: np.ndarray | None = None  # per-step tables: sorted unique packed keys
-    tuples: set = field(default_factory=set)  # config, checkpoints
-
-    def new(self, table: str, data: pa.Table) -> pa.Table:
-        """The rows of `data` whose keys are not held (nor repeated within `data`)."""
-        if data.num_rows == 0:
-            return data
-        if self.packed is not None:
-            keys = _packed(data)
-            fresh = ~np.isin(keys, self.packed)
-            _, first = np.unique(keys, return_index=True)
-            once = np.zeros(len(keys), bool)
-            once[first] = True
-            return data.filter(pa.array(fresh & once))
-        keep, seen = [], set(self.tuples)
-        for key in zip(*(data.column(k).to_pylist() for k in KEYS[table]), strict=True):
-            keep.append(key not in seen)
-            seen.add(key)
-        return data.filter(pa.array(keep, pa.bool_()))
-
-    def size(self) -> int:
-        return len(self.packed) if self.packed is not None else len(self.tuples)
-
-    def add(self, table: str, data: pa.Table) -> None:
-        if self.packed is not None:
-            self.packed = np.union1d(self.packed, _packed(data))
-        else:
-            self.tuples.update(zip(*(data.column(k).to_pylist() for k in KEYS[table]), strict=True))
-
-
 class Lake:
     """The tables at one location. One per process; not thread-safe (callers serialise)."""
 
@@ -151,7 +106,7 @@ class Lake:
         self._catalog_url = catalog_url
         self._catalog = None
         self._tables: dict = {}
-        self._held: dict[tuple[str, str], _Held] = {}
+        self._held: dict[tuple[str, str], HeldKeys] = {}
         self.commits = 0
         self.conflicts = 0
         self.slow = SlowWrites(f"lake {self.location.uri}", log)  # a store away is said, not retried in silence
@@ -257,7 +212,7 @@ class Lake:
             raise LakeError(f"cannot read lake table {name}: {_reason(exc)}") from exc
         return data.select(schema.names).cast(schema) if data.num_rows else schema.empty_table()
 
-    def held(self, name: str, run: str) -> _Held:
+    def held(self, name: str, run: str) -> HeldKeys:
         """The keys the table holds for `run`, as of the table's current snapshot (cached; re-read
         only when another writer's snapshot since the cached one touched this run)."""
         tbl = self.table(name)
@@ -269,11 +224,7 @@ class Lake:
             cached.snapshot = current
             return cached
         keys = self.read(name, run, KEYS[name]) if current is not None else None
-        held = _Held(current)
-        if name in STEP_TABLES:
-            held.packed = np.unique(_packed(keys)) if keys is not None else np.empty(0, np.int64)
-        elif keys is not None:
-            held.add(name, keys)
+        held = HeldKeys.of(name, keys, current)
         self._held[(name, run)] = held
         return held
 

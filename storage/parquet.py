@@ -231,14 +231,16 @@ class ParquetSink:
         self._failed: ParquetError | None = None
 
     def write(self, batch: Batch) -> None:
+        for table in SCHEMAS:
+            if rows := getattr(batch, table):
+                self.write_table(table, to_arrow(table, rows))
+
+    def write_table(self, table: str, data: pa.Table) -> None:
+        """Rows already in SCHEMAS[table] (write's, or a back-fill's filtered by key)."""
         if self._failed is not None:  # pyarrow's writer is unusable after an I/O error
             raise self._failed
         with self._io_errors():
-            for table in SCHEMAS:
-                rows = getattr(batch, table)
-                if not rows:
-                    continue
-                self._writer(table).write_table(to_arrow(table, rows))
+            self._writer(table).write_table(data)
 
     def _writer(self, table: str) -> pq.ParquetWriter:
         if table not in self._writers:

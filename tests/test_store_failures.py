@@ -384,14 +384,14 @@ async def test_a_parquet_failure_is_a_parquet_failure_and_catches_up(store, tmp_
     det = Detectors("r", store, collector_events=book)
     sink = RunSink(store, "r", str(tmp_path / "pq"), det, parquet_every=0.0)
     model = RunModel("r")
-    real_write = ParquetSink.write
+    real_write = ParquetSink.write_table  # what live writes and the catch-up's back-fill both go through
 
-    def full(self, batch):
+    def full(self, table, data):
         raise ParquetError(f"cannot write Parquet under {self.root}: No space left on device")
 
-    monkeypatch.setattr(ParquetSink, "write", full)
+    monkeypatch.setattr(ParquetSink, "write_table", full)
     await follow_with_outage(sink, model, None, seconds=1.0, down=(0, 0))
-    monkeypatch.setattr(ParquetSink, "write", real_write)
+    monkeypatch.setattr(ParquetSink, "write_table", real_write)
     await follow_with_outage(sink, model, None, seconds=0.6, down=(0, 0))
     await sink.flush(model, parquet=True)
 

@@ -85,6 +85,8 @@ class IngestResult(Counters):
     sha256: dict[str, str | None] = field(default_factory=dict)  # source -> its file's sha256
     lake_rows: int | None = None  # --parquet URL: rows the lake's tables gained from SQL
     lake_error: str | None = None  # --parquet URL: why the tables were not brought up to date
+    parquet_rows: int | None = None  # --parquet DIR: rows stored before, back-filled from SQL
+    parquet_error: str | None = None  # --parquet DIR: why the back-fill failed (SQL has the rows)
 
     def summary(self) -> dict:
         keys = ("run", "lines", "loss_parts", "required_rbf", "pod_steps", "bad_lines", "flagged", "incarnations")
@@ -224,7 +226,7 @@ class Ingest:
             hasher.shutdown(cancel_futures=True)
         if pq_sink:
             pq_sink.commit()
-            _write_snapshots(self.store, self.run, self.parquet)
+            result.parquet_rows, result.parquet_error = _back_fill(self.store, self.run, self.parquet)
         elif lake is not None:
             result.lake_rows, result.lake_error = _write_lake(self.store, self.run, lake)
         return result
@@ -329,15 +331,18 @@ def _parquet_sink(parquet: str | Path, run: str) -> ParquetSink:
     return ParquetSink(parquet, run)
 
 
-def _write_snapshots(store: Store, run: str, parquet: str | Path) -> None:
-    """The run's findings, stream gaps and reconnects into the dataset. After the commit: a
-    failure here costs no data (catch_up and export write them again), so it only warns."""
-    from steptail.storage.compact import write_snapshots
+def _back_fill(store: Store, run: str, parquet: str | Path) -> tuple[int | None, str | None]:
+    """After the commit: what SQL held for the run before this ingest (or another path added)
+    and the dataset lacks, written from SQL, and the run's findings, stream gaps and
+    reconnects (storage.catchup.catch_up: by key, so a rerun writes nothing). Returns (rows
+    written, None), or (None, why): SQL holds the rows, so that only warns."""
+    from steptail.storage.catchup import catch_up
 
     try:
-        write_snapshots(store, run, parquet)
-    except ParquetError as exc:
-        logging.getLogger("steptail.ingest").warning("%s", exc)
+        return catch_up(store, run, parquet), None
+    except Exception as exc:  # noqa: BLE001 - after the commit, SQL has the rows: reported, not raised
+        text = str(exc).strip()
+        return None, text.splitlines()[0][:300] if text else type(exc).__name__
 
 
 def _lake_url(parquet: str | Path | None) -> str | None:

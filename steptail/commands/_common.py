@@ -40,6 +40,11 @@ def warn(message: str) -> None:
     click.echo(logs.json_line("WARNING", "steptail", line) if logs.json_enabled() else line, err=True)
 
 
+def count(n: int, word: str, many: str | None = None) -> str:
+    """A number and its noun, singular for one: `1 step`, `2 steps`."""
+    return f"{n} {word if n == 1 else many or word + 's'}"
+
+
 def store_or_exit(db: str | None, *, create: bool = True) -> Store:
     try:
         return open_store(db, create=create)

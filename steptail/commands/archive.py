@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from steptail.commands._common import db_option, fail, warn
+from steptail.commands._common import count, db_option, fail, warn
 from steptail.commands._detect_options import detector_options, detector_settings
 from steptail.commands._preflight import checked_store, cluster_target
 from steptail.commands.lake import PARQUET_HELP, close, open_lake, table_location
@@ -192,7 +192,7 @@ def _ingest(store, db, run, result, parquet, append, settings, reference):
 def _print(output: Output, result, run: str, ingested, no_ingest: bool) -> None:
     mb = result.bytes / 1e6
     if result.read == 0 and not result.errors:
-        output.line(f"[bold]{result.manifest.jobset}[/]: {result.skipped} files already archived and verified, "
+        output.line(f"[bold]{result.manifest.jobset}[/]: {count(result.skipped, 'file')} already archived and verified, "
                     f"0 read ({result.folder})")
     else:
         output.line(f"[bold]{result.manifest.jobset}[/]: {result.read} logs read ({mb:.1f} MB) from "

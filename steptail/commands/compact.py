@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from steptail.commands._common import db_option, fail, store_or_exit
+from steptail.commands._common import count, db_option, fail, store_or_exit
 from steptail.commands.lake import LOCATION, lake_runs, open_lake, store_runs, table_location
 from steptail.output import Column, Output, output_option
 from steptail.storage.compact import ROW_GROUP_ROWS
@@ -138,8 +138,8 @@ def _report(done: list[dict], output: Output) -> None:
     runs = len({d["run"] for d in done})
     before, after = sum(d["files_before"] for d in done), sum(d["files_after"] for d in done)
     rewritten = sum(bool(d["rewritten"]) for d in done)
-    click.echo(f"{runs} run{'s' * (runs != 1)}: {before} files -> {after}"
-               f" ({rewritten} table{'s' * (rewritten != 1)} rewritten)")
+    click.echo(f"{count(runs, 'run')}: {count(before, 'file')} -> {after}"
+               f" ({count(rewritten, 'table')} rewritten)")
 
 
 def _convert(root: Path, url: str, run: str | None, db: str | None, output: Output) -> None:
@@ -180,7 +180,7 @@ def _convert(root: Path, url: str, run: str | None, db: str | None, output: Outp
                 added += n
             done.append({"run": name, "rows_read": read, "rows_added": added, "tables": tables})
             if not output.machine:
-                output.line(f"{name}: {read} rows read, {added} added", markup=False)
+                output.line(f"{name}: {count(read, 'row')} read, {added} added", markup=False)
     except (LakeError, ParquetError) as exc:
         fail(str(exc))
     finally:

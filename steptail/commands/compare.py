@@ -12,7 +12,7 @@ from typing import NoReturn
 import click
 
 from steptail.api import Steptail, UnknownRun
-from steptail.commands._common import db_option, fail, store_or_exit
+from steptail.commands._common import count, db_option, fail, store_or_exit
 from steptail.output import Column, Output, output_option
 from steptail.storage.compare import CompareRefused, Comparison, plot
 from steptail.storage.db import StoreFailure
@@ -93,14 +93,14 @@ def _print(output: Output, result: Comparison, plot_path: str | None) -> None:
     rows = result.rows if output.piped else _shown(result)  # a pipe gets every row
     output.table(COLUMNS, rows, title=f"{result.arm} vs {result.control}")
     if len(rows) < len(result.rows):
-        output.line(f"({len(rows)} of {len(result.rows)} steps shown; --json prints all)")
+        output.line(f"({len(rows)} of {count(len(result.rows), 'step')} shown; --json prints all)")
     mx = "n/a" if s["max_abs_delta"] is None else f"{s['max_abs_delta']:.6f} at step {s['max_delta_step']}"
-    output.line(f"{s['steps_compared']} common steps on {s['process_count']} processes; "
+    output.line(f"{count(s['steps_compared'], 'common step')} on {count(s['process_count'], 'process', 'processes')}; "
                 f"max |\u0394ce| {mx}; tolerance {result.tolerance:g} + {result.rel:g} x |control|")
     if s["only_arm"] or s["only_control"]:
         output.line(f"steps only in {result.arm}: {s['only_arm']}; only in {result.control}: {s['only_control']}")
     first = s["first_divergent_step"]
     output.line("within tolerance" if first is None else
-                f"[bold red]diverges at step {first}[/] ({s['divergent_steps']} steps beyond tolerance)")
+                f"[bold red]diverges at step {first}[/] ({count(s['divergent_steps'], 'step')} beyond tolerance)")
     if plot_path:
         output.line(f"plot: {plot_path}")

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from steptail import logs
-from steptail.commands._common import fail
+from steptail.commands._common import count, fail
 from steptail.commands.lint import policy_from
 from steptail.output import Output, output_option
 
@@ -240,8 +240,9 @@ def _print(output: Output, report: dict) -> None:
 
     for r in report["runs"]:
         output.console.rule(f"[bold]{r['run']}")
-        output.print(f"{r['steps_recorded']} steps recorded of {r['steps_written_by_trainer']} written "
-                     f"({r['incarnations']} incarnations), {r['reconnects']} reconnects, state {r['state']}")
+        output.print(f"{count(r['steps_recorded'], 'step')} recorded of {r['steps_written_by_trainer']} written "
+                     f"({count(r['incarnations'], 'incarnation')}), {count(r['reconnects'], 'reconnect')}, "
+                     f"state {r['state']}")
         if r["steps_lost_to_rotation"]:
             lost = r["steps_lost_to_rotation"]
             output.print(f"[red]lost to log rotation (simulator truth): steps {lost[0]}…{lost[-1]} "

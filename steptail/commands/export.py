@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from steptail.commands._common import db_option, fail, store_or_exit
+from steptail.commands._common import count, db_option, fail, store_or_exit
 from steptail.commands.lake import LOCATION, open_lake, table_location
 from steptail.output import Output, output_option
 
@@ -17,8 +17,9 @@ from steptail.output import Output, output_option
               help="Directory to create, and its missing parents (written elsewhere first, then renamed into place).")
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
 @click.option("--parquet", metavar="DIR|URL",
-              help=f"Also bring RUN's Parquet up to date: {LOCATION}. A DIR: its parts compacted to one file"
-                   " per table, its findings, stream gaps and reconnects written. A URL: what SQL holds and"
+              help=f"Also bring RUN's Parquet up to date: {LOCATION}. A DIR: the rows SQL holds and its files"
+                   " lack written (each key once), its parts compacted to one file per table, its findings,"
+                   " stream gaps and reconnects written. A URL: what SQL holds and"
                    " the tables lack appended (exactly once), then RUN's files of each table compacted.")
 @db_option
 @output_option()
@@ -51,32 +52,41 @@ def command(run: str, out: Path, force: bool, parquet: str | None, db: str | Non
         fail(str(exc))
     except OSError as exc:
         fail(f"cannot write {out}: {exc.strerror or exc}")
-    compacted = None
+    compacted = filled = None
     if lake:
         compacted = _update_lake(store, run, lake)
     elif parquet is not None:
-        _update_parquet(store, run, Path(parquet))
+        filled = _update_parquet(store, run, Path(parquet))
     if output.machine:
-        output.data({"out": str(out), "manifest": manifest} | ({"lake": compacted} if compacted else {}))
+        output.data({"out": str(out), "manifest": manifest} | ({"lake": compacted} if compacted else {})
+                    | ({"parquet": {"dir": parquet, "rows_back_filled": filled}} if filled is not None else {}))
     else:
         c = manifest["counts"]
-        click.echo(f"exported {run} to {out}: {c['loss_parts']} loss rows, {c['required_rbf']}"
-                   f" REQUIRED_RBF, {c['pod_metrics']} pod metrics, {c['findings']} findings,"
-                   f" {c['incarnations']} incarnations")
+        click.echo(f"exported {run} to {out}: {count(c['loss_parts'], 'loss row')}, {c['required_rbf']}"
+                   f" REQUIRED_RBF, {count(c['pod_metrics'], 'pod metric')}, {count(c['findings'], 'finding')},"
+                   f" {count(c['incarnations'], 'incarnation')}")
+        if filled:
+            output.line(f"parquet {parquet}: {count(filled, 'row')} written from SQL", markup=False)
         if compacted:
             output.line(f"lake {parquet}: {compacted['rows_added']} row(s) added; "
-                        f"{compacted['files_before']} files -> {compacted['files_after']}", markup=False)
+                        f"{count(compacted['files_before'], 'file')} -> {compacted['files_after']}", markup=False)
 
 
-def _update_parquet(store, run: str, parquet: Path) -> None:
-    from steptail.storage.compact import compact, write_snapshots
+def _update_parquet(store, run: str, parquet: Path) -> int:
+    """RUN's rows SQL holds and the dataset lacks written (by key: exactly once), its snapshot
+    tables rewritten, then its parts compacted. Returns rows written."""
+    from steptail.storage.catchup import catch_up
+    from steptail.storage.compact import compact
     from steptail.storage.parquet import ParquetError
 
     try:
-        write_snapshots(store, run, parquet)
+        filled = catch_up(store, run, parquet)
         compact(parquet, run)
     except ParquetError as exc:
         fail(str(exc))
+    except OSError as exc:  # a run folder that cannot be made
+        fail(f"cannot write Parquet under {parquet}: {exc.strerror or exc}")
+    return filled
 
 
 def _update_lake(store, run: str, lake) -> dict:

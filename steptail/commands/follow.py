@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from steptail.commands._common import db_option, fail
+from steptail.commands._common import count, db_option, fail
 from steptail.commands._detect_options import detector_options, detector_settings
 from steptail.commands._preflight import checked_store, cluster_target
 from steptail.commands._webhooks import read_webhooks, webhook_file_option
@@ -282,8 +282,9 @@ class Follow:
             return
         for r in report["runs"]:
             output.print(f"[bold]{r['run']}[/]: {r['run_state']} ({r['state']}), last step {r['last_step']}, "
-                         f"{r['steps']} steps recorded, findings: {severity_text(r['findings_by_severity'])}; "
-                         f"{r['reconnects']} reconnects, {r['gaps']} stream gaps, {r['failures']} failures"
+                         f"{count(r['steps'], 'step')} recorded, findings: {severity_text(r['findings_by_severity'])}; "
+                         f"{count(r['reconnects'], 'reconnect')}, {count(r['gaps'], 'stream gap')}, "
+                         f"{count(r['failures'], 'failure')}"
                          + (f" ({by_kind(r['errors'])})" if r["errors"] else "")
                          + (f" (last: {r['last_error']})" if r["last_error"] else ""), highlight=False,
                          soft_wrap=True)

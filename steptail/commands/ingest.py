@@ -16,7 +16,7 @@ from steptail.commands._detect_options import detector_options, detector_setting
 from steptail.commands.lake import PARQUET_HELP, check_target, table_location
 from steptail.output import Output, output_option
 from steptail.runs.names import RunNameError, check_run_name
-from steptail.storage.db import StoreError
+from steptail.storage.db import StoreError, remove_unused_store, sqlite_file
 from steptail.storage.sources import SourceConflict
 
 
@@ -44,6 +44,10 @@ def command(paths: tuple[str, ...], run: str, db: str | None, parquet: str | Non
     A PATH without one record line (e.g. a README) is refused with a warning: if no PATH has
     one, nothing is written and the exit status is 1; otherwise the others are ingested (exit 0).
 
+    --parquet DIR: the run's rows as Parquet, with those stored before (an earlier ingest without
+    --parquet) written from SQL after the commit, each (incarnation, step) once however often
+    it runs.
+
     --parquet URL (s3://, gs://, file://): the lake's Iceberg tables, their catalog in --db,
     brought up to date from SQL after the commit (exactly once). Should that fail, a warning:
     SQL holds the rows, and the next ingest or `steptail lake catch-up URL RUN` fills them in.
@@ -53,6 +57,28 @@ def command(paths: tuple[str, ...], run: str, db: str | None, parquet: str | Non
       steptail ingest train.log.gz --run sft-7 --parquet parquet
       steptail ingest train.log.gz --run sft-7 --parquet gs://my-bucket/steptail
     """
+    with _no_store_left(db):
+        _ingest(paths, run, db, parquet, append, reference_ce, gate_tolerance, resume_tolerance, stall_k, output)
+
+
+@contextmanager
+def _no_store_left(db: str | None):
+    """An ingest of sources without one record line (exit 1: nothing to write) leaves no SQLite
+    store behind that it created (the schema alone, and its lock file). A failure (exit 2)
+    keeps it, empty, as it always did: `runs` then says there is no run."""
+    path = sqlite_file(db)
+    new = path is not None and not path.exists()
+    try:
+        yield
+    except SystemExit as exc:
+        if new and exc.code == 1:
+            remove_unused_store(path)
+        raise
+
+
+def _ingest(paths: tuple[str, ...], run: str, db: str | None, parquet: str | None, append: bool,
+            reference_ce: str | None, gate_tolerance: float, resume_tolerance: float, stall_k: float,
+            output: Output) -> None:
     try:
         check_run_name(run)
     except RunNameError as exc:
@@ -77,6 +103,9 @@ def command(paths: tuple[str, ...], run: str, db: str | None, parquet: str | Non
     if result.lake_error:
         warn(f"the lake at {parquet} is behind ({result.lake_error}); run {run}'s rows are in SQL: "
              f"the next ingest or `steptail lake catch-up {parquet} {run}` fills it")
+    if result.parquet_error:
+        warn(f"Parquet at {parquet} lacks rows of run {run} stored before ({result.parquet_error}); they are "
+             f"in SQL: the next ingest, follow or export --parquet {parquet} writes them")
     if result.findings_error:
         warn(f"findings of run {run} not updated (a detector failed: {result.findings_error}); "
              f"steptail check {run} computes them")
@@ -86,7 +115,9 @@ def command(paths: tuple[str, ...], run: str, db: str | None, parquet: str | Non
                                         "findings_by_kind": result.findings, "no_records": result.no_records,
                                         "sha256": result.sha256}
                     | ({"lake": {"location": parquet, "rows_added": result.lake_rows, "error": result.lake_error}}
-                       if lake else {}))
+                       if lake else {})
+                    | ({"parquet": {"dir": parquet, "rows_back_filled": result.parquet_rows,
+                                    "error": result.parquet_error}} if parquet and not lake else {}))
         return
     out = output
     out.line(
@@ -108,7 +139,8 @@ def command(paths: tuple[str, ...], run: str, db: str | None, parquet: str | Non
     if lake and result.lake_error is None:
         out.line(f"  lake: {parquet}: {result.lake_rows} row(s) added", markup=False)
     elif parquet and not lake:
-        out.line(f"  parquet: {parquet}", markup=False)
+        filled = f" ({result.parquet_rows} row(s) stored before written from SQL)" if result.parquet_rows else ""
+        out.line(f"  parquet: {parquet}{filled}", markup=False)
     sys.stdout.flush()
 
 

@@ -12,7 +12,7 @@ import re
 
 import click
 
-from steptail.commands._common import db_option, fail, store_or_exit
+from steptail.commands._common import count, db_option, fail, store_or_exit
 from steptail.output import Column, Output, output_option
 
 LOCATION = ("DIR or s3://BUCKET/PREFIX, gs://BUCKET/PREFIX, file:///DIR (an Iceberg table; "
@@ -193,5 +193,5 @@ def orphans(url: str, db: str | None, output: Output) -> None:
         return
     if found:
         output.table([Column("OBJECT", "uri", keep=True), Column("BYTES", "bytes")], found)
-    output.line(f"{len(found)} orphan{'s' * (len(found) != 1)} ({total} bytes) of {len(objects)} objects "
+    output.line(f"{count(len(found), 'orphan')} ({count(total, 'byte')}) of {count(len(objects), 'object')} "
                 f"under {lake.location.uri}; nothing deleted", markup=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from steptail.commands._common import db_option, fail, store_or_exit
+from steptail.commands._common import count, db_option, fail, store_or_exit
 from steptail.commands._detect_options import detector_options, detector_settings
 from steptail.output import Column, Output, output_option
 
@@ -67,8 +67,8 @@ def command(run: str, raw: str, into: str | None, replace: bool, examples: int, 
         output.data(doc, rows)
         return
     where = f"{run} in place" if replace else f"{run} into {result.into}"
-    output.line(f"reparsed {where}: {doc['lines']} lines from {doc['segments']} segments of"
-                f" {doc['streams']} streams" + (f" ({len(doc['truncated'])} cut-off tails left out)"
+    output.line(f"reparsed {where}: {count(doc['lines'], 'line')} from {count(doc['segments'], 'segment')} of"
+                f" {count(doc['streams'], 'stream')}" + (f" ({len(doc['truncated'])} cut-off tails left out)"
                                                 if doc["truncated"] else ""))
     output.table(COLUMNS, rows)
     for kind, c in doc["changes"].items():
