@@ -437,8 +437,9 @@ class Identities:
     by their stamps. A line stamped after every stamp here (`top_ns`) is new, at no cost: that
     is nearly every line. One stamp per record, 8 bytes (benchmarks/identity.py).
 
-    A start-up line read again is known by its stamp, or lies within an incarnation's start-up:
-    from the line that opened it (incarnations.started_ns) to its first record."""
+    A start-up line read again is known by its stamp and text, or lies within a recorded
+    incarnation's start-up: from the line that opened it (incarnations.started_ns) to its first
+    record; so does a config line read again."""
 
     __slots__ = ("kinds", "top_ns", "starts", "marks", "quarantined")
 
@@ -857,6 +858,8 @@ class RunModel:
             return self.ids.known(POD, record.step, ts_ns)
         if isinstance(record, TrainerStart):
             return self.ids.start_repeat(ts_ns, None if line is None else line_digest(line.rstrip(b"\r\n")))
+        if isinstance(record, ConfigParam):
+            return self.ids.start_repeat(ts_ns)
         if isinstance(record, Checkpoint):
             return self.ids.marked((record.kind, record.step, ts_ns))
         return False
@@ -945,6 +948,9 @@ class RunModel:
                 cur.process_index, cur.process_count = rec.process_index, rec.process_count
             self._touch(cur)
         elif isinstance(rec, ConfigParam):
+            if ts_ns is not None and self.ids.start_repeat(ts_ns):
+                self.counters.duplicates += 1  # a recorded incarnation's start-up, read again
+                return
             cur = self._ensure(ts_ns)
             if rec.name == "steps":
                 self.planned_steps = planned_steps(rec.value)

@@ -176,6 +176,27 @@ def test_a_replay_is_an_earlier_step_with_a_new_stamp():
     assert sorted(batch.incarnations) == [1, 2] and not batch.flags and not batch.quarantine
 
 
+def test_a_repeated_start_up_opens_nothing_and_files_no_config_elsewhere():
+    """The whole file again, where the restart's start-up lines were rotated away (a restore
+    line, then the replay): the first start-up and its config, read again, are incarnation 1's
+    (within its start-up: from its opening line to its first record), never incarnation 2's."""
+    lines = run_log(120, clock(None), restart=(100, 50))
+    second = line_at(lines, b"Attempting to initialize", 1)
+    lines = lines[:second] + lines[second + 4:]  # the restart's start-up and config rotated away
+    batches = []
+    for log in (lines, lines + lines):
+        model = RunModel("r")
+        for line in log:
+            model.feed(line)
+        batches.append(model.take())
+    clean, repeated = batches
+    assert sorted((r[1], r[2]) for r in repeated.config) == [(1, "checkpoint_period"), (1, "steps")]
+    assert sorted(repeated.incarnations) == [1, 2] and len(repeated.loss_parts) == 170
+    for table in ("loss_parts", "required_rbf", "pod_metrics", "config", "checkpoints"):
+        assert getattr(repeated, table) == getattr(clean, table), table
+    assert repeated.incarnations == clean.incarnations and not repeated.flags
+
+
 # -- the cursor holds nothing back: a node clock stepped back ------------------------------------
 
 def read_up_to(lines: list[bytes], cut: int) -> RunModel:
