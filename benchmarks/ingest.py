@@ -1,6 +1,6 @@
 """Ingest speed and memory against grep, on one generated process-0 log of the samples' shape.
 
-    python benchmarks/ingest.py --json [--size-mb 420] [--pg ADMIN_URL]
+    python benchmarks/ingest.py --json [--size-mb 420] [--pg ADMIN_URL] [--baseline REV [--rounds 3]]
 
 Generates (once, cached in benchmarks/.cache/) a --timestamps log with restarts, then in one
 run times `grep -F -e LOSS-PARTS -e REQUIRED_RBF FILE` (output drained through a pipe, best
@@ -12,13 +12,21 @@ On SQLite it also times a floor: the rows that ingest stored, already Python tup
 into a fresh store of the same schema in one transaction (sqlite3 executemany, one row a
 statement and SqlSink's multi-row statements; no reading, parsing, detectors, summaries or
 Parquet). No ingest into SQLite
-can beat `grep_seconds / store_floor_seconds` (`ratio_grep_over_store_floor`)."""
+can beat `grep_seconds / store_floor_seconds` (`ratio_grep_over_store_floor`).
+
+--baseline REV: the same ingest by steptail as of git revision REV (its tree from `git archive`,
+imported ahead of this checkout; the built C scan copied when REV's parsers/_steady.c is this
+one), in the same run: `--rounds` pairs, this checkout and REV in turn, each into a fresh store;
+medians and `ratio_ingest_over_baseline` (this / REV: above 1, slower)."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import json
+import os
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -107,13 +115,43 @@ def _tree_rss(root: psutil.Process) -> int:
     return total
 
 
-def time_ingest(path: Path, work: Path, db: str | None = None) -> dict:
-    pq = work / f"{path.stem}-pq"
-    db = db or str(work / f"{path.stem}.db")
+LAUNCHER = """import sys
+from steptail.cli import main
+if __name__ == "__main__":
+    sys.exit(main())
+"""
+
+
+def baseline_tree(rev: str, work: Path) -> tuple[list[str], dict[str, str]]:
+    """The command and environment that run `steptail` as of git revision `rev`: its tree laid
+    out as the installed package (steptail/ with runs, parsers, storage… inside), imported ahead
+    of this checkout's editable install. Run from a folder other than the repository root."""
+    src, pkg = work / "baseline-src", work / "baseline-pkg"
+    src.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    shutil.copytree(src / "steptail", pkg / "steptail")
+    for sub in ("runs", "parsers", "storage", "collector", "dashboards", "simcluster"):
+        shutil.copytree(src / sub, pkg / "steptail" / sub)
+    same_c = subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", rev, "--", "parsers/_steady.c"]).returncode == 0
+    built = sorted((ROOT / "parsers").glob("_steady*.so"))
+    if same_c and built:
+        shutil.copy2(built[0], pkg / "steptail" / "parsers")
+    else:
+        print(f"baseline {rev}: its C scan differs or is not built here: it runs the Python scan", file=sys.stderr)
+    (work / "launch.py").write_text(LAUNCHER)
+    env = {**os.environ, "PYTHONPATH": str(pkg)}
+    return [sys.executable, str(work / "launch.py")], env
+
+
+def time_ingest(path: Path, work: Path, db: str | None = None, cmd: list[str] | None = None,
+                env: dict[str, str] | None = None, tag: str = "") -> dict:
+    pq = work / f"{path.stem}{tag}-pq"
+    db = db or str(work / f"{path.stem}{tag}.db")
     t0 = time.perf_counter()
     proc = subprocess.Popen(
-        [STEPTAIL, "ingest", str(path), "--run", "bench", "--db", db, "--parquet", str(pq), "--json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [*(cmd or [STEPTAIL]), "ingest", str(path), "--run", "bench", "--db", db, "--parquet", str(pq), "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=work,
     )
     root, peak_tree = psutil.Process(proc.pid), 0
     while proc.poll() is None:  # sampled every 50 ms: the whole tree, workers included
@@ -124,6 +162,33 @@ def time_ingest(path: Path, work: Path, db: str | None = None) -> dict:
     if proc.returncode != 0:
         raise SystemExit(f"ingest failed: {err.decode()}")
     return {"seconds": seconds, "peak_rss_mb": peak_tree / 2**20, "result": json.loads(out)}
+
+
+def compare(log: Path, work: Path, rev: str, rounds: int, db) -> dict:
+    """This checkout's ingest and `rev`'s in turn, `rounds` pairs, each into a fresh store (and
+    Parquet folder, removed after): medians, pair ratios, and whether both stored the same."""
+    cmd, env = baseline_tree(rev, work)
+    now, base, ratios = [], [], []
+    results = {}
+    for i in range(rounds):
+        for who in ("now", "base"):
+            tag = f"-{who}{i}"
+            got = time_ingest(log, work, db(), *((cmd, env) if who == "base" else (None, None)), tag=tag)
+            (now if who == "now" else base).append(got["seconds"])
+            results[who] = got["result"]
+            for leftover in work.glob(f"{log.stem}{tag}*"):
+                shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
+        ratios.append(now[-1] / base[-1])
+    keys = ("lines", "loss_parts", "required_rbf", "pod_steps", "incarnations", "bad_lines", "flagged")
+    return {
+        "baseline": rev,
+        "rounds": rounds,
+        "ingest_seconds_median": round(statistics.median(now), 2),
+        "baseline_ingest_seconds_median": round(statistics.median(base), 2),
+        "ratio_ingest_over_baseline": round(statistics.median(ratios), 4),
+        "ratio_by_pair": [round(r, 4) for r in ratios],
+        "same_records": all(results["now"][k] == results["base"][k] for k in keys),
+    }
 
 
 def store_floor(ingested: Path, work: Path, repeat: int = 3) -> dict[str, float]:
@@ -172,6 +237,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size-mb", type=int, default=420)
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--baseline", metavar="REV", help="also time the ingest of steptail as of this git revision, "
+                    "in turn with this checkout's (e.g. the commit before a change)")
+    ap.add_argument("--rounds", type=int, default=3, help="with --baseline: pairs of ingests (default 3)")
     ap.add_argument("--pg", metavar="ADMIN_URL",
                     help="ingest into a scratch database on this PostgreSQL server instead of SQLite "
                          "(e.g. postgresql+psycopg://postgres@127.0.0.1:5432/postgres)")
@@ -195,6 +263,7 @@ def main() -> None:
             full = time_ingest(log, work, db())
             small = time_ingest(quarter, work, db())
             floor = None if args.pg else store_floor(work / f"{log.stem}.db", work)
+            versus = compare(log, work, args.baseline, args.rounds, db) if args.baseline else None
     report = {
         "store": "postgresql" if args.pg else "sqlite",
         "file_mb": round(log.stat().st_size / 2**20, 1),
@@ -211,6 +280,8 @@ def main() -> None:
         least = min(floor.values())
         report |= {"store_floor_seconds": round(least, 2), "ratio_grep_over_store_floor": round(grep_s / least, 4),
                    "store_floor_seconds_by_way": {way: round(v, 2) for way, v in floor.items()}}
+    if versus is not None:
+        report["versus_baseline"] = versus
     if args.json:
         print(json.dumps(report))
     else:

@@ -170,7 +170,7 @@ class Steady(NamedTuple):
     first_ts: int | None
     last_ts: int | None
     last_seconds: list[bytes]  # the lines stamped from 4 s before last_ts's second on, for the dedupe cursor
-    forgot_ts: int | None  # the stamp of the line before those (None if none), for the dedupe cursor
+    forgot_ts: int | None  # the stamp of the line before those (None if none): unused (the cursor holds nothing back)
 
 
 def _steady_py(block: bytes) -> Steady | None:

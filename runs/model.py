@@ -4,8 +4,11 @@ that reach the sinks.
 An incarnation is one start of the trainer. A new one begins at a trainer start-up line
 (once the current one has recorded a step), or when a LOSS-PARTS step goes back after a
 restore line or on a new stream; a step going back without such evidence is held until the
-next step decides (RunModel._decide). Every (run, incarnation, step) is emitted at most once:
-a re-read's overlap is dropped by a per-stream cursor (Cursor), before lines are parsed.
+next step decides (RunModel._decide). Every (run, incarnation, step) is emitted at most once,
+and every record line at most once: a record line whose kubelet stamp and step were recorded
+for the run is a repeat however long ago (Identities, filled from the store's rows on a
+resume); a replay is an earlier step with a new stamp. A per-stream cursor (Cursor) drops the
+lines of the last seconds read again, before they are parsed, and holds nothing back.
 
 One line cannot cost the others: a step that jumps absurdly is flagged (`step_jump`) and
 quarantined, not recorded nor taken for a restart; a timestamp far from the line before it is
@@ -18,6 +21,8 @@ import json
 import math
 import re
 import time
+from array import array
+from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field, replace
 from itertools import repeat
@@ -40,6 +45,7 @@ from steptail.parsers.fast import (
     ITEM_STEP,
     ITEM_TS,
     ROW_STEP,
+    ROW_TS,
     line_ts,
     parse_stamped,
 )
@@ -123,15 +129,19 @@ class ClockJump:
 SECOND_NS = 10**9
 # What a cursor remembers of the lines it read (digests, in log order): at most the last
 # REMEMBER_LINES lines, from the oldest stamped REMEMBER_SECONDS before the mark's second or
-# later (a re-read from SINCE_MARGIN_NS before the mark, truncated to the second, repeats only
-# lines it knows; so does one from a second further back): see Cursor.
+# later: the lines a re-read from the mark serves first (see Cursor). Whether a record line was
+# recorded before, however long ago, is not the cursor's to guess: the run's record identities
+# tell (Identities).
 REMEMBER_LINES = 20_000
 REMEMBER_SECONDS = 4  # parsers/block.py and parsers/_steady.c hand the cursor as many
 # A re-read starts this long before the mark: a node clock stepped back by up to this while the
-# stream was down still has its new lines served (the re-read's older lines are repeats the
-# overlap drops: remembered, or held until a line it knows proves them repeats).
+# stream was down still has its new lines served (the re-read's older lines are repeats).
 SINCE_MARGIN_NS = 3 * SECOND_NS
-FORGOT = "forgot:"  # saved in at_hwm: the latest stamp of a line read and forgotten
+TOP = "top:"  # saved in at_hwm: the latest stamp read, when after the mark (a clock stepped back)
+# saved in at_hwm of the stream that fed the last step of incarnation N ("steps:N"): a model
+# resumed from the store knows it (RunModel._step_stream: a step going back on it is held)
+STEPS = "steps:"
+FORGOT = "forgot:"  # what older versions saved in at_hwm (the hold they had): ignored
 
 
 def floor_second(ns: int) -> int:
@@ -150,23 +160,19 @@ class Cursor:
 
     A re-read from S (kubectl truncates --since-time to the second; kubelet serves the current
     file's lines stamped >= S, in log order) first repeats lines read before, then goes on
-    with new ones; within one read no line ever comes twice. So: a line whose digest is
-    remembered is a repeat; at the start of a read (`overlap`: after new_read, or a cursor
-    loaded from the store) a line stamped before S is one too (a whole file ingested again);
-    the first line that is neither ends the overlap, and from there every line is taken,
-    whatever its stamp: stamps do go back (containerd stamps stdout and stderr apart, NTP
-    steps clocks back). The mark follows the latest line, back too: a re-read from an old
-    mark after a clock step back would have the server filter out the new lines.
+    with new ones. A line whose digest the cursor remembers is a repeat; every other line is
+    taken, whatever its stamp: stamps do go back (containerd stamps stdout and stderr apart,
+    NTP steps clocks back). The cursor holds nothing back and guesses nothing: a record line
+    taken that was recorded before, however long ago (a re-read reaching back past what the
+    cursor remembers, a saved log holding a block twice, a file ingested again), is a repeat by
+    its identity (Identities: its stamp and step, per kind), which the model checks; a noise
+    line needs no exactly-once. The mark follows the latest line, back too: a re-read from an
+    old mark after a clock step back would have the server filter out the new lines.
 
     Bound: at most REMEMBER_LINES lines, from the oldest stamped REMEMBER_SECONDS before the
-    mark's second or later (remember_from). When a re-read's S reaches back to lines forgotten
-    (`forgot_ns` >= S: the clock stepped back past the mark's second), the overlap's lines it
-    does not know stamped at or before `forgot_ns` are held back: a line it knows proves them
-    repeats (the re-read serves the lines read before in order, the last line read last); a
-    line it does not know stamped after `forgot_ns` proves them new (the file began after the
-    last line read: nothing served is a repeat), and they are `released` to be read before it.
-    If the read ends undecided, they are counted in `unsure` (the model flags them, a warning
-    finding: never a silent loss) and the next re-read serves them again.
+    mark's second or later (remember_from). `top_ns`: the latest stamp read; after a clock
+    stepped back it lies after the mark, and a re-read's line stamped between the two may be a
+    line read before (collector.live.follower._Overlap waits for a line that tells).
 
     A line stamped far ahead of the mark and of the wall clock (a clock jump) does not move
     the mark: one line stamped 2099 would otherwise have the server filter out every later
@@ -176,67 +182,67 @@ class Cursor:
     before it is a clock jump too (flagged), but the mark follows it.
 
     `done`: the stream was read to its end (a follower that starts again knows which streams
-    of pods gone meanwhile are complete)."""
+    of pods gone meanwhile are complete). `steps`: the incarnation whose last step this stream
+    fed, saved for a model resumed from the store."""
 
-    __slots__ = ("hwm_ns", "_recent", "_known", "last_ns", "jumped", "done", "forgot_ns", "overlap",
-                 "unsure", "held", "released", "behind_ns", "read_at_ns", "top_ns", "ahead")
+    __slots__ = ("hwm_ns", "_recent", "_known", "last_ns", "jumped", "done", "behind_ns", "read_at_ns",
+                 "top_ns", "ahead", "steps")
 
     def __init__(self, hwm_ns: int | None = None, at_hwm: set[str] | None = None, done: bool = False) -> None:
         self.hwm_ns = hwm_ns
         self.done = done
         self.jumped: set[str] = set()  # digests of lines taken across a clock jump
-        self.forgot_ns: int | None = None
+        self.steps: int | None = None
+        top = hwm_ns
         entries = []
         for d in at_hwm or ():
             if d.startswith(JUMPED):
                 self.jumped.add(d[len(JUMPED):])
+            elif d.startswith(TOP):
+                top = max(top or 0, int(d[len(TOP):]))
+            elif d.startswith(STEPS):
+                self.steps = int(d[len(STEPS):])
             elif d.startswith(FORGOT):
-                self.forgot_ns = int(d[len(FORGOT):])
+                continue
             elif ":" in d:
                 ts, _, digest = d.partition(":")
                 entries.append((int(ts), digest))
-            elif hwm_ns is not None:  # saved before stamps were: the lines at the mark, nothing before
+            elif hwm_ns is not None:  # saved before stamps were: the lines at the mark
                 entries.append((hwm_ns, d))
-                self.forgot_ns = max(self.forgot_ns or 0, hwm_ns - 1)
         # Log order, as far as stamps tell: lines stamped after the mark were read before a clock
         # stepped back; the line at the mark (the last one read) last.
         entries.sort(key=lambda e: (hwm_ns is None or e[0] <= hwm_ns, e[0]))
         self._recent: deque[tuple[int, str]] = deque(entries)  # (ts_ns, digest) in log order
         self._known: dict[str, int] = {}  # digest -> how many of _recent
-        # The latest stamp of a line remembered: a steady block stamped after it holds no line
-        # read before (the mark alone does not say, once a clock stepped back).
-        self.top_ns = max((ts for ts, _ in entries), default=hwm_ns)
-        for _, d in entries:
+        for ts, d in entries:
             self._known[d] = self._known.get(d, 0) + 1
-        # A cursor loaded from the store: its next read is a re-read, and it knows nothing read
-        # before the mark's second.
-        self.overlap = hwm_ns is not None
-        if hwm_ns is not None:
-            self.forgot_ns = max(self.forgot_ns or 0, remember_from(hwm_ns) - 1)
+            if top is None or ts > top:
+                top = ts
+        self.top_ns = top
         # Time of the line before, in this read (a file, a stream): what a clock jump is
         # measured from. Not saved: a new read starts without one.
         self.last_ns: int | None = None
-        self.unsure: list[int] = []  # [count, first ts, last ts] of lines dropped as probable repeats
         # The stamp of a line the pod holds, unread, stamped before the mark (a probe's answer,
         # `seen`): the clock stepped back; the next re-read must reach back to it.
         self.behind_ns: int | None = None
         self.read_at_ns = time.time_ns()  # wall clock when the mark last moved
-        self.held: list[bytes] = []  # overlap lines it cannot tell, until a later line proves what they are
         self.ahead: list[tuple[int, str]] = []  # (ts, digest) of the clock-jumped lines in a row, lately
-        self.released: list[bytes] = []  # held lines proven new, and the line that proved it: read them again
 
     @property
     def at_hwm(self) -> set[str]:
         """What is saved with the mark: the lines a re-read from it repeats ("ts:digest"),
-        clock-jumped lines, and the latest stamp forgotten if a re-read from the mark reaches it."""
+        clock-jumped lines, the latest stamp read if after the mark, the incarnation whose last
+        step the stream fed."""
         hwm = self.hwm_ns
+        out = {JUMPED + d for d in self.jumped}
+        if self.steps is not None:
+            out.add(f"{STEPS}{self.steps}")
         if hwm is None:
-            return {JUMPED + d for d in self.jumped}
+            return out
         oldest = remember_from(hwm)
-        out = {f"{ts}:{d}" for ts, d in self._recent if ts >= oldest}
-        out.update(JUMPED + d for d in self.jumped)
-        if self.forgot_ns is not None and self.forgot_ns >= floor_second(self.since_ns):
-            out.add(f"{FORGOT}{self.forgot_ns}")  # a re-read from the mark repeats lines forgotten
+        out.update(f"{ts}:{d}" for ts, d in self._recent if ts >= oldest)
+        if self.top_ns is not None and self.top_ns > hwm:
+            out.add(f"{TOP}{self.top_ns}")
         return out
 
     def copy(self) -> Cursor:
@@ -253,14 +259,14 @@ class Cursor:
         return since if self.behind_ns is None else min(since, self.behind_ns - SINCE_MARGIN_NS)
 
     def new_read(self) -> None:
-        """The next line starts a new read (a re-read, another file): its first lines may
-        repeat what was read; no line before it to measure a clock jump from."""
+        """The next line starts a new read (a re-read, another file): no line before it to
+        measure a clock jump from."""
         self.last_ns = None
-        if self.held:  # the read ended undecided: the next re-read serves them again
-            n, ts = len(self.held), [line_ts(x) or 0 for x in self.held]
-            self.unsure = [self.unsure[0] + n, self.unsure[1], max(ts)] if self.unsure else [n, min(ts), max(ts)]
-            self.held = []
-        self.overlap = True
+
+    def knows(self, line: bytes) -> bool:
+        """Whether this line is one the cursor remembers reading."""
+        digest = line_digest(line.rstrip(b"\r\n"))
+        return digest in self._known or digest in self.jumped
 
     def seen(self, ts_ns: int | None, line: bytes) -> bool:
         """Whether this line was read. A line not read stamped before the mark (the follower
@@ -268,8 +274,7 @@ class Cursor:
         reaches back to it (since_ns), else the server would filter out the lines after it."""
         if ts_ns is None:
             return False
-        digest = line_digest(line.rstrip(b"\r\n"))
-        if digest in self._known or digest in self.jumped:
+        if self.knows(line):
             return True
         if self.hwm_ns is not None and ts_ns < self.hwm_ns:
             # the step back happened after the last line read: its first line is stamped at most
@@ -284,27 +289,9 @@ class Cursor:
         if ts_ns is None:
             return True
         digest = line_digest(line.rstrip(b"\r\n"))
-        recent = self._recent
         if digest in self._known or digest in self.jumped:
-            if self.overlap:
-                self.held = []  # a line read before comes after them: they were read before too
-                if recent and recent[-1][1] == digest:
-                    self.overlap = False  # the last line read: what follows is new
             return False
         hwm = self.hwm_ns
-        if self.overlap:
-            if hwm is not None:
-                since = floor_second(self.since_ns)
-                if ts_ns < since:
-                    return False  # what a re-read from the mark would not serve: read before
-                forgot = self.forgot_ns
-                if forgot is not None and since <= forgot and ts_ns <= forgot and recent:
-                    self.held.append(line)
-                    return False
-            self.overlap = False
-            if self.held:  # proven new: the model reads them, then this line, again
-                self.released, self.held = [*self.held, line], []
-                return False
         if hwm is not None and ts_ns - hwm > CLOCK_JUMP_NS and ts_ns - time.time_ns() > CLOCK_JUMP_NS or \
                 hwm is None and ts_ns - time.time_ns() > CLOCK_JUMP_NS:
             # Ahead of the mark and of the wall clock: a genuine pause (a restart after hours
@@ -331,12 +318,10 @@ class Cursor:
         known[digest] = known.get(digest, 0) + 1
         oldest = remember_from(self.hwm_ns) if self.hwm_ns is not None else ts_ns
         while len(recent) > REMEMBER_LINES or recent[0][0] < oldest:
-            ts, d = recent.popleft()
+            _, d = recent.popleft()
             n = known.pop(d) - 1
             if n:
                 known[d] = n
-            if self.forgot_ns is None or ts > self.forgot_ns:
-                self.forgot_ns = ts
 
     def forget(self, line: bytes) -> None:
         """Forget one line read (a snapshot that must not hold it)."""
@@ -346,14 +331,11 @@ class Cursor:
             self._recent = deque(e for e in self._recent if e[1] != digest)
             del self._known[digest]
 
-    def take_steady(self, last_ts: int, tail: list[bytes], forgot_ts: int | None) -> None:
+    def take_steady(self, last_ts: int, tail: list[bytes]) -> None:
         """A steady block taken whole (stamps rising from past the mark): `tail`, its lines
-        stamped from remember_from(last_ts) on, is what the cursor remembers of it; `forgot_ts`
-        the stamp of the line before them (None: none)."""
+        stamped from remember_from(last_ts) on, is what the cursor remembers of it."""
         self.behind_ns, self.read_at_ns = None, time.time_ns()
         self.hwm_ns = self.last_ns = last_ts
-        if forgot_ts is not None and (self.forgot_ns is None or forgot_ts > self.forgot_ns):
-            self.forgot_ns = forgot_ts
         for line in tail:
             self._remember(line_ts(line) or last_ts, line_digest(line.rstrip(b"\r\n")))
 
@@ -380,6 +362,182 @@ class Cursor:
             return ClockJump(ts_ns, None, tracked=False)
         self.jumped.add(digest)
         return ClockJump(ts_ns, self.last_ns if self.last_ns is not None else self.hwm_ns)
+
+
+# Record kinds of Identities (the step tables, in runs.rows.STEP_TABLES order).
+LOSS, RBF, POD = 0, 1, 2
+IDENTITY_TABLES = ("loss_parts", "required_rbf", "pod_metrics")
+_KIND_OF = {ItemKind.LOSS: LOSS, ItemKind.RBF: RBF, ItemKind.POD: POD}
+HOLE = -(2**63)  # the stamp slot of a step not recorded, between two recorded ones
+MAX_HOLE = 64  # steps missing within a segment; a longer jump starts a new one
+
+
+class _Stamps:
+    """One kind's records of one incarnation: each recorded step's stamp, in step order (a
+    kind's steps only rise within an incarnation). Segments of consecutive steps, one 8-byte
+    stamp a step: `firsts[i]` the first step of `segs[i]`."""
+
+    __slots__ = ("firsts", "segs", "odd")
+
+    def __init__(self) -> None:
+        self.firsts: list[int] = []
+        self.segs: list[array] = []
+        self.odd: dict[int, int] | None = None  # a step recorded below the last one (never, by the model)
+
+    def add(self, step: int, ts: int) -> None:
+        firsts, segs = self.firsts, self.segs
+        if segs:
+            seg = segs[-1]
+            nxt = firsts[-1] + len(seg)
+            if nxt <= step <= nxt + MAX_HOLE:
+                if step > nxt:
+                    seg.extend(repeat(HOLE, step - nxt))
+                seg.append(ts)
+                return
+            if step < nxt:
+                if self.odd is None:
+                    self.odd = {}
+                self.odd[step] = ts
+                return
+        firsts.append(step)
+        segs.append(array("q", (ts,)))
+
+    def extend(self, steps, stamps) -> None:
+        """Steps strictly rising (a steady block's column), their stamps."""
+        segs = self.segs
+        if segs and steps[0] == self.firsts[-1] + len(segs[-1]) and steps[-1] - steps[0] == len(steps) - 1:
+            segs[-1].extend(stamps)  # consecutive, going on from the last: the common case
+            return
+        add = self.add
+        for step, ts in zip(steps, stamps, strict=True):
+            add(step, ts)
+
+    def stamp(self, step: int) -> int | None:
+        """The stamp of `step`, if recorded."""
+        i = bisect_right(self.firsts, step) - 1
+        if i >= 0:
+            k = step - self.firsts[i]
+            seg = self.segs[i]
+            if k < len(seg) and seg[k] != HOLE:
+                return seg[k]
+        return None if self.odd is None else self.odd.get(step)
+
+    def first_ns(self) -> int | None:
+        return self.segs[0][0] if self.segs else None
+
+    def nbytes(self) -> int:
+        return sum(s.buffer_info()[1] * s.itemsize for s in self.segs)
+
+
+class Identities:
+    """Which lines of a run were recorded, however long ago: a record line (LOSS-PARTS,
+    REQUIRED_RBF, `completed step`) by its kind, step and kubelet stamp (what the store's step
+    rows hold: storage.sql.load_model fills this from them), per incarnation; the trainer's
+    start-up lines and checkpoint lines (the lines that open an incarnation or are its evidence)
+    by their stamps. A line stamped after every stamp here (`top_ns`) is new, at no cost: that
+    is nearly every line. One stamp per record, 8 bytes (benchmarks/identity.py).
+
+    A start-up line read again is known by its stamp and text, or lies within a recorded
+    incarnation's start-up: from the line that opened it (incarnations.started_ns) to its first
+    record; so does a config line read again."""
+
+    __slots__ = ("kinds", "top_ns", "starts", "marks", "quarantined")
+
+    def __init__(self) -> None:
+        self.kinds: tuple[dict[int, _Stamps], ...] = ({}, {}, {})  # per kind: incarnation -> stamps
+        self.top_ns: int | None = None  # the latest stamp here
+        self.starts: dict[int, int] = {}  # incarnation -> started_ns, of those that read their start-up
+        self.marks: set[tuple] = set()  # ("start", digest, ts) and (checkpoint kind, step, ts) of lines read
+        self.quarantined: set[tuple] = set()  # (kind, step, ts) of record lines kept out (flagged once)
+
+    def _top(self, ts: int) -> None:
+        if self.top_ns is None or ts > self.top_ns:
+            self.top_ns = ts
+
+    def add(self, kind: int, inc: int, step: int, ts: int | None) -> None:
+        if ts is None:
+            return  # no stamp, no identity (an unstamped file is deduplicated whole)
+        stamps = self.kinds[kind].get(inc)
+        if stamps is None:
+            stamps = self.kinds[kind][inc] = _Stamps()
+        stamps.add(step, ts)
+        if self.top_ns is None or ts > self.top_ns:
+            self.top_ns = ts
+
+    def extend(self, kind: int, inc: int, steps, stamps) -> None:
+        """A steady block's column of one kind (steps rising, stamps non-decreasing, all set)."""
+        if not steps or stamps[0] is None:
+            return
+        rows = self.kinds[kind].get(inc)
+        if rows is None:
+            rows = self.kinds[kind][inc] = _Stamps()
+        rows.extend(steps, stamps)
+        self._top(stamps[-1])
+
+    def known(self, kind: int, step: int, ts: int | None) -> bool:
+        """Whether this record (kind, step, stamp) was recorded, in any incarnation, or kept
+        out (quarantined: flagged once)."""
+        top = self.top_ns
+        if ts is None or top is None or ts > top:
+            return False
+        if self.quarantined and (kind, step, ts) in self.quarantined:
+            return True
+        for stamps in self.kinds[kind].values():
+            if stamps.stamp(step) == ts:
+                return True
+        return False
+
+    def any_known(self, kind: int, steps, stamps) -> bool:
+        """Whether any row of a steady block's column (stamps non-decreasing) was recorded."""
+        top = self.top_ns
+        if top is None or not steps or stamps[0] is None or stamps[0] > top:
+            return False
+        known = self.known
+        for step, ts in zip(steps, stamps, strict=True):
+            if ts > top:
+                return False
+            if known(kind, step, ts):
+                return True
+        return False
+
+    def quarantine(self, table: str, step, ts) -> None:
+        """A record line kept out of its table (quarantine): read again, it is a repeat."""
+        if table in IDENTITY_TABLES and isinstance(step, int) and isinstance(ts, int):
+            self.quarantined.add((IDENTITY_TABLES.index(table), step, ts))
+            self._top(ts)
+
+    def mark(self, key: tuple) -> None:
+        """A start-up line ("start", digest, ts) or a checkpoint line (kind, step, ts) read."""
+        self.marks.add(key)
+        self._top(key[-1])
+
+    def marked(self, key: tuple) -> bool:
+        top = self.top_ns
+        return top is not None and key[-1] <= top and key in self.marks
+
+    def start_repeat(self, ts: int, digest: str | None = None) -> bool:
+        """Whether a start-up line stamped `ts` (`digest`: line_digest of the line) was read
+        before: it is a line read (its stamp and text), or it lies within a recorded
+        incarnation's start-up (from its opening line to its first record: what the store tells)."""
+        top = self.top_ns
+        if top is None or ts > top:
+            return False
+        if digest is not None and ("start", digest, ts) in self.marks:
+            return True
+        for inc, started in self.starts.items():
+            if started <= ts:
+                first = self.first_record_ns(inc)
+                if first is not None and ts <= first:
+                    return True
+        return False
+
+    def first_record_ns(self, inc: int) -> int | None:
+        firsts = [ts for kind in self.kinds if (s := kind.get(inc)) is not None and (ts := s.first_ns()) is not None]
+        return min(firsts) if firsts else None
+
+    def nbytes(self) -> int:
+        """Bytes of the stamps held (the arrays' buffers)."""
+        return sum(s.nbytes() for kind in self.kinds for s in kind.values())
 
 
 @dataclass
@@ -492,7 +650,13 @@ class RunModel:
         cursors: dict[str, Cursor] | None = None,
         incarnations: int = 0,
         planned_steps: int | None = None,
+        identities: Identities | None = None,
+        step_stream: str | None = None,
+        prior_step: int | None = None,
     ) -> None:
+        """A model resumed from the store (storage.sql.load_model) gets what the store holds:
+        the current incarnation, the cursors, the run's record identities, the stream of the
+        last step and the last step of the incarnation before."""
         self.run = run
         self.current = current
         self.count = max(incarnations, current.number if current else 0)
@@ -504,9 +668,10 @@ class RunModel:
         # into the incarnation its lines open
         self.pod_facts: dict[str, dict] = {}
         self.planned_steps = planned_steps  # the latest `Config param steps:`, if positive
-        self._prior_step: int | None = None  # last LOSS-PARTS step of the incarnation before
+        self._prior_step = prior_step  # last LOSS-PARTS step of the incarnation before
         self._stream = "log"  # the stream being fed
-        self._step_stream: str | None = None  # the stream of the current incarnation's last step
+        self._step_stream = step_stream  # the stream of the current incarnation's last step
+        self.ids = identities if identities is not None else Identities()  # what was recorded
         self._evidence = False  # a restore line since the last step: a step going back is a restart
         self._pending: _Pending | None = None  # a step going back without evidence, undecided
 
@@ -547,8 +712,6 @@ class RunModel:
             if fresh is not True:
                 if fresh:
                     self._feed_jumped(item, fresh)
-                elif cursor.released:
-                    self._release(cursor, stream)
                 else:
                     self.counters.duplicates += 1
             elif kind == loss_kind:  # unpacked, not item[1:] star-called: this loop is hot
@@ -564,10 +727,15 @@ class RunModel:
     def _feed_jumped(self, item: tuple, jump: ClockJump) -> None:
         """A fast-path item across a clock jump: read as if stamped at the line before, flagged.
         (An item's fields after its ts_ns are the _loss/_rbf/_pod arguments after theirs.)"""
+        kind, step = item[ITEM_KIND], item[ITEM_STEP]
+        if self.ids.known(_KIND_OF[kind], step, jump.stamped_ns) or \
+                jump.read_ns is not None and self.ids.known(_KIND_OF[kind], step, jump.read_ns):
+            self.counters.duplicates += 1  # recorded before (as stamped, or as read then): no jump
+            return
         if not jump.tracked:
             self._untracked_jump(jump, item[ITEM_LINE])
             return
-        kind, read_as = item[ITEM_KIND], (jump.read_ns, *item[ITEM_STEP:])
+        read_as = (jump.read_ns, *item[ITEM_STEP:])
         if kind == ItemKind.LOSS:
             self._loss(*read_as)
         elif kind == ItemKind.RBF:
@@ -584,17 +752,23 @@ class RunModel:
         if cur is None:
             return False
         first, hwm = block.first_ts, cursor.hwm_ns
-        if self._pending is not None or (cursor.overlap and hwm is not None):
-            return False  # a step held back, or a re-read's overlap: the lines decide
+        if self._pending is not None:
+            return False  # a step held back: the lines decide
         if block.loss and stream != self._step_stream and cur.last_step is not None:
             self._stream = stream
             if self._other_container():
                 return False  # another container's steps: a new incarnation, line by line
+        ids = self.ids
         if first is not None:
-            if hwm is not None and (first <= hwm or (cursor.top_ns is not None and first <= cursor.top_ns)):
-                return False
+            if hwm is not None and first <= hwm:
+                return False  # stamps going back at its start (a re-read, a repeat, a clock step): the lines decide
             if (hwm is None or first - hwm > CLOCK_JUMP_NS) and first - time.time_ns() > CLOCK_JUMP_NS:
                 return False  # a clock jump: the scan refuses them inside a block, this is its first line
+            if ids.top_ns is not None and first <= ids.top_ns and (
+                    any(ids.any_known(kind, cols[ROW_STEP], cols[ROW_TS])
+                        for kind, cols in ((LOSS, block.loss), (RBF, block.rbf), (POD, block.pod)) if cols)
+                    or any(ids.marked(("save", step, ts)) for ts, step in block.saves)):
+                return False  # it repeats records: the lines decide, each by its identity
         planned = self.planned_steps
         for cols, last in ((block.loss, cur.last_step), (block.rbf, cur.last_rbf),
                            (block.pod, cur.last_pod_step)):
@@ -625,20 +799,26 @@ class RunModel:
             ce = [None if c != c or c in (math.inf, -math.inf) else c for c in ce]
             batch.loss_parts.extend(zip(repeat(run), repeat(inc), step, ts, ce, ce_raw, parts))
             counters.loss_parts += len(step)
+            ids.extend(LOSS, inc, step, ts)
         if block.rbf:
             ts, step, mx, per_layer, program = block.rbf
             cur.last_rbf = step[-1]
             batch.required_rbf.extend(zip(repeat(run), repeat(inc), step, ts, mx, per_layer, program))
             counters.required_rbf += len(step)
+            ids.extend(RBF, inc, step, ts)
         if block.pod:
             ts, step, seconds, tflops, tokens, weights, loss = block.pod
             cur.last_pod_step = step[-1]
             batch.pod_metrics.extend(
                 zip(repeat(run), repeat(inc), step, ts, seconds, tflops, tokens, weights, loss, repeat("{}")))
             counters.pod_steps += len(step)
+            ids.extend(POD, inc, step, ts)
         batch.checkpoints.extend((run, cur.number, "save", step, ts) for ts, step in block.saves)
+        for ts, step in block.saves:
+            if ts is not None:
+                ids.mark(("save", step, ts))
         if block.last_ts is not None:
-            cursor.take_steady(block.last_ts, block.last_seconds, block.forgot_ts)
+            cursor.take_steady(block.last_ts, block.last_seconds)
         return True
 
     def _feed_general(self, line: bytes, ts_ns: int | None, stream: str) -> None:
@@ -646,29 +826,57 @@ class RunModel:
         cursor = self._cursor(stream)
         fresh = cursor.admit(ts_ns, line)
         if not fresh:
-            if cursor.released:
-                self._release(cursor, stream)
-            else:
-                self.counters.duplicates += 1
+            self.counters.duplicates += 1
             return
         if len(line) > MAX_LINE:
             self.counters.bad(f"line of {len(line)} bytes: {message(line, ts_ns is not None)[:80]}")
             return
+        record = parse_message(message(line, ts_ns is not None))
+        if fresh is not True and record is not None and (
+                self._read_before(record, ts_ns, line)
+                or fresh.read_ns is not None and self._read_before(record, fresh.read_ns, line)):
+            self.counters.duplicates += 1  # recorded before (as stamped, or as read then): no jump
+            return
         if fresh is not True and not fresh.tracked:
             self._untracked_jump(fresh, line)
             return
-        record = parse_message(message(line, ts_ns is not None))
         if record is None:
             return
         self.apply(record, ts_ns if fresh is True else fresh.read_ns, line)
         if fresh is not True and not isinstance(record, Malformed):
             self._clock_jump(fresh, getattr(record, "step", NO_STEP), line)
 
-    def _release(self, cursor: Cursor, stream: str) -> None:
-        """Lines a re-read's overlap held back, proven new: read now, in order."""
-        lines, cursor.released = cursor.released, []
-        for line in lines:
-            self.feed_stamped(line, line_ts(line), stream)
+    def _read_before(self, record, ts_ns: int | None, line: bytes | None = None) -> bool:
+        """Whether this record's line was read before (its identity is known)."""
+        if ts_ns is None:
+            return False
+        if isinstance(record, LossParts):
+            return self.ids.known(LOSS, record.step, ts_ns)
+        if isinstance(record, RequiredRbf):
+            return self.ids.known(RBF, record.step, ts_ns)
+        if isinstance(record, PodStep):
+            return self.ids.known(POD, record.step, ts_ns)
+        if isinstance(record, TrainerStart):
+            return self.ids.start_repeat(ts_ns, None if line is None else line_digest(line.rstrip(b"\r\n")))
+        if isinstance(record, ConfigParam):
+            return self.ids.start_repeat(ts_ns)
+        if isinstance(record, Checkpoint):
+            return self.ids.marked((record.kind, record.step, ts_ns))
+        return False
+
+    def recorded(self, ts_ns: int | None, line: bytes) -> bool | None:
+        """Whether `line` is a record line (or a start-up or checkpoint line) read before, by
+        its identity; None for any other line (noise: nothing tells). For the follower's
+        overlap check (collector.live.follower._Overlap)."""
+        if ts_ns is None or len(line) > MAX_LINE:
+            return None
+        item = parse_stamped(line, ts_ns)
+        if item is not None:
+            return self.ids.known(_KIND_OF[item[ITEM_KIND]], item[ITEM_STEP], ts_ns)
+        record = parse_message(message(line, True))
+        if not isinstance(record, (LossParts, RequiredRbf, PodStep, TrainerStart, Checkpoint)):
+            return None
+        return self._read_before(record, ts_ns, line)
 
     def _clock_jump(self, jump: ClockJump, step: int, line: bytes) -> None:
         """Flag a line taken across a clock jump (its record is already applied)."""
@@ -723,15 +931,26 @@ class RunModel:
             self._pod(ts_ns, rec.step, rec.seconds, rec.tflops, rec.tokens_per_s, rec.total_weights,
                       rec.loss, line, to_json(rec.extra) if rec.extra else "{}")
         elif isinstance(rec, TrainerStart):
+            digest = None if line is None else line_digest(line.rstrip(b"\r\n"))
+            if ts_ns is not None and self.ids.start_repeat(ts_ns, digest):
+                self.counters.duplicates += 1  # read before: it opens nothing
+                return
             self.settle()  # a step held back before a start-up line: no steps continued from it
             cur = self.current
             if cur is None or cur.last_step is not None:
                 cur = self._open(ts_ns)
             cur.saw_start = True
+            if ts_ns is not None and digest is not None:
+                self.ids.mark(("start", digest, ts_ns))
+                if cur.started_ns is not None:
+                    self.ids.starts.setdefault(cur.number, cur.started_ns)
             if rec.process_count is not None:
                 cur.process_index, cur.process_count = rec.process_index, rec.process_count
             self._touch(cur)
         elif isinstance(rec, ConfigParam):
+            if ts_ns is not None and self.ids.start_repeat(ts_ns):
+                self.counters.duplicates += 1  # a recorded incarnation's start-up, read again
+                return
             cur = self._ensure(ts_ns)
             if rec.name == "steps":
                 self.planned_steps = planned_steps(rec.value)
@@ -739,6 +958,12 @@ class RunModel:
                 cur.config.add(rec.name)
                 self.batch.config.append((self.run, cur.number, rec.name, rec.value))
         elif isinstance(rec, Checkpoint):
+            if ts_ns is not None:
+                key = (rec.kind, rec.step, ts_ns)
+                if self.ids.marked(key):
+                    self.counters.duplicates += 1  # read before: no evidence of a restart, no row
+                    return
+                self.ids.mark(key)
             cur = self._ensure(ts_ns)
             if rec.kind == "restore":
                 self.settle()
@@ -750,6 +975,10 @@ class RunModel:
             self.counters.bad(f"{rec.tag}: {rec.reason}: {rec.text}")
 
     def _loss(self, ts_ns, step, ce, ce_raw, parts_json, line=None) -> None:
+        ids = self.ids
+        if ts_ns is not None and ids.top_ns is not None and ts_ns <= ids.top_ns and ids.known(LOSS, step, ts_ns):
+            self.counters.duplicates += 1  # recorded before, however long ago: a repeat, never a replay
+            return
         if self._pending is not None:
             self._decide(step)
         cur, planned = self.current, self.planned_steps
@@ -780,8 +1009,14 @@ class RunModel:
             ce = None
         self.batch.loss_parts.append((self.run, cur.number, step, ts_ns, ce, ce_raw, parts_json))
         self.counters.loss_parts += 1
+        if ts_ns is not None:
+            ids.add(LOSS, cur.number, step, ts_ns)
 
     def _rbf(self, ts_ns, step, mx, per_layer_json, program, line=None) -> None:
+        ids = self.ids
+        if ts_ns is not None and ids.top_ns is not None and ts_ns <= ids.top_ns and ids.known(RBF, step, ts_ns):
+            self.counters.duplicates += 1
+            return
         cur = self.current if self.current is not None else self._open(ts_ns)
         last, planned = cur.last_rbf, self.planned_steps
         if (last is None or step > last + STEP_JUMP_MIN or (planned is not None and step > planned)) and \
@@ -798,8 +1033,14 @@ class RunModel:
         cur.last_rbf = step
         self.batch.required_rbf.append((self.run, cur.number, step, ts_ns, mx, per_layer_json, program))
         self.counters.required_rbf += 1
+        if ts_ns is not None:
+            ids.add(RBF, cur.number, step, ts_ns)
 
     def _pod(self, ts_ns, step, seconds, tflops, tokens, total_weights, loss, line=None, extra_json="{}") -> None:
+        ids = self.ids
+        if ts_ns is not None and ids.top_ns is not None and ts_ns <= ids.top_ns and ids.known(POD, step, ts_ns):
+            self.counters.duplicates += 1
+            return
         cur = self.current if self.current is not None else self._open(ts_ns)
         last, planned = cur.last_pod_step, self.planned_steps
         if (last is None or step > last + STEP_JUMP_MIN or (planned is not None and step > planned)) and \
@@ -819,6 +1060,8 @@ class RunModel:
             (self.run, cur.number, step, ts_ns, seconds, tflops, tokens, total_weights, loss, extra_json)
         )
         self.counters.pod_steps += 1
+        if ts_ns is not None:
+            ids.add(POD, cur.number, step, ts_ns)
 
     def _step_ref(self, cur: Incarnation | None, last: int | None) -> int | None:
         """The step a new one of a kind is measured against: the kind's last, else the
@@ -852,6 +1095,7 @@ class RunModel:
         self._flag(STEP_JUMP, step, f"{what}: not recorded as a step nor taken for a restart; "
                    f"line: {_text(line) if line is not None else row}")
         self.batch.quarantine.append(quarantine_row(table, row, f"step_jump: {what}"))
+        self.ids.quarantine(table, step, row[TABLES[table].TS_NS])
 
     def _other_container(self) -> bool:
         """The stream fed now is another container instance than the one of the incarnation's
@@ -905,6 +1149,7 @@ class RunModel:
                    f"line: {_text(p.line) if p.line is not None else p.step}")
         row = (self.run, inc, p.step, p.ts_ns, p.ce, p.ce_raw, p.parts_json)
         self.batch.quarantine.append(quarantine_row("loss_parts", row, f"step_back: {what}"))
+        self.ids.quarantine("loss_parts", p.step, p.ts_ns)
         self.counters.duplicates += len(p.held)
 
     def ran_on(self, pod: str, **facts) -> None:
@@ -943,21 +1188,11 @@ class RunModel:
         batch.incarnations = {n: inc.row(self.run) for n, inc in batch.incarnations.items()}
         # Snapshots: the batch may be written by another thread while reading goes on.
         batch.cursors = {k: c.copy() for k, c in batch.cursors.items()}
-        for key, cursor in self.cursors.items():
-            if cursor.unsure:
-                self._unsure(batch, key, cursor)
         if self._pending is not None and self._pending.stream in batch.cursors:
             batch.cursors[self._pending.stream] = self._pending.cursor.copy()
+        # the stream of the last step, saved with its cursor: a step going back on it after a
+        # resume is held as it would be now (load_model)
+        inc = self.current.number if self.current is not None else None
+        for key, cursor in batch.cursors.items():
+            cursor.steps = inc if key == self._step_stream else None
         return batch
-
-    def _unsure(self, batch: Batch, stream: str, cursor: Cursor) -> None:
-        """Flag the lines a re-read's overlap dropped as probable repeats it did not know."""
-        (n, first, last), cursor.unsure = cursor.unsure, []
-        detail = (f"a read of {stream} reached back past what its cursor remembers (at most {REMEMBER_LINES} "
-                  f"lines, from the second before the mark's on) and ended before telling whether {n} line(s) "
-                  f"stamped {format_ns(first)} to {format_ns(last)} were repeats: not read; the next re-read "
-                  "serves them again, if the pod still holds them")
-        inc = self.current.number if self.current is not None else 0
-        batch.flags.append((self.run, CLOCK_JUMP, inc, NO_STEP, NO_STEP, printable(detail), "warning",
-                            time.time_ns()))
-        self.counters.flagged += 1

@@ -18,7 +18,16 @@ from itertools import chain
 
 import sqlalchemy as sa
 
-from steptail.runs.model import Batch, Cursor, Incarnation, RunModel, planned_steps, quarantine_row
+from steptail.runs.model import (
+    IDENTITY_TABLES,
+    Batch,
+    Cursor,
+    Identities,
+    Incarnation,
+    RunModel,
+    planned_steps,
+    quarantine_row,
+)
 from steptail.runs.rows import COLUMNS, FLAGS, INCARNATIONS, QUARANTINE
 from steptail.storage.db import Store
 from steptail.storage.reads import json_value
@@ -253,7 +262,11 @@ class SqlSink:
 
 
 def load_model(conn: sa.Connection, run: str) -> RunModel:
-    """A RunModel positioned where the store left off: current incarnation and cursors."""
+    """A RunModel positioned where the store left off: current incarnation and cursors, and
+    what telling a repeat from a replay needs, as it was before the stop: the run's record
+    identities (each step row's stamp; the checkpoint lines' and the incarnations' start-up
+    stamps), the stream that fed the last step (saved with its cursor: a step going back on it
+    is held, not taken for a restart) and the last step of the incarnation before."""
     row = conn.execute(
         sa.text(
             "SELECT incarnation, started_ns, saw_start, first_step, last_step, restored_from, process_index,"
@@ -278,14 +291,49 @@ def load_model(conn: sa.Connection, run: str) -> RunModel:
                 {"run": run, "inc": current.number},
             )
         }
-    cursors = {
-        stream: Cursor(hwm, set(json_value(at)), bool(done))
-        for stream, hwm, at, done in conn.execute(
-            sa.text("SELECT stream, hwm_ns, at_hwm, done FROM cursors WHERE run = :run"), {"run": run}
-        )
-    }
+    cursors: dict[str, Cursor] = {}
+    step_stream, latest = None, None
+    for stream, hwm, at, done, updated in conn.execute(
+        sa.text("SELECT stream, hwm_ns, at_hwm, done, updated_ns FROM cursors WHERE run = :run"), {"run": run}
+    ):
+        cursor = cursors[stream] = Cursor(hwm, set(json_value(at)), bool(done))
+        # the stream that fed the current incarnation's last step (the latest saved, if two say so)
+        if current is not None and cursor.steps == current.number and (latest is None or (updated or 0) > latest):
+            step_stream, latest = stream, updated or 0
     steps = conn.execute(
         sa.text("SELECT value FROM config WHERE run = :run AND name = 'steps' ORDER BY incarnation DESC LIMIT 1"),
         {"run": run},
     ).scalar()
-    return RunModel(run, current, cursors, planned_steps=None if steps is None else planned_steps(steps))
+    prior = None
+    if current is not None:
+        prior = conn.execute(
+            sa.text("SELECT last_step FROM incarnations WHERE run = :run AND incarnation < :inc"
+                    " AND last_step IS NOT NULL ORDER BY incarnation DESC LIMIT 1"),
+            {"run": run, "inc": current.number},
+        ).scalar()
+    return RunModel(run, current, cursors, planned_steps=None if steps is None else planned_steps(steps),
+                    identities=load_identities(conn, run), step_stream=step_stream, prior_step=prior)
+
+
+def load_identities(conn: sa.Connection, run: str) -> Identities:
+    """The run's record identities as the store holds them (runs.model.Identities): every step
+    row's (incarnation, step, stamp), in step order; the checkpoint lines' stamps; the start-up
+    of each incarnation that read its start-up lines."""
+    ids = Identities()
+    for kind, table in enumerate(IDENTITY_TABLES):
+        result = conn.execute(sa.text(f"SELECT incarnation, step, ts_ns FROM {table} WHERE run = :run"
+                                      " AND ts_ns IS NOT NULL ORDER BY incarnation, step"), {"run": run})
+        for inc, step, ts in result:
+            ids.add(kind, inc, step, ts)
+    for kind, step, ts in conn.execute(
+            sa.text("SELECT kind, step, ts_ns FROM checkpoints WHERE run = :run AND ts_ns IS NOT NULL"), {"run": run}):
+        ids.mark((kind, step, ts))
+    for table, step, ts in conn.execute(
+            sa.text("SELECT kind, step, ts_ns FROM quarantine WHERE run = :run AND step IS NOT NULL"
+                    " AND ts_ns IS NOT NULL"), {"run": run}):
+        ids.quarantine(table, step, ts)
+    for inc, started, saw_start in conn.execute(
+            sa.text("SELECT incarnation, started_ns, saw_start FROM incarnations WHERE run = :run"), {"run": run}):
+        if saw_start and started is not None:
+            ids.starts[inc] = started
+    return ids

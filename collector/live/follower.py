@@ -129,8 +129,12 @@ class _Overlap:
     """Decides, early in a read, whether lines before it are gone.
 
     A re-read (we hold a cursor) must reach back to the last line read: when its first line
-    is not one the cursor read and comes after it, the lines in between were rotated away
-    (a line read before comes first after a clock stepped back, stamped after the mark). A first read starts at the
+    is not one read before and comes after it, the lines in between were rotated away. A line
+    read before is one the cursor remembers, or a record line the run recorded (`recorded`:
+    RunModel.recorded, by its identity). After a node clock stepped back, lines read before
+    the step are stamped up to the cursor's `top_ns`, after the mark, and the cursor forgot
+    most: a line stamped up to it that neither tells is passed over, and the first line that
+    tells decides (a line read before: nothing lost; a new one: a gap from the mark to it). A first read starts at the
     beginning of the current log file: when a step line comes before the trainer's start-up
     line, the file(s) holding the start-up and the first steps were rotated away before
     following began (window: container start to that first step)."""
@@ -140,24 +144,45 @@ class _Overlap:
     HEAD = ("the current log file begins after the trainer's start-up: earlier lines were rotated "
             "away before following began")
 
-    def __init__(self, hwm_ns: int | None, started_ns: int | None = None, cursor: Cursor | None = None) -> None:
+    def __init__(self, hwm_ns: int | None, started_ns: int | None = None, cursor: Cursor | None = None,
+                 recorded=None) -> None:
         self.hwm_ns = hwm_ns
         self.cursor = cursor
+        self.recorded = recorded  # (ts_ns, line) -> True/False for a record line read before or not, else None
         self.started_ns = started_ns
         self.first_ns: int | None = None
         self.resolved = False
+        # the cursor's mark and when it moved, as the read began (lines passed over move them)
+        self._at: tuple[int | None, int] | None = None
 
     def _mark(self) -> int | None:
-        """The stamp of the last line read (the re-read starts a little before it: `hwm_ns`)."""
-        mark = self.cursor.hwm_ns if self.cursor is not None else None
-        return self.hwm_ns if mark is None or self.hwm_ns is None else mark
+        """The stamp of the last line read before this read (it starts a little before it: `hwm_ns`)."""
+        if self._at is None:
+            mark = self.cursor.hwm_ns if self.cursor is not None else None
+            self._at = (self.hwm_ns if mark is None or self.hwm_ns is None else mark,
+                        self.cursor.read_at_ns if self.cursor is not None else 0)
+        return self._at[0]
 
-    def would_gap(self, ts_ns: int | None) -> bool:
-        """A line stamped `ts_ns` would open a re-read gap (checked before it is fed)."""
+    def _read_before(self, ts_ns: int, line: bytes) -> bool | None:
+        """Whether a re-read's line was read before: True, False, None when it cannot tell (a
+        line the cursor forgot, stamped where lines read before a clock step back lie)."""
+        cursor = self.cursor
+        if cursor.knows(line):
+            return True
+        recorded = self.recorded(ts_ns, line) if self.recorded is not None else None
+        if recorded is not None:
+            return recorded
+        mark, top = self._mark(), cursor.top_ns
+        # lines read before a clock stepped back lie up to `top`, some forgotten
+        return None if top is not None and mark < top and ts_ns <= top else False
+
+    def would_gap(self, ts_ns: int | None, line: bytes | None = None) -> bool:
+        """A line stamped `ts_ns` may open a re-read gap (checked before it is fed): stamped
+        after the mark, and not known to be a line read before (`line`, when given)."""
         mark = self._mark()
-        if self.resolved or mark is None:
+        if self.resolved or mark is None or ts_ns is None or ts_ns <= mark:
             return False
-        return ts_ns is not None and ts_ns > mark
+        return self.cursor is None or line is None or self._read_before(ts_ns, line) is not True
 
     def see(self, ts_ns: int | None, line: bytes) -> list[tuple[int, int, str]]:
         """The gaps (start, end, reason) this line opens: found at most once per read."""
@@ -166,18 +191,23 @@ class _Overlap:
         if self.first_ns is None:
             self.first_ns = ts_ns
         if self.hwm_ns is not None:
-            self.resolved = True
             mark = self._mark()
             cursor = self.cursor
             if cursor is None:
+                self.resolved = True
                 return [] if ts_ns <= mark else [(mark, ts_ns, self.ROTATED)]
-            if cursor.seen(ts_ns, line) or (cursor.forgot_ns is not None and ts_ns <= cursor.forgot_ns):
-                return []  # a line read before, or one it may have forgotten: the cursor tells
+            read = self._read_before(ts_ns, line)
+            if read is None:
+                return []  # it cannot tell: the next line may
+            self.resolved = True
+            if read:
+                return []  # a line read before: the re-read reaches back
+            cursor.seen(ts_ns, line)  # a new line stamped before the mark: the next re-read reaches back to it
             if ts_ns > mark:
                 return [(mark, ts_ns, self.ROTATED)]
             # A new line stamped before the mark: the last line read is no longer served (else
             # it would come first), and the clock stepped back since it was read.
-            return _stepped_back(mark, ts_ns, cursor.read_at_ns, self.ROTATED)
+            return _stepped_back(mark, ts_ns, self._at[1], self.ROTATED)
         if b"distributed system" in line:  # the trainer's start-up line (parsers.line.TAGS)
             self.resolved = True
         elif b"LOSS-PARTS" in line or b"completed step:" in line:
@@ -764,7 +794,8 @@ class RunFollower:
         if check is None or check.hwm_ns != since:
             if pod is not None and key == stream_key(pod, pod.restart_count):
                 started_ns = pod.started_ns
-            check = self._pending_check[key] = _Overlap(since, started_ns, self.model.cursors.get(key))
+            check = self._pending_check[key] = _Overlap(since, started_ns, self.model.cursors.get(key),
+                                                         self.model.recorded)
         return check
 
     def _feed(self, line: bytes, ts_ns: int | None, key: str, check: _Overlap) -> None:
