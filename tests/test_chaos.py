@@ -17,7 +17,9 @@ from chaos_seeds import FOUND, REGRESSIONS, REPLICATED, SEEDS, SHORT, STILL_FAIL
 from store_fixtures import PG_ADMIN
 
 from steptail.simcluster.chaos import (
+    ISSUE19_KINDS,
     KINDS,
+    MISSING_FIELDS,
     available_kinds,
     draw_schedule,
     format_schedule,
@@ -68,6 +70,44 @@ def test_every_fault_kind_is_drawn_and_faults_overlap():
     assert {"before_follow_rotation", "before_follow_restart"} <= kinds
     assert overlapping > 100
     assert set(available_kinds()) <= set(KINDS)
+
+
+ISSUE33_KINDS = ["slow_rotations", "auth_then_5xx", "log_503s", "throttled", "old_repeat",
+                 "clock_back_rotation", "checkpoint_pause"]
+
+
+def test_issue33_faults_are_drawn_by_default_and_combine():
+    kinds, omitted, slow_with_rotation, lapse_then_5xx, old = set(), 0, 0, 0, set()
+    for seed in range(200):
+        s = draw_schedule(seed, duration=30)
+        kinds |= {f["kind"] for f in s["faults"]}
+        omitted += sum(bool(js.get("omit")) for js in s["jobsets"])
+        for f in s["faults"]:
+            if f["kind"] == "old_repeat":
+                old.add(f["age"])
+        slows = [f for f in s["faults"] if f["kind"] == "slow_rotations" and f["action"] == "slow_api"]
+        for sl in slows:  # rotations seconds apart while every answer is late
+            rots = [f["at"] for f in s["faults"] if f["kind"] == "slow_rotations" and f["action"] == "rotate"
+                    and sl["at"] < f["at"] < sl["at"] + 10]
+            slow_with_rotation += len(rots) >= 2
+        lapses = [f for f in s["faults"] if f["kind"] == "auth_then_5xx"]
+        lapse_then_5xx += any(a["action"] == "auth_lapse" and b["action"] == "fail_next"
+                              and 0 <= b["at"] - (a["at"] + a["seconds"]) <= 0.31 for a in lapses for b in lapses)
+    assert set(ISSUE33_KINDS) <= kinds, set(ISSUE33_KINDS) - kinds
+    assert omitted > 20 and slow_with_rotation > 5 and lapse_then_5xx > 5
+    assert old == {10.0, 600.0}
+    for s in (draw_schedule(seed, duration=30, kinds=["log_503s"]) for seed in range(20)):
+        assert all(f["code"] == 503 and f["n"] in (5, 6) and f["path"] == "/log"
+                   for f in s["faults"] if f["kind"] == "log_503s")
+
+
+def test_issue19_kinds_leave_out_the_new_faults_and_missing_fields():
+    for seed in range(50):
+        s = draw_schedule(seed, duration=30, kinds=ISSUE19_KINDS)
+        assert not {f["kind"] for f in s["faults"]} & set(ISSUE33_KINDS)
+        assert not any(js.get("omit") for js in s["jobsets"])
+    assert any(js.get("omit") for seed in range(50)
+               for js in draw_schedule(seed, duration=30, kinds=["eof", MISSING_FIELDS])["jobsets"])
 
 
 def test_simcluster_chaos_prints_the_schedule_and_serves_it(tmp_path):
@@ -127,6 +167,25 @@ def test_the_oracle_sees_rows_deleted_from_a_clean_run(tmp_path):
     finally:
         store.dispose()
     assert flagged.counts["lost_unflagged"] == 0 and flagged.counts["lost_flagged"] == 3, flagged.line()
+
+
+def test_the_oracle_measures_read_recovery_and_the_worst_unrecorded_step():
+    from steptail.simcluster.oracle import Observation, worst_read_recovery
+
+    # a rotation at 2 s: lines written at 1.0 (read at once), 2.5 and 3.0 (read only at 6.0);
+    # a line rotated away unread before the fault counts for nothing
+    schedule = {"faults": [{"at": 2.0, "action": "rotate", "jobset": "a", "kind": "rotation_hang"}],
+                "jobsets": [{"name": "a"}], "chaos": {"seed": 0}}
+    obs = Observation(schedule=schedule, truths={}, started=100.0, collector=[(100.0, 120.0)],
+                      reads={"a": [(100.5, None, 101.5), (101.0, 101.0, None), (102.5, 106.0, None),
+                                   (103.0, 106.0, None)]})
+    assert worst_read_recovery(obs) == pytest.approx(106.0 - 102.5)
+    # a line waiting at the fault's end: from the end
+    obs.reads["a"].append((101.8, 107.0, None))
+    assert worst_read_recovery(obs) == pytest.approx(106.0 - 102.0)
+    # nothing read after the fault: left to the lost-step counts
+    obs.reads["a"] = [(101.0, 101.0, None), (102.5, None, None)]
+    assert worst_read_recovery(obs) == 0.0
 
 
 # ---- seeds against the follower, both stores
