@@ -239,7 +239,7 @@ ISSUE19_KINDS = ["rotation_hang", "double_rotation", "eof", "server_errors", "au
 # Not a timed fault: a JobSet object without optional fields (scenario `omit`), drawn after
 # the faults (so it leaves their draws alone) unless `kinds` leaves it out.
 MISSING_FIELDS = "missing_fields"
-OMIT_CHOICES = [["image"], ["annotations"], ["annotations", "labels"], ["status"], ["nodeSelector"],
+OMIT_CHOICES = [["image"], ["annotations"], ["annotations", "status"], ["status"], ["nodeSelector"],
                 ["image", "annotations", "args", "resources", "volumes"]]
 DB_KINDS = frozenset({"db_outage"})  # need a database server behind a proxy: not on SQLite
 

@@ -212,7 +212,7 @@ def _omitted(obj: dict, omit: list[str]) -> dict:
     for name in omit:
         if name == "status":
             obj.pop("status", None)
-        elif name in ("annotations", "labels"):
+        elif name == "annotations":
             obj["metadata"].pop(name, None)
             tmpl["metadata"].pop(name, None)
         elif name in ("nodeSelector", "volumes"):

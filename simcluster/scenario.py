@@ -21,7 +21,8 @@ ACTIONS = {
 }
 # JobSet fields a real object may lack (`omit` key): what another tool wrote, or a JobSet
 # the controller has not reconciled yet (no status). Pods keep their own (a pod needs an image).
-OMITTABLE = {"image", "annotations", "labels", "status", "nodeSelector", "args", "resources", "volumes"}
+# Not the labels: without the queue label Kueue would not manage it (that is `queue: ""`).
+OMITTABLE = {"image", "annotations", "status", "nodeSelector", "args", "resources", "volumes"}
 
 # The restore-fix image (runs/runbook.yaml `settings.image`): every runbook rule is kept by default.
 DEFAULT_IMAGE = "us-docker.pkg.dev/steptail-sim/maxtext/maxtext-posttrain:51f8cc4b-p907d86f3-rfb46e215e"

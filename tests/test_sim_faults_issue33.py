@@ -111,12 +111,13 @@ def test_kubectl_retries_a_429_with_retry_after_by_itself(make_simcluster):
 
 
 def test_a_jobset_object_without_optional_fields(make_simcluster, monkeypatch):
-    sim = make_simcluster(scenario(omit=["image", "annotations", "labels", "status", "nodeSelector"]))
+    sim = make_simcluster(scenario(omit=["image", "annotations", "status", "nodeSelector"]))
     monkeypatch.setenv("CLOUDSDK_CORE_ACCOUNT", sim.account)
     api = client.CustomObjectsApi(config.new_client_from_config(config_file=str(sim.kubeconfig_path)))
     wait_running(sim)
     js = api.get_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", "default", "jobsets", "olmo3-sft")
-    assert "status" not in js and "annotations" not in js["metadata"] and "labels" not in js["metadata"]
+    assert "status" not in js and "annotations" not in js["metadata"]
+    assert js["metadata"]["labels"] == {"kueue.x-k8s.io/queue-name": "post-training"}  # kept: Kueue's
     tmpl = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
     assert "image" not in tmpl["spec"]["containers"][0] and "nodeSelector" not in tmpl["spec"]
     assert "annotations" not in tmpl["metadata"]
@@ -132,7 +133,7 @@ def test_omit_is_checked_when_the_scenario_loads():
     from steptail.simcluster.scenario import Scenario
 
     with pytest.raises(ValueError, match="omit"):
-        Scenario.from_dict(scenario(omit=["spec"]))
+        Scenario.from_dict(scenario(omit=["labels"]))  # that is queue: "" (no Workload either)
     with pytest.raises(ValueError, match="omit"):
         Scenario.from_dict(scenario(omit="image"))
 
