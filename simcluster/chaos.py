@@ -162,8 +162,19 @@ def _auth_then_5xx(r, t, js):
 
 
 def _log_503s(r, t, js):
-    # 5-6 consecutive 503 on pods/log (kubelet unreachable through the apiserver's proxy)
-    return [{"at": t, "action": "fail_next", "n": r.randint(5, 6), "code": 503, "path": "/log"}]
+    # 5-6 consecutive 503 on pods/log (kubelet unreachable through the apiserver's proxy) just
+    # as the follower must open a new stream: its stream ended, its file rotated, or its pod
+    # was replaced (the new one read while the old one drains)
+    then = round(t + 0.05, 2)
+    cause = r.choice(["eof", "rotate", "restart"])
+    if cause == "eof":
+        after = [{"at": then, "action": "eof_streams"}]
+    elif cause == "rotate":
+        after = [{"at": then, "action": "rotate", "jobset": js}]
+    else:
+        after = [{"at": then, "action": "restart_jobset", "jobset": js, "grace_seconds": _u(r, 3.0, 10.0),
+                  "pending_seconds": _u(r, 0.2, 1.0)}]
+    return [{"at": t, "action": "fail_next", "n": r.randint(5, 6), "code": 503, "path": "/log"}, *after]
 
 
 def _throttled(r, t, js):
@@ -236,6 +247,8 @@ ISSUE19_KINDS = ["rotation_hang", "double_rotation", "eof", "server_errors", "au
                  "watch_corrupt", "restart_short", "restart_long", "container_restart", "pod_deleted",
                  "silence", "flood", "rate_change", "headless_restart", "stamp_skew", "clock_step",
                  "slow_api", "hang_api", "watch_gone", "db_outage"]
+ISSUE33_KINDS = ["slow_rotations", "auth_then_5xx", "log_503s", "throttled", "old_repeat",
+                 "clock_back_rotation", "checkpoint_pause"]
 # Not a timed fault: a JobSet object without optional fields (scenario `omit`), drawn after
 # the faults (so it leaves their draws alone) unless `kinds` leaves it out.
 MISSING_FIELDS = "missing_fields"

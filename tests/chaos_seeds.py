@@ -5,7 +5,7 @@ A seed's schedule is `draw_schedule(seed, **SHORT, **extra)`; print it with
 `python -c "from steptail.simcluster.chaos import *; print(format_schedule(draw_schedule(SEED, ...)))"`
 or serve it with `steptail simcluster --chaos SEED --chaos-duration 5`."""
 
-from steptail.simcluster.chaos import ISSUE19_KINDS
+from steptail.simcluster.chaos import ISSUE19_KINDS, ISSUE33_KINDS, MISSING_FIELDS
 
 # short schedules at high line rates: each seed runs in ~10-15 s wall
 SHORT = {"duration": 5.0, "rates": (70.0, 500.0), "jobsets": (1, 3), "faults_per_second": 0.8}
@@ -76,3 +76,10 @@ REGRESSIONS: dict[int, tuple[dict, tuple[str, ...], str]] = {
 # Fixed seeds that fail on the code of the day (none now: 105 and 106 were fixed): run, shown as
 # xfail with what they find, so a fix shows as XPASS; remove the entry when one lands.
 STILL_FAILING: dict[int, str] = {}
+
+# Issue 33: seeds drawn from the new kinds only (dense: 0.5 fault combos a second over 12 s,
+# 1-2 JobSets at 40-200 lines/s), failing on the code of 2026-12-04 until the recovery and
+# identity branches merge; what each lost then. seed -> (draw_schedule arguments, stores, loss)
+ISSUE33_ARGS = {"duration": 12.0, "rates": (40.0, 200.0), "jobsets": (1, 2), "faults_per_second": 0.5,
+                "kinds": [*ISSUE33_KINDS, MISSING_FIELDS]}
+ISSUE33: dict[int, tuple[dict, tuple[str, ...], str]] = {}
