@@ -77,9 +77,24 @@ REGRESSIONS: dict[int, tuple[dict, tuple[str, ...], str]] = {
 # xfail with what they find, so a fix shows as XPASS; remove the entry when one lands.
 STILL_FAILING: dict[int, str] = {}
 
-# Issue 33: seeds drawn from the new kinds only (dense: 0.5 fault combos a second over 12 s,
-# 1-2 JobSets at 40-200 lines/s), failing on the code of 2026-12-04 until the recovery and
-# identity branches merge; what each lost then. seed -> (draw_schedule arguments, stores, loss)
+# Issue 33: seeds of the new kinds, failing on the code of 2026-12-04 (main 8a473e2) until the
+# recovery and identity branches merge; what each lost then (SQLite).
+# seed -> (draw_schedule arguments, stores, loss). ISSUE33_ARGS: all new kinds, dense (0.5 fault
+# combos a second over 12 s, 1-2 JobSets at 40-200 lines/s); ONE_KIND: one kind, 1 JobSet, 15 s.
 ISSUE33_ARGS = {"duration": 12.0, "rates": (40.0, 200.0), "jobsets": (1, 2), "faults_per_second": 0.5,
                 "kinds": [*ISSUE33_KINDS, MISSING_FIELDS]}
-ISSUE33: dict[int, tuple[dict, tuple[str, ...], str]] = {}
+ONE_KIND = {"duration": 15.0, "rates": (40.0, 200.0), "jobsets": (1, 1), "faults_per_second": 0.25, "late": "no"}
+ISSUE33: dict[int, tuple[dict, tuple[str, ...], str]] = {
+    401: ({**ONE_KIND, "kinds": ["old_repeat"]}, ("sqlite", "postgresql"),
+          "1: blocks of 20-80 lines ~10 s and ~10 min old served again: steps 1-12 recorded twice, 2 false "
+          "incarnations, a false critical resume_from_zero, then 45 steps servable >= 5 s missed, unflagged"),
+    402: ({**ONE_KIND, "kinds": ["clock_back_rotation"]}, ("sqlite",),
+          "3: node clock stepped back 20 s and 1 h, then rotations: steps 97-100 lost in a stream gap "
+          "with no gap finding"),
+    403: ({**ONE_KIND, "kinds": ["log_503s"]}, ("sqlite",),
+          "3: 5-6 consecutive 503 on pods/log as a stream must be reopened: 202 of 229 steps servable "
+          ">= 5 s missed, 93 unflagged; no line read after the bursts until the run ended"),
+    306: (ISSUE33_ARGS, ("sqlite",),
+          "2: auth lapses then 5xx bursts, 503s on logs, a slow API over rotations: steps servable "
+          ">= 5 s missed, 27.7 s from a fault's end to the next line read"),
+}
