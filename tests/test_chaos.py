@@ -147,6 +147,8 @@ def test_the_oracle_sees_rows_deleted_from_a_clean_run(tmp_path):
         store.dispose()
     assert not broken.ok
     assert broken.counts["lost_unflagged"] == 3 and broken.counts["recorded"] == clean.counts["recorded"] - 3
+    # servable from their write to the end, never recorded: the worst unrecorded step says so
+    assert clean.worst_unrecorded == 0.0 and broken.worst_unrecorded > 1.0
 
     # flagged by a gap finding and a stream gap between the steps recorded either side of them
     # (a hole in the reading), the window not holding their stamps (a clock stepped back)
