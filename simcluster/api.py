@@ -24,6 +24,7 @@ USER = web.RequestKey("user", str)  # the account a request authenticated as
 WATCH_POLL = 0.02  # seconds between two looks of an open watch for new events
 
 _FAILURE_MESSAGES = {
+    429: "Too many requests, please try again later.",  # API Priority and Fairness
     500: "an error on the server (\"unknown\") has prevented the request from succeeding",
     503: "the server is currently unable to handle the request",
 }
@@ -31,6 +32,17 @@ _FAILURE_MESSAGES = {
 
 def status(code: int, message: str, reason: str | None = None, details: dict | None = None) -> web.Response:
     return web.json_response(kube.status_body(code, message, reason, details), status=code)
+
+
+def injected(code: int, retry_after: int | None) -> web.Response:
+    """An injected failure as the apiserver writes it: with retry_after, `details.retryAfterSeconds`
+    and the `Retry-After` header (responsewriters sets the header from the details; client-go,
+    hence kubectl, then waits and retries by itself, up to 10 times)."""
+    details = {"retryAfterSeconds": retry_after} if retry_after else None
+    resp = status(code, _FAILURE_MESSAGES.get(code, f"simulated failure {code}"), details=details)
+    if retry_after:
+        resp.headers["Retry-After"] = str(retry_after)
+    return resp
 
 
 def _not_found(kind: str, name: str, group: str | None = None) -> web.Response:
@@ -133,7 +145,7 @@ class KubeApi:
         if fail == 401:
             resp = status(401, "Unauthorized")
         elif fail is not None:
-            resp = status(fail, _FAILURE_MESSAGES.get(fail, f"simulated failure {fail}"))
+            resp = injected(*fail)
         elif (garbage := self.hostile.garbage(request)) is not None:
             resp = garbage
         else:

@@ -138,6 +138,78 @@ def _clock_step(r, t, js):
              "seconds": r.choices([-0.5, -2.0, -30.0, -3601.0, 7200.0], [2, 3, 1, 2, 1])[0]}]
 
 
+# ---- issue 33: the combinations the simulator never drew, found by an independent one
+def _slow_rotations(r, t, js):
+    # every answer seconds late for a window, rotations seconds apart inside it: a re-read
+    # that costs two slow round trips in series comes after the next rotation
+    seconds = _u(r, 4.0, 8.0)
+    out = [{"at": t, "action": "slow_api", "seconds": seconds, "delay": _u(r, 1.0, 3.0),
+            "path": r.choice([None, None, "/log", "/pods"])}]
+    at = t + _u(r, 0.2, 1.5)
+    for _ in range(r.randint(2, 3)):
+        out.append({"at": round(at, 2), "action": "rotate", "jobset": js})
+        at += _u(r, 1.5, 5.0)
+    return out
+
+
+def _auth_then_5xx(r, t, js):
+    # credentials refused for a while, then, as they come back, a burst of 5xx (an apiserver
+    # restarting behind the load balancer): the follower's own back-off must not outlast it
+    lapse = _u(r, 1.0, 5.0)
+    return [{"at": t, "action": "auth_lapse", "seconds": lapse},
+            {"at": round(t + lapse + _u(r, 0.0, 0.3), 2), "action": "fail_next", "n": r.randint(2, 6),
+             "code": r.choice([500, 502, 503]), "path": r.choice([None, "/pods", "/log"])}]
+
+
+def _log_503s(r, t, js):
+    # 5-6 consecutive 503 on pods/log (kubelet unreachable through the apiserver's proxy) just
+    # as the follower must open a new stream: its stream ended, its file rotated, or its pod
+    # was replaced (the new one read while the old one drains)
+    then = round(t + 0.05, 2)
+    cause = r.choice(["eof", "rotate", "restart"])
+    if cause == "eof":
+        after = [{"at": then, "action": "eof_streams"}]
+    elif cause == "rotate":
+        after = [{"at": then, "action": "rotate", "jobset": js}]
+    else:
+        after = [{"at": then, "action": "restart_jobset", "jobset": js, "grace_seconds": _u(r, 3.0, 10.0),
+                  "pending_seconds": _u(r, 0.2, 1.0)}]
+    return [{"at": t, "action": "fail_next", "n": r.randint(5, 6), "code": 503, "path": "/log"}, *after]
+
+
+def _throttled(r, t, js):
+    # API Priority and Fairness: 429 with Retry-After: 1 (client-go waits and retries by itself)
+    return [{"at": t, "action": "fail_next", "n": r.randint(1, 12), "code": 429, "retry_after": 1,
+             "path": r.choice([None, "/pods", "/log"])}]
+
+
+def _old_repeat(r, t, js):
+    # a block of old lines served again, unchanged: ~10 s old or ~10 min old (the oldest there is)
+    return [{"at": t, "action": "repeat_lines", "jobset": js, "lines": r.choice([20, 40, 40, 80]),
+             "age": r.choice([10.0, 10.0, 600.0])}]
+
+
+def _clock_back_rotation(r, t, js):
+    # NTP steps the node clock back (~20 s or ~1 h), then the log rotates
+    out = [{"at": t, "action": "clock_step", "jobset": js, "seconds": r.choice([-20.0, -3600.0])},
+           {"at": round(t + _u(r, 0.5, 3.0), 2), "action": "rotate", "jobset": js}]
+    if r.random() < 0.5:
+        out.append({"at": round(out[-1]["at"] + _u(r, 3.0, 6.0), 2), "action": "rotate", "jobset": js})
+    return out
+
+
+def _checkpoint_pause(r, t, js):
+    # a steady stream (~40 lines/s) pauses 1 s (a checkpoint save), then rotates twice 5 s apart
+    out = []
+    if r.random() < 0.5:
+        out.append({"at": round(max(0.0, t - 2.0), 2), "action": "set_rate", "jobset": js,
+                    "steps_per_second": round(40.0 / LINES_PER_STEP, 3)})
+    out.append({"at": t, "action": "stall", "jobset": js, "seconds": 1.0})
+    first = round(t + 1.0 + _u(r, 0.5, 3.0), 2)
+    return out + [{"at": first, "action": "rotate", "jobset": js},
+                  {"at": round(first + 5.0, 2), "action": "rotate", "jobset": js}]
+
+
 KINDS = {  # kind -> (weight, drawer, needs a simulator action)
     "rotation_hang": (3, _rotation_hang, "rotate"),
     "double_rotation": (2, _double_rotation, "rotate"),
@@ -160,7 +232,28 @@ KINDS = {  # kind -> (weight, drawer, needs a simulator action)
     "hang_api": (1, _hang_api, "hang_api"),
     "watch_gone": (2, _watch_gone, "watch_gone"),
     "db_outage": (2, _db_outage, "db_outage"),
+    # issue 33 (appended: the kinds above keep their order, so ISSUE19_KINDS draws as before)
+    "slow_rotations": (3, _slow_rotations, "slow_api"),
+    "auth_then_5xx": (2, _auth_then_5xx, "auth_lapse"),
+    "log_503s": (2, _log_503s, "fail_next"),
+    "throttled": (1, _throttled, "fail_next"),
+    "old_repeat": (2, _old_repeat, "repeat_lines"),
+    "clock_back_rotation": (2, _clock_back_rotation, "clock_step"),
+    "checkpoint_pause": (2, _checkpoint_pause, "stall"),
 }
+# The kinds of issue 19, before issue 33's: a seed found with them reproduces its schedule
+# when drawn with kinds=ISSUE19_KINDS (regression seeds of that time pin it).
+ISSUE19_KINDS = ["rotation_hang", "double_rotation", "eof", "server_errors", "auth_lapse", "deny",
+                 "watch_corrupt", "restart_short", "restart_long", "container_restart", "pod_deleted",
+                 "silence", "flood", "rate_change", "headless_restart", "stamp_skew", "clock_step",
+                 "slow_api", "hang_api", "watch_gone", "db_outage"]
+ISSUE33_KINDS = ["slow_rotations", "auth_then_5xx", "log_503s", "throttled", "old_repeat",
+                 "clock_back_rotation", "checkpoint_pause"]
+# Not a timed fault: a JobSet object without optional fields (scenario `omit`), drawn after
+# the faults (so it leaves their draws alone) unless `kinds` leaves it out.
+MISSING_FIELDS = "missing_fields"
+OMIT_CHOICES = [["image"], ["annotations"], ["annotations", "status"], ["status"], ["nodeSelector"],
+                ["image", "annotations", "args", "resources", "volumes"]]
 DB_KINDS = frozenset({"db_outage"})  # need a database server behind a proxy: not on SQLite
 
 
@@ -226,6 +319,10 @@ def draw_schedule(seed: int, *, duration: float = 10.0, rates: tuple[float, floa
                  "events": _replica_events(r, duration, replicas, follow_at) if replicas else []}
     scenario["faults"] = faults
     scenario["chaos"] = {"seed": seed, "duration": duration, "collector": collector}
+    if kinds is None or MISSING_FIELDS in kinds:  # drawn last: the draws above stay as they were
+        for spec in specs:
+            if r.random() < 0.3:
+                spec["omit"] = list(r.choice(OMIT_CHOICES))
     return scenario
 
 
@@ -298,7 +395,8 @@ def format_schedule(schedule: dict) -> str:
     for js in schedule["jobsets"]:
         lines.append(f"  jobset {js['name']}: {js['rate'] * LINES_PER_STEP:.1f} lines/s "
                      f"({js['rate']} steps/s), {js['trainer']['steps']} steps, "
-                     f"checkpoint every {js['trainer']['checkpoint_period']}")
+                     f"checkpoint every {js['trainer']['checkpoint_period']}"
+                     + (f", object without {', '.join(js['omit'])}" if js.get("omit") else ""))
     for f in schedule["faults"]:
         params = {k: v for k, v in f.items() if k not in ("at", "action", "kind")}
         lines.append(f"  t={f['at']:7.2f}s {f['kind']:<18} {f['action']} {json.dumps(params, sort_keys=True)}")

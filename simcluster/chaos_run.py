@@ -232,7 +232,7 @@ def run_schedule(schedule: dict, db_url: str, workdir: Path, *, timeout: float |
             driver.stop()
         ended = time.time()
         truths = {js["name"]: sim.truth(js["name"]) for js in schedule["jobsets"]}
-        servable, written = _line_truth(sim, schedule)
+        servable, written, reads = _line_truth(sim, schedule)
         log_reads = sim.log_reads if len(followers) > 1 else []
         unavailable = _outages(sim, ended)
         sim.stop_thread()
@@ -241,7 +241,7 @@ def run_schedule(schedule: dict, db_url: str, workdir: Path, *, timeout: float |
     spans = sorted((s, e) for f in followers for s, e in f.spans)
     obs = Observation(schedule=schedule, truths=truths, started=t0, collector=spans,
                       samples=sampler.samples, log_reads=log_reads, owner_lost=owner_lost, ended=ended,
-                      servable=servable, written=written, unavailable=unavailable,
+                      servable=servable, written=written, unavailable=unavailable, reads=reads,
                       running={account(f.index): [(a, min(b, ended)) for a, b in f.spans] for f in followers})
     store = open_store(db_url)
     try:
@@ -282,15 +282,20 @@ def _replica_event(ev: dict, followers: list[Follower], db_url: str, owner_lost:
 
 def _line_truth(sim: SimCluster, schedule: dict):
     """From the simulator's line truth: when each LOSS-PARTS line was servable and when it
-    was written, in seconds."""
-    servable, written = {}, {}
+    was written, and (every line) when it was written, first served and stopped being
+    servable, in seconds."""
+    servable, written, reads = {}, {}, {}
     for js in schedule["jobsets"]:
         for line in sim.truth.servable(js["name"]):
+            until = [b for _, b in line.intervals if b is not None]
+            reads.setdefault(js["name"], []).append(
+                (line.wall_ns / 1e9, None if line.served_ns is None else line.served_ns / 1e9,
+                 max(until) / 1e9 if len(until) == len(line.intervals) else None))
             if line.kind == "loss":
                 key = (js["name"], line.incarnation, line.step)
                 servable[key] = [(a / 1e9, None if b is None else b / 1e9) for a, b in line.intervals]
                 written[key] = line.wall_ns / 1e9
-    return servable, written
+    return servable, written, reads
 
 
 def _outages(sim: SimCluster, ended: float) -> list[tuple[float, float]]:

@@ -336,6 +336,14 @@ class SimCluster:
         with self.lock:
             self.controller.clock_step(self.state.jobset(jobset), seconds, pod)
 
+    def repeat_lines(self, jobset: str | None = None, lines: int = 40, age: float = 10.0) -> int:
+        """Process 0's log serves again a block of `lines` lines written about `age` seconds ago
+        (the oldest it has, if younger), unchanged — kubelet stamp and text — after the lines
+        it holds now: a repeat older than any window a follower keeps (the live twin of two
+        overlapping captures joined into one file). Returns how many lines were repeated."""
+        with self.lock:
+            return self.controller.repeat_lines(self.state.jobset(jobset), int(lines), float(age))
+
     def stall(self, jobset: str | None = None, seconds: float = 5.0) -> None:
         """The trainer writes nothing for `seconds` (pods keep running)."""
         with self.lock:
@@ -381,10 +389,13 @@ class SimCluster:
             faults.record("auth_lapse", seconds)
             (self.state_dir / "lapse_until").write_text(repr(faults.lapse_until))
 
-    def fail_next(self, n: int = 1, code: int = 503, path: str | None = "/pods") -> None:
-        """The next `n` requests whose path contains `path` (None = any) fail with `code`."""
+    def fail_next(self, n: int = 1, code: int = 503, path: str | None = "/pods",
+                  retry_after: int | None = None) -> None:
+        """The next `n` requests whose path contains `path` (None = any) fail with `code`;
+        `retry_after`: their Status carries `retryAfterSeconds` and a `Retry-After` header (as
+        the apiserver's 429 from Priority and Fairness; client-go retries those by itself)."""
         with self.lock:
-            self.state.faults.queue_failures(n, code, path)
+            self.state.faults.queue_failures(n, code, path, retry_after)
 
     def deny(self, seconds: float | None = None, user: str | None = None) -> None:
         """For `seconds` (None: from now on) pod list and watch requests get 403 Forbidden with

@@ -227,6 +227,25 @@ class Controller:
             for line in lines:
                 p.current.log.write(line)
 
+    def repeat_lines(self, js: JobSetState, lines: int, age: float) -> int:
+        """Process 0's log serves again a block of `lines` lines it held `age` seconds ago (the
+        oldest it has when it is younger): the same stamps and text, appended to the current
+        file. Kept out of the truth (copies, not lines written). Returns how many."""
+        p = self.state.process0(js)
+        if p is None or p.current.state != "running":
+            return 0
+        log = p.current.log
+        mine = [e for lg, e in self.state.journal.get(js.spec.name, []) if lg is log]
+        if not mine:
+            return 0
+        since = time.time_ns() - int(age * 1e9)
+        first = next((i for i, e in enumerate(mine) if e.wall_ns >= since), len(mine) - 1)
+        first = max(0, min(first, len(mine) - lines))
+        block = mine[first:first + lines]
+        for e in block:
+            log.write(e.text, stamp_ns=e.ts_ns, journal=False)
+        return len(block)
+
     def _targets(self, js: JobSetState, pod: str | None, all_pods: bool) -> list[Pod]:
         if pod is not None:
             return [self.state.pods[(js.spec.namespace, pod)]]

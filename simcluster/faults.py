@@ -45,7 +45,8 @@ def _ns(t: float) -> int | None:
 @dataclass
 class ApiFaults:
     lapse_until: float = 0.0  # time.time() before which every request gets 401
-    fail_queue: list[tuple[int, str | None, ApiOutage]] = field(default_factory=list)  # (code, path substring, record)
+    # (code, path substring, Retry-After seconds or None, record)
+    fail_queue: list[tuple[int, str | None, int | None, ApiOutage]] = field(default_factory=list)
     deny_until: float = 0.0  # pod list/watch answered 403 Forbidden until then (time.time())
     deny_user: str = ""
     corrupt_until: float = 0.0  # pods in list/watch undeserializable until then
@@ -66,9 +67,9 @@ class ApiFaults:
         self.history.append(o)
         return o
 
-    def queue_failures(self, n: int, code: int, path: str | None) -> None:
-        o = self.record("fail_next", None, n=n, code=code, path=path)
-        self.fail_queue.extend([(code, path, o)] * n)
+    def queue_failures(self, n: int, code: int, path: str | None, retry_after: int | None = None) -> None:
+        o = self.record("fail_next", None, n=n, code=code, path=path, retry_after=retry_after)
+        self.fail_queue.extend([(code, path, retry_after, o)] * n)
 
     def add_slow(self, seconds: float, delay: float, path: str | None) -> None:
         self.record("slow_api", seconds, delay=delay, path=path)
@@ -82,15 +83,16 @@ class ApiFaults:
     def lapsed(self) -> bool:
         return time.time() < self.lapse_until
 
-    def take_failure(self, path: str) -> int | None:
-        """The status code queued for this request, if the head of the queue matches it."""
+    def take_failure(self, path: str) -> tuple[int, int | None] | None:
+        """(status code, Retry-After seconds or None) queued for this request, if the head of
+        the queue matches it."""
         if self.fail_queue:
-            code, sub, o = self.fail_queue[0]
+            code, sub, retry_after, o = self.fail_queue[0]
             if sub is None or sub in path:
                 self.fail_queue.pop(0)
                 if not any(rec is o for *_, rec in self.fail_queue):
                     o.to_ns = time.time_ns()  # its last failure answered: the burst is over
-                return code
+                return code, retry_after
         return None
 
     def denied_user(self) -> str | None:

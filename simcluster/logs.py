@@ -31,6 +31,7 @@ class Entry:
     text: str
     file_gen: int  # which log file (0 = first) holds it
     served: bool = False  # included in at least one API response
+    served_ns: int | None = None  # when a response first included it (true time)
     wall_ns: int = 0  # true time of the write (time.time_ns(), no node clock offset)
     seq: int = 0  # global write order (every container of the cluster)
     key: tuple | None = None  # (incarnation, step, kind) for trainer lines
@@ -176,7 +177,8 @@ async def stream(request: web.Request, log: ContainerLog, lock: threading.RLock,
                         data = data[: limit - sent]
                     chunk.append(data)
                     sent += len(data)
-                    e.served = True
+                    if not e.served:
+                        e.served, e.served_ns = True, time.time_ns()
                     if limit is not None and sent >= limit:
                         stop = True
                         break

@@ -62,6 +62,9 @@ class Observation:
     owner_lost: list[tuple[float, str]] = field(default_factory=list)  # (t, account of the replica)
     running: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # account -> spans not stopped
     ended: float = 0.0
+    # jobset -> [(written, first served or None, servable until or None)] of every process-0 line,
+    # in seconds (sim.truth.servable): when the follower read again after a fault
+    reads: dict[str, list[tuple[float, float | None, float | None]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -69,6 +72,8 @@ class Verdict:
     seed: int
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTS, 0))
     worst_recovery: float = 0.0  # seconds from a fault's end to rows flowing again
+    worst_read_recovery: float = 0.0  # seconds from a fault's end to the next line read (read_recovery)
+    worst_unrecorded: float = 0.0  # longest a step never recorded was servable while following
     offending: list[str] = field(default_factory=list)  # one line per offence (the first few per kind)
 
     @property
@@ -80,7 +85,8 @@ class Verdict:
         bad = [f"{k}={c[k]}" for k in COUNTS if k not in _GOOD and c[k]]
         return (f"seed {self.seed}: {'PASS' if self.ok else 'FAIL'} servable={c['servable']} "
                 f"recorded={c['recorded']} lost_flagged={c['lost_flagged']} lost_unseen={c['lost_unseen']} "
-                f"recovery={self.worst_recovery:.1f}s" + (" " + " ".join(bad) if bad else ""))
+                f"recovery={self.worst_recovery:.1f}s read_recovery={self.worst_read_recovery:.1f}s "
+                f"worst_unrecorded={self.worst_unrecorded:.1f}s" + (" " + " ".join(bad) if bad else ""))
 
     def offend(self, kind: str, text: str) -> None:
         self.counts[kind] += 1
@@ -94,6 +100,7 @@ def judge(obs: Observation, store: Store) -> Verdict:
     for js, truth in sorted(obs.truths.items()):
         _judge_run(obs, store, js, truth, v)  # follow --all names each run after its JobSet
     v.worst_recovery = worst_recovery(obs)
+    v.worst_read_recovery = worst_read_recovery(obs)
     if obs.log_reads:
         _judge_replicas(obs, v)
     return v
@@ -216,6 +223,8 @@ def _judge_run(obs: Observation, store: Store, run: str, truth: list, v: Verdict
         if right:
             v.counts["recorded"] += 1
             continue
+        if window is not None:  # servable while following, yet not recorded: how long at worst
+            v.worst_unrecorded = max(v.worst_unrecorded, _overlap_all(window, obs.collector))
         if window is not None and _overlap_all(window, obs.collector) <= 0:
             v.counts["lost_unseen"] += 1  # gone before any collector could have read it
             continue
@@ -318,6 +327,30 @@ def worst_recovery(obs: Observation) -> float:
     return worst
 
 
+def worst_read_recovery(obs: Observation) -> float:
+    """Longest wait, after a fault ended while following, until the API served a line of the
+    JobSet again (sim.truth: a line's first response), counted from the fault's end or, when
+    no line was waiting then, from the write of the first line that came after it. Faults
+    after which nothing more was read are left to the lost-step counts."""
+    from steptail.simcluster.chaos import fault_windows
+
+    worst = 0.0
+    names = [j["name"] for j in obs.schedule["jobsets"]]
+    for _, end, f in fault_windows(obs.schedule):
+        te = obs.started + end
+        if not any(s <= te < e for s, e in obs.collector):
+            continue
+        for js in ([f["jobset"]] if f.get("jobset") else names):
+            lines = obs.reads.get(js, [])
+            read = [r for _, r, _ in lines if r is not None and r > te]
+            # waiting: servable at te and unread then, or written after it
+            waiting = [w for w, r, until in lines
+                       if (r is None or r > te) and (until is None or until > te)]
+            if read and waiting:
+                worst = max(worst, min(read) - max(te, min(waiting)))
+    return worst
+
+
 def _count_at(samples: list[tuple[float, dict[str, int]]], t: float, run: str) -> int:
     last = 0
     for ts, counts in samples:
@@ -385,4 +418,6 @@ def summarize(verdicts: list[Verdict]) -> dict:
             total[k] += v.counts[k]
     return {"seeds": len(verdicts), **total,
             "worst_recovery_s": round(max((v.worst_recovery for v in verdicts), default=0.0), 2),
+            "worst_read_recovery_s": round(max((v.worst_read_recovery for v in verdicts), default=0.0), 2),
+            "worst_unrecorded_s": round(max((v.worst_unrecorded for v in verdicts), default=0.0), 2),
             "failing_seeds": [v.seed for v in verdicts if not v.ok]}

@@ -200,6 +200,31 @@ def _condition(kind: tuple[str, str, str], status: bool, at_ns: int | None) -> d
 
 
 def jobset_json(js: JobSetState) -> dict:
+    return _omitted(_jobset_json(js), js.spec.omit)
+
+
+def _omitted(obj: dict, omit: list[str]) -> dict:
+    """The JobSet without the optional fields its spec says it lacks (scenario `omit`)."""
+    if not omit:
+        return obj
+    tmpl = obj["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    container = tmpl["spec"]["containers"][0]
+    for name in omit:
+        if name == "status":
+            obj.pop("status", None)
+        elif name == "annotations":
+            obj["metadata"].pop(name, None)
+            tmpl["metadata"].pop(name, None)
+        elif name in ("nodeSelector", "volumes"):
+            tmpl["spec"].pop(name, None)
+            if name == "volumes":
+                container.pop("volumeMounts", None)
+        else:  # image, args, resources: the container's
+            container.pop(name, None)
+    return obj
+
+
+def _jobset_json(js: JobSetState) -> dict:
     spec = js.spec
     labels = {QUEUE_LABEL: spec.queue} if spec.queue else {}
     conditions = []

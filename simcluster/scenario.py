@@ -17,8 +17,12 @@ ACTIONS = {
     "stamp_skew", "clock_step", "db_outage", "db_restore", "slow_api", "hang_api", "watch_gone",
     "rotate", "restart_jobset", "restart_container", "auth_lapse", "fail_next", "eof_streams",
     "stall", "set_rate", "deny", "corrupt_pods", "write_lines", "flood", "delete_pod",
-    "garbage", "endless_line", "set_image", "suspend", "fail_jobset",
+    "garbage", "endless_line", "set_image", "suspend", "fail_jobset", "repeat_lines",
 }
+# JobSet fields a real object may lack (`omit` key): what another tool wrote, or a JobSet
+# the controller has not reconciled yet (no status). Pods keep their own (a pod needs an image).
+# Not the labels: without the queue label Kueue would not manage it (that is `queue: ""`).
+OMITTABLE = {"image", "annotations", "status", "nodeSelector", "args", "resources", "volumes"}
 
 # The restore-fix image (runs/runbook.yaml `settings.image`): every runbook rule is kept by default.
 DEFAULT_IMAGE = "us-docker.pkg.dev/steptail-sim/maxtext/maxtext-posttrain:51f8cc4b-p907d86f3-rfb46e215e"
@@ -56,6 +60,8 @@ def _check_strings(d: dict) -> None:
         raise ValueError("jobset `image` must not be empty")
     if "suspend" in d and not isinstance(d["suspend"], bool):
         raise ValueError(f"jobset `suspend` must be true or false, got {d['suspend']!r}")
+    if "omit" in d and (not isinstance(d["omit"], list) or not set(d["omit"]) <= OMITTABLE):
+        raise ValueError(f"jobset `omit` must be a list of {sorted(OMITTABLE)}, got {d['omit']!r}")
     for k in ("start_after", "queued_seconds", "pending_seconds"):
         if k in d and d[k] < 0:
             raise ValueError(f"jobset `{k}` must not be negative, got {d[k]!r}")
@@ -157,6 +163,7 @@ class JobSetSpec:
     suspend: bool = False  # spec.suspend as written (Kueue admits it anyway: the runbook's point)
     start_after: float = 0.0  # seconds after the simulator's start when the JobSet is created
     queued_seconds: float = 0.0  # seconds its Workload waits for quota (JobSet suspended, no pods)
+    omit: list[str] = field(default_factory=list)  # JobSet object fields left out (OMITTABLE)
 
     @classmethod
     def from_dict(cls, d: dict, namespace: str = "default", rate: float = 1.0) -> JobSetSpec:

@@ -83,6 +83,7 @@ class LineTruth:
     kind: str | None  # "loss" (LOSS-PARTS) | "rbf" (REQUIRED_RBF) | None
     step: int | None  # for loss / rbf lines
     served: bool  # some API response included it
+    served_ns: int | None  # when a response first included it (true wall-clock ns)
     file_gen: int  # which log file of its container holds it (0: the first; +1 each rotation)
     # [(from_ns, to_ns)]: from its write until its file stopped being the current one (only the
     # current file is served) or its container's log was gone (pod deleted, a second restart
@@ -101,7 +102,7 @@ def line_truths(state: ClusterState, js: JobSetState) -> list[LineTruth]:
             jobset=js.spec.name, pod=p.name, pod_uid=p.uid, container=CONTAINER,
             restart_count=inst.restart_count, incarnation=key[0] or log.incarnation, seq=e.seq,
             wall_ns=e.wall_ns, stamp_ns=e.ts_ns, stamp=e.ts, text=e.text, kind=key[2], step=key[1],
-            served=e.served, file_gen=e.file_gen, intervals=[(e.wall_ns, log.servable_until(e))],
+            served=e.served, served_ns=e.served_ns, file_gen=e.file_gen, intervals=[(e.wall_ns, log.servable_until(e))],
         ))
     return out
 

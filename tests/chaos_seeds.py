@@ -5,22 +5,26 @@ A seed's schedule is `draw_schedule(seed, **SHORT, **extra)`; print it with
 `python -c "from steptail.simcluster.chaos import *; print(format_schedule(draw_schedule(SEED, ...)))"`
 or serve it with `steptail simcluster --chaos SEED --chaos-duration 5`."""
 
+from steptail.simcluster.chaos import ISSUE19_KINDS, ISSUE33_KINDS, MISSING_FIELDS
+
 # short schedules at high line rates: each seed runs in ~10-15 s wall
 SHORT = {"duration": 5.0, "rates": (70.0, 500.0), "jobsets": (1, 3), "faults_per_second": 0.8}
+# the seeds of issue 19 keep the schedules they were found with (issue 33 added kinds after)
+I19 = {"kinds": ISSUE19_KINDS}
 
 # (seed, extra draw_schedule arguments); late starts among them (after a rotation, a restart)
 SEEDS = [
-    (101, {}), (102, {}), (103, {}), (104, {}), (105, {}), (106, {}), (107, {}), (108, {}),
-    (109, {}), (110, {}),
-    (111, {"late": "rotation"}),
-    (112, {"late": "restart"}),
+    (101, I19), (102, I19), (103, I19), (104, I19), (105, I19), (106, I19), (107, I19), (108, I19),
+    (109, I19), (110, I19),
+    (111, {**I19, "late": "rotation"}),
+    (112, {**I19, "late": "restart"}),
     (113, {"kinds": ["stamp_skew", "clock_step", "rotation_hang"]}),
     (114, {"kinds": ["restart_short", "restart_long", "container_restart", "headless_restart", "pod_deleted"]}),
 ]
 
 # 2 replicas on PostgreSQL under SIGKILL / SIGSTOP / session kills / a rolling restart
 REPLICATED = (201, {"duration": 14.0, "rates": (40.0, 200.0), "jobsets": (4, 6), "replicas": 2,
-                    "faults_per_second": 0.4})
+                    "faults_per_second": 0.4, **I19})
 
 # What each fixed seed found on the code of 2026-12-01 (issue 19 items 1-7, or new: A, B, C).
 # Shown with a failing seed's verdict; a seed that passes again keeps its entry as history.
@@ -62,7 +66,8 @@ REGRESSIONS: dict[int, tuple[dict, tuple[str, ...], str]] = {
         "6: a 3 s database blackhole at 0.4 s: the ownership connection fails, the runs stop, what "
         "was read is dropped and re-read from the committed cursor after the log rotated: 350-450 "
         "steps lost (stream gaps without a gap finding: 4)"),
-    1190: ({"duration": 20.0, "rates": (0.5, 50.0), "jobsets": (1, 12), "faults_per_second": 0.15}, ("sqlite",),
+    1190: ({"duration": 20.0, "rates": (0.5, 50.0), "jobsets": (1, 12), "faults_per_second": 0.15, **I19},
+           ("sqlite",),
            "benchmark seed (2026-12-01): a node clock stepped 2 h ahead and kept it; every line after it stayed "
            "a clock jump until the cursor's 256 were spent, then each was dropped as a bad line: steps 51-97 "
            "of chaos-01 missed, in no gap"),
@@ -71,3 +76,25 @@ REGRESSIONS: dict[int, tuple[dict, tuple[str, ...], str]] = {
 # Fixed seeds that fail on the code of the day (none now: 105 and 106 were fixed): run, shown as
 # xfail with what they find, so a fix shows as XPASS; remove the entry when one lands.
 STILL_FAILING: dict[int, str] = {}
+
+# Issue 33: seeds of the new kinds, failing on the code of 2026-12-04 (main 8a473e2) until the
+# recovery and identity branches merge; what each lost then (SQLite).
+# seed -> (draw_schedule arguments, stores, loss). ISSUE33_ARGS: all new kinds, dense (0.5 fault
+# combos a second over 12 s, 1-2 JobSets at 40-200 lines/s); ONE_KIND: one kind, 1 JobSet, 15 s.
+ISSUE33_ARGS = {"duration": 12.0, "rates": (40.0, 200.0), "jobsets": (1, 2), "faults_per_second": 0.5,
+                "kinds": [*ISSUE33_KINDS, MISSING_FIELDS]}
+ONE_KIND = {"duration": 15.0, "rates": (40.0, 200.0), "jobsets": (1, 1), "faults_per_second": 0.25, "late": "no"}
+ISSUE33: dict[int, tuple[dict, tuple[str, ...], str]] = {
+    401: ({**ONE_KIND, "kinds": ["old_repeat"]}, ("sqlite", "postgresql"),
+          "1: blocks of 20-80 lines ~10 s and ~10 min old served again: steps 1-12 recorded twice, 2 false "
+          "incarnations, a false critical resume_from_zero, then 45 steps servable >= 5 s missed, unflagged"),
+    402: ({**ONE_KIND, "kinds": ["clock_back_rotation"]}, ("sqlite",),
+          "3: node clock stepped back 20 s and 1 h, then rotations: steps 97-100 lost in a stream gap "
+          "with no gap finding"),
+    403: ({**ONE_KIND, "kinds": ["log_503s"]}, ("sqlite",),
+          "3: 5-6 consecutive 503 on pods/log as a stream must be reopened: 202 of 229 steps servable "
+          ">= 5 s missed, 93 unflagged; no line read after the bursts until the run ended"),
+    306: (ISSUE33_ARGS, ("sqlite",),
+          "2: auth lapses then 5xx bursts, 503s on logs, a slow API over rotations: steps servable "
+          ">= 5 s missed, 27.7 s from a fault's end to the next line read"),
+}
