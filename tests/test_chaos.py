@@ -218,11 +218,10 @@ def test_chaos_regression(seed, db_url, tmp_path):
     _judged(draw_schedule(seed, **args), db_url, tmp_path, defect)
 
 
-@pytest.mark.xfail(strict=False, reason="issue 33: fixed by the recovery/identity branches")
 @pytest.mark.parametrize("seed", sorted(ISSUE33), ids=[f"seed{s}" for s in sorted(ISSUE33)])
 def test_chaos_issue33_regression(seed, db_url, tmp_path):
     """A seed of issue 33's faults that loses data on the code before its fixes (what it lost:
-    tests/chaos_seeds.py ISSUE33). Expected to pass once the recovery/identity branches merge."""
+    tests/chaos_seeds.py ISSUE33); they pass since the fixes of issue 33."""
     args, stores, loss = ISSUE33[seed]
     if db_url.split(":", 1)[0].split("+", 1)[0] not in stores:
         pytest.skip(f"seed {seed} runs on {', '.join(stores)} only")
