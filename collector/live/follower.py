@@ -146,6 +146,7 @@ class _Overlap:
         self.resolved = False
         # the cursor's mark and when it moved, as the read began (lines passed over move them)
         self._at: tuple[int | None, int] | None = None
+        self.asked = False  # would_gap said yes in this read: the container was checked
 
     def _mark(self) -> int | None:
         """The stamp of the last line read before this read (it starts a little before it: `hwm_ns`)."""
@@ -170,11 +171,15 @@ class _Overlap:
 
     def would_gap(self, ts_ns: int | None, line: bytes | None = None) -> bool:
         """A line stamped `ts_ns` may open a re-read gap (checked before it is fed): stamped
-        after the mark, and not known to be a line read before (`line`, when given)."""
+        after the mark, not known to be a line read before (`line`, when given), and the first
+        such line of this read (the caller checks the container once a read)."""
         mark = self._mark()
-        if self.resolved or mark is None or ts_ns is None or ts_ns <= mark:
+        if self.resolved or self.asked or mark is None or ts_ns is None or ts_ns <= mark:
             return False
-        return self.cursor is None or line is None or self._read_before(ts_ns, line) is not True
+        if self.cursor is not None and line is not None and self._read_before(ts_ns, line) is True:
+            return False
+        self.asked = True
+        return True
 
     def see(self, ts_ns: int | None, line: bytes) -> list[tuple[int, int, str]]:
         """The gaps (start, end, reason) this line opens: found at most once per read."""
@@ -687,6 +692,8 @@ class RunFollower:
             check.resolved = True
             return check
         check = self._pending_check.get(key)
+        if check is not None:
+            check.asked = False  # a new read: its container is checked again
         if check is None or check.hwm_ns != since:
             if pod is not None and key == stream_key(pod, pod.restart_count):
                 started_ns = pod.started_ns
