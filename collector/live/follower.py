@@ -126,10 +126,11 @@ class _Overlap:
     RunModel.recorded, by its identity). After a node clock stepped back, lines read before
     the step are stamped up to the cursor's `top_ns`, after the mark, and the cursor forgot
     most: a line stamped up to it that neither tells is passed over, and the first line that
-    tells decides (a line read before: nothing lost; a new one: a gap from the mark to it). A first read starts at the
-    beginning of the current log file: when a step line comes before the trainer's start-up
-    line, the file(s) holding the start-up and the first steps were rotated away before
-    following began (window: container start to that first step)."""
+    tells decides (a line read before: nothing lost; a new one: a gap from the mark to it).
+
+    A first read starts at the beginning of the current log file: when a step line comes
+    before the trainer's start-up line, the file(s) holding the start-up and the first steps
+    were rotated away before following began (window: container start to that first step)."""
 
     ROTATED = ("log rotated between reads: the re-read starts after the last line read; lines "
                "written in between (if any) are in a rotated file and cannot be read")
