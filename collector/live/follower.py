@@ -134,10 +134,11 @@ class _Overlap:
     RunModel.recorded, by its identity). After a node clock stepped back, lines read before
     the step are stamped up to the cursor's `top_ns`, after the mark, and the cursor forgot
     most: a line stamped up to it that neither tells is passed over, and the first line that
-    tells decides (a line read before: nothing lost; a new one: a gap from the mark to it). A first read starts at the
-    beginning of the current log file: when a step line comes before the trainer's start-up
-    line, the file(s) holding the start-up and the first steps were rotated away before
-    following began (window: container start to that first step)."""
+    tells decides (a line read before: nothing lost; a new one: a gap from the mark to it).
+
+    A first read starts at the beginning of the current log file: when a step line comes
+    before the trainer's start-up line, the file(s) holding the start-up and the first steps
+    were rotated away before following began (window: container start to that first step)."""
 
     ROTATED = ("log rotated between reads: the re-read starts after the last line read; lines "
                "written in between (if any) are in a rotated file and cannot be read")
@@ -154,6 +155,7 @@ class _Overlap:
         self.resolved = False
         # the cursor's mark and when it moved, as the read began (lines passed over move them)
         self._at: tuple[int | None, int] | None = None
+        self.asked = False  # would_gap said yes in this read: the container was checked
 
     def _mark(self) -> int | None:
         """The stamp of the last line read before this read (it starts a little before it: `hwm_ns`)."""
@@ -178,11 +180,15 @@ class _Overlap:
 
     def would_gap(self, ts_ns: int | None, line: bytes | None = None) -> bool:
         """A line stamped `ts_ns` may open a re-read gap (checked before it is fed): stamped
-        after the mark, and not known to be a line read before (`line`, when given)."""
+        after the mark, not known to be a line read before (`line`, when given), and the first
+        such line of this read (the caller checks the container once a read)."""
         mark = self._mark()
-        if self.resolved or mark is None or ts_ns is None or ts_ns <= mark:
+        if self.resolved or self.asked or mark is None or ts_ns is None or ts_ns <= mark:
             return False
-        return self.cursor is None or line is None or self._read_before(ts_ns, line) is not True
+        if self.cursor is not None and line is not None and self._read_before(ts_ns, line) is True:
+            return False
+        self.asked = True
+        return True
 
     def see(self, ts_ns: int | None, line: bytes) -> list[tuple[int, int, str]]:
         """The gaps (start, end, reason) this line opens: found at most once per read."""
@@ -791,6 +797,8 @@ class RunFollower:
             check.resolved = True
             return check
         check = self._pending_check.get(key)
+        if check is not None:
+            check.asked = False  # a new read: its container is checked again
         if check is None or check.hwm_ns != since:
             if pod is not None and key == stream_key(pod, pod.restart_count):
                 started_ns = pod.started_ns
