@@ -254,8 +254,12 @@ class Controller:
         return [p for p in [self.state.process0(js)] if p]
 
     def rotate(self, js: JobSetState, pod: str | None, all_pods: bool) -> None:
+        """Rotate the log of running containers only, as kubelet does (pkg/kubelet/logs/
+        container_log_manager.go rotateLogs skips every container not CONTAINER_RUNNING: an
+        exited one writes nothing more, so its log stays whole and served)."""
         for p in self._targets(js, pod, all_pods):
-            p.current.log.rotate()
+            if p.current.state == "running":
+                p.current.log.rotate()
 
     def flood(self, js: JobSetState, n_bytes: int, pod: str | None, all_pods: bool) -> None:
         """Running containers print `n_bytes` of compiler debug output at once."""
