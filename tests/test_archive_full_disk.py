@@ -58,7 +58,7 @@ def no_temporary_files(folder: Path) -> bool:
 
 def test_archive_onto_a_full_disk_says_the_cause_and_the_path(make_simcluster, full_disk):  # noqa: F811
     sim = make_simcluster(SCENARIO)
-    sim.wait_step(20, timeout=30)
+    sim.wait_step(200, timeout=60)  # process 0's log well past the 16 KiB left, however fast the run
     out = full_disk / "archive"
     proc = subprocess.run([*CLI, "archive", "--jobset", JOBSET, "--out", str(out), "--no-ingest"],
                           env=sim.env(), capture_output=True, text=True, timeout=60)
