@@ -133,3 +133,24 @@ def test_the_new_pod_is_read_while_the_old_one_s_drain_fails(make_simcluster, tm
     new = {(2, s) for s in range(101, steps + 1)}
     assert new <= r["got"], f"lost of the new pod: {sorted(new - r['got'])[:20]}"
     assert "head_gap" not in [k for k, _ in findings(db, "r")]
+
+
+@pytest.mark.timeout(150)
+def test_a_refused_read_of_the_new_pod_is_tried_again(make_simcluster, tmp_path):
+    """A JobSet restart (6 s grace) as every log request gets 503 for a while: the old pod's
+    drain and the new pod's read ahead both are refused, and the new pod's log rotates about 4 s
+    after it starts. The read ahead used to end at its first 503 and not be tried again until
+    the old pod was done (chaos seed 403: the new pod was never read); now it is tried again
+    within a second, so the rotation takes nothing of the new pod."""
+    steps = 260
+    sim = make_simcluster(scenario(
+        {"action": "fail_next", "at_step": 150, "n": 10, "code": 503, "path": "/log"},
+        {"action": "restart_jobset", "at_step": 150, "grace_seconds": 6.0},
+        {"action": "rotate", "at_step": 180},
+        rate=20, jobsets=[{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": steps, "checkpoint_period": 100}}]))
+    db = str(tmp_path / "s.db")
+    follow_sim(sim, db, silence=DEFAULT_SILENCE, timeout=90)
+    r = assert_exactly_once(sim, db, "r")
+    new = {(2, s) for s in range(101, steps + 1)}
+    assert new <= r["got"], f"lost of the new pod: {sorted(new - r['got'])[:20]}"
+    assert "head_gap" not in [k for k, _ in findings(db, "r")]

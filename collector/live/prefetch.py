@@ -18,6 +18,11 @@ import contextlib
 from steptail.collector.cluster import kubectl
 
 MAX_BYTES = 64 << 20  # lines held at most (a grace period of a chatty pod is a few MB)
+# a read the API refused is tried again after RETRY_START_S, doubling up to RETRY_MAX_S (the
+# follower's RUNNING_RETRY_S: the new pod runs, and its lines can rotate away)
+RETRY_START_S = 0.25
+RETRY_MAX_S = 1.0
+RETRIED = (kubectl.SERVER_ERROR, kubectl.NETWORK, kubectl.AUTH)
 
 
 class Prefetch:
@@ -26,28 +31,58 @@ class Prefetch:
         self.lines: list[bytes] = []
         self.bytes = 0
         self.stopped_early = False  # bound reached or a line too long: the rest is read later
+        self.retries = 0  # reads the API refused before a line came, tried again
         self._task = asyncio.create_task(self._read(argv, env, max_rss), name=f"prefetch {key}")
 
     async def _read(self, argv: list[str], env: dict[str, str], max_rss: int | None) -> None:
+        # A read the API refused before any line came (kubectl exits 1 on a bare 503, and on
+        # auth or network failures) is tried again, backing off like the follower while the pod
+        # runs: a refused prefetch that simply ended kept the new pod unread until the old one
+        # was drained or gone, and the 503s left queued made that the rest of the run (issue 33,
+        # chaos seed 403). Once lines came, an ended read is kept: the follower reads on from them.
+        delay = RETRY_START_S
+        while True:
+            code, err = await self._read_once(argv, env, max_rss)
+            if self.lines or self.stopped_early or code in (0, None):
+                return
+            if kubectl.classify(err)[0] not in RETRIED:
+                return  # the pod's own answer (not found, not running...): the follower's read decides
+            self.retries += 1
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RETRY_MAX_S)
+
+    async def _read_once(self, argv: list[str], env: dict[str, str], max_rss: int | None) -> tuple[int | None, str]:
+        """One `kubectl logs -f` into `lines`: (exit code, stderr); code None when killed."""
         proc = await kubectl.spawn(argv, env)
         size = kubectl.SizeWatch(proc, max_rss)
+        err_task = asyncio.create_task(proc.stderr.read())
+        killed = False
         try:
             while True:
                 try:
                     line = await proc.stdout.readline()
                 except ValueError:  # a line over the reader's limit: the follower's own read handles it
                     self.stopped_early = True
-                    return
+                    return None, ""
                 if not line or size.rss is not None:
-                    return  # the container ended, kubectl failed or was killed: what came is held
+                    killed = size.rss is not None
+                    break  # the container ended, kubectl failed or was killed: what came is held
                 self.lines.append(line)
                 self.bytes += len(line)
                 if self.bytes >= MAX_BYTES:
                     self.stopped_early = True
-                    return
+                    return None, ""
         finally:
             size.close()
             await kubectl.stop(proc)
+            if not err_task.done():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(1.0):
+                        await asyncio.shield(err_task)
+            if not err_task.done():
+                err_task.cancel()
+        err = err_task.result().decode("utf-8", "replace") if err_task.done() and not err_task.cancelled() else ""
+        return (None if killed else proc.returncode), err
 
     async def take(self) -> list[bytes]:
         """Stop reading; the lines read so far, in order."""
