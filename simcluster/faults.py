@@ -68,8 +68,14 @@ class ApiFaults:
         return o
 
     def queue_failures(self, n: int, code: int, path: str | None, retry_after: int | None = None) -> None:
+        """`n` failures for the next matching requests. A burst that comes while one of the same
+        kind is still unanswered overlaps it rather than queueing behind it: an outage is a span
+        of time, and two at once are one (stacked, two bursts of 5 made 10 in a row)."""
         o = self.record("fail_next", None, n=n, code=code, path=path, retry_after=retry_after)
-        self.fail_queue.extend([(code, path, retry_after, o)] * n)
+        pending = sum(1 for c, p, ra, _ in self.fail_queue if (c, p, ra) == (code, path, retry_after))
+        self.fail_queue.extend([(code, path, retry_after, o)] * max(0, n - pending))
+        if n <= pending:
+            o.to_ns = time.time_ns()  # wholly inside the one still running
 
     def add_slow(self, seconds: float, delay: float, path: str | None) -> None:
         self.record("slow_api", seconds, delay=delay, path=path)
