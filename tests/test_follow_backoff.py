@@ -60,7 +60,7 @@ def test_auth_lapse_then_503s_then_a_restart_loses_nothing(make_simcluster, tmp_
 def test_backoff_is_cut_short_by_a_deleting_pod(make_simcluster, tmp_path):
     """Six 503s in a row on log reads: the follower waits 0.25, 0.5, … 8 s (one kind: the
     back-off grows, rightly). A JobSet restart with a 3 s grace during the 8 s wait: the wait
-    ends when the old pod shows its deletionTimestamp, a 503 still queued costs at most 0.5 s
+    ends when the old pod shows its deletionTimestamp, a 503 still queued costs at most 0.1 s
     while the pod holds unread lines, and the old pod is read to its end."""
     sim = make_simcluster(scenario(
         {"action": "eof_streams", "at_step": 40},

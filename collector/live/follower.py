@@ -97,7 +97,11 @@ CAUSES = {
     "server_error": "got server errors from the Kubernetes API",
     "network": "could not reach the Kubernetes API",
 }
-DELETING_RETRY_S = 0.5  # longest back-off while a pod being deleted holds unread lines
+# Longest back-off while a pod being deleted holds unread lines: its grace period is all the
+# time left to read it, and a burst of 5xx answers queued behind an auth lapse (fourteen 503s,
+# shared with other reads) outlasted the 5.6 s left at one retry each 0.5 s (seed 306): a
+# retry is one log request of one pod, for a grace period at most.
+DELETING_RETRY_S = 0.1
 # Longest back-off while a process-0 container of the run runs: every second not read is a
 # second a rotation can take. Five 503s in a row waited 0.25 + … + 8 s (16-25 s unread, up
 # to 135 steps lost, issue 33); a retry a second costs one log request.
