@@ -69,10 +69,15 @@ class ApiFaults:
 
     def queue_failures(self, n: int, code: int, path: str | None, retry_after: int | None = None) -> None:
         """`n` failures for the next matching requests. A burst that comes while one of the same
-        kind is still unanswered overlaps it rather than queueing behind it: an outage is a span
-        of time, and two at once are one (stacked, two bursts of 5 made 10 in a row)."""
+        kind is still unanswered at the queue's tail overlaps it rather than queueing behind it: an
+        outage is a span of time, and two at once are one (stacked, two bursts of 5 made 10 in a
+        row). Bursts of other kinds in between stay a sequence (503, 403, 503: nine answers)."""
         o = self.record("fail_next", None, n=n, code=code, path=path, retry_after=retry_after)
-        pending = sum(1 for c, p, ra, _ in self.fail_queue if (c, p, ra) == (code, path, retry_after))
+        pending = 0  # the same kind unanswered at the queue's tail (a sequence of kinds stays one)
+        for c, p, ra, _ in reversed(self.fail_queue):
+            if (c, p, ra) != (code, path, retry_after):
+                break
+            pending += 1
         self.fail_queue.extend([(code, path, retry_after, o)] * max(0, n - pending))
         if n <= pending:
             o.to_ns = time.time_ns()  # wholly inside the one still running

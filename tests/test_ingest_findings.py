@@ -6,6 +6,7 @@ is refused (nothing of it written)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -115,8 +116,11 @@ def test_a_file_without_records_is_refused(db_url, samples, tmp_path):
     assert r.exit_code == 1, r.output
     assert f"{readme}: {NO_RECORD_WARNING}" in r.stderr
     assert "nothing written" in r.stderr
-    for table in ("runs", "ingest_stats", "incarnations", "findings", "cursors"):
-        assert count(db_url, f"SELECT COUNT(*) FROM {table}") == 0, table
+    if db_url.startswith("sqlite:///"):  # the store it created is removed (issue 37: no store left behind)
+        assert not Path(db_url.removeprefix("sqlite:///")).exists()
+    else:
+        for table in ("runs", "ingest_stats", "incarnations", "findings", "cursors"):
+            assert count(db_url, f"SELECT COUNT(*) FROM {table}") == 0, table
     assert not pq.exists() or not any(p.is_file() for p in pq.rglob("*"))
 
 
