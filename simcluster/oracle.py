@@ -306,25 +306,29 @@ def worst_recovery(obs: Observation) -> float:
     run again; counted only where the trainer wrote a step afterwards that was then recorded."""
     if not obs.samples:
         return 0.0
+    worst = 0.0
+    for te, run in _ended_while_following(obs):
+        before = _count_at(obs.samples, te, run)
+        later = [t for t in obs.truths.get(run, [])
+                 if obs.written.get((run, t.incarnation, t.step), _ns(t.timestamp) / 1e9) > te]
+        if not later or max(_count_at(obs.samples, math.inf, run), 0) <= before:
+            continue
+        grown = next((t for t, c in obs.samples if t >= te and c.get(run, 0) > before), None)
+        if grown is not None:
+            worst = max(worst, grown - te)
+    return worst
+
+
+def _ended_while_following(obs: Observation):
+    """(when, JobSet) for every fault that ended while the collector ran, once per JobSet it hit."""
     from steptail.simcluster.chaos import fault_windows
 
-    worst = 0.0
     names = [j["name"] for j in obs.schedule["jobsets"]]
     for _, end, f in fault_windows(obs.schedule):
         te = obs.started + end
-        if not any(s <= te < e for s, e in obs.collector):
-            continue
-        for js in ([f["jobset"]] if f.get("jobset") else names):
-            run = js
-            before = _count_at(obs.samples, te, run)
-            later = [t for t in obs.truths.get(js, [])
-                     if obs.written.get((js, t.incarnation, t.step), _ns(t.timestamp) / 1e9) > te]
-            if not later or max(_count_at(obs.samples, math.inf, run), 0) <= before:
-                continue
-            grown = next((t for t, c in obs.samples if t >= te and c.get(run, 0) > before), None)
-            if grown is not None:
-                worst = max(worst, grown - te)
-    return worst
+        if any(s <= te < e for s, e in obs.collector):
+            for js in ([f["jobset"]] if f.get("jobset") else names):
+                yield te, js
 
 
 def worst_read_recovery(obs: Observation) -> float:
@@ -332,22 +336,15 @@ def worst_read_recovery(obs: Observation) -> float:
     JobSet again (sim.truth: a line's first response), counted from the fault's end or, when
     no line was waiting then, from the write of the first line that came after it. Faults
     after which nothing more was read are left to the lost-step counts."""
-    from steptail.simcluster.chaos import fault_windows
-
     worst = 0.0
-    names = [j["name"] for j in obs.schedule["jobsets"]]
-    for _, end, f in fault_windows(obs.schedule):
-        te = obs.started + end
-        if not any(s <= te < e for s, e in obs.collector):
-            continue
-        for js in ([f["jobset"]] if f.get("jobset") else names):
-            lines = obs.reads.get(js, [])
-            read = [r for _, r, _ in lines if r is not None and r > te]
-            # waiting: servable at te and unread then, or written after it
-            waiting = [w for w, r, until in lines
-                       if (r is None or r > te) and (until is None or until > te)]
-            if read and waiting:
-                worst = max(worst, min(read) - max(te, min(waiting)))
+    for te, js in _ended_while_following(obs):
+        lines = obs.reads.get(js, [])
+        read = [r for _, r, _ in lines if r is not None and r > te]
+        # waiting: servable at te and unread then, or written after it
+        waiting = [w for w, r, until in lines
+                   if (r is None or r > te) and (until is None or until > te)]
+        if read and waiting:
+            worst = max(worst, min(read) - max(te, min(waiting)))
     return worst
 
 
