@@ -42,7 +42,7 @@ STEPS_RUN = "clean-300"  # (b): a ~300-step run's /steps
 PACKAGES = ("parsers", "runs", "storage", "dashboards", "collector", "simcluster")
 SERVER = """
 import asyncio, sys
-from steptail.serve import serve
+from steptail.http.server import serve
 from steptail.storage.db import open_store
 
 async def main():

@@ -177,7 +177,8 @@ def _panels_and_alerts(store, versions: dict, steps: int, live: int, t_end: int,
 async def _api_latency(store, run: str, reps: int) -> dict:
     import aiohttp
 
-    from steptail.serve import PAGE_MAX, serve
+    from steptail.http.routes.steps import PAGE_MAX
+    from steptail.http.server import serve
 
     urls: list[str] = []
     stop = asyncio.Event()

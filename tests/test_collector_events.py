@@ -30,9 +30,9 @@ from steptail.collector.live.view import run_state, severity_text, summary
 from steptail.collector.notify.collector_events import CollectorEvents
 from steptail.collector.notify.health import Health
 from steptail.collector.notify.metrics import Metrics, MetricsServer
+from steptail.http.server import serve
 from steptail.live_view import rows
 from steptail.runs.findings import COLLECTOR_FAULTS, Finding
-from steptail.serve import serve
 from steptail.storage.collector_events import read_events, record_events
 from steptail.storage.db import open_store
 

@@ -215,7 +215,7 @@ def test_the_convention_is_read_as_documented():
 
 
 def test_documented_routes_are_the_servers(tmp_path):
-    from steptail.serve import make_app
+    from steptail.http.app import make_app
     from steptail.storage.db import open_store
 
     store = open_store(str(tmp_path / "s.db"))
@@ -235,7 +235,7 @@ def test_documented_metrics_are_the_exposed_ones(tmp_path):
     from prometheus_client import generate_latest
 
     from steptail.collector.notify.metrics import Metrics
-    from steptail.serve import StoreCollector
+    from steptail.http.metrics import StoreCollector
     from steptail.storage.db import open_store
 
     names = set()

@@ -15,7 +15,7 @@ import steptail
 from steptail.cli import main
 from steptail.collector.offline.files import open_source
 from steptail.collector.offline.ingest import ingest
-from steptail.serve import serve
+from steptail.http.server import serve
 from steptail.storage.goodput import run_goodput
 from steptail.storage.reads import UnknownRun
 
@@ -141,7 +141,7 @@ def test_seconds_beyond_the_stamps_count_the_stamps(store, tmp_path):
 
 
 def test_metrics_gauges_and_their_cache(store, tmp_path):
-    from steptail.serve import StoreCollector
+    from steptail.http.metrics import StoreCollector
     from steptail.storage.goodput import GoodputCache
 
     ingest_text(store, "timed", tmp_path / "timed.log", timed_log())

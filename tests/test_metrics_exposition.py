@@ -25,8 +25,9 @@ from steptail.collector.notify.metrics import (
     Metrics,
     MetricsServer,
 )
+from steptail.http.metrics import StoreCollector
+from steptail.http.server import serve
 from steptail.runs.findings import KINDS, Finding
-from steptail.serve import StoreCollector, serve
 from steptail.storage.db import open_store
 
 pytestmark = pytest.mark.timeout(120)

@@ -34,7 +34,7 @@ import sqlalchemy as sa
 from store_fixtures import PG_ADMIN, ingest_sample, samples_dir
 from test_serve import running
 
-from steptail.serve import serve
+from steptail.http.server import serve
 from steptail.storage.db import open_store
 from steptail.storage.scratch import scratch_database
 

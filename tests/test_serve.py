@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 from store_fixtures import ingest_sample
 
-from steptail.serve import serve
+from steptail.http.server import serve
 from steptail.storage.reads import iter_steps
 
 TOKEN = "serve-token-4242"
@@ -201,7 +201,7 @@ def test_cli_bad_token_file_is_exit_2(tmp_path):
 
 
 def test_non_finite_numbers_become_null():
-    from steptail.serve import _json
+    from steptail.http.answers import json_response as _json
 
     body = json.loads(_json({"a": [float("nan"), 1.5, {"b": float("inf")}]}).text)
     assert body == {"a": [None, 1.5, {"b": None}]}

@@ -69,7 +69,7 @@ async def test_bad_parameters_are_400_with_a_json_body(loaded, query, caplog):
 SLOW_SERVER = """
 import asyncio, resource, sys
 resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-from steptail.serve import serve
+from steptail.http.server import serve
 from steptail.storage.db import open_store
 
 async def main():
@@ -333,7 +333,7 @@ async def test_hostile_paths_are_json_errors_logged_once_escaped(loaded, caplog,
 
 
 def test_an_error_line_escapes_the_path_and_message():
-    from steptail.serve import escaped
+    from steptail.runs.names import escaped  # what the server logs paths with
 
     assert escaped("/api/runs/\x00\nINFO forged\r\u2028ü") == "'/api/runs/\\x00\\nINFO forged\\r\\u2028\\xfc'"
 
@@ -352,6 +352,6 @@ def test_the_python_api_says_unknown_run_to_a_nul_on_both_stores(loaded):
 
 
 def test_the_longest_run_name_serve_asks_about_is_the_column(store):
-    from steptail.serve import RUN_MAX
+    from steptail.http.requests import RUN_MAX
 
     assert store.tables["runs"].c.run.type.length == RUN_MAX

@@ -31,7 +31,7 @@ EXPORTS = max(8, min(32, (os.cpu_count() or 1) + 4) + 2)  # more than the defaul
 PROBE_TIMEOUT = aiohttp.ClientTimeout(total=1.0)  # a kubelet probe's
 SERVER = """
 import asyncio, sys
-from steptail.serve import serve
+from steptail.http.server import serve
 from steptail.storage.db import open_store
 
 async def main():
@@ -188,7 +188,7 @@ async def test_healthz_follows_a_store_outage_with_one_line_each_way(caplog):
     import sqlalchemy as sa
     from store_fixtures import PG_ADMIN
 
-    from steptail.serve import serve
+    from steptail.http.server import serve
     from steptail.storage.scratch import scratch_database
 
     caplog.set_level("INFO", logger="steptail.serve")
@@ -227,7 +227,8 @@ async def test_healthz_follows_a_store_outage_with_one_line_each_way(caplog):
 async def test_a_lane_counts_a_job_until_its_thread_is_done_even_when_the_client_left():
     import threading
 
-    from steptail.serve import ApiError, Lane
+    from steptail.http.answers import ApiError
+    from steptail.http.lanes import Lane
 
     lane, gate = Lane("export", 1, 1, 3), threading.Event()
     try:

@@ -10,7 +10,7 @@ them (GET /metrics; /healthz: ready once discovery listed pods; /livez).
     metrics.owned(n); metrics.run_stopped(run)  # replicas: runs this one holds, one handed over
     await server.stop()
 
-Names follow Prometheus' conventions and are shared with `serve` (steptail.serve), which
+Names follow Prometheus' conventions and are shared with `serve` (steptail.http), which
 exposes the same facts from the store: `steptail_last_step`, `steptail_last_step_timestamp_seconds`.
 Counters of a run exist at 0 from its start (an `increase()` rule sees its first finding);
 no `_created` series.

@@ -46,7 +46,7 @@ def command(host: str, port: int, token_file: Path | None, db: str | None) -> No
     Examples:
       steptail serve --db steptail-demo/steptail.db        # then open http://127.0.0.1:9464/
       steptail serve --port 0 --db postgresql+psycopg://…   # any free port, printed at start"""
-    from steptail.serve import serve
+    from steptail.http.server import serve
 
     token = read_token(token_file)
     if token is None and not is_loopback(host):

@@ -2,7 +2,7 @@
 they are served (no build step), and plotly.js, read from the installed `plotly` package (a
 dependency) so that the page needs no CDN and no download at run time.
 
-An asset is read once and kept in memory with its gzip form and ETag; serve.py answers with it.
+An asset is read once and kept in memory with its gzip form and ETag; steptail/http/routes/page.py answers with it.
 Nothing here comes from the store: the page reads the JSON API."""
 
 from __future__ import annotations

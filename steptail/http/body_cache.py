@@ -1,7 +1,7 @@
 """Answers of a run's routes kept by their ETag, so a run that did not change since is answered
 with the bytes made last time: the run's state (one small query) instead of its rows.
 
-The tag is made of the run's state as read before the body (serve._steps), so a new commit is a
+The tag is made of the run's state as read before the body (routes/steps.py), so a new commit is a
 new tag and an old body is never served for it; old bodies just age out. Bounded in bytes
 (least recently used out first); a body larger than a tenth of the bound is not kept."""
 
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 MAX_BYTES = 64 << 20  # ~200 pages of 1,000 steps (a page of the 20,000-step benchmark run is 315 kB)
 
@@ -57,3 +59,19 @@ class BodyCache:
     def size(self) -> int:
         """Bytes held."""
         return self._bytes
+
+
+class BodyCacheCollector:
+    """How often a run's answer came from the body cache, and what it holds."""
+
+    def __init__(self, cache: BodyCache) -> None:
+        self.cache = cache
+
+    def collect(self):
+        answers = CounterMetricFamily("steptail_serve_cached_answers", "Run answers (steps pages, outlines) "
+                                      "made, or taken from the cache of unchanged runs", labels=["cache"])
+        answers.add_metric(["hit"], self.cache.hits)
+        answers.add_metric(["miss"], self.cache.misses)
+        held = GaugeMetricFamily("steptail_serve_cache_bytes", "Bytes of answers held for unchanged runs")
+        held.add_metric([], self.cache.size)
+        yield from (answers, held)

@@ -1,0 +1,1 @@
+"""One module per route (or pair of routes): the handler and the store read it makes."""
