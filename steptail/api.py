@@ -325,15 +325,16 @@ class Steptail:
             self._known(run)
         return compare_runs(self.store, arm, control, tolerance, rel)
 
-    def export(self, run: str, out: str | Path, *, force: bool = False) -> dict:
+    def export(self, run: str, out: str | Path, *, force: bool = False, progress=None) -> dict:
         """Write the ledger bundle of `run` (Parquet per table, manifest.json, ce.png) to the
         directory `out`, creating missing parents; returns the manifest. An existing `out` is
-        replaced only with force=True (storage.export.ExportError otherwise)."""
+        replaced only with force=True (storage.export.ExportError otherwise).
+        `progress(stages_done, stages)` is called as the bundle is made."""
         from steptail.storage.export import check_export_name, export_run
 
         check_export_name(run)
         self._known(run)
-        return export_run(self.store, run, out, force=force, parents=True)
+        return export_run(self.store, run, out, force=force, parents=True, progress=progress)
 
 
 # -- typed frames --------------------------------------------------------------------------
