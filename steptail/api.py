@@ -1,4 +1,5 @@
-"""The Python API for notebooks and ledger jobs: a store's runs, steps, findings, gaps and
+"""The Python API for notebooks and ledger jobs: a store's runs, steps (every execution, or
+the final lineage), step times, config, checkpoints, incarnations, findings, gaps and
 arm-vs-control comparisons as pandas DataFrames.
 
     import steptail
@@ -21,6 +22,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from steptail.runs.lineage import survives
 from steptail.storage import reads
 from steptail.storage.compare import CompareRefused, Comparison, compare_runs
 from steptail.storage.db import Store, open_store
@@ -34,6 +36,7 @@ __all__ = ["CompareRefused", "Steptail", "UnknownRun", "open"]
 
 _NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 _INT64 = range(-(2**63), 2**63)
+Lineage = Literal["all", "final"]
 # The findings frame: runs.rows.FINDINGS in order, detected_ns as a timestamp.
 FINDING_COLUMNS = (("run", "string"), ("kind", "string"), ("incarnation", "int64"),
                    ("first_step", "int64"), ("last_step", "int64"), ("detail", "string"),
@@ -75,6 +78,15 @@ class Steptail:
             raise UnknownRun(f"no run {run!r} in {self.store.describe()}")
         return reads.known_run(self.store, run)
 
+    def _lineage(self, run: str, lineage: str, rows) -> list:
+        """Rows (incarnation, step, ...) of every execution, or of the final lineage only."""
+        if lineage == "all":
+            return list(rows)
+        if lineage != "final":
+            raise ValueError(f"lineage must be 'all' or 'final', not {lineage!r}")
+        bounds = reads.lineage_bounds(self.store, run)
+        return [r for r in rows if survives(bounds, r[0], r[1])]
+
     # -- frames --------------------------------------------------------------------------
     def runs(self) -> pd.DataFrame:
         """One row per run (the fields of `steptail runs --json`): run, jobset, namespace,
@@ -99,9 +111,14 @@ class Steptail:
         })
 
     def steps(self, run: str, incarnation: int | None = None, from_step: int | None = None,
-              to_step: int | None = None, parts: Literal["columns", "dict"] = "columns") -> pd.DataFrame:
+              to_step: int | None = None, parts: Literal["columns", "dict"] = "columns",
+              lineage: Lineage = "all") -> pd.DataFrame:
         """LOSS-PARTS rows of `run` in log order (a replayed step once per incarnation):
         incarnation, step, ts, ce, ce_raw, then the other loss parts.
+
+        lineage="final": each step once, from the execution whose result survives (a step a
+        later incarnation ran again is dropped): the curve to plot, without the zig-zag of
+        replays (docs/goodput.md, "final lineage"). lineage="all" (default): every execution.
 
         parts="columns" (default): one column per part key as logged (z_loss, moe_lb, total,
         weights, ...): Int64 when every value is an integer, else float64 (non-finite
@@ -111,7 +128,8 @@ class Steptail:
         values as the words "nan", "inf", "-inf"), as in `steptail steps --json`."""
         if parts not in ("columns", "dict"):
             raise ValueError(f"parts must be 'columns' or 'dict', not {parts!r}")
-        rows = list(reads.iter_loss_parts(self.store, self._known(run), incarnation, from_step, to_step))
+        run = self._known(run)
+        rows = self._lineage(run, lineage, reads.iter_loss_parts(self.store, run, incarnation, from_step, to_step))
         frame = _frame({
             "incarnation": ([r[0] for r in rows], "int64"),
             "step": ([r[1] for r in rows], "int64"),
@@ -128,10 +146,11 @@ class Steptail:
         return frame
 
     def rbf(self, run: str, incarnation: int | None = None, from_step: int | None = None,
-            to_step: int | None = None) -> pd.DataFrame:
+            to_step: int | None = None, lineage: Lineage = "all") -> pd.DataFrame:
         """REQUIRED_RBF rows of `run` in log order: incarnation, step, ts, max (float64),
-        per_layer (a list of floats per row), program."""
-        rows = list(reads.iter_required_rbf(self.store, self._known(run), incarnation, from_step, to_step))
+        per_layer (a list of floats per row), program. `lineage` as for steps()."""
+        run = self._known(run)
+        rows = self._lineage(run, lineage, reads.iter_required_rbf(self.store, run, incarnation, from_step, to_step))
         return _frame({
             "incarnation": ([r[0] for r in rows], "int64"),
             "step": ([r[1] for r in rows], "int64"),
@@ -195,6 +214,55 @@ class Steptail:
         frame.attrs["goodput"] = g
         return frame
 
+    def step_times(self, run: str, lineage: Lineage = "all") -> pd.DataFrame:
+        """Each step's time and throughput as the trainer printed them (MaxText's `completed step:
+        N, seconds: S, TFLOP/s/device: …, Tokens/s/device: …`): incarnation, step, ts, seconds,
+        tflops_per_device, tokens_per_s_device, total_weights, loss (NaN where a line had no such
+        field: profiler steps print no `seconds`, ramp-up lines no throughput). `lineage` as for
+        steps(); goodput() has the per-incarnation medians."""
+        run = self._known(run)
+        rows = self._lineage(run, lineage, reads.table_rows(
+            self.store, "pod_metrics", run,
+            ("incarnation", "step", "ts_ns", "seconds", "tflops", "tokens_per_s", "total_weights", "loss"),
+            "incarnation, step"))
+        names = ("incarnation", "step", "ts", "seconds", "tflops_per_device", "tokens_per_s_device",
+                 "total_weights", "loss")
+        kinds = ("int64", "int64", "ns", "float64", "float64", "float64", "float64", "float64")
+        return _frame({n: ([_float(r[i]) if k == "float64" else r[i] for r in rows], k)
+                       for i, (n, k) in enumerate(zip(names, kinds, strict=True))})
+
+    def config(self, run: str, incarnation: int | None = None) -> pd.DataFrame:
+        """The resolved configuration the trainer printed (`Config param NAME: VALUE`) per
+        incarnation: incarnation, name, value (as printed, a string). One incarnation's as a
+        dict: `dict(zip(df.name, df.value))`."""
+        rows = reads.table_rows(self.store, "config", self._known(run), ("incarnation", "name", "value"),
+                                "incarnation, name")
+        if incarnation is not None:
+            rows = [r for r in rows if r[0] == incarnation]
+        return _frame({"incarnation": ([r[0] for r in rows], "int64"), "name": ([r[1] for r in rows], "string"),
+                       "value": ([r[2] for r in rows], "string")})
+
+    def checkpoints(self, run: str) -> pd.DataFrame:
+        """Checkpoints saved and restored: incarnation, kind ('save' or 'restore'), step, ts."""
+        rows = reads.table_rows(self.store, "checkpoints", self._known(run),
+                                ("incarnation", "kind", "step", "ts_ns"), "incarnation, step, kind")
+        return _frame({"incarnation": ([r[0] for r in rows], "int64"), "kind": ([r[1] for r in rows], "string"),
+                       "step": ([r[2] for r in rows], "int64"), "ts": ([r[3] for r in rows], "ns")})
+
+    def incarnations(self, run: str) -> pd.DataFrame:
+        """One row per incarnation (each start of the trainer, a restart or a resume): incarnation,
+        started (its container's start when known), saw_start (followed from its first line),
+        first_step, last_step, restored_from (the checkpoint step it resumed from), process_index,
+        process_count, pod, image, topology, hosts."""
+        names = ("incarnation", "started_ns", "saw_start", "first_step", "last_step", "restored_from",
+                 "process_index", "process_count", "pod", "image", "topology", "hosts")
+        rows = reads.table_rows(self.store, "incarnations", self._known(run), names, "incarnation")
+        kinds = {"incarnation": "int64", "started_ns": "ns", "saw_start": "bool", "pod": "string",
+                 "image": "string", "topology": "string"}
+        return _frame({n.removesuffix("_ns"): ([bool(r[i]) if n == "saw_start" else r[i] for r in rows],
+                                               kinds.get(n, "Int64"))
+                       for i, n in enumerate(names)})
+
     def stream_gaps(self, run: str) -> pd.DataFrame:
         """Stretches of a followed log that could not be read back: stream, start, end (NaT
         while open), reason."""
@@ -257,15 +325,16 @@ class Steptail:
             self._known(run)
         return compare_runs(self.store, arm, control, tolerance, rel)
 
-    def export(self, run: str, out: str | Path, *, force: bool = False) -> dict:
+    def export(self, run: str, out: str | Path, *, force: bool = False, progress=None) -> dict:
         """Write the ledger bundle of `run` (Parquet per table, manifest.json, ce.png) to the
         directory `out`, creating missing parents; returns the manifest. An existing `out` is
-        replaced only with force=True (storage.export.ExportError otherwise)."""
+        replaced only with force=True (storage.export.ExportError otherwise).
+        `progress(stages_done, stages)` is called as the bundle is made."""
         from steptail.storage.export import check_export_name, export_run
 
         check_export_name(run)
         self._known(run)
-        return export_run(self.store, run, out, force=force, parents=True)
+        return export_run(self.store, run, out, force=force, parents=True, progress=progress)
 
 
 # -- typed frames --------------------------------------------------------------------------
@@ -273,6 +342,10 @@ class Steptail:
 # share this class and need no pandas.
 def _column(rows: list[dict], name: str) -> list:
     return [r[name] for r in rows]
+
+
+def _float(value) -> float:
+    return math.nan if value is None else float(value)
 
 
 def _series(values: list, kind) -> pd.Series:

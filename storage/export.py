@@ -11,7 +11,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -39,6 +39,7 @@ from steptail.storage.run_inputs import reference_document, stored_reference
 from steptail.storage.superseded import load_superseded, superseded_event
 
 MANIFEST_VERSION = 1
+Progress = Callable[[int, int], None]  # (stages done, stages)
 _CHUNK = 20_000
 _TS = pa.timestamp("ns", tz="UTC")
 
@@ -224,13 +225,17 @@ def _findings_summary(rows: list[tuple]) -> dict:
             "by_severity": dict(sorted(by_severity.items()))}
 
 
-def _build(store: Store, run: str, folder: Path) -> dict:
+def _build(store: Store, run: str, folder: Path, progress: Progress | None = None) -> dict:
     counts, files = {}, {}
+    stages = len(_SQL) + 4  # the tables, then findings, the other facts, the plot, the checksums
+    tick = progress or (lambda _done, _total: None)
     with store.engine.connect() as conn:
         facts = _manifest_facts(conn, run)
-        for table in _SQL:
+        for n, table in enumerate(_SQL):
+            tick(n, stages)
             counts[table] = _write_parquet(folder / f"{table}.parquet", table,
                                            _table_rows(conn, table, run))
+        tick(len(_SQL), stages)
         findings = _findings_rows(conn, run)
         counts["findings"] = _write_parquet(folder / "findings.parquet", "findings", [findings])
         ce = ce_rows(conn, run)
@@ -239,12 +244,15 @@ def _build(store: Store, run: str, folder: Path) -> dict:
         except BundleFileError as exc:
             raise ExportError(f"cannot export {run}: {exc}") from None
         kept["ingested"] = ingested(conn, run)
+        tick(len(_SQL) + 1, stages)
         goodput = timing_on(conn, run).report()  # where the run's time went (docs/goodput.md)
         # the gate's input and the verdicts newer evaluations replaced (issue 32): the ledger
         # says what the findings were evaluated with, and what they were before
         verdicts = {"reference_ce": reference_document(stored_reference(conn, run)),
                     "superseded_findings": [superseded_event(r) for r in load_superseded(conn, run)]}
+    tick(len(_SQL) + 2, stages)
     plot_ce(folder / "ce.png", run, ce, facts["incarnations"], facts["gaps"]["steps"])
+    tick(len(_SQL) + 3, stages)
     for path in bundle_files(folder):
         files[path.relative_to(folder).as_posix()] = {"sha256": file_sha256(path), "bytes": path.stat().st_size}
     manifest = {
@@ -260,13 +268,14 @@ def _build(store: Store, run: str, folder: Path) -> dict:
         "steptail_version": steptail.__version__,
     }
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=2, allow_nan=False) + "\n")
+    tick(stages, stages)
     return manifest
 
 
 def export_run(store: Store, run: str, out: str | Path, *, force: bool = False,
-               parents: bool = False) -> dict:
+               parents: bool = False, progress: Progress | None = None) -> dict:
     """Write the bundle of RUN to OUT; returns the manifest. `parents`: create OUT's missing
-    parent directories (removed again when the export fails)."""
+    parent directories (removed again when the export fails). `progress(stages_done, stages)`."""
     out = Path(out)
     check_export_name(run)
     if not run_exists(store, run):
@@ -281,7 +290,7 @@ def export_run(store: Store, run: str, out: str | Path, *, force: bool = False,
     tmp = None
     try:
         tmp = Path(tempfile.mkdtemp(prefix=hidden_name(out, "tmp-").name, dir=out.parent))
-        manifest = _build(store, run, tmp)
+        manifest = _build(store, run, tmp, progress)
         os.chmod(tmp, 0o755)
         _swap_into_place(tmp, out)
     except BaseException:

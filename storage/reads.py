@@ -9,7 +9,8 @@ import sqlalchemy as sa
 
 from steptail.parsers import format_ns
 from steptail.runs import gaps
-from steptail.runs.rows import FINDINGS
+from steptail.runs.lineage import survivor_bounds
+from steptail.runs.rows import FINDINGS, TABLES
 from steptail.runs.state import UNKNOWN, RunState
 from steptail.storage.db import Store
 from steptail.storage.run_outcome import states
@@ -212,3 +213,25 @@ def stream_gaps(store: Store, run: str) -> list[tuple]:
         return [tuple(r) for r in conn.execute(sa.text(
             "SELECT stream, start_ns, end_ns, reason FROM stream_gaps WHERE run = :run"
             " ORDER BY start_ns"), {"run": run})]
+
+
+def lineage_bounds(store: Store, run: str) -> dict[int, int | None]:
+    """runs.lineage.survivor_bounds of the run's incarnations (the final lineage)."""
+    with store.engine.connect() as conn:
+        rows = conn.execute(sa.text(
+            "SELECT i.incarnation, COALESCE(i.first_step, (SELECT MIN(l.step) FROM loss_parts l"
+            " WHERE l.run = i.run AND l.incarnation = i.incarnation)), i.restored_from"
+            " FROM incarnations i WHERE i.run = :run"), {"run": run}).all()
+    return survivor_bounds(tuple(r) for r in rows)
+
+
+def table_rows(store: Store, table: str, run: str, columns: tuple[str, ...], order: str) -> list[tuple]:
+    """The run's rows of one of the stored tables (runs.rows names its columns), `columns` of
+    them, ordered by `order` (column names: never from a user)."""
+    known = TABLES[table]
+    unknown = [c for c in (*columns, *order.split(", ")) if c not in known]
+    if unknown:  # the names are the code's own; a typo must not reach the SQL
+        raise ValueError(f"{table} has no column {unknown[0]!r}")
+    sql = f"SELECT {', '.join(columns)} FROM {table} WHERE run = :run ORDER BY {order}"
+    with store.engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(sa.text(sql), {"run": run})]

@@ -164,3 +164,24 @@ def test_no_partial_directory_after_a_failure(loaded, tmp_path, monkeypatch, exi
 def test_missing_parent_is_refused(loaded, tmp_path):
     with pytest.raises(ExportError, match="does not exist"):
         export_run(loaded, "rg", tmp_path / "no" / "such")
+
+
+def test_export_reports_its_stages(loaded, tmp_path):
+    ticks = []
+    export_run(loaded, "rg", tmp_path / "b", progress=lambda done, total: ticks.append((done, total)))
+    total = ticks[0][1]
+    assert total > 5 and {t for _, t in ticks} == {total}
+    assert [d for d, _ in ticks] == list(range(total + 1))  # every stage once, in order, to the end
+
+
+def test_export_draws_a_bar_on_a_terminal_only(loaded, tmp_path):
+    """A command that can run for seconds shows progress on a terminal (transient, on stderr);
+    piped, as in test_cli_refuses_to_overwrite_without_force, stderr stays empty."""
+    from test_terminal import on_terminal
+
+    url = loaded.engine.url.render_as_string(hide_password=False)
+    code, text = on_terminal([STEPTAIL, "export", "rg", "--out", str(tmp_path / "t"), "--db", url])
+    assert code == 0, text
+    assert "export rg" in text and "exported rg to" in text
+    piped = _cli("export", "rg", "--out", str(tmp_path / "p"), "--db", url)
+    assert piped.returncode == 0 and piped.stderr == "" and "export rg" not in piped.stdout

@@ -97,14 +97,18 @@ def test_follow_raw_keeps_every_committed_line_and_reparse_equals_the_run(make_s
         data, cut = read_segment(path)
         assert not cut and len(data) == nbytes and data.count(b"\n") == nlines
 
-    store = open_store(db_url)
+    store, ticks = open_store(db_url), []
     try:
-        result = reparse(store, "r", raw)
+        result = reparse(store, "r", raw, progress=lambda done, total: ticks.append((done, total)))
     finally:
         store.dispose()
     assert run_tables(db_url, "r-reparse") == run_tables(db_url, "r")
     doc = result.document()
     assert not doc["changed"] and doc["changes"]["loss_parts"]["after"] == 190
+    # progress: bytes of the joined segments read, rising to all of them
+    total = ticks[-1][1]
+    assert total > 0 and ticks[-1][0] == total and {t for _, t in ticks} == {total}
+    assert [d for d, _ in ticks] == sorted(d for d, _ in ticks)
     assert sorted(recorded(db_url, "r-reparse")) == sorted(got)
 
 

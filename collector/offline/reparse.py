@@ -10,6 +10,7 @@ result says what changed, by record kind (storage.reparse.diff)."""
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -86,7 +87,8 @@ def find_streams(store: Store, run: str, root: str | Path) -> list[RawStream]:
 
 def reparse(store: Store, run: str, raw_root: str | Path, *, into: str | None = None, replace: bool = False,
             settings: Settings | None = None, reference_ce: dict[int, float] | None = None,
-            examples: int = 3) -> ReparseResult:
+            examples: int = 3, progress: Callable[[int, int], None] | None = None) -> ReparseResult:
+    """`progress(bytes_read, total_bytes)` of the raw segments, as the rebuild reads them."""
     check_run_name(run)
     if replace and into is not None and into != run:
         raise ReparseError("--into and --replace exclude each other")
@@ -120,8 +122,10 @@ def reparse(store: Store, run: str, raw_root: str | Path, *, into: str | None = 
                 keys[src.name] = s.stream
             origin = Origin(source=sources[0] if sources else FILES, jobset=jobset, namespace=namespace,
                             streams=keys, finished=frozenset(done & set(keys.values())))
+            total = sum(path.stat().st_size for path in Path(tmp).iterdir())
+            tick = (lambda pos: progress(pos, total)) if progress else None
             rebuild = _Rebuild(store, target, settings=settings, reference_ce=reference_ce, origin=origin,
-                               source=run, replace=replace)
+                               source=run, replace=replace, progress=tick)
             result.ingest = rebuild(opened)
         finally:
             for src in opened:

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from steptail.commands._common import count, db_option, fail, store_or_exit
+from steptail.commands._progress import progress_bar, wanted
 from steptail.commands.lake import LOCATION, open_lake, table_location
 from steptail.output import Output, output_option
 
@@ -47,7 +48,8 @@ def command(run: str, out: Path, force: bool, parquet: str | None, db: str | Non
     if lake:
         lake = open_lake(store, parquet)  # before the bundle: a catalog no command can use is exit 2 now
     try:
-        manifest = Steptail(store).export(run, out, force=force)
+        with progress_bar(f"export {run}", wanted(output.machine), unit="stages") as progress:
+            manifest = Steptail(store).export(run, out, force=force, progress=progress)
     except (ExportError, UnknownRun) as exc:
         fail(str(exc))
     except OSError as exc:

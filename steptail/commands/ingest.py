@@ -6,13 +6,12 @@ import sys
 from contextlib import contextmanager
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
 from steptail.collector.offline.files import SourceError
 from steptail.collector.offline.ingest import IngestError, NoRecords, ingest_paths
 from steptail.commands._common import db_option, fail, warn
 from steptail.commands._detect_options import detector_options, detector_settings
+from steptail.commands._progress import progress_bar, wanted
 from steptail.commands.lake import PARQUET_HELP, check_target, table_location
 from steptail.output import Output, output_option
 from steptail.runs.names import RunNameError, check_run_name
@@ -87,9 +86,8 @@ def _ingest(paths: tuple[str, ...], run: str, db: str | None, parquet: str | Non
     if lake:
         check_target(db, parquet)
     settings, reference = detector_settings(reference_ce, gate_tolerance, resume_tolerance, stall_k, run)
-    show = Console(stderr=True).is_terminal and not output.machine
     try:
-        with _progress_bar(run, show) as progress:
+        with progress_bar(f"ingest {run}", wanted(output.machine)) as progress:
             result = ingest_paths(db, run, paths, parquet=parquet, append=append, settings=settings,
                                   reference_ce=reference, progress=progress)
     except NoRecords as exc:
@@ -149,24 +147,3 @@ def _no_records(name: str) -> str:
             "trainer start-up); not ingested")
 
 
-@contextmanager
-def _progress_bar(run: str, show: bool):
-    """A transient bar on stderr, started at the first report (the total is known then)."""
-    if not show:
-        yield None
-        return
-    bar = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-                   TimeRemainingColumn(), console=Console(stderr=True), transient=True)
-    task = None
-
-    def progress(pos: int, total: int) -> None:
-        nonlocal task
-        if task is None:
-            bar.start()
-            task = bar.add_task(f"ingest {run}", total=total or None)
-        bar.update(task, completed=min(total, pos))
-
-    try:
-        yield progress
-    finally:
-        bar.stop()

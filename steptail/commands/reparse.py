@@ -6,6 +6,7 @@ import click
 
 from steptail.commands._common import count, db_option, fail, store_or_exit
 from steptail.commands._detect_options import detector_options, detector_settings
+from steptail.commands._progress import progress_bar, wanted
 from steptail.output import Column, Output, output_option
 
 COLUMNS = [
@@ -52,8 +53,9 @@ def command(run: str, raw: str, into: str | None, replace: bool, examples: int, 
     settings, reference = detector_settings(reference_ce, gate_tolerance, resume_tolerance, stall_k, run)
     store = store_or_exit(db, create=False)
     try:
-        result = reparse(store, run, raw, into=into, replace=replace, settings=settings,
-                         reference_ce=reference, examples=examples)
+        with progress_bar(f"reparse {run}", wanted(output.machine)) as progress:
+            result = reparse(store, run, raw, into=into, replace=replace, settings=settings,
+                             reference_ce=reference, examples=examples, progress=progress)
     except NoRecords:
         fail(f"no record line in the raw log of run {run}: nothing written")
     except (IngestError, UnknownRun, RunNameError, OSError) as exc:
