@@ -992,6 +992,9 @@ class RunModel:
         if cur is not None and cur.last_step is not None:
             if step <= cur.last_step:
                 if not self._evidence and self._stream == self._step_stream:
+                    if self._late(LOSS, cur, cur.last_step, step, ts_ns):
+                        self._record_loss(cur, ts_ns, step, ce, ce_raw, parts_json)
+                        return
                     self._hold(_Pending(ts_ns, step, ce, ce_raw, parts_json, line))
                     return
                 cur = None
@@ -1004,13 +1007,34 @@ class RunModel:
             cur.first_step = step
             self._touch(cur)
         cur.last_step = step
+        self._record_loss(cur, ts_ns, step, ce, ce_raw, parts_json)
+
+    def _record_loss(self, cur: Incarnation, ts_ns, step, ce, ce_raw, parts_json) -> None:
         self.batch.incarnations[cur.number] = cur
         if ce != ce or ce in (math.inf, -math.inf):  # nan or inf: stored as NULL, ce_raw says which
             ce = None
         self.batch.loss_parts.append((self.run, cur.number, step, ts_ns, ce, ce_raw, parts_json))
         self.counters.loss_parts += 1
         if ts_ns is not None:
-            ids.add(LOSS, cur.number, step, ts_ns)
+            self.ids.add(LOSS, cur.number, step, ts_ns)
+
+    def _late(self, kind: int, cur: Incarnation, last: int, step: int, ts_ns: int | None) -> bool:
+        """Whether a record going back to `step` (not recorded) is a late line of `cur`, not a
+        replay: stamped before the kind's last step of `cur`, and between the stamps of the
+        steps recorded either side of it. A restart writes after the line before it; an old block
+        served again (lines once rotated away unread) does not, and was taken for a replay: a
+        false incarnation (chaos seed 1007)."""
+        stamps = self.ids.kinds[kind].get(cur.number)
+        if ts_ns is None or stamps is None or stamps.stamp(step) is not None:
+            return False
+        last_ts = stamps.stamp(last)
+        if last_ts is None or ts_ns >= last_ts:
+            return False
+        # the nearest recorded steps either side, within a hole's reach (a longer one: held)
+        below = next((t for s in range(step - 1, step - 2 - MAX_HOLE, -1) if (t := stamps.stamp(s)) is not None), None)
+        above = next((t for s in range(step + 1, min(last, step + 1 + MAX_HOLE) + 1)
+                      if (t := stamps.stamp(s)) is not None), None)
+        return below is not None and below < ts_ns and above is not None and ts_ns < above
 
     def _rbf(self, ts_ns, step, mx, per_layer_json, program, line=None) -> None:
         ids = self.ids
@@ -1028,9 +1052,11 @@ class RunModel:
             if self._pending is not None and step >= self._pending.step:
                 self._pending.held.append((self._rbf, (ts_ns, step, mx, per_layer_json, program, line)))
                 return
-            self.counters.duplicates += 1
-            return
-        cur.last_rbf = step
+            if not self._late(RBF, cur, cur.last_rbf, step, ts_ns):
+                self.counters.duplicates += 1
+                return
+        else:
+            cur.last_rbf = step
         self.batch.required_rbf.append((self.run, cur.number, step, ts_ns, mx, per_layer_json, program))
         self.counters.required_rbf += 1
         if ts_ns is not None:
@@ -1053,9 +1079,11 @@ class RunModel:
                 self._pending.held.append(
                     (self._pod, (ts_ns, step, seconds, tflops, tokens, total_weights, loss, line, extra_json)))
                 return
-            self.counters.duplicates += 1
-            return
-        cur.last_pod_step = step
+            if not self._late(POD, cur, cur.last_pod_step, step, ts_ns):
+                self.counters.duplicates += 1
+                return
+        else:
+            cur.last_pod_step = step
         self.batch.pod_metrics.append(
             (self.run, cur.number, step, ts_ns, seconds, tflops, tokens, total_weights, loss, extra_json)
         )

@@ -177,6 +177,26 @@ def test_a_replay_is_an_earlier_step_with_a_new_stamp():
     assert sorted(batch.incarnations) == [1, 2] and not batch.flags and not batch.quarantine
 
 
+def test_an_old_block_holding_steps_never_read_is_no_replay():
+    """Steps 30-37 rotated away before they were read; 20 s later an old block (steps 28-39, their
+    own stamps) is served again. Its unread steps went back with no restart evidence and the next
+    one went on from them: taken for a replay, a false incarnation (chaos seed 1007). Stamped
+    between the steps recorded either side, they are late lines of incarnation 1."""
+    lines = run_log(60, clock(None))
+    lost = range(line_at(lines, b"absl] step 30 "), line_at(lines, b"absl] step 38 "))
+    block = lines[line_at(lines, b"absl] step 28 "):line_at(lines, b"absl] step 40 ")]
+    model = RunModel("r")
+    for line in [ln for i, ln in enumerate(lines) if i not in lost] + block:
+        model.feed(line)
+    batch = model.take()
+    assert sorted(batch.incarnations) == [1] and not batch.quarantine
+    assert sorted((r[1], r[2]) for r in batch.loss_parts) == [(1, n) for n in range(1, 61)]
+    assert sorted(r[2] for r in batch.required_rbf) == list(range(1, 61))
+    assert sorted(r[2] for r in batch.pod_metrics) == list(range(1, 61))
+    # a replay still opens an incarnation: its steps come with stamps after the last step's
+    test_a_replay_is_an_earlier_step_with_a_new_stamp()
+
+
 def test_a_repeated_start_up_opens_nothing_and_files_no_config_elsewhere():
     """The whole file again, where the restart's start-up lines were rotated away (a restore
     line, then the replay): the first start-up and its config, read again, are incarnation 1's

@@ -154,3 +154,40 @@ def test_a_refused_read_of_the_new_pod_is_tried_again(make_simcluster, tmp_path)
     new = {(2, s) for s in range(101, steps + 1)}
     assert new <= r["got"], f"lost of the new pod: {sorted(new - r['got'])[:20]}"
     assert "head_gap" not in [k for k, _ in findings(db, "r")]
+
+
+@pytest.mark.timeout(150)
+def test_a_container_that_ended_while_its_stream_hung_is_read_to_its_end(make_simcluster, tmp_path):
+    """The log rotates 5 steps before the trainer exits (the stream hangs on the rotated file)
+    and every log request is answered 1.5 s late for a minute. The follow opened again after
+    the container ended used to be killed after 1 s of quiet, before the API answered it, and
+    opened again, over and over: the last steps never read (chaos seed 1001, unflagged). Now a
+    container that ended is read once to its end, without -f."""
+    steps = 200
+    sim = make_simcluster(scenario(
+        {"action": "rotate", "at_step": 195},
+        {"action": "slow_api", "at_step": 195, "seconds": 60, "delay": 1.5, "path": "/log"},
+        rate=20, jobsets=[{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": steps, "checkpoint_period": 1000}}]))
+    db = str(tmp_path / "s.db")
+    sup = follow_sim(sim, db, silence=DEFAULT_SILENCE, timeout=45)
+    r = assert_exactly_once(sim, db, "r")
+    assert len(r["got"]) == steps, f"lost {_lost(r, steps)}"
+    assert sup.status["r"].reconnects <= 1  # not a follow opened again and again
+
+
+@pytest.mark.timeout(150)
+def test_a_clock_stepped_back_after_the_stream_hung_is_read_back_to(make_simcluster, tmp_path):
+    """The log rotates 10 steps before the trainer exits (the stream hangs), the node clock
+    steps back 20 s two steps later, and the container exits before the hang is seen. The
+    read of its rest asked for lines from just before the last stamp read, and the server
+    filtered out every line stamped after the step: steps 193-200 lost, in no gap (chaos seed
+    402). The pod's newest line, looked at first, shows the step: the read reaches back."""
+    steps = 200
+    sim = make_simcluster(scenario(
+        {"action": "rotate", "at_step": 190},
+        {"action": "clock_step", "at_step": 192, "seconds": -20.0},
+        rate=20, jobsets=[{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": steps, "checkpoint_period": 1000}}]))
+    db = str(tmp_path / "s.db")
+    follow_sim(sim, db, silence=DEFAULT_SILENCE, timeout=60)
+    r = assert_exactly_once(sim, db, "r")
+    assert len(r["got"]) == steps, f"lost {_lost(r, steps)}"

@@ -387,6 +387,13 @@ class RunFollower:
             self._set_state(f"container {pod.reason or 'ended'}; waiting", pod)
             await self.discovery.wait_change(1.0)
             return
+        if pod.state == "terminated":
+            # The container ended with its log not read to the end (a stream hung on a rotated
+            # file, then the container exited): one non-follow read from the cursor. A follow is
+            # cut off after 1 s of quiet once the container ended, before a slow or throttled API
+            # answered it, and was opened again, forever (seed 1001: 25 steps lost, unflagged).
+            await self._drain(pod)
+            return
         if self._prefetch is not None and not await self._feed_prefetched(pod, key):
             return
         try:
@@ -610,7 +617,10 @@ class RunFollower:
             return None
         newest = newest.rstrip(b"\r\n").rpartition(b"\n")[2]
         if not newest:
-            return False  # the current file is empty: nothing written since a rotation
+            # The current file is empty: it just rotated, and the stream may hang on the file
+            # before it. Unknown, not quiet: asked again soon (a quiet confirmed doubles the
+            # wait, and the next rotation took the lines written meanwhile: seed 402).
+            return None
         cursor = self.model.cursors.get(key)
         return cursor is None or not cursor.seen(line_ts(newest), newest)
 
@@ -630,6 +640,11 @@ class RunFollower:
             return
         if not await self._catch_up_previous(pod) and not gone:
             return
+        if not gone and not pod.deleting and key in self.model.cursors:
+            # The pod's newest line first: stamped before the mark, the node clock stepped back
+            # since the last line read, and the read reaches back to it (Cursor.seen); else
+            # --since-time filtered out every line after the step (seed 402).
+            await self._pod_has_unread(pod, key)
         since, skipping = self._read_since(key)
         self._set_state("draining old pod", pod)
         check = self._check_for(key, since, pod, skipping)
