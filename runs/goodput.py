@@ -57,6 +57,7 @@ def block_state(rows: list[tuple], prev: tuple | None, first: int | None, starte
     save_iv: list[list] = []
     prev_step, prev_ts = prev if prev is not None else (None, None)
     seg, t0, t1 = 0, None, None
+    keys: dict[float, str] = {}  # q() of the values seen: most steps repeat a few
     for step, ts, secs, tflops, tokens in rows:
         if ts is not None:
             t0 = ts if t0 is None or ts < t0 else t0
@@ -82,11 +83,14 @@ def block_state(rows: list[tuple], prev: tuple | None, first: int | None, starte
             else:
                 s[1] += round(secs * US)
                 s[2] += 1
-                _count(hist, q(secs))
+                k = keys.get(secs) or keys.setdefault(secs, q(secs))
+                hist[k] = hist.get(k, 0) + 1
             if tokens is not None:
-                _count(tok, q(tokens))
+                k = keys.get(tokens) or keys.setdefault(tokens, q(tokens))
+                tok[k] = tok.get(k, 0) + 1
             if tflops is not None:
-                _count(tfl, q(tflops))
+                k = keys.get(tflops) or keys.setdefault(tflops, q(tflops))
+                tfl[k] = tfl.get(k, 0) + 1
         prev_step, prev_ts = step, ts
     return {"n": len(rows), "t0": t0, "t1": t1, "hist": hist, "tok": tok, "tfl": tfl,
             "segs": segs, "phase": phase, "saves": save_iv, "cuts": bounds}

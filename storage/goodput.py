@@ -68,9 +68,15 @@ def after_write(conn: sa.Connection, batch) -> None:
     refused row changes nothing."""
     touched: dict[tuple[str, int], set[int]] = {}
     runs: set[str] = set()
+    size = gp.BLOCK
     for rows, cols in ((batch.loss_parts, LOSS_PARTS), (batch.pod_metrics, POD_METRICS)):
-        for row in rows:
-            touched.setdefault((row[cols.RUN], row[cols.INCARNATION]), set()).add(gp.block_of(row[cols.STEP]))
+        run_i, inc_i, step_i = cols.RUN, cols.INCARNATION, cols.STEP
+        key, blocks = None, None
+        for row in rows:  # a batch's rows come by incarnation: one look-up per change of it
+            if (row[run_i], row[inc_i]) != key:
+                key = (row[run_i], row[inc_i])
+                blocks = touched.setdefault(key, set())
+            blocks.add(row[step_i] // size)
     for row in batch.checkpoints:
         runs.add(row[CHECKPOINTS.RUN])  # a save's stamp is the incarnation's last line until a step follows
         if row[CHECKPOINTS.KIND] == "save":  # the step after it is a phase step; its interval the save's
@@ -121,7 +127,7 @@ def _recompute(conn: sa.Connection, run: str, inc: int, blocks: set[int], spans:
         old = conn.execute(_BLOCK, pb).scalar()
         if old is not None:
             gp.add(agg, json.loads(old), -1)
-        rows = [tuple(r) for r in conn.execute(_BLOCK_ROWS, pb)]
+        rows = conn.execute(_BLOCK_ROWS, pb).fetchall()
         if not rows:
             if old is not None:
                 conn.execute(_DROP_BLOCK, pb)
