@@ -100,3 +100,52 @@ def test_rebuild_gives_the_state_commits_gave(store, samples):
     with store.engine.begin() as conn:
         rebuild(conn, "gap")
     assert both(store, "gap")[0] == before
+
+
+@pytest.mark.timeout(150)
+def test_a_followed_run_and_its_reparse_keep_the_same_state(make_simcluster, tmp_path, db_url, monkeypatch):
+    """Followed live (a JobSet restart: replayed steps), then reparsed from its raw log into a new
+    run and in place: each time the stored figures are the full recomputation's, and the
+    reparse's figures are the followed run's."""
+    from test_follow_support import follow_sim, scenario
+
+    from steptail.collector.offline.reparse import reparse
+    from steptail.storage.db import open_store
+
+    monkeypatch.setenv("CLOUDSDK_CORE_ACCOUNT", "placeholder@example.invalid")
+    sim = make_simcluster(scenario({"action": "restart_jobset", "at_step": 130}))
+    raw = tmp_path / "raw"
+    follow_sim(sim, db_url, raw=str(raw))
+    store = open_store(db_url)
+    try:
+        followed, full = both(store, "r")
+        assert followed == full
+        assert len(followed["restarts"]) == 1 and followed["replayed_s"] > 0
+        reparse(store, "r", raw, into="again")
+        again, full = both(store, "again")
+        assert again == full and {**again, "run": "r"} == followed
+        reparse(store, "r", raw, replace=True)
+        assert both(store, "r") == (followed, followed)
+    finally:
+        store.dispose()
+
+
+def test_a_store_from_before_the_state_gets_it_from_its_rows(store, db_url, samples):
+    """A store left at 0013 (rows, no goodput state): opening it fills the state (0014) from the
+    rows, the figures the commits would have kept."""
+    import sqlalchemy as sa
+
+    from steptail.storage.db import open_store
+
+    commit_every(store, "gap", logs(samples)["resume-gap"], 50)
+    want = both(store, "gap")[0]
+    with store.engine.begin() as conn:
+        for table in ("run_goodput", "goodput_incs", "goodput_blocks"):
+            conn.execute(sa.text(f"DROP TABLE {table}"))
+        conn.execute(sa.text("UPDATE alembic_version SET version_num = '0013'"))
+    store.dispose()
+    again = open_store(db_url)
+    try:
+        assert both(again, "gap") == (want, want)
+    finally:
+        again.dispose()
