@@ -58,6 +58,7 @@ def block_state(rows: list[tuple], prev: tuple | None, first: int | None, starte
     prev_step, prev_ts = prev if prev is not None else (None, None)
     seg, t0, t1 = 0, None, None
     keys: dict[float, str] = {}  # q() of the values seen: most steps repeat a few
+    last_seg = len(segs) - 1
     for step, ts, secs, tflops, tokens in rows:
         if ts is not None:
             t0 = ts if t0 is None or ts < t0 else t0
@@ -71,17 +72,18 @@ def block_state(rows: list[tuple], prev: tuple | None, first: int | None, starte
         elif step == first and secs is not None and ts is not None and started_ns is not None:
             secs = min(secs, max(0.0, (ts - started_ns) / NS))  # nor the time since the trainer started
         if secs is not None:
-            secs = round(secs * US) / US  # the microsecond: sums are exact integers, in any order
+            us = round(secs * US)  # the microsecond: sums are exact integers, in any order
+            secs = us / US
         if step == first or step - 1 in saves:
             phase.append([step, ts, secs])
         else:
-            while seg + 1 < len(segs) and step >= segs[seg + 1][0]:
+            while seg < last_seg and step >= segs[seg + 1][0]:
                 seg += 1
             s = segs[seg]
             if secs is None:
                 s[3] += 1
             else:
-                s[1] += round(secs * US)
+                s[1] += us
                 s[2] += 1
                 k = keys.get(secs) or keys.setdefault(secs, q(secs))
                 hist[k] = hist.get(k, 0) + 1
