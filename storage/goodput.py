@@ -76,10 +76,12 @@ def after_write(conn: sa.Connection, batch) -> None:
             if (row[run_i], row[inc_i]) != key:
                 key = (row[run_i], row[inc_i])
                 blocks = touched.setdefault(key, set())
-            blocks.add(row[step_i] // size)
+            if LOWEST <= row[step_i] <= HIGHEST:  # else no column holds it: refused, nothing stored
+                blocks.add(row[step_i] // size)
     for row in batch.checkpoints:
         runs.add(row[CHECKPOINTS.RUN])  # a save's stamp is the incarnation's last line until a step follows
-        if row[CHECKPOINTS.KIND] == "save":  # the step after it is a phase step; its interval the save's
+        if row[CHECKPOINTS.KIND] == "save" and LOWEST <= row[CHECKPOINTS.STEP] < HIGHEST:
+            # the step after it is a phase step; its interval the save's
             touched.setdefault((row[CHECKPOINTS.RUN], row[CHECKPOINTS.INCARNATION]), set()).add(
                 gp.block_of(row[CHECKPOINTS.STEP] + 1))
     started = {}
@@ -99,7 +101,7 @@ def after_write(conn: sa.Connection, batch) -> None:
                 continue
             lo, hi = spans[inc]
             for b in list(blocks):  # the step after a touched block: its interval starts in it
-                nxt = conn.execute(_NEXT, {"run": run, "inc": inc, "hi": (b + 1) * gp.BLOCK - 1}).scalar()
+                nxt = conn.execute(_NEXT, {"run": run, "inc": inc, "hi": _end(b)}).scalar()
                 if nxt is not None:
                     blocks.add(gp.block_of(nxt))
             # a later incarnation's first step cuts the earlier ones' blocks (their replayed part)
@@ -114,6 +116,13 @@ def after_write(conn: sa.Connection, batch) -> None:
         _store_report(conn, run)
 
 
+LOWEST, HIGHEST = -(2**63), 2**63 - 1  # the widest a step column holds (SQLite's INTEGER)
+
+
+def _end(block: int) -> int:
+    return min((block + 1) * gp.BLOCK - 1, HIGHEST)
+
+
 def _recompute(conn: sa.Connection, run: str, inc: int, blocks: set[int], spans: dict) -> None:
     p = {"run": run, "inc": inc}
     old_agg = conn.execute(_AGG, p).scalar()
@@ -122,7 +131,7 @@ def _recompute(conn: sa.Connection, run: str, inc: int, blocks: set[int], spans:
     first = spans[inc][0]
     later = [lo for other, (lo, _) in spans.items() if other > inc]
     for b in sorted(blocks):
-        lo, hi = b * gp.BLOCK, (b + 1) * gp.BLOCK - 1
+        lo, hi = max(b * gp.BLOCK, LOWEST), _end(b)
         pb = {**p, "b": b, "lo": lo, "hi": hi}
         old = conn.execute(_BLOCK, pb).scalar()
         if old is not None:
@@ -133,7 +142,7 @@ def _recompute(conn: sa.Connection, run: str, inc: int, blocks: set[int], spans:
                 conn.execute(_DROP_BLOCK, pb)
             continue
         prev = conn.execute(_PREV, pb).first()
-        saves = {s for (s,) in conn.execute(_BLOCK_SAVES, {**p, "lo": lo - 1, "hi": hi - 1})}
+        saves = {s for (s,) in conn.execute(_BLOCK_SAVES, {**p, "lo": max(lo - 1, LOWEST), "hi": hi - 1})}
         state = gp.block_state(rows, None if prev is None else tuple(prev), first, started, saves, later)
         gp.add(agg, state)
         conn.execute(_PUT_BLOCK, {**pb, "state": json.dumps(state, separators=(",", ":"))})
