@@ -169,7 +169,7 @@ def report(run: str, incs: list[IncFacts], blocks_from: BlocksFrom,
         elif cut <= first:
             lost = total
         else:
-            lost = _replayed(blocks_from(inc.number, block_of(cut)), agg, cut, med)
+            lost = _replayed(blocks_from, inc.number, agg, cut, med)
         productive += total - lost
         replayed += lost
         if med is not None:
@@ -208,13 +208,25 @@ def _counted(sum_us: int, unknown: int, phases, med: float | None) -> float:
     return total
 
 
-def _replayed(blocks: Iterable[dict], agg: dict, cut: int, med: float | None) -> float:
+def tail(blocks: Iterable[dict], cut: int) -> dict:
+    """The non-phase sums of the segments from `cut` on: an incarnation's replayed steps."""
     sum_us = unknown = 0
     for block in blocks:
         for start, s_us, _, unk in block["segs"]:
             if start >= cut:
                 sum_us += s_us
                 unknown += unk
+    return {"cut": cut, "sum_us": sum_us, "unknown": unknown}
+
+
+def _replayed(blocks_from: BlocksFrom, n: int, agg: dict, cut: int, med: float | None) -> float:
+    """The replayed seconds from `cut` on; a store keeps the last tail() in the aggregate (it
+    is valid while the cut and the incarnation's blocks are: storage.goodput drops it when a
+    block of the incarnation is recomputed), so a commit reads no block for it."""
+    kept = agg.get("tail")
+    if kept is None or kept["cut"] != cut:
+        kept = agg["tail"] = tail(blocks_from(n, block_of(cut)), cut)
+    sum_us, unknown = kept["sum_us"], kept["unknown"]
     phases = [(s, v) for s, v in agg["phase"].items() if int(s) >= cut]
     return _counted(sum_us, unknown, phases, med)
 

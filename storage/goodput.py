@@ -130,6 +130,7 @@ def _recompute(conn: sa.Connection, run: str, inc: int, blocks: set[int], spans:
     started = conn.execute(_STARTED, p).scalar()
     first = spans[inc][0]
     later = [lo for other, (lo, _) in spans.items() if other > inc]
+    agg.pop("tail", None)  # its replayed sums (runs.goodput.tail) may be in the blocks recomputed
     for b in sorted(blocks):
         lo, hi = max(b * gp.BLOCK, LOWEST), _end(b)
         pb = {**p, "b": b, "lo": lo, "hi": hi}
@@ -164,7 +165,12 @@ def stored_facts(conn: sa.Connection, run: str) -> tuple[list[gp.IncFacts], gp.B
 
 
 def _store_report(conn: sa.Connection, run: str) -> dict:
-    report = gp.report(run, *stored_facts(conn, run))
+    incs, blocks_from = stored_facts(conn, run)
+    tails = {i.number: i.agg.get("tail") for i in incs}
+    report = gp.report(run, incs, blocks_from)
+    for inc in incs:  # a replayed part read from the blocks: kept for the next commit
+        if inc.agg.get("tail") != tails[inc.number]:
+            conn.execute(_PUT_AGG, {"run": run, "inc": inc.number, "state": json.dumps(inc.agg, separators=(",", ":"))})
     latest = report["incarnations"][-1]["median_step_s"] if report["incarnations"] else None
     conn.execute(_PUT_RUN, {"run": run, **{f: report[f] for f in FIGURES}, "median_step_s": latest,
                             "report": json.dumps(report), "now": time.time_ns()})
