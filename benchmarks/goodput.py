@@ -6,7 +6,9 @@ The long run: a generated --timestamps process-0 log (LOSS-PARTS and `completed 
 a save every 1,000 steps, a preemption every 40,500 executed steps restored from the last save, so
 steps are replayed; every 100th step a profiler step without `seconds`), ingested with
 `steptail ingest`, then `steptail goodput RUN -o json` timed as a process (best of --reps,
-Python start-up included) and `storage.goodput.run_goodput` in process.
+Python start-up included) and `storage.goodput.run_goodput` in process; then 40 live-like
+commits of 3 steps each appended to it (`live_commit`: a commit's median and the goodput
+state's part of it, which must not grow with the run).
 
 The fleet: --runs runs of --run-steps steps, two incarnations each, six mesh configurations on
 three slices, written straight into a fresh store (rows as ingest stores them, and the goodput state
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -105,12 +108,57 @@ def long_run(work: Path, steps: int, reps: int, baseline: str | None = None) -> 
     finally:
         store.dispose()
     out.update(now, goodput_in_process_s=round(min(inproc), 4))
+    out["live_commit"] = live_commits(work / "long.db")
     if baseline is not None:
         out["ratio_goodput_cli_over_baseline"] = round(now["goodput_cli_s"] / out["baseline"]["goodput_cli_s"], 3)
         out["ratio_ingest_over_baseline"] = round(now["ingest_s"] / out["baseline"]["ingest_s"], 3)
         out["same_figures_as_baseline"] = {k: out["baseline"][k] == now[k] for k in ("incarnations", "goodput",
                                                                                      "replayed_s")}
     return out
+
+
+def live_commits(db: Path, commits: int = 40, per: int = 3) -> dict:
+    """Commits of `per` new steps each appended to the long run, as `follow` writes them (the
+    run model, SqlSink): median ms of a commit, and of the goodput state's part of it."""
+    import sqlalchemy as sa
+
+    from steptail.storage import goodput
+    from steptail.storage.sql import SqlSink, load_model
+
+    store = open_store(str(db), create=False)
+    spent: list[float] = []
+    real = goodput.after_write
+
+    def timed(conn, batch) -> None:
+        t = time.perf_counter()
+        real(conn, batch)
+        spent.append(time.perf_counter() - t)
+
+    goodput.after_write = timed
+    try:
+        with store.engine.connect() as conn:
+            step, ts = conn.execute(sa.text("SELECT step, ts_ns FROM loss_parts WHERE run = 'long'"
+                                            " ORDER BY incarnation DESC, step DESC LIMIT 1")).one()
+            model = load_model(conn, "long")
+        sink, totals = SqlSink(store), []
+        for _ in range(commits):
+            for _ in range(per):
+                step, ts = step + 1, ts + 10 * 10**9
+                glog = "I1130 00:00:00.000000 1 train.py:1]"
+                model.feed(f"{format_ns(ts)} {glog} LOSS-PARTS step={step} ce=2.5 z_loss=1e-04 moe_lb=0.01"
+                           f" total=2.51 weights=1048576\n".encode())
+                model.feed(f"{format_ns(ts + 10**6)} {glog} completed step: {step}, seconds: 10.000,"
+                           f" TFLOP/s/device: 180.0, Tokens/s/device: 4000.0\n".encode())
+            batch = model.take()
+            t = time.perf_counter()
+            with store.engine.begin() as conn:
+                sink.write(conn, "long", batch)
+            totals.append(time.perf_counter() - t)
+    finally:
+        goodput.after_write = real
+        store.dispose()
+    return {"commits": commits, "steps_each": per, "commit_median_ms": round(statistics.median(totals) * 1000, 2),
+            "goodput_state_median_ms": round(statistics.median(spent) * 1000, 2)}
 
 
 def _timed_run(log: Path, db: Path, cmd: list[str], reps: int, env: dict | None = None) -> dict:
