@@ -64,7 +64,7 @@ def test_the_state_kept_at_commit_is_the_full_recomputation(store, samples, ever
 def test_rows_in_any_order_give_the_same_state(store, samples):
     """The batch's rows shuffled into small batches (a step's `completed step` row apart from
     its LOSS-PARTS row, later incarnations before earlier ones, saves after the steps they
-    precede): the same state as the full recomputation at the end, and after each batch."""
+    precede): the same state as the full recomputation at random points and at the end."""
     rng = random.Random(36)
     for name in ("timed", "resume-gap", "resume-from-zero"):
         model = RunModel(name)
