@@ -1,22 +1,30 @@
 """Speed of `steptail goodput` on one long run and of `steptail mesh` over many runs (SQLite).
 
-    .venv/bin/python benchmarks/goodput.py --json [--steps 200000] [--runs 1000] [--run-steps 500]
+    .venv/bin/python benchmarks/goodput.py --json [--steps 200000] [--runs 1000] [--run-steps 500] [--baseline REV]
 
 The long run: a generated --timestamps process-0 log (LOSS-PARTS and `completed step` lines,
 a save every 1,000 steps, a preemption every 40,500 executed steps restored from the last save, so
 steps are replayed; every 100th step a profiler step without `seconds`), ingested with
 `steptail ingest`, then `steptail goodput RUN -o json` timed as a process (best of --reps,
-Python start-up included) and `storage.goodput.run_goodput` in process.
+Python start-up included) and `storage.goodput.run_goodput` in process; then 40 live-like
+commits of 3 steps each appended to it (`live_commit`: a commit's median and the goodput
+state's part of it, which must not grow with the run).
 
 The fleet: --runs runs of --run-steps steps, two incarnations each, six mesh configurations on
-three slices, written straight into a fresh store (rows as ingest stores them), then
-`steptail mesh -o json` timed as a process."""
+three slices, written straight into a fresh store (rows as ingest stores them, and the goodput state
+built from them), then
+`steptail mesh -o json` timed as a process.
+
+--baseline REV: the long run's ingest and `steptail goodput` as of git revision REV too (its
+tree from `git archive`, as benchmarks/ingest.py runs it), in the same run, into its own store:
+`ratio_goodput_cli_over_baseline` (this / REV: below 1, faster)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,10 +33,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from steptail.parsers import format_ns  # noqa: E402
 from steptail.storage.db import open_store  # noqa: E402
-from steptail.storage.goodput import run_goodput  # noqa: E402
+from steptail.storage.goodput import rebuild, run_goodput  # noqa: E402
 
 STEPTAIL = str(Path(sys.executable).parent / "steptail")
 T0 = 1_796_011_200 * 10**9
@@ -68,24 +77,28 @@ def write_long_log(path: Path, steps: int) -> None:
                 inc += 1
 
 
-def best(argv: list[str], reps: int) -> tuple[float, str]:
+def best(argv: list[str], reps: int, env: dict | None = None, cwd: Path | None = None) -> tuple[float, str]:
     times, out = [], ""
     for _ in range(reps):
         t = time.perf_counter()
-        out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+        out = subprocess.run(argv, check=True, capture_output=True, text=True, env=env, cwd=cwd).stdout
         times.append(time.perf_counter() - t)
     return min(times), out
 
 
-def long_run(work: Path, steps: int, reps: int) -> dict:
-    log, db = work / "long.log", work / "long.db"
+def long_run(work: Path, steps: int, reps: int, baseline: str | None = None) -> dict:
+    log = work / "long.log"
     write_long_log(log, steps)
-    t = time.perf_counter()
-    subprocess.run([STEPTAIL, "ingest", str(log), "--run", "long", "--db", str(db)], check=True,
-                   capture_output=True)
-    ingest_s = time.perf_counter() - t
-    cli_s, out = best([STEPTAIL, "goodput", "long", "--db", str(db), "-o", "json"], reps)
-    store = open_store(str(db), create=False)
+    out = {"steps": steps, "log_mb": round(log.stat().st_size / 2**20, 1)}
+    if baseline is not None:
+        # benchmarks/ingest.py: REV's tree, run ahead of this checkout
+        from ingest import baseline_tree
+
+        cmd, env = baseline_tree(baseline, work)
+        base = _timed_run(log, work / "base.db", cmd, reps, env)
+        out["baseline"] = {"rev": baseline, **base}
+    now = _timed_run(log, work / "long.db", [STEPTAIL], reps)
+    store = open_store(str(work / "long.db"), create=False)
     try:
         inproc = []
         for _ in range(reps):
@@ -94,9 +107,69 @@ def long_run(work: Path, steps: int, reps: int) -> dict:
             inproc.append(time.perf_counter() - t)
     finally:
         store.dispose()
-    g = json.loads(out)
-    return {"steps": steps, "log_mb": round(log.stat().st_size / 2**20, 1), "ingest_s": round(ingest_s, 2),
-            "goodput_cli_s": round(cli_s, 3), "goodput_in_process_s": round(min(inproc), 3),
+    out.update(now, goodput_in_process_s=round(min(inproc), 4))
+    out["live_commit"] = live_commits(work / "long.db")
+    if baseline is not None:
+        out["ratio_goodput_cli_over_baseline"] = round(now["goodput_cli_s"] / out["baseline"]["goodput_cli_s"], 3)
+        out["ratio_ingest_over_baseline"] = round(now["ingest_s"] / out["baseline"]["ingest_s"], 3)
+        out["same_figures_as_baseline"] = {k: out["baseline"][k] == now[k] for k in ("incarnations", "goodput",
+                                                                                     "replayed_s")}
+    return out
+
+
+def live_commits(db: Path, commits: int = 40, per: int = 3) -> dict:
+    """Commits of `per` new steps each appended to the long run, as `follow` writes them (the
+    run model, SqlSink): median ms of a commit, and of the goodput state's part of it."""
+    import sqlalchemy as sa
+
+    from steptail.storage import goodput
+    from steptail.storage.sql import SqlSink, load_model
+
+    store = open_store(str(db), create=False)
+    spent: list[float] = []
+    real = goodput.after_write
+
+    def timed(conn, batch) -> None:
+        t = time.perf_counter()
+        real(conn, batch)
+        spent.append(time.perf_counter() - t)
+
+    goodput.after_write = timed
+    try:
+        with store.engine.connect() as conn:
+            step, ts = conn.execute(sa.text("SELECT step, ts_ns FROM loss_parts WHERE run = 'long'"
+                                            " ORDER BY incarnation DESC, step DESC LIMIT 1")).one()
+            model = load_model(conn, "long")
+        sink, totals = SqlSink(store), []
+        for _ in range(commits):
+            for _ in range(per):
+                step, ts = step + 1, ts + 10 * 10**9
+                glog = "I1130 00:00:00.000000 1 train.py:1]"
+                model.feed(f"{format_ns(ts)} {glog} LOSS-PARTS step={step} ce=2.5 z_loss=1e-04 moe_lb=0.01"
+                           f" total=2.51 weights=1048576\n".encode())
+                model.feed(f"{format_ns(ts + 10**6)} {glog} completed step: {step}, seconds: 10.000,"
+                           f" TFLOP/s/device: 180.0, Tokens/s/device: 4000.0\n".encode())
+            batch = model.take()
+            t = time.perf_counter()
+            with store.engine.begin() as conn:
+                sink.write(conn, "long", batch)
+            totals.append(time.perf_counter() - t)
+    finally:
+        goodput.after_write = real
+        store.dispose()
+    return {"commits": commits, "steps_each": per, "commit_median_ms": round(statistics.median(totals) * 1000, 2),
+            "goodput_state_median_ms": round(statistics.median(spent) * 1000, 2)}
+
+
+def _timed_run(log: Path, db: Path, cmd: list[str], reps: int, env: dict | None = None) -> dict:
+    """`ingest` then `goodput -o json` by `cmd` (a steptail), from outside the repository."""
+    t = time.perf_counter()
+    subprocess.run([*cmd, "ingest", str(log), "--run", "long", "--db", str(db)], check=True, capture_output=True,
+                   env=env, cwd=db.parent)
+    ingest_s = time.perf_counter() - t
+    cli_s, text = best([*cmd, "goodput", "long", "--db", str(db), "-o", "json"], reps, env, db.parent)
+    g = json.loads(text)
+    return {"ingest_s": round(ingest_s, 2), "goodput_cli_s": round(cli_s, 3),
             "incarnations": len(g["incarnations"]), "goodput": round(g["goodput"], 4),
             "replayed_s": round(g["replayed_s"], 1)}
 
@@ -136,6 +209,13 @@ def fleet(work: Path, runs: int, run_steps: int, reps: int) -> dict:
                 con.execute("INSERT INTO loss_summary (run, incarnation, steps, lo, hi, first_ts_ns, last_ts_ns)"
                             " VALUES (?, ?, ?, ?, ?, ?, ?)", (run, inc, hi - lo + 1, lo, hi, ts[0], ts[-1]))
     con.close()
+    store = open_store(str(db), create=False)
+    try:  # the goodput state a commit keeps (storage.goodput), built as migration 0014 builds it
+        with store.engine.begin() as conn:
+            for r in range(runs):
+                rebuild(conn, f"run-{r:05d}")
+    finally:
+        store.dispose()
     load_s = time.perf_counter() - t0
     cli_s, out = best([STEPTAIL, "mesh", "--db", str(db), "-o", "json"], reps)
     return {"runs": runs, "run_steps": run_steps, "load_s": round(load_s, 2), "mesh_cli_s": round(cli_s, 3),
@@ -148,11 +228,12 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=1_000)
     ap.add_argument("--run-steps", type=int, default=500)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--baseline", metavar="REV", help="also time the long run as of git revision REV")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="steptail-goodput-") as tmp:
         work = Path(tmp)
-        result = {"long_run": long_run(work, args.steps, args.reps),
+        result = {"long_run": long_run(work, args.steps, args.reps, args.baseline),
                   "fleet": fleet(work, args.runs, args.run_steps, args.reps)}
     print(json.dumps(result) if args.json else json.dumps(result, indent=2))
 

@@ -190,12 +190,29 @@ def fleet_dashboard() -> dm.Dashboard:
         .override_by_name("seconds_since_last_step", [dm.DynamicConfigValue(id_val="unit", value="s")])
         .height(16).span(24)
     )
+    seconds = [dm.DynamicConfigValue(id_val="unit", value="s")]
+    goodput = (
+        table.Panel().id(next(ids)).title("Goodput").datasource(datasource_ref()).show_header(True)
+        .description("Per run that logged a step in the range: productive step time / wall time, and where"
+                     " the rest went (replayed steps, recovery after restarts, checkpoint saves, other),"
+                     " kept at each commit (docs/goodput.md); the latest incarnation's median step time.")
+        .align(cm.FieldTextAlignment.AUTO).inspect(False)
+        .with_target(SqlQuery(q.GOODPUT).format("table").ref_id("A"))
+        .override_by_name("goodput", [dm.DynamicConfigValue(id_val="unit", value="percentunit"),
+                                      dm.DynamicConfigValue(id_val="min", value=0),
+                                      dm.DynamicConfigValue(id_val="max", value=1),
+                                      dm.DynamicConfigValue(id_val="custom.cellOptions",
+                                                            value={"type": "gauge", "mode": "basic"})])
+        .override_by_regexp("_s$", seconds)
+        .height(10).span(24)
+    )
     return (
         _dashboard(FLEET_UID, "steptail / Fleet",
                    "The runs seen in the time range: state (live, stalled, ended, failed, ingested, unknown), "
-                   "last step, seconds since it, reconnects, stream gaps, open findings.")
+                   "last step, seconds since it, reconnects, stream gaps, open findings; their goodput.")
         .with_variable(namespace_variable())
         .with_panel(fleet)
+        .with_panel(goodput)
         .build()
     )
 

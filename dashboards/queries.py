@@ -262,6 +262,17 @@ WHERE COALESCE(r.namespace, '-') IN ($namespace)
 ORDER BY r.run
 """.strip()
 
+# Goodput per run that logged a step in the range (docs/goodput.md): the figures kept at commit
+# in run_goodput (storage.goodput), one row per run: the cost of the live runs, not of their steps.
+GOODPUT = """
+WITH seen AS (SELECT DISTINCT run FROM loss_summary WHERE last_ts_ns >= $__unixEpochNanoFrom())
+SELECT g.run, g.goodput, g.wall_s, g.productive_s, g.replayed_s, g.recovery_s, g.checkpoint_s, g.other_s,
+       g.median_step_s
+FROM run_goodput g JOIN seen ON seen.run = g.run JOIN runs r ON r.run = g.run
+WHERE COALESCE(r.namespace, '-') IN ($namespace)
+ORDER BY g.run
+""".strip()
+
 # -- alert rules (table format: string columns become labels, the number is the value) ----
 # Runs that logged a step in the window, from the per-incarnation summary kept at commit
 # (storage.summary) and its index on the latest timestamp: a range scan over the live runs,

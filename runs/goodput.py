@@ -1,37 +1,320 @@
 """Where a run's wall time went (docs/goodput.md): productive, replayed, recovery, checkpoint
 and other seconds, goodput = productive / wall, and each incarnation's step time.
 
-Pure: fed the run's rows (each LOSS-PARTS step with its `completed step` figures, the
-checkpoint saves, the incarnations), in any order, by whichever path holds them; `report()`
-computes the figures. No I/O, no clock: absent input gives None ("not evaluable"), never 0."""
+Pure, and shared by every path. The facts are kept in two layers so that a store can keep them
+at commit (storage.goodput) and the cost of a figure follows the live runs, not the history:
+
+- a *block* (BLOCK steps of one incarnation): `block_state()` of its rows, the only part
+  computed from rows; what a commit recomputes for the blocks its rows touch;
+- an incarnation's *aggregate*: its blocks added up (`add()`, and taken out again when a block
+  is recomputed): counts, exact integer-microsecond sums, histograms of step time,
+  tokens/s and TFLOP/s to 4 significant figures (what the medians are taken over), the first
+  and after-save steps, the saves' intervals.
+
+`report()` turns aggregates into the figures. RunTiming is the full recomputation: fed every
+row, it builds the same blocks and aggregates in memory. No I/O, no clock: absent input gives
+None ("not evaluable"), never 0."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from statistics import median
 
 NS = 1e9
+BLOCK = 256  # steps per block: a live commit recomputes at most a block's rows per incarnation
+US = 1_000_000
+
+
+def q(value: float) -> str:
+    """A value to 4 significant figures, as a histogram key: medians are over these (the log
+    prints seconds to the millisecond; 4 figures keeps every histogram small)."""
+    return f"{value:.4g}"
+
+
+def block_of(step: int) -> int:
+    return step // BLOCK
+
+
+# -- a block ------------------------------------------------------------------------------
+def block_state(rows: list[tuple], prev: tuple | None, first: int | None, started_ns: int | None,
+                saves: set[int], cuts: Iterable[int] = ()) -> dict:
+    """The state of one block: `rows` its (step, ts_ns, seconds, tflops, tokens) in step order,
+    `prev` the (step, ts_ns) of the incarnation's stored step before them (None if none),
+    `first` the incarnation's first step, `saves` its checkpoint-save steps (those just before
+    a row matter), `cuts` the first steps of later incarnations: the non-phase sums are kept
+    per segment starting at each, so the replayed part is a sum of whole segments.
+
+    A step's time is its `seconds:`, else the interval from the step before it (stamps; over
+    lost steps, shared by them), else unknown (counted at the median); never more than that
+    interval, nor a first step more than the time since its start-up line. A phase step (the
+    first, compilation; the one after a save) is kept apart: counted at most at the median."""
+    bounds = sorted({c for c in cuts if rows and rows[0][0] < c <= rows[-1][0]})
+    segs = [[rows[0][0] if rows else 0, 0, 0, 0]] + [[c, 0, 0, 0] for c in bounds]  # from, sum_us, known, unknown
+    hist: dict[str, int] = {}
+    tok: dict[str, int] = {}
+    tfl: dict[str, int] = {}
+    phase: list[list] = []
+    save_iv: list[list] = []
+    prev_step, prev_ts = prev if prev is not None else (None, None)
+    seg, t0, t1 = 0, None, None
+    keys: dict[float, str] = {}  # q() of the values seen: most steps repeat a few
+    last_seg = len(segs) - 1
+    for step, ts, secs, tflops, tokens in rows:
+        if ts is not None:
+            t0 = ts if t0 is None or ts < t0 else t0
+            t1 = ts if t1 is None or ts > t1 else t1
+        if ts is not None and prev_ts is not None and step > prev_step:
+            interval = (ts - prev_ts) / NS / (step - prev_step)  # per step: steps lost between ran too
+            if secs is None or secs > interval >= 0:
+                secs = interval  # no step outlasts the lines around it (a trainer clock unlike the kubelet's)
+            if step - 1 in saves and prev_step == step - 1:
+                save_iv.append([step - 1, (ts - prev_ts) / NS])
+        elif step == first and secs is not None and ts is not None and started_ns is not None:
+            secs = min(secs, max(0.0, (ts - started_ns) / NS))  # nor the time since the trainer started
+        if secs is not None:
+            us = round(secs * US)  # the microsecond: sums are exact integers, in any order
+            secs = us / US
+        if step == first or step - 1 in saves:
+            phase.append([step, ts, secs])
+        else:
+            while seg < last_seg and step >= segs[seg + 1][0]:
+                seg += 1
+            s = segs[seg]
+            if secs is None:
+                s[3] += 1
+            else:
+                s[1] += us
+                s[2] += 1
+                k = keys.get(secs) or keys.setdefault(secs, q(secs))
+                hist[k] = hist.get(k, 0) + 1
+            if tokens is not None:
+                k = keys.get(tokens) or keys.setdefault(tokens, q(tokens))
+                tok[k] = tok.get(k, 0) + 1
+            if tflops is not None:
+                k = keys.get(tflops) or keys.setdefault(tflops, q(tflops))
+                tfl[k] = tfl.get(k, 0) + 1
+        prev_step, prev_ts = step, ts
+    return {"n": len(rows), "t0": t0, "t1": t1, "hist": hist, "tok": tok, "tfl": tfl,
+            "segs": segs, "phase": phase, "saves": save_iv, "cuts": bounds}
+
+
+def _count(h: dict[str, int], key: str, by: int = 1) -> None:
+    n = h.get(key, 0) + by
+    if n:
+        h[key] = n
+    else:
+        h.pop(key, None)
+
+
+# -- an incarnation's aggregate -------------------------------------------------------------
+def empty() -> dict:
+    return {"n": 0, "t0": None, "t1": None, "hist": {}, "tok": {}, "tfl": {}, "sum_us": 0, "known": 0,
+            "unknown": 0, "phase": {}, "saves": {}}
+
+
+def add(agg: dict, block: dict, sign: int = 1) -> None:
+    """Add a block's state to an incarnation's aggregate (sign -1: take it out). Stamps only
+    widen: rows are never taken back (ON CONFLICT DO NOTHING), a reparse starts afresh."""
+    agg["n"] += sign * block["n"]
+    for key in ("hist", "tok", "tfl"):
+        for value, n in block[key].items():
+            _count(agg[key], value, sign * n)
+    for _, sum_us, known, unknown in block["segs"]:
+        agg["sum_us"] += sign * sum_us
+        agg["known"] += sign * known
+        agg["unknown"] += sign * unknown
+    for step, ts, secs in block["phase"]:
+        if sign > 0:
+            agg["phase"][str(step)] = [ts, secs]
+        else:
+            agg["phase"].pop(str(step), None)
+    for step, interval in block["saves"]:
+        if sign > 0:
+            agg["saves"][str(step)] = interval
+        else:
+            agg["saves"].pop(str(step), None)
+    if sign > 0:
+        for key, pick in (("t0", min), ("t1", max)):
+            if block[key] is not None:
+                agg[key] = block[key] if agg[key] is None else pick(agg[key], block[key])
 
 
 @dataclass
-class _Inc:
+class IncFacts:
+    """What report() needs of an incarnation besides its aggregate."""
     number: int
-    started_ns: int | None = None
-    # per step: [ts_ns, seconds, tflops, tokens_per_s] (seconds etc. None when not logged)
-    steps: dict[int, list] = field(default_factory=dict)
-    saves: set[int] = field(default_factory=set)
-    last_save_ns: int | None = None  # latest stamp of its save lines
+    started_ns: int | None
+    last_save_ns: int | None
+    agg: dict
 
-    def last_line_ns(self) -> int | None:
-        """The latest stamp of its rows (steps and saves)."""
-        stamps = [ts for ts, *_ in self.steps.values() if ts is not None]
-        if self.last_save_ns is not None:
-            stamps.append(self.last_save_ns)
-        return max(stamps, default=None)
+
+# The blocks of incarnation `n` from block `b` on (its replayed part is read from them).
+BlocksFrom = Callable[[int, int], Iterable[dict]]
+
+
+def report(run: str, incs: list[IncFacts], blocks_from: BlocksFrom,
+           queued: dict[int, float] | None = None) -> dict:
+    """The figures of `steptail goodput RUN -o json` from the incarnations' aggregates."""
+    incs = sorted((i for i in incs if i.agg["n"]), key=lambda i: i.number)
+    stats = [_stats(i) for i in incs]
+    fallback = _median_of([m for s in stats if (m := s["median_step_s"]) is not None])
+    meds = [s["median_step_s"] if s["median_step_s"] is not None else fallback for s in stats]
+    productive = replayed = checkpoint = 0.0
+    cut = None  # the lowest first step of the incarnations after this one: its steps from there were redone
+    for inc, med in reversed(list(zip(incs, meds, strict=True))):
+        agg, first = inc.agg, _first(inc.agg)
+        total = _counted(agg["sum_us"], agg["unknown"], agg["phase"].items(), med)
+        if cut is None:
+            lost = 0.0
+        elif cut <= first:
+            lost = total
+        else:
+            lost = _replayed(blocks_from, inc.number, agg, cut, med)
+        productive += total - lost
+        replayed += lost
+        if med is not None:
+            checkpoint += sum(max(0.0, iv - med) for _, iv in sorted(agg["saves"].items(), key=_by_step))
+        cut = first if cut is None else min(cut, first)
+    restarts = [_restart(prev, inc, med, (queued or {}).get(inc.number))
+                for prev, inc, med in zip(incs, incs[1:], meds[1:], strict=False)]
+    recovery = float(sum(r["recovery_s"] or 0.0 for r in restarts))
+    wall = _wall(incs)
+    other = None if wall is None else max(0.0, wall - productive - replayed - recovery - checkpoint)
+    return {
+        "run": run, "wall_s": wall, "productive_s": productive, "replayed_s": replayed,
+        "recovery_s": recovery, "checkpoint_s": checkpoint, "other_s": other,
+        "goodput": None if not wall else productive / wall,
+        "restarts": restarts, "incarnations": stats,
+    }
+
+
+def _by_step(item) -> int:
+    return int(item[0])
+
+
+def _first(agg: dict) -> int:
+    return min(int(s) for s in agg["phase"])  # the first step is always a phase step
+
+
+def _counted(sum_us: int, unknown: int, phases, med: float | None) -> float:
+    """Seconds of steps: the known non-phase ones, the unknown at the median, and the phase
+    ones at most at the median (their excess is compilation or a save, counted there)."""
+    total = sum_us / US + unknown * (med if med is not None else 0.0)
+    for _, (_, secs) in sorted(phases, key=_by_step):
+        if secs is None:
+            total += med if med is not None else 0.0
+        else:
+            total += secs if med is None else min(secs, med)
+    return total
+
+
+def tail(blocks: Iterable[dict], cut: int) -> dict:
+    """The non-phase sums of the segments from `cut` on: an incarnation's replayed steps."""
+    sum_us = unknown = 0
+    for block in blocks:
+        for start, s_us, _, unk in block["segs"]:
+            if start >= cut:
+                sum_us += s_us
+                unknown += unk
+    return {"cut": cut, "sum_us": sum_us, "unknown": unknown}
+
+
+def _replayed(blocks_from: BlocksFrom, n: int, agg: dict, cut: int, med: float | None) -> float:
+    """The replayed seconds from `cut` on; a store keeps the last tail() in the aggregate (it
+    is valid while the cut and the incarnation's blocks are: storage.goodput drops it when a
+    block of the incarnation is recomputed), so a commit reads no block for it."""
+    kept = agg.get("tail")
+    if kept is None or kept["cut"] != cut:
+        kept = agg["tail"] = tail(blocks_from(n, block_of(cut)), cut)
+    sum_us, unknown = kept["sum_us"], kept["unknown"]
+    phases = [(s, v) for s, v in agg["phase"].items() if int(s) >= cut]
+    return _counted(sum_us, unknown, phases, med)
+
+
+def _wall(incs: list[IncFacts]) -> float | None:
+    if not incs:
+        return None
+    first = incs[0]
+    start = first.started_ns if first.started_ns is not None else first.agg["t0"]
+    end = max((i.agg["t1"] for i in incs if i.agg["t1"] is not None), default=None)
+    if start is None or end is None or end < start:
+        return None
+    return (end - start) / NS
+
+
+def _restart(prev: IncFacts, inc: IncFacts, med: float | None, queued: float | None) -> dict:
+    first_ts, first_s = inc.agg["phase"][str(_first(inc.agg))]
+    own = first_s if first_s is not None else med
+    compile_s = None if first_s is None or med is None else max(0.0, first_s - med)
+    counted_own = own if own is None or med is None else min(own, med)
+    recovery = down = startup = None
+    last = max((t for t in (prev.agg["t1"], prev.last_save_ns) if t is not None), default=None)
+    if last is not None and first_ts is not None and counted_own is not None:
+        recovery = max(0.0, (first_ts - last) / NS - counted_own)
+    if last is not None and inc.started_ns is not None:
+        down = max(0.0, (inc.started_ns - last) / NS)
+    if inc.started_ns is not None and first_ts is not None and own is not None:
+        startup = max(0.0, (first_ts - inc.started_ns) / NS - own)
+    if compile_s is not None and recovery is not None:
+        compile_s = min(compile_s, recovery)  # a part of the recovery, never more than it
+    return {"incarnation": inc.number, "recovery_s": recovery, "queued_s": queued,
+            "down_s": down, "startup_s": startup, "compile_s": compile_s}
+
+
+def _stats(inc: IncFacts) -> dict:
+    agg = inc.agg
+    hist = {float(k): n for k, n in agg["hist"].items()}
+    if not hist:  # no steady step: the phase steps', rather than nothing
+        for _, secs in agg["phase"].values():
+            if secs is not None:
+                hist[float(q(secs))] = hist.get(float(q(secs)), 0) + 1
+    med = _hist_median(hist)
+    mad = None
+    if med is not None:
+        dev: dict[float, int] = {}
+        for v, n in hist.items():
+            d = abs(v - med)
+            dev[d] = dev.get(d, 0) + n
+        mad = _hist_median(dev)
+    return {
+        "incarnation": inc.number, "steps": agg["n"], "median_step_s": med, "step_s_mad": mad,
+        "tokens_per_s_device": _hist_median({float(k): n for k, n in agg["tok"].items()}),
+        "tflops_per_device": _hist_median({float(k): n for k, n in agg["tfl"].items()}),
+    }
+
+
+def _hist_median(hist: dict[float, int]) -> float | None:
+    """statistics.median of the values a histogram counts (the two middle ones' mean)."""
+    total = sum(hist.values())
+    if not total:
+        return None
+    lo_rank, hi_rank = (total - 1) // 2, total // 2
+    seen, lo = 0, None
+    for value in sorted(hist):
+        seen += hist[value]
+        if lo is None and seen > lo_rank:
+            lo = value
+        if seen > hi_rank:
+            return (lo + value) / 2 if lo != value else value
+    return lo
+
+
+def _median_of(values: list[float]) -> float | None:
+    return _hist_median({v: values.count(v) for v in set(values)}) if values else None
+
+
+# -- the full recomputation ---------------------------------------------------------------
+@dataclass
+class _Inc:
+    started_ns: int | None = None
+    rows: dict[int, tuple] = field(default_factory=dict)  # step -> (ts_ns, seconds, tflops, tokens)
+    saves: set[int] = field(default_factory=set)
+    last_save_ns: int | None = None
 
 
 class RunTiming:
-    """A run's timing facts, fed row by row; `report()` gives the goodput figures."""
+    """A run's timing facts, fed row by row; `report()` gives the goodput figures, built in
+    memory through the same blocks and aggregates a store keeps at commit."""
 
     def __init__(self, run: str) -> None:
         self.run = run
@@ -41,7 +324,7 @@ class RunTiming:
     def _inc(self, n: int) -> _Inc:
         inc = self.incs.get(n)
         if inc is None:
-            inc = self.incs[n] = _Inc(n)
+            inc = self.incs[n] = _Inc()
         return inc
 
     def incarnation(self, n: int, started_ns: int | None) -> None:
@@ -49,7 +332,7 @@ class RunTiming:
 
     def step(self, n: int, step: int, ts_ns: int | None, seconds=None, tflops=None, tokens=None) -> None:
         """A LOSS-PARTS step of incarnation n, with its `completed step` figures if logged."""
-        self._inc(n).steps[step] = [ts_ns, seconds, tflops, tokens]
+        self._inc(n).rows[step] = (ts_ns, seconds, tflops, tokens)
 
     def add_steps(self, rows) -> None:
         """step() for each (incarnation, step, ts_ns, seconds, tflops, tokens) row, in bulk."""
@@ -57,8 +340,8 @@ class RunTiming:
         for row in rows:
             if row[0] != n:
                 n = row[0]
-                steps = self._inc(n).steps
-            steps[row[1]] = list(row[2:])
+                steps = self._inc(n).rows
+            steps[row[1]] = tuple(row[2:])
 
     def save(self, n: int, step: int, ts_ns: int | None) -> None:
         inc = self._inc(n)
@@ -70,129 +353,40 @@ class RunTiming:
         """Incarnation n's pod or Workload was seen not running for `seconds` before it started."""
         self.queued_s[n] = self.queued_s.get(n, 0.0) + seconds
 
-    # -- the figures -------------------------------------------------------------------
+    def blocks(self) -> dict[int, dict[int, dict]]:
+        """Every incarnation's block states, as a store keeps them."""
+        firsts = {n: min(inc.rows) for n, inc in self.incs.items() if inc.rows}
+        out: dict[int, dict[int, dict]] = {}
+        for n, inc in self.incs.items():
+            if not inc.rows:
+                continue
+            cuts = [f for m, f in firsts.items() if m > n]
+            by_block: dict[int, list[tuple]] = {}
+            for step in sorted(inc.rows):
+                by_block.setdefault(block_of(step), []).append((step, *inc.rows[step]))
+            prev = None
+            out[n] = {}
+            for b in sorted(by_block):
+                rows = by_block[b]
+                out[n][b] = block_state(rows, prev, firsts[n], inc.started_ns, inc.saves, cuts)
+                prev = (rows[-1][0], rows[-1][1])
+        return out
+
+    def facts(self) -> tuple[list[IncFacts], BlocksFrom]:
+        blocks = self.blocks()
+        incs = []
+        for n, inc in self.incs.items():
+            agg = empty()
+            for state in blocks.get(n, {}).values():
+                add(agg, state)
+            incs.append(IncFacts(n, inc.started_ns, inc.last_save_ns, agg))
+        return incs, lambda n, b: [s for k, s in sorted(blocks.get(n, {}).items()) if k >= b]
+
     def report(self) -> dict:
-        incs = [self.incs[n] for n in sorted(self.incs) if self.incs[n].steps]
-        timed = [_timed(inc) for inc in incs]
-        stats = [_stats(inc, t) for inc, t in zip(incs, timed, strict=True)]
-        fallback = _median([m for s in stats if (m := s["median_step_s"]) is not None])
-        productive = replayed = checkpoint = 0.0
-        cut = None  # the lowest first step of the incarnations after this one: its steps from there were redone
-        for inc, t, s in reversed(list(zip(incs, timed, stats, strict=True))):
-            med = s["median_step_s"] if s["median_step_s"] is not None else fallback
-            for step, (_, secs, phase) in t.items():
-                if secs is None:
-                    secs = med if med is not None else 0.0
-                elif phase and med is not None:
-                    secs = min(secs, med)  # its excess is compilation or a save, counted there
-                if cut is not None and step >= cut:
-                    replayed += secs
-                else:
-                    productive += secs
-            checkpoint += _checkpoint_excess(inc, med)
-            first = min(inc.steps)
-            cut = first if cut is None else min(cut, first)
-        restarts = [self._restart(prev, inc, t, s["median_step_s"] if s["median_step_s"] is not None else fallback)
-                    for prev, inc, t, s in zip(incs, incs[1:], timed[1:], stats[1:], strict=False)]
-        recovery = float(sum(r["recovery_s"] or 0.0 for r in restarts))
-        wall = self._wall(incs)
-        other = None if wall is None else max(0.0, wall - productive - replayed - recovery - checkpoint)
-        return {
-            "run": self.run, "wall_s": wall, "productive_s": productive, "replayed_s": replayed,
-            "recovery_s": recovery, "checkpoint_s": checkpoint, "other_s": other,
-            "goodput": None if not wall else productive / wall,
-            "restarts": restarts, "incarnations": stats,
-        }
-
-    def _wall(self, incs: list[_Inc]) -> float | None:
-        if not incs:
-            return None
-        first = incs[0]
-        start = first.started_ns if first.started_ns is not None else _first_ts(first)
-        end = max((ts for inc in incs for ts, *_ in inc.steps.values() if ts is not None), default=None)
-        if start is None or end is None or end < start:
-            return None
-        return (end - start) / NS
-
-    def _restart(self, prev: _Inc, inc: _Inc, t: dict, med: float | None) -> dict:
-        first = min(inc.steps)
-        first_ts, first_s = inc.steps[first][0], t[first][1]
-        own = first_s if first_s is not None else med
-        compile_s = None if first_s is None or med is None else max(0.0, first_s - med)
-        counted_own = own if own is None or med is None else min(own, med)
-        recovery = down = startup = None
-        last = prev.last_line_ns()
-        if last is not None and first_ts is not None and counted_own is not None:
-            recovery = max(0.0, (first_ts - last) / NS - counted_own)
-        if last is not None and inc.started_ns is not None:
-            down = max(0.0, (inc.started_ns - last) / NS)
-        if inc.started_ns is not None and first_ts is not None and own is not None:
-            startup = max(0.0, (first_ts - inc.started_ns) / NS - own)
-        if compile_s is not None and recovery is not None:
-            compile_s = min(compile_s, recovery)  # a part of the recovery, never more than it
-        return {"incarnation": inc.number, "recovery_s": recovery, "queued_s": self.queued_s.get(inc.number),
-                "down_s": down, "startup_s": startup, "compile_s": compile_s}
-
-
-def _first_ts(inc: _Inc) -> int | None:
-    return min((ts for ts, *_ in inc.steps.values() if ts is not None), default=None)
-
-
-def _timed(inc: _Inc) -> dict[int, tuple]:
-    """Per step: (ts_ns, seconds, phase). A step's time is its `seconds:`, else the interval
-    from the step before it in the incarnation (stamps; over lost steps, shared by them), else
-    None; never more than that interval, nor a first step more than the time since its start-up
-    line. A phase step, the incarnation's first (compilation) or the one after a checkpoint
-    save, is left out of the median and counted at most at the median: its excess is the
-    compilation (recovery) or the save (checkpoint), counted there."""
-    out, prev_step, prev_ts = {}, None, None
-    first = min(inc.steps)
-    for step in sorted(inc.steps):
-        ts, secs, *_ = inc.steps[step]
-        if ts is not None and prev_ts is not None and step > prev_step:
-            interval = (ts - prev_ts) / NS / (step - prev_step)  # per step: steps lost between ran too
-            if secs is None:
-                secs = interval
-            elif secs > interval >= 0:
-                secs = interval  # no step outlasts the lines around it (a trainer clock unlike the kubelet's)
-        elif step == first and secs is not None and ts is not None and inc.started_ns is not None:
-            secs = min(secs, max(0.0, (ts - inc.started_ns) / NS))  # nor the time since the trainer started
-        out[step] = (ts, secs, step == first or (step - 1) in inc.saves)
-        prev_step, prev_ts = step, ts
-    return out
-
-
-def _stats(inc: _Inc, t: dict) -> dict:
-    steady = [secs for _, secs, phase in t.values() if secs is not None and not phase]
-    if not steady:
-        steady = [secs for _, secs, *_ in t.values() if secs is not None]
-    med = _median(steady)
-    mad = None if med is None else _median([abs(s - med) for s in steady])
-    rows = inc.steps
-    return {
-        "incarnation": inc.number, "steps": len(rows), "median_step_s": med, "step_s_mad": mad,
-        "tokens_per_s_device": _median([r[3] for s, r in rows.items() if r[3] is not None and not t[s][2]]),
-        "tflops_per_device": _median([r[2] for s, r in rows.items() if r[2] is not None and not t[s][2]]),
-    }
-
-
-def _checkpoint_excess(inc: _Inc, med: float | None) -> float:
-    """Each save's stretch (from its step's stamp to the next step's) beyond the median."""
-    if med is None:
-        return 0.0
-    total, steps = 0.0, inc.steps
-    for n in inc.saves:
-        here, after = steps.get(n), steps.get(n + 1)
-        if here and after and here[0] is not None and after[0] is not None:
-            total += max(0.0, (after[0] - here[0]) / NS - med)
-    return total
-
-
-def _median(values: list[float]) -> float | None:
-    return median(values) if values else None
+        incs, blocks_from = self.facts()
+        return report(self.run, incs, blocks_from, self.queued_s)
 
 
 def ratio(slow: float | None, fast: float | None) -> float | None:
     """How many times slower `slow` is than `fast` (None when either is unknown or zero)."""
     return None if not slow or not fast else slow / fast
-

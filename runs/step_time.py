@@ -92,3 +92,15 @@ def regression_detail(number: int, med: float, prev: int, prev_med: float, diff:
         cause = "no Config param differs: look at the slice, the image or the input pipeline"
     return (f"incarnation {number}'s median step time is {med:.2f} s, {ratio:.1f}x incarnation {prev}'s "
             f"({prev_med:.2f} s); {cause}")
+
+
+def control_detail(arm: str, inc: int, med: float, control: str, control_med: float, diff: list[str]) -> str:
+    """The detail of a step_time_regression against a same-shape control run (`steptail compare`)."""
+    ratio = med / control_med
+    if diff:
+        shown = "; ".join(diff[:LISTED]) + (f"; and {len(diff) - LISTED} more" if len(diff) > LISTED else "")
+        cause = f"Config params that differ from the control (the likely cause): {shown}"
+    else:
+        cause = "no Config param differs from the control: look at the slice, the image or the input pipeline"
+    return (f"{arm} incarnation {inc}'s median step time is {med:.2f} s, {ratio:.1f}x same-shape control "
+            f"{control}'s ({control_med:.2f} s); {cause}")

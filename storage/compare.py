@@ -1,6 +1,7 @@
 """Arm vs control: CE of two runs aligned by step (each step's value from its latest
-incarnation), refused when the runs do not share a slice shape (process count); and its chart
-(storage/plots.py says what it marks)."""
+incarnation), refused when the runs do not share a slice shape (process count); their step
+times (a `step_time_regression` of the arm against the control: docs/verdicts.md); and its
+chart (storage/plots.py says what it marks)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
+from steptail.runs.findings import STEP_TIME_REGRESSION
+from steptail.runs.step_time import config_diff, control_detail, severity_of
 from steptail.storage import plots
 from steptail.storage.db import Store
+from steptail.storage.goodput import timing_on
 
 
 class CompareRefused(Exception):
@@ -29,6 +33,7 @@ class Comparison:
     # every step of each run, not only the common ones: step -> (ce, ce_raw) as latest_ce
     arm_ce: dict[int, tuple[float | None, str]] = field(default_factory=dict, repr=False)
     control_ce: dict[int, tuple[float | None, str]] = field(default_factory=dict, repr=False)
+    step_time: dict | None = None  # step_time_vs_control(): None when either has no median step time
 
     @property
     def beyond(self) -> list[dict]:
@@ -59,6 +64,7 @@ class Comparison:
             "only_arm": self.only_arm, "only_control": self.only_control,
             "max_abs_delta": self.max_abs_delta, "max_delta_step": self.max_delta_step,
             "first_divergent_step": self.first_divergent_step, "divergent_steps": len(self.beyond),
+            "step_time": self.step_time,
         }
 
 
@@ -106,12 +112,13 @@ def compare_runs(store: Store, arm: str, control: str, tolerance: float = 1e-3, 
                 f"slice shapes differ: {arm} ran on {shape_arm} hosts (processes), {control} on "
                 f"{shape_control}; CE is only comparable on the same shape")
         a, c = latest_ce(conn, arm), latest_ce(conn, control)
+        step_time = step_time_vs_control(conn, arm, control)
     common = sorted(set(a) & set(c))
     if not common:
         raise CompareRefused(f"{arm} and {control} have no step in common")
     result = Comparison(arm, control, tolerance, rel, shape_arm,
                         only_arm=len(set(a) - set(c)), only_control=len(set(c) - set(a)),
-                        arm_ce=a, control_ce=c)
+                        arm_ce=a, control_ce=c, step_time=step_time)
     for step in common:
         (ace, _), (cce, _) = a[step], c[step]
         delta = ace - cce if ace is not None and cce is not None else None
@@ -120,6 +127,34 @@ def compare_runs(store: Store, arm: str, control: str, tolerance: float = 1e-3, 
             "beyond": beyond(ace, cce, tolerance, rel),
         })
     return result
+
+
+_CONFIG = sa.text("SELECT name, value FROM config WHERE run = :run AND incarnation ="
+                  " (SELECT MAX(incarnation) FROM config WHERE run = :run AND incarnation <= :inc)")
+
+
+def step_time_vs_control(conn: sa.Connection, arm: str, control: str) -> dict | None:
+    """The arm's latest incarnation's median step time against the control's (both as kept at
+    commit, storage.goodput; the caller has made sure they share a slice shape): at 1.5x or more
+    a `step_time_regression` (warning; critical from 5x) naming the Config params that differ
+    (each side's latest config lines up to that incarnation). None when either has no median."""
+    sides = []
+    for run in (arm, control):
+        timed = [i for i in timing_on(conn, run).report()["incarnations"] if i["median_step_s"]]
+        if not timed:
+            return None
+        inc = timed[-1]
+        config = dict(conn.execute(_CONFIG, {"run": run, "inc": inc["incarnation"]}).fetchall())
+        sides.append((inc["incarnation"], inc["median_step_s"], config))
+    (inc, med, config), (c_inc, c_med, c_config) = sides
+    ratio = med / c_med
+    severity = severity_of(ratio)
+    diff = config_diff(c_config, config)
+    return {
+        "kind": STEP_TIME_REGRESSION if severity else None, "severity": severity, "incarnation": inc,
+        "median_step_s": med, "control_incarnation": c_inc, "control_median_step_s": c_med, "ratio": ratio,
+        "config_differs": diff, "detail": control_detail(arm, inc, med, control, c_med, diff) if severity else None,
+    }
 
 
 ARM_COLOR, CONTROL_COLOR = "C1", "C0"

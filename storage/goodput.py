@@ -1,17 +1,27 @@
-"""A run's goodput (docs/goodput.md) from what the store holds: its incarnations, each
-LOSS-PARTS step with its `completed step` figures, its checkpoint saves, fed to
-runs.goodput.RunTiming — the one computation every path shares."""
+"""A run's goodput (docs/goodput.md), kept as state at commit: `after_write` (called by
+SqlSink.write, so by every path that stores rows: follow, ingest, reparse) recomputes the
+blocks of 256 steps the batch touched (runs.goodput.block_state), moves their difference
+into the incarnation's aggregate and stores the run's figures in `run_goodput`. Readers
+(`steptail goodput`, the API, /metrics, the export manifest, the pandas API, the mesh table,
+Grafana) read that row: their cost is the run's, not its steps'.
+
+`recompute_on` is the full recomputation from the rows (runs.goodput.RunTiming), kept as the
+reference the stored state is tested against."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 
 import sqlalchemy as sa
 
-from steptail.runs.goodput import RunTiming
+from steptail.runs import goodput as gp
+from steptail.runs.rows import CHECKPOINTS, INCARNATIONS, LOSS_PARTS, POD_METRICS
 from steptail.storage.db import Store
 from steptail.storage.reads import known_run
+
+FIGURES = ("wall_s", "productive_s", "replayed_s", "recovery_s", "checkpoint_s", "other_s", "goodput")
 
 _INCARNATIONS = sa.text("SELECT incarnation, started_ns FROM incarnations WHERE run = :run")
 _STEPS = sa.text(
@@ -19,11 +29,191 @@ _STEPS = sa.text(
     " LEFT JOIN pod_metrics p ON p.run = l.run AND p.incarnation = l.incarnation AND p.step = l.step"
     " WHERE l.run = :run")
 _SAVES = sa.text("SELECT incarnation, step, ts_ns FROM checkpoints WHERE run = :run AND kind = 'save'")
+_LAST_SAVES = sa.text("SELECT incarnation, MAX(ts_ns) FROM checkpoints WHERE run = :run AND kind = 'save'"
+                      " GROUP BY incarnation")
+
+# One block's inputs.
+_BLOCK_ROWS = sa.text(
+    "SELECT l.step, l.ts_ns, p.seconds, p.tflops, p.tokens_per_s FROM loss_parts l"
+    " LEFT JOIN pod_metrics p ON p.run = l.run AND p.incarnation = l.incarnation AND p.step = l.step"
+    " WHERE l.run = :run AND l.incarnation = :inc AND l.step BETWEEN :lo AND :hi ORDER BY l.step")
+_PREV = sa.text("SELECT step, ts_ns FROM loss_parts WHERE run = :run AND incarnation = :inc AND step < :lo"
+                " ORDER BY step DESC LIMIT 1")
+_NEXT = sa.text("SELECT MIN(step) FROM loss_parts WHERE run = :run AND incarnation = :inc AND step > :hi")
+_BLOCK_SAVES = sa.text("SELECT step FROM checkpoints WHERE run = :run AND incarnation = :inc AND kind = 'save'"
+                       " AND step BETWEEN :lo AND :hi")
+_SPANS = sa.text("SELECT incarnation, lo, hi FROM loss_summary WHERE run = :run")
+_STARTED = sa.text("SELECT started_ns FROM incarnations WHERE run = :run AND incarnation = :inc")
+_BLOCK = sa.text("SELECT state FROM goodput_blocks WHERE run = :run AND incarnation = :inc AND block = :b")
+_BLOCKS_FROM = sa.text("SELECT state FROM goodput_blocks WHERE run = :run AND incarnation = :inc AND block >= :b"
+                       " ORDER BY block")
+_PUT_BLOCK = sa.text("INSERT INTO goodput_blocks (run, incarnation, block, state) VALUES (:run, :inc, :b, :state)"
+                     " ON CONFLICT (run, incarnation, block) DO UPDATE SET state = excluded.state")
+_DROP_BLOCK = sa.text("DELETE FROM goodput_blocks WHERE run = :run AND incarnation = :inc AND block = :b")
+_AGG = sa.text("SELECT state FROM goodput_incs WHERE run = :run AND incarnation = :inc")
+_AGGS = sa.text("SELECT incarnation, state FROM goodput_incs WHERE run = :run")
+_PUT_AGG = sa.text("INSERT INTO goodput_incs (run, incarnation, state) VALUES (:run, :inc, :state)"
+                   " ON CONFLICT (run, incarnation) DO UPDATE SET state = excluded.state")
+_PUT_RUN = sa.text(
+    "INSERT INTO run_goodput (run, " + ", ".join(FIGURES) + ", median_step_s, report, updated_ns) VALUES (:run, "
+    + ", ".join(f":{f}" for f in FIGURES) + ", :median_step_s, :report, :now) ON CONFLICT (run) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in (*FIGURES, "median_step_s", "report", "updated_ns")))
+_REPORT = sa.text("SELECT report FROM run_goodput WHERE run = :run")
 
 
-def timing_on(conn: sa.Connection, run: str) -> RunTiming:
-    """The run's RunTiming, fed from the rows on `conn`."""
-    timing, p = RunTiming(run), {"run": run}
+# -- at commit ------------------------------------------------------------------------------
+def after_write(conn: sa.Connection, batch) -> None:
+    """Keep the goodput state of the runs `batch` wrote to (in the caller's transaction, after
+    its rows and loss_summary). Recomputed from the table, not the batch: a duplicate or a
+    refused row changes nothing."""
+    touched: dict[tuple[str, int], set[int]] = {}
+    runs: set[str] = set()
+    size = gp.BLOCK
+    for rows, cols in ((batch.loss_parts, LOSS_PARTS), (batch.pod_metrics, POD_METRICS)):
+        run_i, inc_i, step_i = cols.RUN, cols.INCARNATION, cols.STEP
+        key, blocks = None, None
+        for row in rows:  # a batch's rows come by incarnation: one look-up per change of it
+            if (row[run_i], row[inc_i]) != key:
+                key = (row[run_i], row[inc_i])
+                blocks = touched.setdefault(key, set())
+            if LOWEST <= row[step_i] <= HIGHEST:  # else no column holds it: refused, nothing stored
+                blocks.add(row[step_i] // size)
+    for row in batch.checkpoints:
+        runs.add(row[CHECKPOINTS.RUN])  # a save's stamp is the incarnation's last line until a step follows
+        if row[CHECKPOINTS.KIND] == "save" and LOWEST <= row[CHECKPOINTS.STEP] < HIGHEST:
+            # the step after it is a phase step; its interval the save's
+            touched.setdefault((row[CHECKPOINTS.RUN], row[CHECKPOINTS.INCARNATION]), set()).add(
+                gp.block_of(row[CHECKPOINTS.STEP] + 1))
+    started = {}
+    for row in batch.incarnations.values():
+        runs.add(row[0])
+        started[(row[0], row[1])] = row[INCARNATIONS.STARTED_NS]
+    for run in {run for run, _ in touched} | runs:
+        spans = {inc: (lo, hi) for inc, lo, hi in conn.execute(_SPANS, {"run": run})}
+        mine = {inc: blocks for (r, inc), blocks in touched.items() if r == run}
+        for (r, inc), ns in started.items():
+            if r == run and inc in spans:  # its start-up stamp bounds its first step's time
+                agg = conn.execute(_AGG, {"run": run, "inc": inc}).scalar()
+                if agg is None or json.loads(agg).get("started_ns") != ns:
+                    mine.setdefault(inc, set()).add(gp.block_of(spans[inc][0]))
+        for inc, blocks in list(mine.items()):
+            if inc not in spans:
+                continue
+            lo, hi = spans[inc]
+            for b in list(blocks):  # the step after a touched block: its interval starts in it
+                nxt = conn.execute(_NEXT, {"run": run, "inc": inc, "hi": _end(b)}).scalar()
+                if nxt is not None:
+                    blocks.add(gp.block_of(nxt))
+            # a later incarnation's first step cuts the earlier ones' blocks (their replayed part)
+            for other, (o_lo, o_hi) in spans.items():
+                if other < inc and o_lo < lo <= o_hi:
+                    state = conn.execute(_BLOCK, {"run": run, "inc": other, "b": gp.block_of(lo)}).scalar()
+                    if state is not None and lo not in json.loads(state)["cuts"]:
+                        mine.setdefault(other, set()).add(gp.block_of(lo))
+        for inc, blocks in mine.items():
+            if inc in spans and blocks:
+                _recompute(conn, run, inc, blocks, spans)
+        _store_report(conn, run)
+
+
+LOWEST, HIGHEST = -(2**63), 2**63 - 1  # the widest a step column holds (SQLite's INTEGER)
+
+
+def _end(block: int) -> int:
+    return min((block + 1) * gp.BLOCK - 1, HIGHEST)
+
+
+def _recompute(conn: sa.Connection, run: str, inc: int, blocks: set[int], spans: dict) -> None:
+    p = {"run": run, "inc": inc}
+    old_agg = conn.execute(_AGG, p).scalar()
+    agg = gp.empty() if old_agg is None else json.loads(old_agg)
+    started = conn.execute(_STARTED, p).scalar()
+    first = spans[inc][0]
+    later = [lo for other, (lo, _) in spans.items() if other > inc]
+    agg.pop("tail", None)  # its replayed sums (runs.goodput.tail) may be in the blocks recomputed
+    for b in sorted(blocks):
+        lo, hi = max(b * gp.BLOCK, LOWEST), _end(b)
+        pb = {**p, "b": b, "lo": lo, "hi": hi}
+        old = conn.execute(_BLOCK, pb).scalar()
+        if old is not None:
+            gp.add(agg, json.loads(old), -1)
+        rows = conn.execute(_BLOCK_ROWS, pb).fetchall()
+        if not rows:
+            if old is not None:
+                conn.execute(_DROP_BLOCK, pb)
+            continue
+        prev = conn.execute(_PREV, pb).first()
+        saves = {s for (s,) in conn.execute(_BLOCK_SAVES, {**p, "lo": max(lo - 1, LOWEST), "hi": hi - 1})}
+        state = gp.block_state(rows, None if prev is None else tuple(prev), first, started, saves, later)
+        gp.add(agg, state)
+        conn.execute(_PUT_BLOCK, {**pb, "state": json.dumps(state, separators=(",", ":"))})
+    agg["started_ns"] = started
+    conn.execute(_PUT_AGG, {**p, "state": json.dumps(agg, separators=(",", ":"))})
+
+
+def stored_facts(conn: sa.Connection, run: str) -> tuple[list[gp.IncFacts], gp.BlocksFrom]:
+    """The run's incarnations' aggregates as stored, and a reader of their blocks."""
+    p = {"run": run}
+    started = dict(conn.execute(_INCARNATIONS, p).fetchall())
+    saves = dict(conn.execute(_LAST_SAVES, p).fetchall())
+    incs = [gp.IncFacts(inc, started.get(inc), saves.get(inc), json.loads(state))
+            for inc, state in conn.execute(_AGGS, p)]
+
+    def blocks_from(inc: int, b: int):
+        return [json.loads(s) for (s,) in conn.execute(_BLOCKS_FROM, {**p, "inc": inc, "b": b})]
+    return incs, blocks_from
+
+
+def _store_report(conn: sa.Connection, run: str) -> dict:
+    incs, blocks_from = stored_facts(conn, run)
+    tails = {i.number: i.agg.get("tail") for i in incs}
+    report = gp.report(run, incs, blocks_from)
+    for inc in incs:  # a replayed part read from the blocks: kept for the next commit
+        if inc.agg.get("tail") != tails[inc.number]:
+            conn.execute(_PUT_AGG, {"run": run, "inc": inc.number, "state": json.dumps(inc.agg, separators=(",", ":"))})
+    latest = report["incarnations"][-1]["median_step_s"] if report["incarnations"] else None
+    conn.execute(_PUT_RUN, {"run": run, **{f: report[f] for f in FIGURES}, "median_step_s": latest,
+                            "report": json.dumps(report), "now": time.time_ns()})
+    return report
+
+
+def rebuild(conn: sa.Connection, run: str) -> None:
+    """The run's state from its rows alone (a migration's fill; a repair)."""
+    for table in ("goodput_blocks", "goodput_incs", "run_goodput"):
+        conn.execute(sa.text(f"DELETE FROM {table} WHERE run = :run"), {"run": run})
+    timing = recompute_on(conn, run)
+    for inc, blocks in timing.blocks().items():
+        agg = gp.empty()
+        for b, state in blocks.items():
+            gp.add(agg, state)
+            conn.execute(_PUT_BLOCK, {"run": run, "inc": inc, "b": b, "state": json.dumps(state, separators=(",", ":"))})
+        agg["started_ns"] = timing.incs[inc].started_ns
+        conn.execute(_PUT_AGG, {"run": run, "inc": inc, "state": json.dumps(agg, separators=(",", ":"))})
+    _store_report(conn, run)
+
+
+# -- reading --------------------------------------------------------------------------------
+class Stored:
+    """A run's figures as kept at commit (what timing_on gives: `.report()`)."""
+
+    def __init__(self, conn: sa.Connection, run: str) -> None:
+        self.conn, self.run = conn, run
+
+    def report(self) -> dict:
+        text = self.conn.execute(_REPORT, {"run": self.run}).scalar()
+        if text is None:  # no step stored yet: nothing to account for
+            return gp.report(self.run, [], lambda n, b: [])
+        return json.loads(text)
+
+
+def timing_on(conn: sa.Connection, run: str) -> Stored:
+    """The run's figures on `conn`, as kept at commit."""
+    return Stored(conn, run)
+
+
+def recompute_on(conn: sa.Connection, run: str) -> gp.RunTiming:
+    """The full recomputation: the run's RunTiming fed from every row on `conn`."""
+    timing, p = gp.RunTiming(run), {"run": run}
     for inc, started in conn.execute(_INCARNATIONS, p):
         timing.incarnation(inc, started)
     timing.add_steps(conn.execute(_STEPS, p).fetchall())  # fetchall: a row at a time costs twice as much
@@ -40,17 +230,17 @@ def run_goodput(store: Store, run: str) -> dict:
 
 
 class GoodputCache:
-    """Each run's report for the /metrics gauges, computed again only when the run's rows changed
+    """Each run's report for the /metrics gauges, read again only when the run's rows changed
     (its step count or last stamp: what run_gauges reads from loss_summary) and then at most every
-    `every_s` seconds: a scrape costs nothing for runs that did not move, and a live run's cost
-    is bounded by the interval, not by how often it is scraped."""
+    `every_s` seconds. The report is kept at commit, so a read is one row; this keeps a scrape
+    from reading even that for runs that did not move."""
 
     def __init__(self, store: Store, every_s: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.store, self.every_s, self.clock = store, every_s, clock
         self._reports: dict[str, tuple[tuple, float, dict]] = {}
 
     def get(self, run: str, state: tuple) -> dict:
-        """The run's report; `state` tells whether its rows changed since it was computed."""
+        """The run's report; `state` tells whether its rows changed since it was read."""
         known = self._reports.get(run)
         now = self.clock()
         if known is not None and (known[0] == state or now - known[1] < self.every_s):

@@ -32,7 +32,8 @@ _KINDS: dict[str, tuple[str, int]] = {
 # same rows from the same lines, another high-water mark), ingest_stats (per source).
 KINDS = tuple(_KINDS)
 # rows rebuilt from the lines (findings: only the flagged ones, see clear_rows)
-_CLEARED = (*ROW_TABLES, "loss_summary", "loss_rollup", "incarnations", "quarantine", "cursors", "ingest_stats")
+_CLEARED = (*ROW_TABLES, "loss_summary", "loss_rollup", "goodput_blocks", "goodput_incs", "run_goodput",
+            "incarnations", "quarantine", "cursors", "ingest_stats")
 
 
 def _plain(value):

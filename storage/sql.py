@@ -29,6 +29,7 @@ from steptail.runs.model import (
     quarantine_row,
 )
 from steptail.runs.rows import COLUMNS, FLAGS, INCARNATIONS, QUARANTINE
+from steptail.storage import goodput
 from steptail.storage.db import Store
 from steptail.storage.reads import json_value
 from steptail.storage.sources import claim_source
@@ -144,6 +145,8 @@ class SqlSink:
                 self._insert_apart(conn, table, rows)
         if counted:
             after_write(conn, counted)
+        if batch.loss_parts or batch.pod_metrics or batch.checkpoints or batch.incarnations:
+            goodput.after_write(conn, batch)  # goodput kept as state at commit (docs/goodput.md)
         kept = batch.quarantine + [quarantine_row(t, row, f"store refused: {why}")
                                    for t, row, why in self.refused[refused:]]
         if kept:

@@ -340,6 +340,23 @@ def test_fleet_lists_the_runs_seen_since_the_range_began(pg):
                          {"t": time.time_ns()})
 
 
+def test_goodput_per_run_seen_in_the_range(pg):
+    """The Fleet board's goodput panel: the figures kept at commit (run_goodput), one row per run
+    that logged a step in the range, the same as `steptail goodput`; none for a later range."""
+    from steptail.storage.goodput import run_goodput
+
+    rows = {r["run"]: r for r in run_sql(pg, q.GOODPUT, ctx())}
+    assert set(rows) == set(RUNS) - {"cp4-lb-nan"}  # no timestamps: no step in any range
+    for run, row in rows.items():
+        g = run_goodput(pg, run)
+        assert row["goodput"] == pytest.approx(g["goodput"]) and 0.6 < row["goodput"] <= 1.0
+        assert row["replayed_s"] == pytest.approx(g["replayed_s"])
+        assert row["median_step_s"] == pytest.approx(g["incarnations"][-1]["median_step_s"])
+    assert (rows["clean-300"]["replayed_s"] == 0) and rows["resume-gap"]["replayed_s"] > 0
+    assert [r["run"] for r in run_sql(pg, q.GOODPUT, ctx(namespaces=("team-a",)))] == ["clean-300"]
+    assert run_sql(pg, q.GOODPUT, ctx(start=T1, end=T1 + timedelta(hours=1))) == []
+
+
 def test_variables(pg):
     assert [r for (r,) in (tuple(x.values()) for x in run_sql(pg, q.VAR_NAMESPACE, ctx()))] == ["-", "team-a"]
     runs = [tuple(x.values())[0] for x in run_sql(pg, q.VAR_RUN, ctx(namespaces=("team-a",)))]

@@ -86,3 +86,27 @@ def test_seconds_beyond_the_stamps_are_no_regression(store, tmp_path):
     head, tail = text.split("Restoring checkpoint from step 150.", 1)
     claimed = head + "Restoring checkpoint from step 150." + tail.replace("seconds: 10.000", "seconds: 60.000")
     assert ingested(store, tmp_path, "claims", claimed) == []
+
+
+@pytest.mark.parametrize(("slow", "severity"), [(10.0, None), (20.0, "warning"), (60.0, "critical")])
+def test_compared_with_a_same_shape_control(store, db_url, tmp_path, slow, severity):
+    """`steptail compare ARM CONTROL`: the arm's latest median step time against the control's,
+    a step_time_regression from 1.5x (critical from 5x) naming the Config params that differ."""
+    from click.testing import CliRunner
+
+    from steptail.cli import main
+    from steptail.storage.compare import compare_runs
+
+    ingested(store, tmp_path, "control", timed_log(fsdp3=8, slow=10.0))
+    ingested(store, tmp_path, "arm", timed_log(fsdp3=4 if severity else 8, slow=slow))
+    st = compare_runs(store, "arm", "control").step_time
+    assert st["severity"] == severity and st["ratio"] == pytest.approx(slow / 10.0, rel=0.01)
+    assert (st["incarnation"], st["control_incarnation"]) == (3, 3)
+    if severity is None:
+        assert st["kind"] is None and st["config_differs"] == [] and st["detail"] is None
+        return
+    assert st["kind"] == STEP_TIME_REGRESSION
+    assert st["config_differs"] == ["ici_fsdp_parallelism 8 -> 4"]
+    assert f"{slow / 10:.1f}x same-shape control control's (10.00 s)" in st["detail"]
+    r = CliRunner().invoke(main, ["compare", "arm", "control", "--db", db_url], catch_exceptions=False)
+    assert f"step_time_regression ({severity})" in r.output and "ici_fsdp_parallelism 8 -> 4" in r.output

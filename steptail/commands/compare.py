@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import click
+from rich.markup import escape
 
 from steptail.api import Steptail, UnknownRun
 from steptail.commands._common import count, db_option, fail, store_or_exit
@@ -102,5 +103,14 @@ def _print(output: Output, result: Comparison, plot_path: str | None) -> None:
     first = s["first_divergent_step"]
     output.line("within tolerance" if first is None else
                 f"[bold red]diverges at step {first}[/] ({count(s['divergent_steps'], 'step')} beyond tolerance)")
+    st = result.step_time
+    if st is not None:
+        words = (f"median step time {st['median_step_s']:.2f} s vs control's {st['control_median_step_s']:.2f} s"
+                 f" ({st['ratio']:.2f}x)")
+        if st["severity"] is None:
+            output.line(words)
+        else:
+            color = "bold red" if st["severity"] == "critical" else "bold yellow"
+            output.line(f"[{color}]step_time_regression ({st['severity']})[/]: {escape(st['detail'])}")
     if plot_path:
         output.line(f"plot: {plot_path}")
