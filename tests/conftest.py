@@ -28,3 +28,18 @@ def _worker_tmpdir(tmp_path_factory):
         mp.setenv("TMPDIR", str(tmp))
         mp.setattr(tempfile, "tempdir", str(tmp))
         yield
+
+
+# ---- `make quick`: the tests marked `slow` (and `image`) are left out of the inner loop ----
+# Modules whose every test is slow (long follow scenarios on the simulated clock, seeded chaos,
+# soak, the demo), measured with `pytest --durations` on 2 busy cores; a module here is marked
+# from outside (its own pytestmark untouched).
+SLOW = {
+    "test_chaos.py", "test_follow_soak.py", "test_demo.py",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in SLOW:
+            item.add_marker(pytest.mark.slow)
