@@ -29,7 +29,7 @@ demo: setup
 	$(BIN)/steptail demo
 
 # The suite on 2 pytest-xdist workers by default: most tests wait on the simulated cluster's
-# clock, not the CPU (measured on 2 cores: ~26 min on 2 workers, ~50 min of test time serially).
+# clock, not the CPU (measured on 2 cores shared with other runs: ~40 min on 2 workers, image included).
 # `make test TEST_WORKERS=0` runs it serially, in one process.
 # TEST_ARGS: more pytest arguments, e.g. `make test TEST_ARGS="-m 'not image'"` (what .ci/run does: the
 # image build and run, tests/test_image.py, is its own step there, `make test-image`).
