@@ -55,7 +55,8 @@ SLOW = {
     "test_parquet_compact.py", "test_pod_list_bounded.py", "test_raw_log.py", "test_recovery.py",
     "test_replicas.py", "test_run_identity.py", "test_run_state.py", "test_runbook_live.py",
     "test_store_failures.py", "test_store_outage.py", "test_watchdog_pace.py",
-    "test_parser_native.py::test_random_blocks_agree",
+    "test_parser_native.py::test_random_blocks_agree", "test_export.py::test_cli_refuses_to_overwrite_without_force",
+    "test_cursor_order.py::test_follow_node_clock_stepped_back",
 }
 
 
