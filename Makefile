@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup dev demo test lint bench clean image
+.PHONY: setup dev demo test quick test-image lint bench clean image
 
 # `make setup` (and `make demo`) install what the product needs, nothing more; the tools of the
 # tests and benchmarks (pytest, moto, duckdb, hypothesis, ruff…: the dev extra) come with
@@ -29,12 +29,25 @@ demo: setup
 	$(BIN)/steptail demo
 
 # The suite on 2 pytest-xdist workers by default: most tests wait on the simulated cluster's
-# clock, not the CPU (measured on 2 cores: ~26 min on 2 workers, ~50 min of test time serially).
+# clock, not the CPU (measured on 2 cores shared with other runs: ~40 min on 2 workers, image included).
 # `make test TEST_WORKERS=0` runs it serially, in one process.
+# TEST_ARGS: more pytest arguments, e.g. `make test TEST_ARGS="-m 'not image'"` (what .ci/run does: the
+# image build and run, tests/test_image.py, is its own step there, `make test-image`).
 TEST_WORKERS ?= 2
+TEST_ARGS ?=
 test: dev
 	$(BIN)/ruff check .
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal $(TEST_ARGS)
+
+# `make quick`: the inner loop, a few minutes: the suite without the tests marked `slow` (long
+# follow scenarios, chaos seeds, soak, browser; tests/conftest.py SLOW) and `image`.
+quick: dev
+	$(BIN)/ruff check .
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not slow and not image" $(TEST_ARGS)
+
+# `make test-image`: tests/test_image.py alone (builds deploy/Containerfile, ~6-12 min; root, podman…).
+test-image: dev
+	$(BIN)/pytest -q -p no:xdist -m image tests/test_image.py $(TEST_ARGS)
 
 # `make image`: deploy/Containerfile built with no registry, as CI builds it (deploy/build-image.sh:
 # Debian bases made by mmdebstrap, this machine's kubectl; needs root, podman, buildah, mmdebstrap,

@@ -22,8 +22,10 @@ from steptail.storage.db import open_store
 pytestmark = pytest.mark.timeout(150)
 CLI = [sys.executable, "-c", "from steptail.cli import main; main()"]
 JOBSET = "olmo3-sft"
-SCENARIO = {"rate": 20, "grace_seconds": 2, "restart_pending_seconds": 0.3,
-            "jobsets": [{"name": JOBSET, "hosts": 2, "trainer": {"steps": 600, "checkpoint_period": 20}}]}
+# 60 steps/s (the log these tests wait for, 200 or 300 steps, in 3-5 s, not 10-15 s), still
+# 30 s of training: the JobSet is failed mid-run however slowly follow starts
+SCENARIO = {"rate": 60, "grace_seconds": 2, "restart_pending_seconds": 0.3,
+            "jobsets": [{"name": JOBSET, "hosts": 2, "trainer": {"steps": 1800, "checkpoint_period": 60}}]}
 
 
 @pytest.fixture(params=[0, 16], ids=["full", "fills-up"])

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 import uuid
 from pathlib import Path
 
@@ -32,6 +35,38 @@ def follow(sim, db: str, *extra: str, timeout: float = 150) -> subprocess.Comple
     return subprocess.run([*CLI, "follow", "-n", "default", "--kubeconfig", str(sim.kubeconfig_path), "--db", db,
                            "--silence", "1", "--no-view", "--json", *extra],
                           capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def follow_until(sim, db: str, done, *extra: str, timeout: float = 150) -> subprocess.CompletedProcess:
+    """`follow` as above, stopped with SIGTERM (its clean stop) as soon as `done(stderr so far)`."""
+    env = {k: v for k, v in os.environ.items() if k not in ("STEPTAIL_DB", "CLOUDSDK_CORE_ACCOUNT")}
+    env["CLOUDSDK_CORE_ACCOUNT"] = sim.account
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([*CLI, "follow", "-n", "default", "--kubeconfig", str(sim.kubeconfig_path), "--db", db,
+                                 "--silence", "1", "--no-view", "--json", *extra],
+                                stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+        try:
+            deadline = time.monotonic() + timeout
+            while proc.poll() is None and time.monotonic() < deadline:
+                err.seek(0)
+                if done(err.read()):
+                    proc.send_signal(signal.SIGTERM)
+                    break
+                time.sleep(0.2)
+            out, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        err.seek(0)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err.read())
+
+
+def steps_stored(db: str, run: str) -> int:
+    try:
+        return rows(db, "SELECT COUNT(*) FROM loss_parts WHERE run = :r", run)[0][0]
+    except Exception:  # noqa: BLE001 - the store is created by follow: not yet there
+        return 0
 
 
 def runs_stored(db: str) -> set[str]:
@@ -127,7 +162,12 @@ def test_follow_all_refuses_unsafe_names_from_the_api(make_simcluster, db_url, t
 def test_a_flood_of_pods_costs_a_log_line_not_the_collector(make_simcluster, db_url, tmp_path):
     sim = make_simcluster({**FAST, "jobsets": [{"name": "olmo3-sft", **TRAINER}]})
     sim.api.hostile.flood = 20_000  # one Pending pod per JobSet, each of its own JobSet
-    proc = follow(sim, db_url, "--all", "--max-runs", "5", "--duration", "40", "--raw", str(tmp_path / "raw"))
+    # stopped (SIGTERM: the clean stop --duration makes too) once all it is asked about has
+    # happened: a whole pod list read, the over-the-bound line said, the real run's steps stored;
+    # --duration 40 still bounds it
+    proc = follow_until(sim, db_url, lambda err: sim.api.hostile.pages >= 41 and "--max-runs=5" in err
+                        and steps_stored(db_url, "olmo3-sft") >= 60,
+                        "--all", "--max-runs", "5", "--duration", "40", "--raw", str(tmp_path / "raw"))
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
 

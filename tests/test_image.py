@@ -48,6 +48,7 @@ def _why_not() -> str:
 
 WHY_NOT = _why_not()
 pytestmark = [
+    pytest.mark.image,  # .ci/run: its own step (make test-image), timed apart from make test
     pytest.mark.skipif(bool(WHY_NOT) and not os.environ.get("CI"), reason=WHY_NOT),
     pytest.mark.timeout(1800),  # the first test builds the image (5 to 12 min here)
 ]

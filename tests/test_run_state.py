@@ -259,6 +259,7 @@ def test_a_followed_run_that_stops_stepping_is_stalled_then_live_again(make_simc
         assert seen[-1] == STALLED, seen  # past the 30 s floor (3 × 0.05 s per step is less)
         assert "no step for" in _state_of(db_url)["state_reason"]
         before = _steps(db_url)
+        sim.stall("olmo3-sft", seconds=0)  # seen stalled: the trainer writes again now, not at 60 s
         deadline = time.monotonic() + 60
         while _steps(db_url) == before and time.monotonic() < deadline:
             time.sleep(0.5)
