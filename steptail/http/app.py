@@ -33,6 +33,7 @@ from steptail.http.routes import (
     overview,
     page,
     runs,
+    series,
     steps,
 )
 from steptail.storage.db import Store
@@ -47,6 +48,7 @@ ROUTES = (
     ("/api/runs/{run}/export", export.export),
     ("/api/runs/{run}/goodput", goodput.goodput),
     ("/api/runs/{run}/outline", outline.run_outline),
+    ("/api/runs/{run}/series", series.run_series),
     ("/api/overview", overview.runs_overview),
     ("/api/collector-events", collector_events.collector_events),
     ("/api/mesh", mesh.mesh),

@@ -1,0 +1,62 @@
+"""A run's CE downsampled for the page: per incarnation and per bucket of steps (a pixel's
+worth), the rows, first and last step, CE min, max and last, the first non-finite step, the
+first and last timestamp and the REQUIRED_RBF rows. The page draws a run of any length from a
+bounded number of buckets and asks again for the range it zooms into; once a bucket is one
+step wide, that is every step.
+
+Min and max keep a spike visible however wide the bucket; `nan_step` keeps a NaN (stored as a
+NULL ce); a bucket without rows is no bucket, so a gap wider than a bucket still breaks the
+line (and the outline's gaps are exact). Two GROUP BYs over the primary key's range of the
+asked steps, and one primary-key lookup per bucket for its last CE."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+BUCKETS_MAX = 4000  # a wide screen's pixels; more is no downsampling
+
+_SPAN = sa.text("SELECT MIN(lo), MAX(hi) FROM loss_summary WHERE run = :run")
+# `step - :lo` is never negative here, so integer division floors on both stores.
+_BUCKETS = sa.text("""
+WITH b AS (
+  SELECT incarnation, (step - :lo) / :w AS k, COUNT(*) AS n, MIN(step) AS s0, MAX(step) AS s1,
+         MIN(ce) AS ce_min, MAX(ce) AS ce_max, MIN(CASE WHEN ce IS NULL THEN step END) AS nan_step,
+         MIN(ts_ns) AS t0, MAX(ts_ns) AS t1
+  FROM loss_parts WHERE run = :run AND step >= :lo AND step <= :hi
+  GROUP BY incarnation, (step - :lo) / :w
+)
+SELECT b.incarnation, b.k, b.n, b.s0, b.s1, b.ce_min, b.ce_max, l.ce, l.ce_raw, b.nan_step, b.t0, b.t1
+FROM b JOIN loss_parts l ON l.run = :run AND l.incarnation = b.incarnation AND l.step = b.s1
+ORDER BY b.incarnation, b.k
+""")
+_RBF = sa.text("""
+SELECT incarnation, (step - :lo) / :w, COUNT(*) FROM required_rbf
+WHERE run = :run AND step >= :lo AND step <= :hi GROUP BY incarnation, (step - :lo) / :w
+""")
+_BUCKET_KEYS = ("k", "n", "s0", "s1", "ce_min", "ce_max", "ce_last", "ce_last_raw", "nan_step", "t0_ns", "t1_ns",
+                "rbf")
+
+
+def series(conn: sa.Connection, run: str, buckets: int, lo: int | None = None, hi: int | None = None) -> dict:
+    """{"from", "to", "width", "buckets", "columns", "incarnations": [{"incarnation", "rows"}]}:
+    steps `lo`..`hi` (default: the run's whole span, from loss_summary) cut into at most
+    `buckets` buckets of `width` steps; each row in `columns`' order (column-wise keys once,
+    not per bucket: a fifth of the bytes)."""
+    if lo is None or hi is None:
+        first, last = conn.execute(_SPAN, {"run": run}).one()
+        lo = first if lo is None else lo
+        hi = last if hi is None else hi
+    out = {"from": lo, "to": hi, "width": None, "buckets": buckets, "columns": list(_BUCKET_KEYS),
+           "incarnations": []}
+    if lo is None or hi is None or lo > hi:
+        return out
+    width = -(-(hi - lo + 1) // buckets)  # ceil: at most `buckets` buckets
+    p = {"run": run, "lo": lo, "hi": hi, "w": width}
+    rbf = {(inc, k): int(n) for inc, k, n in conn.execute(_RBF, p)}
+    incs: dict[int, list] = {}
+    for inc, k, n, s0, s1, ce_min, ce_max, ce_last, raw, nan_step, t0, t1 in conn.execute(_BUCKETS, p):
+        incs.setdefault(inc, []).append([k, int(n), s0, s1, ce_min, ce_max, ce_last, raw, nan_step, t0, t1,
+                                         rbf.get((inc, k), 0)])
+    out["width"] = width
+    out["incarnations"] = [{"incarnation": inc, "rows": rows} for inc, rows in sorted(incs.items())]
+    return out
