@@ -118,6 +118,8 @@ async def _first_draw(port: int, base: str, run: str) -> dict:
 
     async with tab(port) as page:
         url = f"{base}/?run={run}"
+        await page.send("Page.navigate", url="about:blank")  # nothing of the last run's DOM left
+        await page.until("location.href === 'about:blank'")
         t = time.perf_counter()
         await page.send("Page.navigate", url=url)
         while not await page.eval(f"location.href === {json.dumps(url)} && {DRAWN}"):

@@ -1,5 +1,6 @@
 // steptail's page (docs/page.md): the runs table at `/`, a run at `/?run=NAME` (`&vs=CONTROL`
-// overlays another run, `&part=KEY` picks the loss part, `&poll=SECONDS` the polling period).
+// overlays another run, `&part=KEY` picks the loss part, `&poll=SECONDS` the polling period,
+// `&summary=STEPS` and `&buckets=N` when a run is drawn from /series and how finely).
 // Plain JavaScript, no build step. Everything from the store reaches the DOM as text
 // (textContent, never innerHTML); strings handed to plotly, which reads a few HTML-like tags in
 // labels, are escaped first (plain()).
@@ -19,6 +20,13 @@
   const SEVERITY = { critical: "#b3261e", warning: "#e08a00" };
   const GAP_FILL = { gap: "rgba(214,39,40,0.16)", head_gap: "rgba(255,127,14,0.18)" };
   const MAX_LINES = 300; // vertical marker lines drawn at most (NaN steps); markers are always drawn
+  // A run longer than this is drawn from /series (per bucket of steps: min, max, last, NaN; a
+  // bounded answer whatever its length), zoomed ranges are asked again, and only its last TAIL
+  // steps are read whole (facts, loss parts). `&summary=N` sets the threshold (0: always).
+  const SUMMARY_STEPS = params.has("summary") ? Number(params.get("summary")) : 5000;
+  const TAIL = 2000;
+  // not rbf_per_layer: most of a step's bytes, and nothing draws it
+  const FIELDS = "ts,ce,ce_raw,parts,rbf_max,rbf_program";
 
   // What the page shows, for people debugging it and for the tests (tests/test_page.py).
   const state = (window.steptailState = { view: null, ready: false, polls: 0, renders: 0, error: null });
@@ -142,6 +150,7 @@
     constructor(run) {
       this.run = run;
       this.base = `api/runs/${encodeURIComponent(run)}/steps`;
+      this.from = null; // "INC:STEP": read only the steps after it (a long run's tail)
       this.reset();
     }
     reset() {
@@ -180,7 +189,7 @@
           this.dropLast();
         }
         const inc = this.inc(r.incarnation);
-        const hasRbf = r.rbf_max !== null || r.rbf_program !== null || r.rbf_per_layer !== null;
+        const hasRbf = r.rbf_max != null || r.rbf_program != null || r.rbf_per_layer != null;
         if (r.ce_raw !== null && r.ce_raw !== undefined) {
           inc.steps.push(r.step);
           inc.ce.push(typeof r.ce === "number" ? r.ce : null);
@@ -231,11 +240,9 @@
     }
     // The steps after the last one read (and that one again): a 304 while nothing changed.
     async poll() {
-      let path = `${this.base}?limit=${PAGE}`;
-      if (this.last) {
-        const after = `${this.last[0]}:${Math.max(-1, this.last[1] - 1)}`;
-        path = `${this.base}?after=${encodeURIComponent(after)}&limit=${PAGE}`;
-      }
+      let path = `${this.base}?limit=${PAGE}&fields=${FIELDS}`;
+      const after = this.last ? `${this.last[0]}:${Math.max(-1, this.last[1] - 1)}` : this.from;
+      if (after) path = `${this.base}?after=${encodeURIComponent(after)}&limit=${PAGE}&fields=${FIELDS}`;
       const r = await api(path, path === this.pollPath ? this.pollTag : null);
       if (r.status === 304) return false;
       const { changed } = await this.pages(path, r);
@@ -247,7 +254,7 @@
     // incarnation, a gap filled by another ingest): the outline's counts say so.
     needsReload(outline) {
       if (this.stale) return true;
-      if (!outline) return false;
+      if (!outline || this.from) return false; // a tail holds fewer rows than the outline counts
       return outline.incarnations.some((i) => (this.incs.get(i.incarnation)?.steps.length ?? 0) < i.steps);
     }
     // CE by step, the latest incarnation's where several recorded a step (as `steptail compare`).
@@ -355,6 +362,10 @@
       this.events = new Tagged(`api/collector-events?run=${encodeURIComponent(run)}`);
       this.goodput = new Tagged(`${base}/goodput`);
       this.goodputAt = 0;
+      this.base = base;
+      this.summary = undefined; // drawn from /series: decided on the first outline
+      this.zoom = null; // [from, to] of the zoomed x range (summary only)
+      this.ceSeries = null;
       this.overview = new Tagged("api/overview");
       this.part = params.get("part");
       this.partPicked = params.has("part"); // in the address only once picked
@@ -422,6 +433,8 @@
         return;
       }
       state.missing = false;
+      if (this.summary === undefined) this.decide(this.outline.data);
+      if (this.summary && (await this.ceSeries.fetch())) this.dirty = true;
       if (await this.series.poll()) this.dirty = true;
       state.stepsMs = Math.round(performance.now() - t0);
       if (this.series.needsReload(this.outline.data) && Date.now() - this.series.loadedAt > RELOAD_MS) {
@@ -450,8 +463,96 @@
       this.draw();
     }
 
+    // A long run: CE from /series, and the steps read from its last TAIL ones.
+    decide(outline) {
+      const incs = outline.incarnations.filter((i) => i.hi !== null);
+      const total = incs.reduce((n, i) => n + i.steps, 0);
+      this.summary = total > SUMMARY_STEPS;
+      if (!this.summary) return;
+      const last = incs[incs.length - 1];
+      this.series.from = `${last.incarnation}:${Math.max(-1, last.hi - TAIL)}`;
+      // about a bucket per pixel of the chart, fixed for the view (its tag is the path)
+      const wide = Number(params.get("buckets")) || Math.max(200, Math.round($("ce-chart").clientWidth || 1200));
+      this.buckets = Math.min(4000, Math.max(1, wide));
+      this.ceSeries = new Tagged(this.seriesPath());
+    }
+    seriesPath() {
+      const range = this.zoom ? `&from=${this.zoom[0]}&to=${this.zoom[1]}` : "";
+      return `${this.base}/series?buckets=${this.buckets}${range}`;
+    }
+    // plotly's zoom (relayout): ask /series for that range, at a bucket per pixel again, so
+    // that a zoom deep enough shows every step; a double click (autorange) asks for it all.
+    async zoomed(ev) {
+      if (!this.summary) return;
+      let zoom;
+      if (ev["xaxis.autorange"]) zoom = null;
+      else if (ev["xaxis.range[0]"] !== undefined) zoom = [ev["xaxis.range[0]"], ev["xaxis.range[1]"]];
+      else if (Array.isArray(ev["xaxis.range"])) zoom = ev["xaxis.range"];
+      else return;
+      if (zoom) {
+        const a = Math.max(-1, Math.floor(Math.min(zoom[0], zoom[1])));
+        zoom = [a, Math.max(a, Math.ceil(Math.max(zoom[0], zoom[1])))];
+      }
+      if (JSON.stringify(zoom) === JSON.stringify(this.zoom)) return;
+      this.zoom = zoom;
+      this.ceSeries = new Tagged(this.seriesPath());
+      try {
+        await this.ceSeries.fetch();
+        state.zooms = (state.zooms || 0) + 1;
+        this.dirty = true;
+        this.draw();
+      } catch (e) {
+        report(e);
+      }
+    }
+    // /series' buckets as {n, rows: [{k, n, s0, s1, ce_min, …}]} per incarnation
+    bucketed() {
+      const sd = this.ceSeries && this.ceSeries.data;
+      if (!sd) return [];
+      return sd.incarnations.map((i) => ({
+        n: i.incarnation,
+        rows: i.rows.map((r) => Object.fromEntries(sd.columns.map((c, k) => [c, r[k]]))),
+      }));
+    }
+    totalSteps() {
+      const o = this.outline.data;
+      return this.summary && o ? o.incarnations.reduce((n, i) => n + i.steps, 0) : this.series.rows;
+    }
+
+    // A long run's NaNs and REQUIRED_RBF coverage, from its buckets (a bucket: its step span).
+    deriveSummary(outline) {
+      const nan = [];
+      const covered = [];
+      const missing = [];
+      const join = (list, n, b) => {
+        const r = list[list.length - 1];
+        if (r && r.incarnation === n && r.next === b.k) [r.last, r.next] = [b.s1, b.k + 1];
+        else list.push({ incarnation: n, first: b.s0, last: b.s1, next: b.k + 1 });
+      };
+      const rbfLogged = outline.incarnations.some((i) => i.rbf_steps > 0);
+      const rbfRows = outline.incarnations.reduce((n, i) => n + (i.rbf_steps || 0), 0);
+      const incs = this.bucketed();
+      incs.forEach((inc, j) => {
+        let prev = null;
+        for (const b of inc.rows) {
+          if (b.nan_step !== null) {
+            const y = b.ce_min ?? (prev && prev.ce_last);
+            nan.push({ incarnation: inc.n, step: b.nan_step, raw: b.nan_step === b.s1 ? b.ce_last_raw : "non-finite", y });
+          }
+          if (b.rbf > 0) join(covered, inc.n, b);
+          // the run's very last row may have its REQUIRED_RBF line in the next commit: not missing yet
+          const lastOfRun = j === incs.length - 1 && b === inc.rows[inc.rows.length - 1];
+          if (rbfLogged && b.rbf < b.n - (lastOfRun ? 1 : 0)) join(missing, inc.n, b);
+          prev = b;
+        }
+      });
+      const strip = (list) => list.map(({ incarnation, first, last }) => ({ incarnation, first, last }));
+      return { outline, nan, covered: strip(covered), missing: strip(missing), rbfLogged, rbfRows };
+    }
+
     // -- what is drawn, derived from the rows and the outline
     derive() {
+      if (this.summary) return this.deriveSummary(this.outline.data || { incarnations: [], gaps: [], restores: [], stream_gaps: [] });
       const s = this.series;
       const outline = this.outline.data || { incarnations: [], gaps: [], restores: [], stream_gaps: [] };
       const nan = [];
@@ -497,7 +598,11 @@
       Object.assign(state, {
         ready: true,
         renders: state.renders + 1,
-        steps: s.rows,
+        steps: this.totalSteps(),
+        summary: this.summary
+          ? { buckets: this.buckets, zoom: this.zoom, width: this.ceSeries.data && this.ceSeries.data.width,
+              drawn: this.bucketed().reduce((n, i) => n + i.rows.length, 0), tail: s.rows }
+          : null,
         last: s.last ? { incarnation: s.last[0], step: s.last[1] } : null,
         lastCe: lastInc && lastInc.raw.length ? lastInc.raw[lastInc.raw.length - 1] : null,
         incarnations: [...s.incs.keys()],
@@ -532,15 +637,17 @@
     renderCe(d, findings) {
       const s = this.series;
       const traces = [];
-      const incs = [...s.incs.values()].filter((i) => i.steps.length);
-      incs.forEach((inc, k) => {
-        const { x, y } = broken(inc.steps, inc.ce);
-        traces.push({
-          type: "scatter", mode: inc.steps.length > 600 ? "lines" : "lines+markers", name: `#${inc.n}`, x, y,
-          line: { color: COLORS[k % COLORS.length], width: 1.6 }, marker: { size: 3 }, connectgaps: false,
-          hovertemplate: `#${inc.n} step %{x}<br>ce %{y}<extra></extra>`,
+      const incs = this.summary ? this.bucketed().filter((i) => i.rows.length) : [...s.incs.values()].filter((i) => i.steps.length);
+      if (this.summary) incs.forEach((inc, k) => traces.push(...this.bucketTraces(inc, COLORS[k % COLORS.length])));
+      else
+        incs.forEach((inc, k) => {
+          const { x, y } = broken(inc.steps, inc.ce);
+          traces.push({
+            type: "scatter", mode: inc.steps.length > 600 ? "lines" : "lines+markers", name: `#${inc.n}`, x, y,
+            line: { color: COLORS[k % COLORS.length], width: 1.6 }, marker: { size: 3 }, connectgaps: false,
+            hovertemplate: `#${inc.n} step %{x}<br>ce %{y}<extra></extra>`,
+          });
         });
-      });
       if (this.control && this.control.rows) {
         const byStep = this.control.latestCe();
         const steps = [...byStep.keys()].sort((a, b) => a - b);
@@ -557,11 +664,13 @@
         const y = [];
         const text = [];
         for (const n of d.nan) {
-          const inc = s.incs.get(n.incarnation);
-          const k = n.index;
-          let v = null;
-          for (let j = k - 1; j >= 0 && v === null; j--) v = inc.ce[j];
-          for (let j = k + 1; j < inc.ce.length && v === null; j++) v = inc.ce[j];
+          let v = n.y ?? null;
+          if (n.y === undefined) {
+            const inc = s.incs.get(n.incarnation);
+            const k = n.index;
+            for (let j = k - 1; j >= 0 && v === null; j--) v = inc.ce[j];
+            for (let j = k + 1; j < inc.ce.length && v === null; j++) v = inc.ce[j];
+          }
           x.push(n.step);
           y.push(v);
           text.push(plain(`#${n.incarnation} step ${n.step}: ce ${n.raw}`));
@@ -654,9 +763,43 @@
       };
       Plotly.react($("ce-chart"), traces, layout, PLOT_CONFIG);
       const chart = $("ce-chart");
-      chart.dataset.steps = String(s.rows);
+      if (!this.zoomHooked) {
+        chart.on("plotly_relayout", (ev) => this.zoomed(ev));
+        this.zoomHooked = true;
+      }
+      chart.dataset.steps = String(this.totalSteps());
       chart.dataset.gaps = String(d.outline.gaps.length);
       chart.dataset.nan = String(d.nan.length);
+    }
+
+    // One incarnation's buckets: the last CE of each (the line; broken where buckets are
+    // missing) over a bar from its min to its max, so a spike shows however wide the bucket.
+    bucketTraces(inc, color) {
+      const x = [];
+      const y = [];
+      const text = [];
+      const bx = [];
+      const by = [];
+      let prev = null;
+      for (const b of inc.rows) {
+        if (prev !== null && b.k > prev.k + 1) {
+          x.push((prev.s1 + b.s0) / 2);
+          y.push(null);
+          text.push(null);
+        }
+        x.push(b.s1);
+        y.push(b.ce_last);
+        text.push(plain(b.s0 === b.s1 ? `#${inc.n} step ${b.s1}: ce ${b.ce_last_raw}` :
+          `#${inc.n} steps ${b.s0}–${b.s1} (${b.n}): last ${b.ce_last_raw}, min ${b.ce_min}, max ${b.ce_max}`));
+        if (b.ce_min !== null && b.ce_max !== b.ce_min) bx.push(b.s1, b.s1, null), by.push(b.ce_min, b.ce_max, null);
+        prev = b;
+      }
+      return [
+        { type: "scatter", mode: "lines", name: `#${inc.n} min–max`, x: bx, y: by, showlegend: false, hoverinfo: "skip",
+          line: { color, width: 1 }, opacity: 0.35 },
+        { type: "scatter", mode: inc.rows.length > 600 ? "lines" : "lines+markers", name: `#${inc.n}`, x, y, text,
+          line: { color, width: 1.6 }, marker: { size: 3 }, connectgaps: false, hovertemplate: "%{text}<extra></extra>" },
+      ];
     }
 
     renderParts(d) {
@@ -683,9 +826,9 @@
           hovertemplate: `#${inc.n} step %{x}<br>${plain(this.part || "")} %{y}<extra></extra>`,
         });
       });
-      setText("part-note", this.part
+      setText("part-note", (this.part
         ? `${keys.length} loss part(s) besides ce` + (words ? `; ${words} value(s) not a finite number (not drawn)` : "")
-        : "no loss parts besides ce");
+        : "no loss parts besides ce") + (this.summary ? ` — the last ${s.rows} steps` : ""));
       const layout = {
         uirevision: this.run, datarevision: this.revision,
         margin: { l: 64, r: 16, t: 10, b: 40 }, hovermode: "closest",
@@ -715,7 +858,7 @@
       const lastRaw = lastInc && lastInc.raw.length ? lastInc.raw[lastInc.raw.length - 1] : "";
       const lastTs = me ? me.last_ts || me.updated : null;
       const facts = [
-        ["steps", s.rows],
+        ["steps", this.totalSteps()],
         ["incarnations", s.incs.size],
         ["last step", s.last ? `${s.last[1]} (#${s.last[0]})` : "–"],
         ["last CE", lastRaw || "–"],
