@@ -439,7 +439,10 @@ async def test_where_the_time_went(served, chromium):
     """The goodput bar split by cause and the step time of each incarnation (docs/goodput.md)."""
     async with tab(chromium) as page:
         await page.goto(served.base + "/?run=rg")
-        state = await page.ready()
+        await page.ready()
+        # goodput reads every step: asked without holding up the first draw, drawn when it comes
+        await page.until("window.steptailState.goodput && window.steptailState.goodput.run === 'rg'")
+        state = await page.state()
         g = state["goodput"]
         assert g["run"] == "rg" and 0.9 < g["goodput"] < 0.93 and g["replayed_s"] > 300
         parts = await page.eval("[...document.querySelectorAll('#goodput-bar span')].map(s => s.dataset.part)")
@@ -451,7 +454,8 @@ async def test_where_the_time_went(served, chromium):
         assert [r[0] for r in rows] == ["1", "2"] and all(11.5 < float(r[1]) < 12.5 for r in rows)
         assert f"goodput {100 * g['goodput']:.1f}% of" in await page.eval("document.getElementById('goodput-summary').textContent")
         await page.goto(served.base + "/?run=nan")  # logged without timestamps: no wall time, no bar
-        state = await page.ready()
+        await page.until("window.steptailState.ready && window.steptailState.goodput")
+        state = await page.state()
         assert state["goodput"]["wall_s"] is None
         assert await page.eval("document.getElementById('goodput-bar').hidden") is True
         assert not page.errors, page.errors

@@ -396,8 +396,16 @@
       await Promise.all([loadPlotly(), this.update()]);
       this.draw();
     }
+    // The CE chart as soon as its data is in (findings, goodput and the runs list follow, and
+    // the full render draws it again with them): the first draw waits for nothing else.
+    drawCeFirst() {
+      if (this.drawnOnce || !window.Plotly || !this.outline.data) return;
+      this.drawnOnce = true;
+      this.renderCe(this.derive(), []);
+    }
     draw() {
       if (!this.dirty || !window.Plotly) return;
+      this.drawnOnce = true;
       this.render();
       this.dirty = false;
     }
@@ -437,6 +445,7 @@
       if (this.summary && (await this.ceSeries.fetch())) this.dirty = true;
       if (await this.series.poll()) this.dirty = true;
       state.stepsMs = Math.round(performance.now() - t0);
+      this.drawCeFirst();
       if (this.series.needsReload(this.outline.data) && Date.now() - this.series.loadedAt > RELOAD_MS) {
         await this.series.load();
         this.dirty = true;
@@ -444,7 +453,12 @@
       if (await this.findings.fetch()) this.dirty = true;
       if (Date.now() - this.goodputAt > GOODPUT_MS) {
         this.goodputAt = Date.now();
-        if (await this.goodput.fetch()) this.dirty = true;
+        // it reads every step of the run: drawn when it comes, the rest of the page not kept waiting
+        this.goodput.fetch().then((changed) => {
+          if (!changed) return;
+          this.dirty = true;
+          this.draw();
+        }, (e) => report(e));
       }
       if (await this.pollEvents()) this.dirty = true;
       if (await this.overview.fetch()) this.dirty = true;
