@@ -24,6 +24,7 @@ from steptail.http.metrics import StoreCollector, metrics
 from steptail.http.probe import PROBE_INTERVAL, PROBE_STALE, StoreProbe
 from steptail.http.routes import (
     collector_events,
+    compare,
     export,
     findings,
     goodput,
@@ -51,6 +52,7 @@ ROUTES = (
     ("/api/runs/{run}/series", series.run_series),
     ("/api/overview", overview.runs_overview),
     ("/api/collector-events", collector_events.collector_events),
+    ("/api/compare", compare.compare),
     ("/api/mesh", mesh.mesh),
     ("/", page.page),
     ("/static/{name}", page.static),
