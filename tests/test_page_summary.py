@@ -74,3 +74,43 @@ async def test_wide_buckets_keep_the_extremes_and_a_zoom_asks_again(served, chro
         await page.eval("Plotly.relayout(document.getElementById('ce-chart'), {'xaxis.autorange': true}).then(() => true)")
         await page.until("window.steptailState.zooms >= 2 && window.steptailState.summary.zoom === null")
         assert not page.errors, page.errors
+
+
+COMPARE_TRACES = """JSON.stringify(document.getElementById('compare-chart').data.map(
+    t => ({name: t.name, width: t.line.width, dash: t.line.dash || null, n: t.x.length})))"""
+
+
+@needs_chromium
+async def test_compare_runs_against_a_control(served, chromium):  # noqa: F811
+    """`?runs=live,rg&control=clean`: live is clean's first 150 steps (equal CE), rg another run."""
+    async with tab(chromium) as page:
+        await page.goto(f"{served.base}/?runs=live,rg&control=clean&buckets=400")
+        state = await page.ready()
+        assert state["view"] == "compare" and state["runs"] == ["live", "rg", "clean"] and state["control"] == "clean"
+        arms = {a["arm"]: a for a in state["compare"]}
+        assert set(arms) == {"live", "rg"}
+        live = arms["live"]
+        assert live["refused"] is None and live["first_divergent_step"] is None
+        assert live["summary"]["steps_compared"] == 150 and live["summary"]["max_abs_delta"] == 0
+        traces = json.loads(await page.eval(COMPARE_TRACES))
+        # the control beneath (drawn first), wider and dashed: an identical arm on it leaves it visible
+        assert traces[0]["name"] == "control: clean" and traces[0]["dash"] == "dash"
+        arm = next(t for t in traces if t["name"] == "live")
+        assert traces[0]["width"] > 3 * arm["width"] and arm["n"] == 150
+        # the config rows are the route's, arm vs control and incarnation vs incarnation
+        api = json.loads(await page.eval("""fetch('api/compare?arm=rg&control=clean&buckets=400')
+            .then(r => r.text())"""))
+        want = [[f"rg #{api['config']['arm_incarnation']} vs clean #{api['config']['control_incarnation']}", n, a, b]
+                for n, a, b in api["config"]["arm_vs_control"]]
+        assert [r for r in state["config"] if r[0].startswith("rg #")][:len(want)] == want
+        if api["refused"] is None:
+            assert arms["rg"]["summary"] == api["summary"]
+        note = await page.eval("document.getElementById('delta-note').textContent")
+        assert "live: 150 common steps" in note and "within ±0.001 everywhere" in note
+        assert not page.errors, page.errors
+
+        await page.goto(f"{served.base}/?runs=clean,nope&control=clean")
+        state = await page.ready()
+        assert state["missing"] == ["nope"]
+        assert "no run nope in the store" in await page.eval("document.getElementById('compare-note').textContent")
+        assert all("404 (Not Found)" in e and "nope" in e for e in page.errors), page.errors  # the browser's own log

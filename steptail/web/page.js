@@ -1080,6 +1080,149 @@
     }
   }
 
+  // -- several runs: `?runs=a,b,c&control=c` -------------------------------------------------
+  // Each run's CE from /series (bounded whatever its length); against the control, /api/compare
+  // (the CLI compare's Δ, tolerance and first step beyond it) and the config params that differ.
+  class CompareView {
+    constructor(runs, control) {
+      this.runs = [...new Set(runs)];
+      if (control && !this.runs.includes(control)) this.runs.push(control);
+      this.control = control || null;
+      this.arms = this.runs.filter((r) => r !== this.control);
+      this.buckets = Math.min(4000, Math.max(200, Number(params.get("buckets")) || 1000));
+      this.series = new Map(this.runs.map((r) => [r, new Tagged(`api/runs/${encodeURIComponent(r)}/series?buckets=${this.buckets}`)]));
+      const tol = params.get("tolerance");
+      const q = (arm) => new URLSearchParams({ arm, control: this.control, buckets: String(this.buckets), ...(tol ? { tolerance: tol } : {}) });
+      this.compares = new Map(this.control ? this.arms.map((a) => [a, new Tagged(`api/compare?${q(a)}`)]) : []);
+      this.missing = new Set();
+    }
+    async start() {
+      $("compare-view").hidden = false;
+      state.view = "compare";
+      setText("compare-runs", this.runs.join(", "));
+      setText("crumb", `compare ${this.runs.join(", ")}`);
+      document.title = `steptail: compare ${this.runs.join(", ")}`;
+      await Promise.all([loadPlotly(), this.update()]);
+      this.render();
+    }
+    async update() {
+      let changed = false;
+      for (const [run, t] of [...this.series, ...this.compares]) {
+        try {
+          if (await t.fetch()) changed = true;
+          this.missing.delete(run);
+        } catch (e) {
+          if (e.status !== 404) throw e;
+          if (!this.missing.has(run)) changed = true;
+          this.missing.add(run);
+        }
+      }
+      if (changed && window.Plotly && this.started) this.render();
+    }
+    color(run) {
+      return run === this.control ? "#6b7280" : COLORS[this.arms.indexOf(run) % COLORS.length];
+    }
+    render() {
+      const traces = [];
+      // the control first and wide: an arm drawn on top of an identical control leaves it visible
+      for (const run of [this.control, ...this.arms].filter(Boolean)) {
+        const sd = this.series.get(run).data;
+        if (!sd) continue;
+        const isControl = run === this.control;
+        sd.incarnations.forEach((inc, k) => {
+          const rows = inc.rows.map((r) => Object.fromEntries(sd.columns.map((c, j) => [c, r[j]])));
+          const x = [];
+          const y = [];
+          let prev = null;
+          for (const b of rows) {
+            if (prev !== null && b.k > prev.k + 1) x.push((prev.s1 + b.s0) / 2), y.push(null);
+            x.push(b.s1);
+            y.push(b.ce_last);
+            prev = b;
+          }
+          traces.push({
+            type: "scatter", mode: "lines", name: plain(isControl ? `control: ${run}` : run), x, y, connectgaps: false,
+            legendgroup: run, showlegend: k === 0, opacity: isControl ? 0.45 : 1,
+            line: isControl ? { color: this.color(run), width: 6, dash: "dash" } : { color: this.color(run), width: 1.6 },
+            hovertemplate: `${plain(run)} #${inc.incarnation} step %{x}<br>ce %{y}<extra></extra>`,
+          });
+        });
+      }
+      const base = { margin: { l: 64, r: 16, t: 30, b: 40 }, hovermode: "closest", uirevision: "compare",
+        legend: { orientation: "h", x: 0, xanchor: "left", y: 1.0, yanchor: "bottom" } };
+      Plotly.react($("compare-chart"), traces, { ...base, xaxis: { title: { text: "step" } }, yaxis: { title: { text: "CE" } } }, PLOT_CONFIG);
+
+      const deltas = [];
+      const shapes = [];
+      const annotations = [];
+      const arms = [];
+      const notes = [];
+      for (const [arm, t] of this.compares) {
+        const c = t.data;
+        if (!c) continue;
+        const item = { arm, refused: c.refused, first_divergent_step: c.summary ? c.summary.first_divergent_step : null,
+                       summary: c.summary || null };
+        arms.push(item);
+        if (c.refused) {
+          notes.push(`${arm}: not compared (${c.refused})`);
+          continue;
+        }
+        const rows = c.delta.map((r) => Object.fromEntries(c.columns.map((k, j) => [k, r[j]])));
+        const bx = [];
+        const by = [];
+        for (const r of rows) if (r.d_min !== null && r.d_min !== r.d_max) bx.push(r.s1, r.s1, null), by.push(r.d_min, r.d_max, null);
+        deltas.push({ type: "scatter", mode: "lines", x: bx, y: by, showlegend: false, hoverinfo: "skip",
+                      line: { color: this.color(arm), width: 1 }, opacity: 0.35 });
+        deltas.push({ type: "scatter", mode: rows.length > 600 ? "lines" : "lines+markers", name: plain(`${arm} − control`),
+                      x: rows.map((r) => r.s1), y: rows.map((r) => r.d_last), line: { color: this.color(arm), width: 1.6 },
+                      marker: { size: 3 }, hovertemplate: `${plain(arm)} step %{x}<br>Δce %{y}<extra></extra>` });
+        const s = c.summary;
+        if (!shapes.length)  // the tolerance band (absolute part): |Δ| ≤ tolerance
+          shapes.push({ type: "rect", xref: "x domain", yref: "y", x0: 0, x1: 1, y0: -s.tolerance, y1: s.tolerance,
+                        fillcolor: "rgba(44,160,44,0.12)", line: { width: 0 }, layer: "below" });
+        const first = s.first_divergent_step;
+        if (first !== null) {
+          shapes.push({ type: "line", xref: "x", yref: "y domain", x0: first, x1: first, y0: 0, y1: 1,
+                        line: { color: this.color(arm), width: 1.5, dash: "dash" } });
+          annotations.push({ xref: "x", yref: "y domain", x: first, y: 1, yanchor: "top", xanchor: "left", showarrow: false,
+                             font: { size: 11, color: "#b3261e" }, text: plain(`${arm} beyond tolerance from step ${first}`) });
+        }
+        notes.push(`${arm}: ${s.steps_compared} common steps, largest |Δ| ${s.max_abs_delta === null ? "–" : s.max_abs_delta.toPrecision(3)}` +
+                   (first === null ? `, within ±${s.tolerance} everywhere` : `, first beyond ±${s.tolerance}${s.rel ? ` + ${s.rel}×|ce|` : ""} at step ${first}`));
+      }
+      Plotly.react($("delta-chart"), deltas, { ...base, shapes, annotations, xaxis: { title: { text: "step" } },
+                                               yaxis: { title: { text: "Δce (arm − control)" }, zeroline: true } }, PLOT_CONFIG);
+      const missing = [...this.missing];
+      setText("compare-note", [
+        this.control ? `control: ${this.control}` : "no control picked (&control=RUN): no Δ",
+        ...(missing.length ? [`no run ${missing.join(", ")} in the store`] : []),
+      ].join(" · "));
+      setText("delta-note", notes.join("; "));
+
+      const rows = [];
+      const seen = new Set();
+      for (const { arm } of arms) {
+        const c = this.compares.get(arm).data;
+        const cfg = c.config;
+        for (const [name, a, b] of cfg.arm_vs_control)
+          rows.push({ between: `${arm} #${cfg.arm_incarnation} vs ${this.control} #${cfg.control_incarnation}`, name, a, b });
+        for (const d of cfg.incarnations) {
+          const key = `${d.run}:${d.from}:${d.to}`;
+          if (seen.has(key)) continue;
+          seen.add(key);
+          for (const [name, a, b] of d.params) rows.push({ between: `${d.run} #${d.to} vs #${d.from}`, name, a: b, b: a });
+        }
+      }
+      $("config-empty").hidden = rows.length > 0;
+      fill($("config-table").tBodies[0], rows.map((r) => el("tr", { data: { param: r.name } },
+        el("td", {}, r.between), el("td", {}, r.name), el("td", {}, r.a ?? "(not printed)"), el("td", {}, r.b ?? "(not printed)"))));
+      Object.assign(state, {
+        ready: true, renders: state.renders + 1, runs: this.runs, control: this.control, missing,
+        compare: arms, config: rows.map((r) => [r.between, r.name, r.a, r.b]),
+      });
+    }
+  }
+
   // -- polling ----------------------------------------------------------------------------------
   let view = null;
   let timer = null;
@@ -1111,7 +1254,9 @@
     if (timer) clearTimeout(timer);
     timer = null;
     const run = params.get("run");
-    view = view || (run ? new RunView(run, params.get("vs")) : new RunsView());
+    const runs = (params.get("runs") || "").split(",").map((r) => r.trim()).filter(Boolean);
+    view = view || (runs.length ? new CompareView(runs, params.get("control"))
+      : run ? new RunView(run, params.get("vs")) : new RunsView());
     try {
       if (!view.started) {
         view.started = true;
