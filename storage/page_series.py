@@ -60,3 +60,31 @@ def series(conn: sa.Connection, run: str, buckets: int, lo: int | None = None, h
     out["width"] = width
     out["incarnations"] = [{"incarnation": inc, "rows": rows} for inc, rows in sorted(incs.items())]
     return out
+
+
+_STEP_TIMES = sa.text("""
+SELECT incarnation, (step - :lo) / :w AS k, COUNT(*), MIN(step), MAX(step), MIN(seconds), MAX(seconds),
+       AVG(seconds), AVG(tokens_per_s), AVG(tflops), MAX(ts_ns)
+FROM pod_metrics WHERE run = :run AND step >= :lo AND step <= :hi
+GROUP BY incarnation, (step - :lo) / :w ORDER BY incarnation, k
+""")
+_STEP_SPAN = sa.text("SELECT MIN(step), MAX(step) FROM pod_metrics WHERE run = :run")
+STEP_TIME_KEYS = ("k", "n", "s0", "s1", "seconds_min", "seconds_max", "seconds", "tokens_per_s", "tflops", "t1_ns")
+
+
+def step_times(conn: sa.Connection, run: str, buckets: int) -> dict:
+    """The MaxText `completed step` lines (pod_metrics: seconds, TFLOP/s and tokens/s per
+    device) per incarnation in at most `buckets` buckets of steps: the mean of each (and the
+    slowest and fastest step: a stall shows however wide the bucket). Shaped as series()."""
+    lo, hi = conn.execute(_STEP_SPAN, {"run": run}).one()
+    out = {"from": lo, "to": hi, "width": None, "buckets": buckets, "columns": list(STEP_TIME_KEYS),
+           "incarnations": []}
+    if lo is None:
+        return out
+    width = -(-(hi - lo + 1) // buckets)
+    incs: dict[int, list] = {}
+    for inc, *rest in conn.execute(_STEP_TIMES, {"run": run, "lo": lo, "hi": hi, "w": width}):
+        incs.setdefault(inc, []).append([int(rest[0]), int(rest[1]), *rest[2:]])
+    out["width"] = width
+    out["incarnations"] = [{"incarnation": inc, "rows": rows} for inc, rows in sorted(incs.items())]
+    return out

@@ -99,3 +99,30 @@ async def test_tagged_and_refused(loaded):
             assert status == 400 and body["status"] == 400 and body["error"], query
         status, _, body = await _series(http, "nope/series")
         assert status == 404 and "no run 'nope'" in body["error"]
+
+
+async def test_step_times_by_incarnation_in_buckets(loaded):
+    with loaded.engine.connect() as conn:
+        stored = conn.execute(sa.text("SELECT incarnation, step, seconds, tokens_per_s FROM pod_metrics"
+                                      " WHERE run = 'rg' ORDER BY incarnation, step")).all()
+    assert stored
+    async with running(loaded) as http:
+        _, _, answer = await _series(http, "rg/step-times?buckets=4000")
+        got = _buckets(answer)
+        assert answer["width"] == 1
+        assert [(inc, b["s0"], b["seconds"], b["tokens_per_s"]) for inc, bs in got.items() for b in bs] == [
+            (inc, step, pytest.approx(sec), pytest.approx(tok)) for inc, step, sec, tok in stored]
+        _, headers, answer = await _series(http, "rg/step-times?buckets=5")
+        lo, width = answer["from"], answer["width"]
+        for inc, buckets in _buckets(answer).items():
+            assert len(buckets) <= 5
+            for b in buckets:
+                rows = [r for r in stored if r[0] == inc and lo + b["k"] * width <= r[1] < lo + (b["k"] + 1) * width]
+                assert b["n"] == len(rows) and b["seconds_max"] == max(r[2] for r in rows)
+                assert b["seconds_min"] == min(r[2] for r in rows)
+                assert b["seconds"] == pytest.approx(sum(r[2] for r in rows) / len(rows))
+        assert (await _series(http, "rg/step-times?buckets=5", **{"If-None-Match": headers["ETag"]}))[0] == 304
+        for query in ("buckets=0", "buckets=y"):
+            status, _, body = await _series(http, f"rg/step-times?{query}")
+            assert status == 400 and body["status"] == 400, query
+        assert (await _series(http, "nope/step-times"))[0] == 404

@@ -35,6 +35,7 @@ from steptail.http.routes import (
     page,
     runs,
     series,
+    step_times,
     steps,
 )
 from steptail.storage.db import Store
@@ -50,6 +51,7 @@ ROUTES = (
     ("/api/runs/{run}/goodput", goodput.goodput),
     ("/api/runs/{run}/outline", outline.run_outline),
     ("/api/runs/{run}/series", series.run_series),
+    ("/api/runs/{run}/step-times", step_times.run_step_times),
     ("/api/overview", overview.runs_overview),
     ("/api/collector-events", collector_events.collector_events),
     ("/api/compare", compare.compare),

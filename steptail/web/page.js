@@ -168,7 +168,7 @@
     inc(n) {
       let i = this.incs.get(n);
       if (!i) {
-        i = { n, steps: [], ce: [], raw: [], parts: [], rbf: [], rbfOnly: [] };
+        i = { n, steps: [], ce: [], raw: [], parts: [], rbf: [], rbfOnly: [], ts: [] };
         this.incs.set(n, i);
       }
       return i;
@@ -196,6 +196,7 @@
           inc.raw.push(r.ce_raw);
           inc.parts.push(r.parts || {});
           inc.rbf.push(hasRbf);
+          inc.ts.push(r.ts ? parseTime(r.ts) : null);
           for (const k of Object.keys(r.parts || {}))
             if (!this.partKeys.includes(k)) {
               this.partKeys.push(k);
@@ -216,7 +217,7 @@
     dropLast() {
       const inc = this.incs.get(this.last[0]);
       if (this.lastKind === "loss") {
-        for (const a of [inc.steps, inc.ce, inc.raw, inc.parts, inc.rbf]) a.pop();
+        for (const a of [inc.steps, inc.ce, inc.raw, inc.parts, inc.rbf, inc.ts]) a.pop();
         this.rows -= 1;
       } else {
         inc.rbfOnly.pop();
@@ -362,6 +363,14 @@
       this.events = new Tagged(`api/collector-events?run=${encodeURIComponent(run)}`);
       this.goodput = new Tagged(`${base}/goodput`);
       this.goodputAt = 0;
+      this.pace = new Tagged(`${base}/step-times?buckets=1000`);
+      this.paceKey = ["seconds", "tokens_per_s", "tflops"].includes(params.get("pace")) ? params.get("pace") : "seconds";
+      $("pace-select").value = this.paceKey;
+      $("pace-select").addEventListener("change", (ev) => {
+        this.paceKey = ev.target.value;
+        this.remember();
+        this.renderPace();
+      });
       this.base = base;
       this.summary = undefined; // drawn from /series: decided on the first outline
       this.zoom = null; // [from, to] of the zoomed x range (summary only)
@@ -372,6 +381,21 @@
       this.setOverlay(vs);
       this.revision = 0;
       this.dirty = false; // something changed since the last render
+      // reading aids, kept in the address: x axis (step, time, elapsed), smoothing (0–0.99), log y
+      this.xMode = ["time", "elapsed"].includes(params.get("x")) ? params.get("x") : "step";
+      this.smooth = Math.min(0.99, Math.max(0, Number(params.get("smooth")) || 0));
+      this.logY = params.get("log") === "1";
+      $("x-select").value = this.xMode;
+      $("smooth-input").value = String(this.smooth);
+      $("log-input").checked = this.logY;
+      const aid = () => {
+        this.xMode = $("x-select").value;
+        this.smooth = Math.min(0.99, Math.max(0, Number($("smooth-input").value) || 0));
+        this.logY = $("log-input").checked;
+        this.remember();
+        this.render();
+      };
+      for (const id of ["x-select", "smooth-input", "log-input"]) $(id).addEventListener("change", aid);
       $("overlay-select").addEventListener("change", (ev) => this.pickOverlay(ev.target.value));
       $("part-select").addEventListener("change", (ev) => {
         this.part = ev.target.value;
@@ -413,6 +437,10 @@
       const q = new URLSearchParams({ run: this.run });
       if (this.vs) q.set("vs", this.vs);
       if (this.part && this.partPicked) q.set("part", this.part);
+      if (this.xMode !== "step") q.set("x", this.xMode);
+      if (this.paceKey !== "seconds") q.set("pace", this.paceKey);
+      if (this.smooth) q.set("smooth", String(this.smooth));
+      if (this.logY) q.set("log", "1");
       for (const k of ["poll"]) if (params.has(k)) q.set(k, params.get(k));
       history.replaceState(null, "", "?" + q.toString());
     }
@@ -451,6 +479,12 @@
         this.dirty = true;
       }
       if (await this.findings.fetch()) this.dirty = true;
+      try {
+        if (await this.pace.fetch()) this.dirty = true;
+      } catch (e) {
+        if (e instanceof AuthNeeded) throw e;
+        this.pace.data = null; // an older server without the route: no panel
+      }
       if (Date.now() - this.goodputAt > GOODPUT_MS) {
         this.goodputAt = Date.now();
         // it reads every step of the run: drawn when it comes, the rest of the page not kept waiting
@@ -497,7 +531,7 @@
     // plotly's zoom (relayout): ask /series for that range, at a bucket per pixel again, so
     // that a zoom deep enough shows every step; a double click (autorange) asks for it all.
     async zoomed(ev) {
-      if (!this.summary) return;
+      if (!this.summary || this.xMode !== "step") return; // a time range is no step range
       let zoom;
       if (ev["xaxis.autorange"]) zoom = null;
       else if (ev["xaxis.range[0]"] !== undefined) zoom = [ev["xaxis.range[0]"], ev["xaxis.range[1]"]];
@@ -608,6 +642,7 @@
       this.renderTables(d, findings);
       this.renderEvents();
       this.renderGoodput();
+      this.renderPace();
       const lastInc = s.last ? s.incs.get(s.last[0]) : null;
       Object.assign(state, {
         ready: true,
@@ -775,6 +810,7 @@
         },
         shapes, annotations,
       };
+      this.readingAids(traces, layout, d);
       Plotly.react($("ce-chart"), traces, layout, PLOT_CONFIG);
       const chart = $("ce-chart");
       if (!this.zoomHooked) {
@@ -784,6 +820,81 @@
       chart.dataset.steps = String(this.totalSteps());
       chart.dataset.gaps = String(d.outline.gaps.length);
       chart.dataset.nan = String(d.nan.length);
+    }
+
+    // Smoothing (an exponential moving average, as TensorBoard's, restarting after a break) with
+    // the raw line kept faint beneath; a log y axis; x by wall-clock time or time since the
+    // run's first step, where a replay after a resume from zero shows as the time it took.
+    readingAids(traces, layout, d) {
+      const ce = traces.filter((t) => /^#\d+$/.test(t.name));
+      if (this.smooth > 0)
+        for (const t of ce) {
+          const y = [];
+          let acc = null;
+          let n = 0;
+          for (const v of t.y) {
+            if (v === null || v === undefined) {
+              acc = null;
+              n = 0;
+              y.push(null);
+              continue;
+            }
+            acc = acc === null ? 0 : acc;
+            acc = this.smooth * acc + (1 - this.smooth) * v;
+            n += 1;
+            y.push(acc / (1 - Math.pow(this.smooth, n))); // debiased: the first points are not pulled to 0
+          }
+          const smoothed = { ...t, y, name: `${t.name} smoothed`, showlegend: false, mode: "lines",
+                             hovertemplate: `${t.name} step %{x}<br>ce smoothed %{y:.6f}<extra></extra>` };
+          delete smoothed.marker; // plotly refuses a key holding undefined
+          traces.push(smoothed);
+          t.opacity = 0.3;
+        }
+      if (this.logY) layout.yaxis.type = "log";
+      state.aids = { x: this.xMode, smooth: this.smooth, log: this.logY, timed: null };
+      setText("x-note", "");
+      if (this.xMode === "step") return;
+      // step -> ms, per incarnation, from the rows read (or the buckets' last timestamps)
+      const times = new Map();
+      if (this.summary)
+        for (const inc of this.bucketed()) times.set(inc.n, new Map(inc.rows.map((b) => [b.s1, b.t1_ns === null ? null : b.t1_ns / 1e6])));
+      else for (const inc of this.series.incs.values()) times.set(inc.n, new Map(inc.steps.map((st, k) => [st, inc.ts[k]])));
+      const t0 = Math.min(...[...times.values()].flatMap((m) => [...m.values()]).filter((v) => v !== null));
+      const timed = Number.isFinite(t0);
+      state.aids.timed = timed;
+      if (!timed) {
+        setText("x-note", "this log has no timestamps: drawn by step");
+        return;
+      }
+      setText("x-note", "gaps, NaN lines and the strip below are on the step axis");
+      const scale = this.xMode === "time" ? (ms) => ms : (ms) => (ms - t0) / 3600e3;
+      const kept = [];
+      for (const t of traces) {
+        const m = times.get(Number((t.name || "").replace(/^#(\d+).*$/, "$1")));
+        if (!m || !/^#\d+/.test(t.name || "")) continue; // the control, the markers and the strip are by step
+        let last = null;
+        t.x = t.x.map((st) => {
+          const ms = m.get(st);
+          if (ms !== undefined && ms !== null) last = ms;
+          return last === null ? null : scale(last);
+        });
+        t.hovertemplate = (t.hovertemplate || "").replace("step %{x}", this.xMode === "time" ? "%{x}" : "%{x:.2f} h");
+        kept.push(t);
+      }
+      traces.splice(0, traces.length, ...kept);
+      const o = d.outline;
+      layout.shapes = [];
+      layout.annotations = [];
+      for (const inc of o.incarnations.slice(1)) {
+        const at = parseTime(inc.first_ts || inc.started);
+        if (Number.isNaN(at)) continue;
+        layout.shapes.push({ type: "line", xref: "x", yref: "y domain", x0: scale(at), x1: scale(at), y0: 0, y1: 1,
+                             line: { color: "#6b7280", width: 1.5, dash: "dash" } });
+        layout.annotations.push({ xref: "x", yref: "y domain", x: scale(at), y: 1, yanchor: "top", xanchor: "left",
+                                  showarrow: false, font: { size: 11 }, text: `#${inc.incarnation} starts at step ${inc.lo}` });
+      }
+      layout.xaxis = { ...layout.xaxis, type: this.xMode === "time" ? "date" : "linear",
+                       title: { text: this.xMode === "time" ? "wall-clock time (UTC)" : "hours since the first step" } };
     }
 
     // One incarnation's buckets: the last CE of each (the line; broken where buckets are
@@ -925,6 +1036,39 @@
       }
       setText("overlay-note", note);
       $("overlay-note").classList.toggle("warn", note.includes("differ"));
+    }
+
+    // Step time, tokens/s or TFLOP/s per device by incarnation (MaxText's `completed step`
+    // lines, /step-times): each bucket's mean, and a faint bar to its slowest/fastest step time.
+    renderPace() {
+      const p = this.pace.data;
+      const key = this.paceKey;
+      const traces = [];
+      let rows = 0;
+      ((p && p.incarnations) || []).forEach((inc, k) => {
+        const color = COLORS[k % COLORS.length];
+        const bs = inc.rows.map((r) => Object.fromEntries(p.columns.map((c, j) => [c, r[j]])));
+        rows += bs.reduce((n, b) => n + b.n, 0);
+        if (key === "seconds") {
+          const bx = [];
+          const by = [];
+          for (const b of bs) if (b.seconds_min !== b.seconds_max) bx.push(b.s1, b.s1, null), by.push(b.seconds_min, b.seconds_max, null);
+          traces.push({ type: "scatter", mode: "lines", x: bx, y: by, showlegend: false, hoverinfo: "skip",
+                        line: { color, width: 1 }, opacity: 0.35, name: `#${inc.incarnation} min–max` });
+        }
+        traces.push({ type: "scatter", mode: bs.length > 600 ? "lines" : "lines+markers", name: `#${inc.incarnation}`,
+                      x: bs.map((b) => b.s1), y: bs.map((b) => b[key]), line: { color, width: 1.4 }, marker: { size: 3 },
+                      hovertemplate: `#${inc.incarnation} step %{x}<br>${key} %{y}<extra></extra>` });
+      });
+      setText("pace-note", rows ? `${rows} completed-step lines` + (p.width > 1 ? `, mean of each ${p.width} steps` : "")
+                                : "no `completed step` lines in this run's log");
+      state.pace = { key, rows, incarnations: traces.filter((t) => !t.name.includes("min")).map((t) => t.name) };
+      const label = { seconds: "step time (s)", tokens_per_s: "tokens/s/device", tflops: "TFLOP/s/device" }[key];
+      Plotly.react($("pace-chart"), traces, {
+        uirevision: this.run, margin: { l: 64, r: 16, t: 10, b: 40 }, hovermode: "closest",
+        legend: { orientation: "h", x: 0, xanchor: "left", y: 1.0, yanchor: "bottom" },
+        xaxis: { title: { text: "step" }, zeroline: false }, yaxis: { title: { text: label }, zeroline: false },
+      }, PLOT_CONFIG);
     }
 
     // The collector events (health, not findings): no ETag, so changed when their text is.

@@ -1,5 +1,7 @@
-"""A long run drawn from /api/runs/<run>/series (docs/page.md "A long run"), in real headless
-Chromium on SQLite and PostgreSQL (tests/test_page.py's served store and browser).
+"""The page's views beyond tests/test_page.py's, in real headless Chromium on SQLite and
+PostgreSQL (its served store and browser): a long run drawn from /api/runs/<run>/series
+(docs/page.md "A long run"), compare (`?runs=&control=`), the reading aids (x by time,
+smoothing, log) and the step-time panel.
 
 `&summary=0` draws even a sample run from /series. At a bucket per step it must show what the
 whole-steps view shows (gaps, NaN steps, REQUIRED_RBF coverage, step count); with wide buckets
@@ -114,3 +116,57 @@ async def test_compare_runs_against_a_control(served, chromium):  # noqa: F811
         assert state["missing"] == ["nope"]
         assert "no run nope in the store" in await page.eval("document.getElementById('compare-note').textContent")
         assert all("404 (Not Found)" in e and "nope" in e for e in page.errors), page.errors  # the browser's own log
+
+
+FIGURE = """JSON.stringify((() => { const c = document.getElementById('ce-chart');
+    return {layout: {x: c.layout.xaxis.type, y: c.layout.yaxis.type, title: c.layout.xaxis.title.text,
+                     shapes: c.layout.shapes.length},
+            traces: c.data.map(t => ({name: t.name, x: t.x, y: t.y, opacity: t.opacity === undefined ? 1 : t.opacity}))};
+    })())"""
+
+
+@needs_chromium
+async def test_time_axes_smoothing_log_and_step_times(served, chromium):  # noqa: F811
+    store = open_store(served.url)
+    try:
+        with store.engine.connect() as conn:
+            t0, t1 = conn.execute(sa.text("SELECT MIN(ts_ns), MAX(ts_ns) FROM loss_parts WHERE run = 'rg'")).one()
+            paces = conn.execute(sa.text("SELECT COUNT(*) FROM pod_metrics WHERE run = 'rg'")).scalar()
+            first2 = conn.execute(sa.text("SELECT MIN(ts_ns) FROM loss_parts WHERE run = 'rg' AND incarnation = 2")).scalar()
+    finally:
+        store.dispose()
+    async with tab(chromium) as page:
+        await page.goto(f"{served.base}/?run=rg&x=elapsed")
+        await page.until("window.steptailState.ready && window.steptailState.aids && window.steptailState.aids.timed")
+        fig = json.loads(await page.eval(FIGURE))
+        assert fig["layout"]["x"] == "linear" and fig["layout"]["title"] == "hours since the first step"
+        xs = [x for t in fig["traces"] for x in t["x"] if x is not None]
+        assert min(xs) == 0 and abs(max(xs) - (t1 - t0) / 3.6e12) < 1e-3
+        # incarnation 2 (its replay of steps 151-180) starts after incarnation 1 ended in time
+        two = [x for t in fig["traces"] if t["name"] == "#2" for x in t["x"] if x is not None]
+        assert abs(min(two) - (first2 - t0) / 3.6e12) < 1e-3 and fig["layout"]["shapes"] == 1
+
+        await page.goto(f"{served.base}/?run=rg&x=time&smooth=0.9&log=1")
+        await page.until("window.steptailState.ready && window.steptailState.aids && window.steptailState.aids.timed")
+        fig = json.loads(await page.eval(FIGURE))
+        assert (fig["layout"]["x"], fig["layout"]["y"]) == ("date", "log")
+        raw = next(t for t in fig["traces"] if t["name"] == "#1")
+        smooth = next(t for t in fig["traces"] if t["name"] == "#1 smoothed")
+        assert raw["opacity"] == 0.3 and len(smooth["y"]) == len(raw["y"]) and abs(smooth["y"][0] - raw["y"][0]) < 1e-9
+        finite = [(a, b) for a, b in zip(raw["y"], smooth["y"], strict=True) if a is not None]
+        steps = [abs(b2 - b1) for (_, b1), (_, b2) in zip(finite, finite[1:], strict=False)]
+        jumps = [abs(a2 - a1) for (a1, _), (a2, _) in zip(finite, finite[1:], strict=False)]
+        assert sum(steps) < sum(jumps)  # smoother than the raw line
+        assert "x=time" in await page.eval("location.search")  # kept in the address
+
+        state = await page.state()
+        assert state["pace"]["rows"] == paces and state["pace"]["incarnations"] == ["#1", "#2"]
+        await page.eval("""(() => { const s = document.getElementById('pace-select'); s.value = 'tokens_per_s';
+            s.dispatchEvent(new Event('change')); return true; })()""")
+        assert await page.eval("document.getElementById('pace-chart').layout.yaxis.title.text") == "tokens/s/device"
+
+        await page.goto(f"{served.base}/?run=nan&x=time")  # a log without timestamps: by step, and says so
+        await page.until("window.steptailState.ready && window.steptailState.aids && window.steptailState.aids.timed === false")
+        assert "no timestamps" in await page.eval("document.getElementById('x-note').textContent")
+        assert json.loads(await page.eval(FIGURE))["layout"]["x"] != "date"
+        assert not page.errors, page.errors
