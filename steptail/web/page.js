@@ -459,6 +459,15 @@
     // read), then only the steps after the last one read, then findings and the runs list.
     async update() {
       const t0 = performance.now();
+      // the first time, /series is asked beside the outline (the two longest reads of a long run
+      // at once); a short run's few buckets go unused
+      let early = null;
+      if (this.summary === undefined && !this.ceSeries) {
+        const wide = Number(params.get("buckets")) || Math.max(200, Math.round($("ce-chart").clientWidth || 1200));
+        this.buckets = Math.min(4000, Math.max(1, wide)); // about a bucket per pixel, fixed for the view
+        this.ceSeries = new Tagged(this.seriesPath());
+        early = this.ceSeries.fetch().catch(() => null); // a 404 is the outline's to say
+      }
       try {
         if (await this.outline.fetch()) this.dirty = true;
       } catch (e) {
@@ -469,6 +478,7 @@
         return;
       }
       state.missing = false;
+      if (early) await early;
       if (this.summary === undefined) this.decide(this.outline.data);
       if (this.summary && (await this.ceSeries.fetch())) this.dirty = true;
       if (await this.series.poll()) this.dirty = true;
@@ -519,10 +529,6 @@
       if (!this.summary) return;
       const last = incs[incs.length - 1];
       this.series.from = `${last.incarnation}:${Math.max(-1, last.hi - TAIL)}`;
-      // about a bucket per pixel of the chart, fixed for the view (its tag is the path)
-      const wide = Number(params.get("buckets")) || Math.max(200, Math.round($("ce-chart").clientWidth || 1200));
-      this.buckets = Math.min(4000, Math.max(1, wide));
-      this.ceSeries = new Tagged(this.seriesPath());
     }
     seriesPath() {
       const range = this.zoom ? `&from=${this.zoom[0]}&to=${this.zoom[1]}` : "";
