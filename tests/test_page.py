@@ -363,7 +363,7 @@ async def test_runs_table(served, chromium):
         rows = await page.eval("""[...document.querySelectorAll('#runs-table tbody tr')].map(tr => ({
             run: tr.dataset.run, severity: tr.dataset.severity, state: tr.dataset.state,
             text: tr.cells[0].textContent, href: tr.querySelector('a').getAttribute('href'),
-            last: tr.cells[5].textContent, ce: tr.cells[6].textContent, findings: tr.cells[8].textContent}))""")
+            last: tr.cells[6].textContent, ce: tr.cells[7].textContent, findings: tr.cells[9].textContent}))""")
         by_run = {r["run"]: r for r in rows}
         assert by_run["rg"]["severity"] == "warning" and by_run["nan"]["severity"] == "critical"
         assert by_run["clean"]["severity"] == "none" and by_run["clean"]["findings"] == "none"

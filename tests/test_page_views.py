@@ -11,6 +11,7 @@ the steps read are the run's tail, without rbf_per_layer."""
 from __future__ import annotations
 
 import json
+import time
 
 import sqlalchemy as sa
 from test_page import chromium, needs_chromium, served, tab  # noqa: F401  (fixtures)
@@ -170,3 +171,59 @@ async def test_time_axes_smoothing_log_and_step_times(served, chromium):  # noqa
         assert "no timestamps" in await page.eval("document.getElementById('x-note').textContent")
         assert json.loads(await page.eval(FIGURE))["layout"]["x"] != "date"
         assert not page.errors, page.errors
+
+
+LONG = ("stream 0b7f3c2e-9a41-4c55-8e2d-5f1a2b3c4d5e stopped answering while the collector followed it; "
+        "the kubelet's log rotation dropped 41 lines between two reads, so steps 10-12 were never seen "
+        "and cannot be recovered from this pod's logs")
+
+
+@needs_chromium
+async def test_overview_sparklines_followed_first_short_details_and_an_unknown_run(served, chromium):  # noqa: F811
+    store = open_store(served.url)
+    try:
+        with store.engine.begin() as conn:  # rg followed now, its last step days old: stalled
+            conn.execute(sa.text("INSERT INTO run_sources (run, source, added_ns) VALUES ('rg', 'kubernetes:default/rg', 1)"))
+            conn.execute(sa.text("UPDATE runs SET followed_ns = :now, updated_ns = updated_ns + 1 WHERE run = 'rg'"),
+                         {"now": time.time_ns()})
+            conn.execute(sa.text(
+                "INSERT INTO findings (run, kind, incarnation, first_step, last_step, detail, severity, detected_ns)"
+                " VALUES ('clean', 'gap', 1, 10, 12, :detail, 'warning', 1)"), {"detail": LONG})
+            conn.execute(sa.text("UPDATE runs SET updated_ns = updated_ns + 1 WHERE run = 'clean'"))
+    finally:
+        store.dispose()
+    async with tab(chromium) as page:
+        await page.goto(f"{served.base}/")
+        state = await page.ready()
+        assert state["runs"][0] == "rg"  # followed runs first
+        rows = json.loads(await page.eval("""JSON.stringify([...document.querySelectorAll('#runs-table tbody tr')]
+            .map(tr => [tr.dataset.run, tr.dataset.state, Number(tr.querySelector('svg.spark').dataset.points),
+                        tr.querySelectorAll('svg.spark polyline').length]))"""))
+        assert rows[0][:2] == ["rg", "stalled"] and [r[0] for r in rows[1:]] == sorted(r[0] for r in rows[1:])
+        for run, _, points, lines in rows:
+            api = json.loads(await page.eval(f"""fetch('api/runs/' + encodeURIComponent({json.dumps(run)})
+                + '/series?buckets=60').then(r => r.text())"""))
+            col = api["columns"].index("ce_last")
+            want = sum(isinstance(r[col], float | int) for i in api["incarnations"] for r in i["rows"])
+            assert points == want and points > 1 and lines == len(api["incarnations"]), run
+
+        await page.goto(f"{served.base}/?run=clean")
+        await page.ready()
+        cell = json.loads(await page.eval("""JSON.stringify([...document.querySelectorAll('#findings-table td.detail')]
+            .map(td => { const d = td.querySelector('details');
+                         return d ? [d.querySelector('summary').textContent, d.querySelector('.full').textContent,
+                                     d.open] : null; }).filter(Boolean))"""))
+        assert len(cell) == 1
+        short, full, shown = cell[0]
+        assert full == LONG and shown is False  # one click away
+        assert "0b7f3c2e" not in short and len(short) <= 90 and short.startswith("stream … stopped answering")
+        await page.eval("document.querySelector('#findings-table details summary').click()")
+        assert await page.eval("document.querySelector('#findings-table details').open") is True
+
+        await page.goto(f"{served.base}/?run=nope")
+        state = await page.ready()
+        assert state["missing"] is True
+        assert "No run nope" in await page.eval("document.getElementById('run-facts').textContent")
+        assert await page.eval("document.getElementById('ce-chart').offsetHeight") == 0  # no empty chart frame
+        assert await page.eval("document.getElementById('ce-chart').children.length") == 0
+        assert all("404 (Not Found)" in e for e in page.errors), page.errors

@@ -19,6 +19,7 @@
   const COLORS = ["#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#bcbd22"];
   const SEVERITY = { critical: "#b3261e", warning: "#e08a00" };
   const GAP_FILL = { gap: "rgba(214,39,40,0.16)", head_gap: "rgba(255,127,14,0.18)" };
+  const SPARK = 60; // buckets of a run's sparkline on the runs table
   const MAX_LINES = 300; // vertical marker lines drawn at most (NaN steps); markers are always drawn
   // A run longer than this is drawn from /series (per bucket of steps: min, max, last, NaN; a
   // bounded answer whatever its length), zoomed ranges are asked again, and only its last TAIL
@@ -53,6 +54,19 @@
   // plotly turns <br>, <b>, <a href> … in labels and hover text into markup: escape what is not ours.
   function plain(text) {
     return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  }
+  // A finding's or event's text for a table cell: short (the stream's UUID out, the first clause,
+  // at most SHORT characters), the whole one click away (<details>), all as text.
+  const SHORT = 90;
+  const UUID = /\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b/gi;
+  function shortened(text) {
+    const full = String(text ?? "");
+    let short = full.replace(UUID, "…").replace(/\s+/g, " ").trim();
+    const stop = short.search(/[;:(]\s|\.\s/);
+    if (stop > 20) short = short.slice(0, stop);
+    if (short.length > SHORT) short = short.slice(0, SHORT - 1).replace(/\s+\S*$/, "") + "…";
+    if (short === full) return el("span", { class: "short" }, full);
+    return el("details", { class: "short" }, el("summary", {}, short), el("div", { class: "full" }, full));
   }
   function stepRange(a, b) {
     return a === b ? `step ${a}` : `steps ${a}–${b}`;
@@ -302,6 +316,7 @@
   class RunsView {
     constructor() {
       this.overview = new Tagged("api/overview");
+      this.sparks = new Map(); // run -> Tagged /series?buckets=SPARK
     }
     async start() {
       $("runs-view").hidden = false;
@@ -311,11 +326,53 @@
       await this.update();
     }
     async update() {
-      if (await this.overview.fetch()) this.render();
+      let changed = await this.overview.fetch();
+      // each run's CE sparkline: a bounded /series, a 304 while the run is unchanged
+      const runs = this.overview.data.runs.map((r) => r.run);
+      for (const run of runs)
+        if (!this.sparks.has(run)) this.sparks.set(run, new Tagged(`api/runs/${encodeURIComponent(run)}/series?buckets=${SPARK}`));
+      const got = await Promise.all(runs.map((run) => this.sparks.get(run).fetch().catch((e) => {
+        if (e instanceof AuthNeeded) throw e;
+        return false; // removed meanwhile, or an older server: no sparkline
+      })));
+      if (got.some(Boolean)) changed = true;
+      if (changed) this.render();
       else this.ages(); // ages move on even when nothing else does
     }
+    // CE of the run's buckets as an SVG polyline (latest incarnation on top; no plotly here)
+    spark(run) {
+      const sd = this.sparks.get(run) && this.sparks.get(run).data;
+      const pts = [];
+      for (const inc of (sd && sd.incarnations) || [])
+        for (const r of inc.rows) {
+          const b = Object.fromEntries(sd.columns.map((c, j) => [c, r[j]]));
+          if (typeof b.ce_last === "number") pts.push([b.s1, b.ce_last, inc.incarnation]);
+        }
+      const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+      svg.setAttribute("class", "spark");
+      svg.setAttribute("width", "120");
+      svg.setAttribute("height", "24");
+      svg.dataset.points = String(pts.length);
+      if (pts.length < 2) return svg;
+      const xs = pts.map((p) => p[0]);
+      const ys = pts.map((p) => p[1]);
+      const [x0, x1, y0, y1] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
+      const incs = [...new Set(pts.map((p) => p[2]))];
+      incs.forEach((n, k) => {
+        const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
+        line.setAttribute("fill", "none");
+        line.setAttribute("stroke", COLORS[k % COLORS.length]);
+        line.setAttribute("stroke-width", "1.2");
+        line.setAttribute("points", pts.filter((p) => p[2] === n).map(([x, y]) =>
+          `${(2 + (116 * (x - x0)) / (x1 - x0 || 1)).toFixed(1)},${(22 - (20 * (y - y0)) / (y1 - y0 || 1)).toFixed(1)}`).join(" "));
+        svg.append(line);
+      });
+      return svg;
+    }
     render() {
-      const runs = this.overview.data.runs;
+      // followed runs first (live, then stalled, then not followed since), each group by name
+      const rank = { live: 0, stalled: 1, unknown: 2 };
+      const runs = [...this.overview.data.runs].sort((a, b) => (rank[a.state] ?? 3) - (rank[b.state] ?? 3));
       state.runs = runs.map((r) => r.run);
       state.ready = true;
       state.renders += 1;
@@ -335,6 +392,7 @@
             { data: { run: r.run, state: r.state, findings: r.findings, severity: worst } },
             el("td", {}, el("a", { href: runLink(r.run) }, r.run)),
             el("td", {}, el("span", { class: `state ${r.state}`, title: r.state_reason || "" }, r.state)),
+            el("td", { class: "spark-cell" }, this.spark(r.run)),
             el("td", { class: "note" }, r.sources.join(", ")),
             el("td", { class: "num" }, r.incarnations),
             el("td", { class: "num" }, r.steps),
@@ -475,9 +533,12 @@
         // not (yet) in the store: say so, and keep polling (a follower may start it)
         $("run-facts").replaceChildren(el("p", { class: "note", data: { missing: "run" } }, `No run ${this.run} in the store (yet).`));
         state.missing = true;
+        $("run-view").classList.add("missing"); // no empty chart frames: only the name and this note
+        state.ready = true;
         return;
       }
       state.missing = false;
+      $("run-view").classList.remove("missing");
       if (early) await early;
       if (this.summary === undefined) this.decide(this.outline.data);
       if (this.summary && (await this.ceSeries.fetch())) this.dirty = true;
@@ -1105,7 +1166,7 @@
             el("td", {}, e.started),
             el("td", {}, e.cleared || "still open"),
             el("td", {}, e.lost_steps ? "yes (see the gap finding)" : "no"),
-            el("td", { class: "detail" }, e.reason)
+            el("td", { class: "detail" }, shortened(e.reason))
           )
         )
       );
@@ -1157,7 +1218,7 @@
             el("td", {}, f.kind),
             el("td", { class: "num" }, f.incarnation || ""),
             el("td", { class: "steps" }, f.first_step < 0 ? "—" : stepRange(f.first_step, f.last_step)),
-            el("td", { class: "detail", title: f.detected_at || "" }, f.detail)
+            el("td", { class: "detail", title: f.detected_at || "" }, shortened(f.detail))
           )
         )
       );
