@@ -6,8 +6,11 @@ step wide, that is every step.
 
 Min and max keep a spike visible however wide the bucket; `nan_step` keeps a NaN (stored as a
 NULL ce); a bucket without rows is no bucket, so a gap wider than a bucket still breaks the
-line (and the outline's gaps are exact). Two GROUP BYs over the primary key's range of the
-asked steps, and one primary-key lookup per bucket for its last CE."""
+line (and the outline's gaps are exact). Buckets of 16 steps or more are made of
+`loss_rollup`'s blocks of 16 (storage/summary.py, kept with the rows): a sixteenth of the rows
+to group, so `from` is moved down to a block's start and `width` up to a multiple of 16; t0 is
+then the timestamp of the bucket's first step. Narrower ones group the rows. Either way one
+primary-key lookup per bucket for its last CE, and a GROUP BY of the REQUIRED_RBF rows."""
 
 from __future__ import annotations
 
@@ -29,6 +32,19 @@ SELECT b.incarnation, b.k, b.n, b.s0, b.s1, b.ce_min, b.ce_max, l.ce, l.ce_raw, 
 FROM b JOIN loss_parts l ON l.run = :run AND l.incarnation = b.incarnation AND l.step = b.s1
 ORDER BY b.incarnation, b.k
 """)
+_ROLLED = sa.text("""
+WITH b AS (
+  SELECT incarnation, (block * 16 - :lo) / :w AS k, SUM(steps) AS n, MIN(s0) AS s0, MAX(s1) AS s1,
+         MIN(ce_lo) AS ce_min, MAX(ce_hi) AS ce_max, MIN(nan_step) AS nan_step
+  FROM loss_rollup WHERE run = :run AND block >= :lo / 16 AND block <= :hi / 16
+  GROUP BY incarnation, (block * 16 - :lo) / :w
+)
+SELECT b.incarnation, b.k, b.n, b.s0, b.s1, b.ce_min, b.ce_max, l.ce, l.ce_raw, b.nan_step, f.ts_ns, l.ts_ns
+FROM b JOIN loss_parts l ON l.run = :run AND l.incarnation = b.incarnation AND l.step = b.s1
+JOIN loss_parts f ON f.run = :run AND f.incarnation = b.incarnation AND f.step = b.s0
+ORDER BY b.incarnation, b.k
+""")
+BLOCK = 16  # storage.summary.BLOCK: loss_rollup's steps per block
 _RBF = sa.text("""
 SELECT incarnation, (step - :lo) / :w, COUNT(*) FROM required_rbf
 WHERE run = :run AND step >= :lo AND step <= :hi GROUP BY incarnation, (step - :lo) / :w
@@ -51,10 +67,17 @@ def series(conn: sa.Connection, run: str, buckets: int, lo: int | None = None, h
     if lo is None or hi is None or lo > hi:
         return out
     width = -(-(hi - lo + 1) // buckets)  # ceil: at most `buckets` buckets
+    rolled = width >= BLOCK and lo >= 0  # block 0 holds -15..15 (SQL truncates): whole blocks from 0 up
+    if rolled:
+        lo -= lo % BLOCK
+        width = BLOCK * -(-(hi - lo + 1) // (BLOCK * buckets))
+        hi = lo + width * -(-(hi - lo + 1) // width) - 1  # the last block's end
+        out["from"], out["to"] = lo, hi
     p = {"run": run, "lo": lo, "hi": hi, "w": width}
     rbf = {(inc, k): int(n) for inc, k, n in conn.execute(_RBF, p)}
     incs: dict[int, list] = {}
-    for inc, k, n, s0, s1, ce_min, ce_max, ce_last, raw, nan_step, t0, t1 in conn.execute(_BUCKETS, p):
+    for inc, k, n, s0, s1, ce_min, ce_max, ce_last, raw, nan_step, t0, t1 in conn.execute(
+            _ROLLED if rolled else _BUCKETS, p):
         incs.setdefault(inc, []).append([k, int(n), s0, s1, ce_min, ce_max, ce_last, raw, nan_step, t0, t1,
                                          rbf.get((inc, k), 0)])
     out["width"] = width

@@ -41,26 +41,33 @@ def _buckets(answer: dict) -> dict[int, list[dict]]:
 
 
 @pytest.mark.parametrize("run", ["rg", "nan"])
-async def test_buckets_hold_min_max_last_and_nan_of_their_rows(loaded, run):
+@pytest.mark.parametrize("buckets", [7, 40])  # 7: from loss_rollup's blocks; 40: from the rows (width < 16)
+async def test_buckets_hold_min_max_last_and_nan_of_their_rows(loaded, run, buckets):
     stored = _stored(loaded, run)
     async with running(loaded) as http:
-        status, _, answer = await _series(http, f"{run}/series?buckets=7")
+        status, _, answer = await _series(http, f"{run}/series?buckets={buckets}")
         assert status == 200 and answer["run"] == run
         got = _buckets(answer)
         assert set(got) == set(stored)
         lo, hi, width = answer["from"], answer["to"], answer["width"]
-        assert lo == min(s for rows in stored.values() for s, _, _ in rows)
-        assert width * 7 >= hi - lo + 1 > width * 6
-        for inc, buckets in got.items():
-            assert len(buckets) <= 7
-            for b in buckets:
+        first = min(s for rows in stored.values() for s, _, _ in rows)
+        last = max(s for rows in stored.values() for s, _, _ in rows)
+        # wide buckets are made of loss_rollup's blocks of 16: from a block's start, whole blocks
+        if width >= 16:
+            assert lo <= first < lo + 16 and lo % 16 == 0 and width % 16 == 0 and hi >= last
+        else:
+            assert (lo, hi) == (first, last)
+        assert width * buckets >= hi - lo + 1
+        for inc, cut in got.items():
+            assert len(cut) <= buckets
+            for b in cut:
                 rows = [r for r in stored[inc] if lo + b["k"] * width <= r[0] < lo + (b["k"] + 1) * width]
                 finite = [ce for _, ce, _ in rows if ce is not None]
                 assert (b["n"], b["s0"], b["s1"]) == (len(rows), rows[0][0], rows[-1][0])
                 assert (b["ce_min"], b["ce_max"]) == (min(finite, default=None), max(finite, default=None))
                 assert (b["ce_last"], b["ce_last_raw"]) == (rows[-1][1], rows[-1][2])
                 assert b["nan_step"] == next((s for s, ce, _ in rows if ce is None), None)
-            assert sum(b["n"] for b in buckets) == len(stored[inc])
+            assert sum(b["n"] for b in cut) == len(stored[inc])
         if run == "nan":  # the sample's NaNs are in some bucket
             assert any(b["nan_step"] is not None for bs in got.values() for b in bs)
 

@@ -56,7 +56,7 @@ async def test_wide_buckets_keep_the_extremes_and_a_zoom_asks_again(served, chro
     async with tab(chromium) as page:
         await page.goto(f"{served.base}/?run=rg&summary=0&buckets=10")
         state = await page.ready()
-        assert state["summary"]["width"] == 40 and state["summary"]["drawn"] <= 20  # 2 incarnations
+        assert state["summary"]["width"] == 48 and state["summary"]["drawn"] <= 20  # blocks of 16; 2 incarnations
         ys = await page.eval("""JSON.stringify(document.getElementById('ce-chart').data
             .filter(t => t.name.startsWith('#')).flatMap(t => t.y).filter(v => typeof v === 'number'))""")
         ys = json.loads(ys)
