@@ -25,7 +25,7 @@
   // bounded answer whatever its length), zoomed ranges are asked again, and only its last TAIL
   // steps are read whole (facts, loss parts). `&summary=N` sets the threshold (0: always).
   const SUMMARY_STEPS = params.has("summary") ? Number(params.get("summary")) : 5000;
-  const TAIL = 2000;
+  const TAIL = 1000;
   // not rbf_per_layer: most of a step's bytes, and nothing draws it
   const FIELDS = "ts,ce,ce_raw,parts,rbf_max,rbf_program";
 
@@ -542,6 +542,7 @@
       if (early) await early;
       if (this.summary === undefined) this.decide(this.outline.data);
       if (this.summary && (await this.ceSeries.fetch())) this.dirty = true;
+      if (this.summary) this.drawCeFirst(); // the buckets and the outline are all it draws from
       if (await this.series.poll()) this.dirty = true;
       state.stepsMs = Math.round(performance.now() - t0);
       this.drawCeFirst();
