@@ -301,14 +301,16 @@
     return { x, y };
   }
 
+  let plotlyLoading = null;
   function loadPlotly() {
     if (window.Plotly) return Promise.resolve();
-    return new Promise((resolve, reject) => {
+    // once: the first draw of a long run and the view's start both wait for it
+    return (plotlyLoading = plotlyLoading || new Promise((resolve, reject) => {
       const s = el("script", { src: "static/plotly.min.js" });
       s.onload = resolve;
       s.onerror = () => reject(new Error("could not load static/plotly.min.js"));
       document.head.append(s);
-    });
+    }));
   }
   const PLOT_CONFIG = { responsive: true, displaylogo: false, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
 
@@ -478,6 +480,20 @@
       await Promise.all([loadPlotly(), this.update()]);
       this.draw();
     }
+    drawBucketsFirst() {
+      const sd = this.ceSeries.data;
+      if (this.drawnOnce || !window.Plotly || !sd || this.outline.data) return;
+      const total = sd.incarnations.reduce((n, i) => n + i.rows.reduce((m, r) => m + r[1], 0), 0);
+      if (total <= SUMMARY_STEPS) return;
+      this.drawnOnce = true;
+      const before = this.summary;
+      this.summary = true; // drawn as one; decide() still makes the choice from the outline
+      try {
+        this.renderCe(this.deriveSummary({ incarnations: [], gaps: [], restores: [], stream_gaps: [] }), []);
+      } finally {
+        this.summary = before;
+      }
+    }
     // The CE chart as soon as its data is in (findings, goodput and the runs list follow, and
     // the full render draws it again with them): the first draw waits for nothing else.
     drawCeFirst() {
@@ -524,7 +540,9 @@
         const wide = Number(params.get("buckets")) || Math.max(200, Math.round($("ce-chart").clientWidth || 1200));
         this.buckets = Math.min(4000, Math.max(1, wide)); // about a bucket per pixel, fixed for the view
         this.ceSeries = new Tagged(this.seriesPath());
-        early = this.ceSeries.fetch().catch(() => null); // a 404 is the outline's to say
+        // a long run's CE drawn from its buckets alone, not waiting for the outline (its missing
+        // steps are a pass over the run): the gaps and restore lines follow with the full render
+        early = Promise.all([this.ceSeries.fetch(), loadPlotly()]).then(() => this.drawBucketsFirst(), () => null);
       }
       try {
         if (await this.outline.fetch()) this.dirty = true;
