@@ -363,7 +363,7 @@ async def test_runs_table(served, chromium):
         rows = await page.eval("""[...document.querySelectorAll('#runs-table tbody tr')].map(tr => ({
             run: tr.dataset.run, severity: tr.dataset.severity, state: tr.dataset.state,
             text: tr.cells[0].textContent, href: tr.querySelector('a').getAttribute('href'),
-            last: tr.cells[5].textContent, ce: tr.cells[6].textContent, findings: tr.cells[8].textContent}))""")
+            last: tr.cells[6].textContent, ce: tr.cells[7].textContent, findings: tr.cells[9].textContent}))""")
         by_run = {r["run"]: r for r in rows}
         assert by_run["rg"]["severity"] == "warning" and by_run["nan"]["severity"] == "critical"
         assert by_run["clean"]["severity"] == "none" and by_run["clean"]["findings"] == "none"
@@ -439,7 +439,10 @@ async def test_where_the_time_went(served, chromium):
     """The goodput bar split by cause and the step time of each incarnation (docs/goodput.md)."""
     async with tab(chromium) as page:
         await page.goto(served.base + "/?run=rg")
-        state = await page.ready()
+        await page.ready()
+        # goodput reads every step: asked without holding up the first draw, drawn when it comes
+        await page.until("window.steptailState.goodput && window.steptailState.goodput.run === 'rg'")
+        state = await page.state()
         g = state["goodput"]
         assert g["run"] == "rg" and 0.9 < g["goodput"] < 0.93 and g["replayed_s"] > 300
         parts = await page.eval("[...document.querySelectorAll('#goodput-bar span')].map(s => s.dataset.part)")
@@ -451,7 +454,8 @@ async def test_where_the_time_went(served, chromium):
         assert [r[0] for r in rows] == ["1", "2"] and all(11.5 < float(r[1]) < 12.5 for r in rows)
         assert f"goodput {100 * g['goodput']:.1f}% of" in await page.eval("document.getElementById('goodput-summary').textContent")
         await page.goto(served.base + "/?run=nan")  # logged without timestamps: no wall time, no bar
-        state = await page.ready()
+        await page.until("window.steptailState.ready && window.steptailState.goodput")
+        state = await page.state()
         assert state["goodput"]["wall_s"] is None
         assert await page.eval("document.getElementById('goodput-bar').hidden") is True
         assert not page.errors, page.errors

@@ -24,6 +24,7 @@ from steptail.http.metrics import StoreCollector, metrics
 from steptail.http.probe import PROBE_INTERVAL, PROBE_STALE, StoreProbe
 from steptail.http.routes import (
     collector_events,
+    compare,
     export,
     findings,
     goodput,
@@ -33,6 +34,8 @@ from steptail.http.routes import (
     overview,
     page,
     runs,
+    series,
+    step_times,
     steps,
 )
 from steptail.storage.db import Store
@@ -47,8 +50,11 @@ ROUTES = (
     ("/api/runs/{run}/export", export.export),
     ("/api/runs/{run}/goodput", goodput.goodput),
     ("/api/runs/{run}/outline", outline.run_outline),
+    ("/api/runs/{run}/series", series.run_series),
+    ("/api/runs/{run}/step-times", step_times.run_step_times),
     ("/api/overview", overview.runs_overview),
     ("/api/collector-events", collector_events.collector_events),
+    ("/api/compare", compare.compare),
     ("/api/mesh", mesh.mesh),
     ("/", page.page),
     ("/static/{name}", page.static),

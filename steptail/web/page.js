@@ -1,5 +1,6 @@
 // steptail's page (docs/page.md): the runs table at `/`, a run at `/?run=NAME` (`&vs=CONTROL`
-// overlays another run, `&part=KEY` picks the loss part, `&poll=SECONDS` the polling period).
+// overlays another run, `&part=KEY` picks the loss part, `&poll=SECONDS` the polling period,
+// `&summary=STEPS` and `&buckets=N` when a run is drawn from /series and how finely).
 // Plain JavaScript, no build step. Everything from the store reaches the DOM as text
 // (textContent, never innerHTML); strings handed to plotly, which reads a few HTML-like tags in
 // labels, are escaped first (plain()).
@@ -18,7 +19,15 @@
   const COLORS = ["#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#bcbd22"];
   const SEVERITY = { critical: "#b3261e", warning: "#e08a00" };
   const GAP_FILL = { gap: "rgba(214,39,40,0.16)", head_gap: "rgba(255,127,14,0.18)" };
+  const SPARK = 60; // buckets of a run's sparkline on the runs table
   const MAX_LINES = 300; // vertical marker lines drawn at most (NaN steps); markers are always drawn
+  // A run longer than this is drawn from /series (per bucket of steps: min, max, last, NaN; a
+  // bounded answer whatever its length), zoomed ranges are asked again, and only its last TAIL
+  // steps are read whole (facts, loss parts). `&summary=N` sets the threshold (0: always).
+  const SUMMARY_STEPS = params.has("summary") ? Number(params.get("summary")) : 5000;
+  const TAIL = 1000;
+  // not rbf_per_layer: most of a step's bytes, and nothing draws it
+  const FIELDS = "ts,ce,ce_raw,parts,rbf_max,rbf_program";
 
   // What the page shows, for people debugging it and for the tests (tests/test_page.py).
   const state = (window.steptailState = { view: null, ready: false, polls: 0, renders: 0, error: null });
@@ -45,6 +54,19 @@
   // plotly turns <br>, <b>, <a href> … in labels and hover text into markup: escape what is not ours.
   function plain(text) {
     return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  }
+  // A finding's or event's text for a table cell: short (the stream's UUID out, the first clause,
+  // at most SHORT characters), the whole one click away (<details>), all as text.
+  const SHORT = 90;
+  const UUID = /\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b/gi;
+  function shortened(text) {
+    const full = String(text ?? "");
+    let short = full.replace(UUID, "…").replace(/\s+/g, " ").trim();
+    const stop = short.search(/[;:(]\s|\.\s/);
+    if (stop > 20) short = short.slice(0, stop);
+    if (short.length > SHORT) short = short.slice(0, SHORT - 1).replace(/\s+\S*$/, "") + "…";
+    if (short === full) return el("span", { class: "short" }, full);
+    return el("details", { class: "short" }, el("summary", {}, short), el("div", { class: "full" }, full));
   }
   function stepRange(a, b) {
     return a === b ? `step ${a}` : `steps ${a}–${b}`;
@@ -142,6 +164,7 @@
     constructor(run) {
       this.run = run;
       this.base = `api/runs/${encodeURIComponent(run)}/steps`;
+      this.from = null; // "INC:STEP": read only the steps after it (a long run's tail)
       this.reset();
     }
     reset() {
@@ -159,7 +182,7 @@
     inc(n) {
       let i = this.incs.get(n);
       if (!i) {
-        i = { n, steps: [], ce: [], raw: [], parts: [], rbf: [], rbfOnly: [] };
+        i = { n, steps: [], ce: [], raw: [], parts: [], rbf: [], rbfOnly: [], ts: [] };
         this.incs.set(n, i);
       }
       return i;
@@ -180,13 +203,14 @@
           this.dropLast();
         }
         const inc = this.inc(r.incarnation);
-        const hasRbf = r.rbf_max !== null || r.rbf_program !== null || r.rbf_per_layer !== null;
+        const hasRbf = r.rbf_max != null || r.rbf_program != null || r.rbf_per_layer != null;
         if (r.ce_raw !== null && r.ce_raw !== undefined) {
           inc.steps.push(r.step);
           inc.ce.push(typeof r.ce === "number" ? r.ce : null);
           inc.raw.push(r.ce_raw);
           inc.parts.push(r.parts || {});
           inc.rbf.push(hasRbf);
+          inc.ts.push(r.ts ? parseTime(r.ts) : null);
           for (const k of Object.keys(r.parts || {}))
             if (!this.partKeys.includes(k)) {
               this.partKeys.push(k);
@@ -207,7 +231,7 @@
     dropLast() {
       const inc = this.incs.get(this.last[0]);
       if (this.lastKind === "loss") {
-        for (const a of [inc.steps, inc.ce, inc.raw, inc.parts, inc.rbf]) a.pop();
+        for (const a of [inc.steps, inc.ce, inc.raw, inc.parts, inc.rbf, inc.ts]) a.pop();
         this.rows -= 1;
       } else {
         inc.rbfOnly.pop();
@@ -231,11 +255,9 @@
     }
     // The steps after the last one read (and that one again): a 304 while nothing changed.
     async poll() {
-      let path = `${this.base}?limit=${PAGE}`;
-      if (this.last) {
-        const after = `${this.last[0]}:${Math.max(-1, this.last[1] - 1)}`;
-        path = `${this.base}?after=${encodeURIComponent(after)}&limit=${PAGE}`;
-      }
+      let path = `${this.base}?limit=${PAGE}&fields=${FIELDS}`;
+      const after = this.last ? `${this.last[0]}:${Math.max(-1, this.last[1] - 1)}` : this.from;
+      if (after) path = `${this.base}?after=${encodeURIComponent(after)}&limit=${PAGE}&fields=${FIELDS}`;
       const r = await api(path, path === this.pollPath ? this.pollTag : null);
       if (r.status === 304) return false;
       const { changed } = await this.pages(path, r);
@@ -247,7 +269,7 @@
     // incarnation, a gap filled by another ingest): the outline's counts say so.
     needsReload(outline) {
       if (this.stale) return true;
-      if (!outline) return false;
+      if (!outline || this.from) return false; // a tail holds fewer rows than the outline counts
       return outline.incarnations.some((i) => (this.incs.get(i.incarnation)?.steps.length ?? 0) < i.steps);
     }
     // CE by step, the latest incarnation's where several recorded a step (as `steptail compare`).
@@ -279,14 +301,16 @@
     return { x, y };
   }
 
+  let plotlyLoading = null;
   function loadPlotly() {
     if (window.Plotly) return Promise.resolve();
-    return new Promise((resolve, reject) => {
+    // once: the first draw of a long run and the view's start both wait for it
+    return (plotlyLoading = plotlyLoading || new Promise((resolve, reject) => {
       const s = el("script", { src: "static/plotly.min.js" });
       s.onload = resolve;
       s.onerror = () => reject(new Error("could not load static/plotly.min.js"));
       document.head.append(s);
-    });
+    }));
   }
   const PLOT_CONFIG = { responsive: true, displaylogo: false, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
 
@@ -294,6 +318,7 @@
   class RunsView {
     constructor() {
       this.overview = new Tagged("api/overview");
+      this.sparks = new Map(); // run -> Tagged /series?buckets=SPARK
     }
     async start() {
       $("runs-view").hidden = false;
@@ -303,11 +328,53 @@
       await this.update();
     }
     async update() {
-      if (await this.overview.fetch()) this.render();
+      let changed = await this.overview.fetch();
+      // each run's CE sparkline: a bounded /series, a 304 while the run is unchanged
+      const runs = this.overview.data.runs.map((r) => r.run);
+      for (const run of runs)
+        if (!this.sparks.has(run)) this.sparks.set(run, new Tagged(`api/runs/${encodeURIComponent(run)}/series?buckets=${SPARK}`));
+      const got = await Promise.all(runs.map((run) => this.sparks.get(run).fetch().catch((e) => {
+        if (e instanceof AuthNeeded) throw e;
+        return false; // removed meanwhile, or an older server: no sparkline
+      })));
+      if (got.some(Boolean)) changed = true;
+      if (changed) this.render();
       else this.ages(); // ages move on even when nothing else does
     }
+    // CE of the run's buckets as an SVG polyline (latest incarnation on top; no plotly here)
+    spark(run) {
+      const sd = this.sparks.get(run) && this.sparks.get(run).data;
+      const pts = [];
+      for (const inc of (sd && sd.incarnations) || [])
+        for (const r of inc.rows) {
+          const b = Object.fromEntries(sd.columns.map((c, j) => [c, r[j]]));
+          if (typeof b.ce_last === "number") pts.push([b.s1, b.ce_last, inc.incarnation]);
+        }
+      const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+      svg.setAttribute("class", "spark");
+      svg.setAttribute("width", "120");
+      svg.setAttribute("height", "24");
+      svg.dataset.points = String(pts.length);
+      if (pts.length < 2) return svg;
+      const xs = pts.map((p) => p[0]);
+      const ys = pts.map((p) => p[1]);
+      const [x0, x1, y0, y1] = [Math.min(...xs), Math.max(...xs), Math.min(...ys), Math.max(...ys)];
+      const incs = [...new Set(pts.map((p) => p[2]))];
+      incs.forEach((n, k) => {
+        const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
+        line.setAttribute("fill", "none");
+        line.setAttribute("stroke", COLORS[k % COLORS.length]);
+        line.setAttribute("stroke-width", "1.2");
+        line.setAttribute("points", pts.filter((p) => p[2] === n).map(([x, y]) =>
+          `${(2 + (116 * (x - x0)) / (x1 - x0 || 1)).toFixed(1)},${(22 - (20 * (y - y0)) / (y1 - y0 || 1)).toFixed(1)}`).join(" "));
+        svg.append(line);
+      });
+      return svg;
+    }
     render() {
-      const runs = this.overview.data.runs;
+      // followed runs first (live, then stalled, then not followed since), each group by name
+      const rank = { live: 0, stalled: 1, unknown: 2 };
+      const runs = [...this.overview.data.runs].sort((a, b) => (rank[a.state] ?? 3) - (rank[b.state] ?? 3));
       state.runs = runs.map((r) => r.run);
       state.ready = true;
       state.renders += 1;
@@ -327,6 +394,7 @@
             { data: { run: r.run, state: r.state, findings: r.findings, severity: worst } },
             el("td", {}, el("a", { href: runLink(r.run) }, r.run)),
             el("td", {}, el("span", { class: `state ${r.state}`, title: r.state_reason || "" }, r.state)),
+            el("td", { class: "spark-cell" }, this.spark(r.run)),
             el("td", { class: "note" }, r.sources.join(", ")),
             el("td", { class: "num" }, r.incarnations),
             el("td", { class: "num" }, r.steps),
@@ -355,12 +423,39 @@
       this.events = new Tagged(`api/collector-events?run=${encodeURIComponent(run)}`);
       this.goodput = new Tagged(`${base}/goodput`);
       this.goodputAt = 0;
+      this.pace = new Tagged(`${base}/step-times?buckets=1000`);
+      this.paceKey = ["seconds", "tokens_per_s", "tflops"].includes(params.get("pace")) ? params.get("pace") : "seconds";
+      $("pace-select").value = this.paceKey;
+      $("pace-select").addEventListener("change", (ev) => {
+        this.paceKey = ev.target.value;
+        this.remember();
+        this.renderPace();
+      });
+      this.base = base;
+      this.summary = undefined; // drawn from /series: decided on the first outline
+      this.zoom = null; // [from, to] of the zoomed x range (summary only)
+      this.ceSeries = null;
       this.overview = new Tagged("api/overview");
       this.part = params.get("part");
       this.partPicked = params.has("part"); // in the address only once picked
       this.setOverlay(vs);
       this.revision = 0;
       this.dirty = false; // something changed since the last render
+      // reading aids, kept in the address: x axis (step, time, elapsed), smoothing (0–0.99), log y
+      this.xMode = ["time", "elapsed"].includes(params.get("x")) ? params.get("x") : "step";
+      this.smooth = Math.min(0.99, Math.max(0, Number(params.get("smooth")) || 0));
+      this.logY = params.get("log") === "1";
+      $("x-select").value = this.xMode;
+      $("smooth-input").value = String(this.smooth);
+      $("log-input").checked = this.logY;
+      const aid = () => {
+        this.xMode = $("x-select").value;
+        this.smooth = Math.min(0.99, Math.max(0, Number($("smooth-input").value) || 0));
+        this.logY = $("log-input").checked;
+        this.remember();
+        this.render();
+      };
+      for (const id of ["x-select", "smooth-input", "log-input"]) $(id).addEventListener("change", aid);
       $("overlay-select").addEventListener("change", (ev) => this.pickOverlay(ev.target.value));
       $("part-select").addEventListener("change", (ev) => {
         this.part = ev.target.value;
@@ -385,8 +480,30 @@
       await Promise.all([loadPlotly(), this.update()]);
       this.draw();
     }
+    drawBucketsFirst() {
+      const sd = this.ceSeries.data;
+      if (this.drawnOnce || !window.Plotly || !sd || this.outline.data) return;
+      const total = sd.incarnations.reduce((n, i) => n + i.rows.reduce((m, r) => m + r[1], 0), 0);
+      if (total <= SUMMARY_STEPS) return;
+      this.drawnOnce = true;
+      const before = this.summary;
+      this.summary = true; // drawn as one; decide() still makes the choice from the outline
+      try {
+        this.renderCe(this.deriveSummary({ incarnations: [], gaps: [], restores: [], stream_gaps: [] }), []);
+      } finally {
+        this.summary = before;
+      }
+    }
+    // The CE chart as soon as its data is in (findings, goodput and the runs list follow, and
+    // the full render draws it again with them): the first draw waits for nothing else.
+    drawCeFirst() {
+      if (this.drawnOnce || !window.Plotly || !this.outline.data) return;
+      this.drawnOnce = true;
+      this.renderCe(this.derive(), []);
+    }
     draw() {
       if (!this.dirty || !window.Plotly) return;
+      this.drawnOnce = true;
       this.render();
       this.dirty = false;
     }
@@ -394,6 +511,10 @@
       const q = new URLSearchParams({ run: this.run });
       if (this.vs) q.set("vs", this.vs);
       if (this.part && this.partPicked) q.set("part", this.part);
+      if (this.xMode !== "step") q.set("x", this.xMode);
+      if (this.paceKey !== "seconds") q.set("pace", this.paceKey);
+      if (this.smooth) q.set("smooth", String(this.smooth));
+      if (this.logY) q.set("log", "1");
       for (const k of ["poll"]) if (params.has(k)) q.set(k, params.get(k));
       history.replaceState(null, "", "?" + q.toString());
     }
@@ -412,6 +533,17 @@
     // read), then only the steps after the last one read, then findings and the runs list.
     async update() {
       const t0 = performance.now();
+      // the first time, /series is asked beside the outline (the two longest reads of a long run
+      // at once); a short run's few buckets go unused
+      let early = null;
+      if (this.summary === undefined && !this.ceSeries) {
+        const wide = Number(params.get("buckets")) || Math.max(200, Math.round($("ce-chart").clientWidth || 1200));
+        this.buckets = Math.min(4000, Math.max(1, wide)); // about a bucket per pixel, fixed for the view
+        this.ceSeries = new Tagged(this.seriesPath());
+        // a long run's CE drawn from its buckets alone, not waiting for the outline (its missing
+        // steps are a pass over the run): the gaps and restore lines follow with the full render
+        early = Promise.all([this.ceSeries.fetch(), loadPlotly()]).then(() => this.drawBucketsFirst(), () => null);
+      }
       try {
         if (await this.outline.fetch()) this.dirty = true;
       } catch (e) {
@@ -419,19 +551,38 @@
         // not (yet) in the store: say so, and keep polling (a follower may start it)
         $("run-facts").replaceChildren(el("p", { class: "note", data: { missing: "run" } }, `No run ${this.run} in the store (yet).`));
         state.missing = true;
+        $("run-view").classList.add("missing"); // no empty chart frames: only the name and this note
+        state.ready = true;
         return;
       }
       state.missing = false;
+      $("run-view").classList.remove("missing");
+      if (early) await early;
+      if (this.summary === undefined) this.decide(this.outline.data);
+      if (this.summary && (await this.ceSeries.fetch())) this.dirty = true;
+      if (this.summary) this.drawCeFirst(); // the buckets and the outline are all it draws from
       if (await this.series.poll()) this.dirty = true;
       state.stepsMs = Math.round(performance.now() - t0);
+      this.drawCeFirst();
       if (this.series.needsReload(this.outline.data) && Date.now() - this.series.loadedAt > RELOAD_MS) {
         await this.series.load();
         this.dirty = true;
       }
       if (await this.findings.fetch()) this.dirty = true;
+      try {
+        if (await this.pace.fetch()) this.dirty = true;
+      } catch (e) {
+        if (e instanceof AuthNeeded) throw e;
+        this.pace.data = null; // an older server without the route: no panel
+      }
       if (Date.now() - this.goodputAt > GOODPUT_MS) {
         this.goodputAt = Date.now();
-        if (await this.goodput.fetch()) this.dirty = true;
+        // it reads every step of the run: drawn when it comes, the rest of the page not kept waiting
+        this.goodput.fetch().then((changed) => {
+          if (!changed) return;
+          this.dirty = true;
+          this.draw();
+        }, (e) => report(e));
       }
       if (await this.pollEvents()) this.dirty = true;
       if (await this.overview.fetch()) this.dirty = true;
@@ -450,8 +601,92 @@
       this.draw();
     }
 
+    // A long run: CE from /series, and the steps read from its last TAIL ones.
+    decide(outline) {
+      const incs = outline.incarnations.filter((i) => i.hi !== null);
+      const total = incs.reduce((n, i) => n + i.steps, 0);
+      this.summary = total > SUMMARY_STEPS;
+      if (!this.summary) return;
+      const last = incs[incs.length - 1];
+      this.series.from = `${last.incarnation}:${Math.max(-1, last.hi - TAIL)}`;
+    }
+    seriesPath() {
+      const range = this.zoom ? `&from=${this.zoom[0]}&to=${this.zoom[1]}` : "";
+      return `${this.base}/series?buckets=${this.buckets}${range}`;
+    }
+    // plotly's zoom (relayout): ask /series for that range, at a bucket per pixel again, so
+    // that a zoom deep enough shows every step; a double click (autorange) asks for it all.
+    async zoomed(ev) {
+      if (!this.summary || this.xMode !== "step") return; // a time range is no step range
+      let zoom;
+      if (ev["xaxis.autorange"]) zoom = null;
+      else if (ev["xaxis.range[0]"] !== undefined) zoom = [ev["xaxis.range[0]"], ev["xaxis.range[1]"]];
+      else if (Array.isArray(ev["xaxis.range"])) zoom = ev["xaxis.range"];
+      else return;
+      if (zoom) {
+        const a = Math.max(-1, Math.floor(Math.min(zoom[0], zoom[1])));
+        zoom = [a, Math.max(a, Math.ceil(Math.max(zoom[0], zoom[1])))];
+      }
+      if (JSON.stringify(zoom) === JSON.stringify(this.zoom)) return;
+      this.zoom = zoom;
+      this.ceSeries = new Tagged(this.seriesPath());
+      try {
+        await this.ceSeries.fetch();
+        state.zooms = (state.zooms || 0) + 1;
+        this.dirty = true;
+        this.draw();
+      } catch (e) {
+        report(e);
+      }
+    }
+    // /series' buckets as {n, rows: [{k, n, s0, s1, ce_min, …}]} per incarnation
+    bucketed() {
+      const sd = this.ceSeries && this.ceSeries.data;
+      if (!sd) return [];
+      return sd.incarnations.map((i) => ({
+        n: i.incarnation,
+        rows: i.rows.map((r) => Object.fromEntries(sd.columns.map((c, k) => [c, r[k]]))),
+      }));
+    }
+    totalSteps() {
+      const o = this.outline.data;
+      return this.summary && o ? o.incarnations.reduce((n, i) => n + i.steps, 0) : this.series.rows;
+    }
+
+    // A long run's NaNs and REQUIRED_RBF coverage, from its buckets (a bucket: its step span).
+    deriveSummary(outline) {
+      const nan = [];
+      const covered = [];
+      const missing = [];
+      const join = (list, n, b) => {
+        const r = list[list.length - 1];
+        if (r && r.incarnation === n && r.next === b.k) [r.last, r.next] = [b.s1, b.k + 1];
+        else list.push({ incarnation: n, first: b.s0, last: b.s1, next: b.k + 1 });
+      };
+      const rbfLogged = outline.incarnations.some((i) => i.rbf_steps > 0);
+      const rbfRows = outline.incarnations.reduce((n, i) => n + (i.rbf_steps || 0), 0);
+      const incs = this.bucketed();
+      incs.forEach((inc, j) => {
+        let prev = null;
+        for (const b of inc.rows) {
+          if (b.nan_step !== null) {
+            const y = b.ce_min ?? (prev && prev.ce_last);
+            nan.push({ incarnation: inc.n, step: b.nan_step, raw: b.nan_step === b.s1 ? b.ce_last_raw : "non-finite", y });
+          }
+          if (b.rbf > 0) join(covered, inc.n, b);
+          // the run's very last row may have its REQUIRED_RBF line in the next commit: not missing yet
+          const lastOfRun = j === incs.length - 1 && b === inc.rows[inc.rows.length - 1];
+          if (rbfLogged && b.rbf < b.n - (lastOfRun ? 1 : 0)) join(missing, inc.n, b);
+          prev = b;
+        }
+      });
+      const strip = (list) => list.map(({ incarnation, first, last }) => ({ incarnation, first, last }));
+      return { outline, nan, covered: strip(covered), missing: strip(missing), rbfLogged, rbfRows };
+    }
+
     // -- what is drawn, derived from the rows and the outline
     derive() {
+      if (this.summary) return this.deriveSummary(this.outline.data || { incarnations: [], gaps: [], restores: [], stream_gaps: [] });
       const s = this.series;
       const outline = this.outline.data || { incarnations: [], gaps: [], restores: [], stream_gaps: [] };
       const nan = [];
@@ -493,11 +728,16 @@
       this.renderTables(d, findings);
       this.renderEvents();
       this.renderGoodput();
+      this.renderPace();
       const lastInc = s.last ? s.incs.get(s.last[0]) : null;
       Object.assign(state, {
         ready: true,
         renders: state.renders + 1,
-        steps: s.rows,
+        steps: this.totalSteps(),
+        summary: this.summary
+          ? { buckets: this.buckets, zoom: this.zoom, width: this.ceSeries.data && this.ceSeries.data.width,
+              drawn: this.bucketed().reduce((n, i) => n + i.rows.length, 0), tail: s.rows }
+          : null,
         last: s.last ? { incarnation: s.last[0], step: s.last[1] } : null,
         lastCe: lastInc && lastInc.raw.length ? lastInc.raw[lastInc.raw.length - 1] : null,
         incarnations: [...s.incs.keys()],
@@ -532,15 +772,17 @@
     renderCe(d, findings) {
       const s = this.series;
       const traces = [];
-      const incs = [...s.incs.values()].filter((i) => i.steps.length);
-      incs.forEach((inc, k) => {
-        const { x, y } = broken(inc.steps, inc.ce);
-        traces.push({
-          type: "scatter", mode: inc.steps.length > 600 ? "lines" : "lines+markers", name: `#${inc.n}`, x, y,
-          line: { color: COLORS[k % COLORS.length], width: 1.6 }, marker: { size: 3 }, connectgaps: false,
-          hovertemplate: `#${inc.n} step %{x}<br>ce %{y}<extra></extra>`,
+      const incs = this.summary ? this.bucketed().filter((i) => i.rows.length) : [...s.incs.values()].filter((i) => i.steps.length);
+      if (this.summary) incs.forEach((inc, k) => traces.push(...this.bucketTraces(inc, COLORS[k % COLORS.length])));
+      else
+        incs.forEach((inc, k) => {
+          const { x, y } = broken(inc.steps, inc.ce);
+          traces.push({
+            type: "scatter", mode: inc.steps.length > 600 ? "lines" : "lines+markers", name: `#${inc.n}`, x, y,
+            line: { color: COLORS[k % COLORS.length], width: 1.6 }, marker: { size: 3 }, connectgaps: false,
+            hovertemplate: `#${inc.n} step %{x}<br>ce %{y}<extra></extra>`,
+          });
         });
-      });
       if (this.control && this.control.rows) {
         const byStep = this.control.latestCe();
         const steps = [...byStep.keys()].sort((a, b) => a - b);
@@ -557,11 +799,13 @@
         const y = [];
         const text = [];
         for (const n of d.nan) {
-          const inc = s.incs.get(n.incarnation);
-          const k = n.index;
-          let v = null;
-          for (let j = k - 1; j >= 0 && v === null; j--) v = inc.ce[j];
-          for (let j = k + 1; j < inc.ce.length && v === null; j++) v = inc.ce[j];
+          let v = n.y ?? null;
+          if (n.y === undefined) {
+            const inc = s.incs.get(n.incarnation);
+            const k = n.index;
+            for (let j = k - 1; j >= 0 && v === null; j--) v = inc.ce[j];
+            for (let j = k + 1; j < inc.ce.length && v === null; j++) v = inc.ce[j];
+          }
           x.push(n.step);
           y.push(v);
           text.push(plain(`#${n.incarnation} step ${n.step}: ce ${n.raw}`));
@@ -652,11 +896,121 @@
         },
         shapes, annotations,
       };
+      this.readingAids(traces, layout, d);
       Plotly.react($("ce-chart"), traces, layout, PLOT_CONFIG);
       const chart = $("ce-chart");
-      chart.dataset.steps = String(s.rows);
+      if (!this.zoomHooked) {
+        chart.on("plotly_relayout", (ev) => this.zoomed(ev));
+        this.zoomHooked = true;
+      }
+      chart.dataset.steps = String(this.totalSteps());
       chart.dataset.gaps = String(d.outline.gaps.length);
       chart.dataset.nan = String(d.nan.length);
+    }
+
+    // Smoothing (an exponential moving average, as TensorBoard's, restarting after a break) with
+    // the raw line kept faint beneath; a log y axis; x by wall-clock time or time since the
+    // run's first step, where a replay after a resume from zero shows as the time it took.
+    readingAids(traces, layout, d) {
+      const ce = traces.filter((t) => /^#\d+$/.test(t.name));
+      if (this.smooth > 0)
+        for (const t of ce) {
+          const y = [];
+          let acc = null;
+          let n = 0;
+          for (const v of t.y) {
+            if (v === null || v === undefined) {
+              acc = null;
+              n = 0;
+              y.push(null);
+              continue;
+            }
+            acc = acc === null ? 0 : acc;
+            acc = this.smooth * acc + (1 - this.smooth) * v;
+            n += 1;
+            y.push(acc / (1 - Math.pow(this.smooth, n))); // debiased: the first points are not pulled to 0
+          }
+          const smoothed = { ...t, y, name: `${t.name} smoothed`, showlegend: false, mode: "lines",
+                             hovertemplate: `${t.name} step %{x}<br>ce smoothed %{y:.6f}<extra></extra>` };
+          delete smoothed.marker; // plotly refuses a key holding undefined
+          traces.push(smoothed);
+          t.opacity = 0.3;
+        }
+      if (this.logY) layout.yaxis.type = "log";
+      state.aids = { x: this.xMode, smooth: this.smooth, log: this.logY, timed: null };
+      setText("x-note", "");
+      if (this.xMode === "step") return;
+      // step -> ms, per incarnation, from the rows read (or the buckets' last timestamps)
+      const times = new Map();
+      if (this.summary)
+        for (const inc of this.bucketed()) times.set(inc.n, new Map(inc.rows.map((b) => [b.s1, b.t1_ns === null ? null : b.t1_ns / 1e6])));
+      else for (const inc of this.series.incs.values()) times.set(inc.n, new Map(inc.steps.map((st, k) => [st, inc.ts[k]])));
+      const t0 = Math.min(...[...times.values()].flatMap((m) => [...m.values()]).filter((v) => v !== null));
+      const timed = Number.isFinite(t0);
+      state.aids.timed = timed;
+      if (!timed) {
+        setText("x-note", "this log has no timestamps: drawn by step");
+        return;
+      }
+      setText("x-note", "gaps, NaN lines and the strip below are on the step axis");
+      const scale = this.xMode === "time" ? (ms) => ms : (ms) => (ms - t0) / 3600e3;
+      const kept = [];
+      for (const t of traces) {
+        const m = times.get(Number((t.name || "").replace(/^#(\d+).*$/, "$1")));
+        if (!m || !/^#\d+/.test(t.name || "")) continue; // the control, the markers and the strip are by step
+        let last = null;
+        t.x = t.x.map((st) => {
+          const ms = m.get(st);
+          if (ms !== undefined && ms !== null) last = ms;
+          return last === null ? null : scale(last);
+        });
+        t.hovertemplate = (t.hovertemplate || "").replace("step %{x}", this.xMode === "time" ? "%{x}" : "%{x:.2f} h");
+        kept.push(t);
+      }
+      traces.splice(0, traces.length, ...kept);
+      const o = d.outline;
+      layout.shapes = [];
+      layout.annotations = [];
+      for (const inc of o.incarnations.slice(1)) {
+        const at = parseTime(inc.first_ts || inc.started);
+        if (Number.isNaN(at)) continue;
+        layout.shapes.push({ type: "line", xref: "x", yref: "y domain", x0: scale(at), x1: scale(at), y0: 0, y1: 1,
+                             line: { color: "#6b7280", width: 1.5, dash: "dash" } });
+        layout.annotations.push({ xref: "x", yref: "y domain", x: scale(at), y: 1, yanchor: "top", xanchor: "left",
+                                  showarrow: false, font: { size: 11 }, text: `#${inc.incarnation} starts at step ${inc.lo}` });
+      }
+      layout.xaxis = { ...layout.xaxis, type: this.xMode === "time" ? "date" : "linear",
+                       title: { text: this.xMode === "time" ? "wall-clock time (UTC)" : "hours since the first step" } };
+    }
+
+    // One incarnation's buckets: the last CE of each (the line; broken where buckets are
+    // missing) over a bar from its min to its max, so a spike shows however wide the bucket.
+    bucketTraces(inc, color) {
+      const x = [];
+      const y = [];
+      const text = [];
+      const bx = [];
+      const by = [];
+      let prev = null;
+      for (const b of inc.rows) {
+        if (prev !== null && b.k > prev.k + 1) {
+          x.push((prev.s1 + b.s0) / 2);
+          y.push(null);
+          text.push(null);
+        }
+        x.push(b.s1);
+        y.push(b.ce_last);
+        text.push(plain(b.s0 === b.s1 ? `#${inc.n} step ${b.s1}: ce ${b.ce_last_raw}` :
+          `#${inc.n} steps ${b.s0}–${b.s1} (${b.n}): last ${b.ce_last_raw}, min ${b.ce_min}, max ${b.ce_max}`));
+        if (b.ce_min !== null && b.ce_max !== b.ce_min) bx.push(b.s1, b.s1, null), by.push(b.ce_min, b.ce_max, null);
+        prev = b;
+      }
+      return [
+        { type: "scatter", mode: "lines", name: `#${inc.n} min–max`, x: bx, y: by, showlegend: false, hoverinfo: "skip",
+          line: { color, width: 1 }, opacity: 0.35 },
+        { type: "scatter", mode: inc.rows.length > 600 ? "lines" : "lines+markers", name: `#${inc.n}`, x, y, text,
+          line: { color, width: 1.6 }, marker: { size: 3 }, connectgaps: false, hovertemplate: "%{text}<extra></extra>" },
+      ];
     }
 
     renderParts(d) {
@@ -683,9 +1037,9 @@
           hovertemplate: `#${inc.n} step %{x}<br>${plain(this.part || "")} %{y}<extra></extra>`,
         });
       });
-      setText("part-note", this.part
+      setText("part-note", (this.part
         ? `${keys.length} loss part(s) besides ce` + (words ? `; ${words} value(s) not a finite number (not drawn)` : "")
-        : "no loss parts besides ce");
+        : "no loss parts besides ce") + (this.summary ? ` — the last ${s.rows} steps` : ""));
       const layout = {
         uirevision: this.run, datarevision: this.revision,
         margin: { l: 64, r: 16, t: 10, b: 40 }, hovermode: "closest",
@@ -715,7 +1069,7 @@
       const lastRaw = lastInc && lastInc.raw.length ? lastInc.raw[lastInc.raw.length - 1] : "";
       const lastTs = me ? me.last_ts || me.updated : null;
       const facts = [
-        ["steps", s.rows],
+        ["steps", this.totalSteps()],
         ["incarnations", s.incs.size],
         ["last step", s.last ? `${s.last[1]} (#${s.last[0]})` : "–"],
         ["last CE", lastRaw || "–"],
@@ -770,6 +1124,39 @@
       $("overlay-note").classList.toggle("warn", note.includes("differ"));
     }
 
+    // Step time, tokens/s or TFLOP/s per device by incarnation (MaxText's `completed step`
+    // lines, /step-times): each bucket's mean, and a faint bar to its slowest/fastest step time.
+    renderPace() {
+      const p = this.pace.data;
+      const key = this.paceKey;
+      const traces = [];
+      let rows = 0;
+      ((p && p.incarnations) || []).forEach((inc, k) => {
+        const color = COLORS[k % COLORS.length];
+        const bs = inc.rows.map((r) => Object.fromEntries(p.columns.map((c, j) => [c, r[j]])));
+        rows += bs.reduce((n, b) => n + b.n, 0);
+        if (key === "seconds") {
+          const bx = [];
+          const by = [];
+          for (const b of bs) if (b.seconds_min !== b.seconds_max) bx.push(b.s1, b.s1, null), by.push(b.seconds_min, b.seconds_max, null);
+          traces.push({ type: "scatter", mode: "lines", x: bx, y: by, showlegend: false, hoverinfo: "skip",
+                        line: { color, width: 1 }, opacity: 0.35, name: `#${inc.incarnation} min–max` });
+        }
+        traces.push({ type: "scatter", mode: bs.length > 600 ? "lines" : "lines+markers", name: `#${inc.incarnation}`,
+                      x: bs.map((b) => b.s1), y: bs.map((b) => b[key]), line: { color, width: 1.4 }, marker: { size: 3 },
+                      hovertemplate: `#${inc.incarnation} step %{x}<br>${key} %{y}<extra></extra>` });
+      });
+      setText("pace-note", rows ? `${rows} completed-step lines` + (p.width > 1 ? `, mean of each ${p.width} steps` : "")
+                                : "no `completed step` lines in this run's log");
+      state.pace = { key, rows, incarnations: traces.filter((t) => !t.name.includes("min")).map((t) => t.name) };
+      const label = { seconds: "step time (s)", tokens_per_s: "tokens/s/device", tflops: "TFLOP/s/device" }[key];
+      Plotly.react($("pace-chart"), traces, {
+        uirevision: this.run, margin: { l: 64, r: 16, t: 10, b: 40 }, hovermode: "closest",
+        legend: { orientation: "h", x: 0, xanchor: "left", y: 1.0, yanchor: "bottom" },
+        xaxis: { title: { text: "step" }, zeroline: false }, yaxis: { title: { text: label }, zeroline: false },
+      }, PLOT_CONFIG);
+    }
+
     // The collector events (health, not findings): no ETag, so changed when their text is.
     async pollEvents() {
       const before = JSON.stringify(this.events.data);
@@ -798,7 +1185,7 @@
             el("td", {}, e.started),
             el("td", {}, e.cleared || "still open"),
             el("td", {}, e.lost_steps ? "yes (see the gap finding)" : "no"),
-            el("td", { class: "detail" }, e.reason)
+            el("td", { class: "detail" }, shortened(e.reason))
           )
         )
       );
@@ -850,7 +1237,7 @@
             el("td", {}, f.kind),
             el("td", { class: "num" }, f.incarnation || ""),
             el("td", { class: "steps" }, f.first_step < 0 ? "—" : stepRange(f.first_step, f.last_step)),
-            el("td", { class: "detail", title: f.detected_at || "" }, f.detail)
+            el("td", { class: "detail", title: f.detected_at || "" }, shortened(f.detail))
           )
         )
       );
@@ -923,6 +1310,149 @@
     }
   }
 
+  // -- several runs: `?runs=a,b,c&control=c` -------------------------------------------------
+  // Each run's CE from /series (bounded whatever its length); against the control, /api/compare
+  // (the CLI compare's Δ, tolerance and first step beyond it) and the config params that differ.
+  class CompareView {
+    constructor(runs, control) {
+      this.runs = [...new Set(runs)];
+      if (control && !this.runs.includes(control)) this.runs.push(control);
+      this.control = control || null;
+      this.arms = this.runs.filter((r) => r !== this.control);
+      this.buckets = Math.min(4000, Math.max(200, Number(params.get("buckets")) || 1000));
+      this.series = new Map(this.runs.map((r) => [r, new Tagged(`api/runs/${encodeURIComponent(r)}/series?buckets=${this.buckets}`)]));
+      const tol = params.get("tolerance");
+      const q = (arm) => new URLSearchParams({ arm, control: this.control, buckets: String(this.buckets), ...(tol ? { tolerance: tol } : {}) });
+      this.compares = new Map(this.control ? this.arms.map((a) => [a, new Tagged(`api/compare?${q(a)}`)]) : []);
+      this.missing = new Set();
+    }
+    async start() {
+      $("compare-view").hidden = false;
+      state.view = "compare";
+      setText("compare-runs", this.runs.join(", "));
+      setText("crumb", `compare ${this.runs.join(", ")}`);
+      document.title = `steptail: compare ${this.runs.join(", ")}`;
+      await Promise.all([loadPlotly(), this.update()]);
+      this.render();
+    }
+    async update() {
+      let changed = false;
+      for (const [run, t] of [...this.series, ...this.compares]) {
+        try {
+          if (await t.fetch()) changed = true;
+          this.missing.delete(run);
+        } catch (e) {
+          if (e.status !== 404) throw e;
+          if (!this.missing.has(run)) changed = true;
+          this.missing.add(run);
+        }
+      }
+      if (changed && window.Plotly && this.started) this.render();
+    }
+    color(run) {
+      return run === this.control ? "#6b7280" : COLORS[this.arms.indexOf(run) % COLORS.length];
+    }
+    render() {
+      const traces = [];
+      // the control first and wide: an arm drawn on top of an identical control leaves it visible
+      for (const run of [this.control, ...this.arms].filter(Boolean)) {
+        const sd = this.series.get(run).data;
+        if (!sd) continue;
+        const isControl = run === this.control;
+        sd.incarnations.forEach((inc, k) => {
+          const rows = inc.rows.map((r) => Object.fromEntries(sd.columns.map((c, j) => [c, r[j]])));
+          const x = [];
+          const y = [];
+          let prev = null;
+          for (const b of rows) {
+            if (prev !== null && b.k > prev.k + 1) x.push((prev.s1 + b.s0) / 2), y.push(null);
+            x.push(b.s1);
+            y.push(b.ce_last);
+            prev = b;
+          }
+          traces.push({
+            type: "scatter", mode: "lines", name: plain(isControl ? `control: ${run}` : run), x, y, connectgaps: false,
+            legendgroup: run, showlegend: k === 0, opacity: isControl ? 0.45 : 1,
+            line: isControl ? { color: this.color(run), width: 6, dash: "dash" } : { color: this.color(run), width: 1.6 },
+            hovertemplate: `${plain(run)} #${inc.incarnation} step %{x}<br>ce %{y}<extra></extra>`,
+          });
+        });
+      }
+      const base = { margin: { l: 64, r: 16, t: 30, b: 40 }, hovermode: "closest", uirevision: "compare",
+        legend: { orientation: "h", x: 0, xanchor: "left", y: 1.0, yanchor: "bottom" } };
+      Plotly.react($("compare-chart"), traces, { ...base, xaxis: { title: { text: "step" } }, yaxis: { title: { text: "CE" } } }, PLOT_CONFIG);
+
+      const deltas = [];
+      const shapes = [];
+      const annotations = [];
+      const arms = [];
+      const notes = [];
+      for (const [arm, t] of this.compares) {
+        const c = t.data;
+        if (!c) continue;
+        const item = { arm, refused: c.refused, first_divergent_step: c.summary ? c.summary.first_divergent_step : null,
+                       summary: c.summary || null };
+        arms.push(item);
+        if (c.refused) {
+          notes.push(`${arm}: not compared (${c.refused})`);
+          continue;
+        }
+        const rows = c.delta.map((r) => Object.fromEntries(c.columns.map((k, j) => [k, r[j]])));
+        const bx = [];
+        const by = [];
+        for (const r of rows) if (r.d_min !== null && r.d_min !== r.d_max) bx.push(r.s1, r.s1, null), by.push(r.d_min, r.d_max, null);
+        deltas.push({ type: "scatter", mode: "lines", x: bx, y: by, showlegend: false, hoverinfo: "skip",
+                      line: { color: this.color(arm), width: 1 }, opacity: 0.35 });
+        deltas.push({ type: "scatter", mode: rows.length > 600 ? "lines" : "lines+markers", name: plain(`${arm} − control`),
+                      x: rows.map((r) => r.s1), y: rows.map((r) => r.d_last), line: { color: this.color(arm), width: 1.6 },
+                      marker: { size: 3 }, hovertemplate: `${plain(arm)} step %{x}<br>Δce %{y}<extra></extra>` });
+        const s = c.summary;
+        if (!shapes.length)  // the tolerance band (absolute part): |Δ| ≤ tolerance
+          shapes.push({ type: "rect", xref: "x domain", yref: "y", x0: 0, x1: 1, y0: -s.tolerance, y1: s.tolerance,
+                        fillcolor: "rgba(44,160,44,0.12)", line: { width: 0 }, layer: "below" });
+        const first = s.first_divergent_step;
+        if (first !== null) {
+          shapes.push({ type: "line", xref: "x", yref: "y domain", x0: first, x1: first, y0: 0, y1: 1,
+                        line: { color: this.color(arm), width: 1.5, dash: "dash" } });
+          annotations.push({ xref: "x", yref: "y domain", x: first, y: 1, yanchor: "top", xanchor: "left", showarrow: false,
+                             font: { size: 11, color: "#b3261e" }, text: plain(`${arm} beyond tolerance from step ${first}`) });
+        }
+        notes.push(`${arm}: ${s.steps_compared} common steps, largest |Δ| ${s.max_abs_delta === null ? "–" : s.max_abs_delta.toPrecision(3)}` +
+                   (first === null ? `, within ±${s.tolerance} everywhere` : `, first beyond ±${s.tolerance}${s.rel ? ` + ${s.rel}×|ce|` : ""} at step ${first}`));
+      }
+      Plotly.react($("delta-chart"), deltas, { ...base, shapes, annotations, xaxis: { title: { text: "step" } },
+                                               yaxis: { title: { text: "Δce (arm − control)" }, zeroline: true } }, PLOT_CONFIG);
+      const missing = [...this.missing];
+      setText("compare-note", [
+        this.control ? `control: ${this.control}` : "no control picked (&control=RUN): no Δ",
+        ...(missing.length ? [`no run ${missing.join(", ")} in the store`] : []),
+      ].join(" · "));
+      setText("delta-note", notes.join("; "));
+
+      const rows = [];
+      const seen = new Set();
+      for (const { arm } of arms) {
+        const c = this.compares.get(arm).data;
+        const cfg = c.config;
+        for (const [name, a, b] of cfg.arm_vs_control)
+          rows.push({ between: `${arm} #${cfg.arm_incarnation} vs ${this.control} #${cfg.control_incarnation}`, name, a, b });
+        for (const d of cfg.incarnations) {
+          const key = `${d.run}:${d.from}:${d.to}`;
+          if (seen.has(key)) continue;
+          seen.add(key);
+          for (const [name, a, b] of d.params) rows.push({ between: `${d.run} #${d.to} vs #${d.from}`, name, a: b, b: a });
+        }
+      }
+      $("config-empty").hidden = rows.length > 0;
+      fill($("config-table").tBodies[0], rows.map((r) => el("tr", { data: { param: r.name } },
+        el("td", {}, r.between), el("td", {}, r.name), el("td", {}, r.a ?? "(not printed)"), el("td", {}, r.b ?? "(not printed)"))));
+      Object.assign(state, {
+        ready: true, renders: state.renders + 1, runs: this.runs, control: this.control, missing,
+        compare: arms, config: rows.map((r) => [r.between, r.name, r.a, r.b]),
+      });
+    }
+  }
+
   // -- polling ----------------------------------------------------------------------------------
   let view = null;
   let timer = null;
@@ -954,7 +1484,9 @@
     if (timer) clearTimeout(timer);
     timer = null;
     const run = params.get("run");
-    view = view || (run ? new RunView(run, params.get("vs")) : new RunsView());
+    const runs = (params.get("runs") || "").split(",").map((r) => r.trim()).filter(Boolean);
+    view = view || (runs.length ? new CompareView(runs, params.get("control"))
+      : run ? new RunView(run, params.get("vs")) : new RunsView());
     try {
       if (!view.started) {
         view.started = true;
