@@ -146,14 +146,23 @@ class IncFacts:
     started_ns: int | None
     last_save_ns: int | None
     agg: dict
+    # its container's startedAt, as follow saw the pod (whole seconds; None offline): the end
+    # of the wait before it (queued_s) and, for the first, the start of the wall time
+    container_started_ns: int | None = None
+
+    @property
+    def container_ns(self) -> int | None:
+        """The container's start when it can be this incarnation's: not after its first line
+        (a container restarted in place since gives the newer one's start)."""
+        c, first = self.container_started_ns, self.started_ns if self.started_ns is not None else self.agg["t0"]
+        return c if c is not None and (first is None or c <= first) else None
 
 
 # The blocks of incarnation `n` from block `b` on (its replayed part is read from them).
 BlocksFrom = Callable[[int, int], Iterable[dict]]
 
 
-def report(run: str, incs: list[IncFacts], blocks_from: BlocksFrom,
-           queued: dict[int, float] | None = None) -> dict:
+def report(run: str, incs: list[IncFacts], blocks_from: BlocksFrom) -> dict:
     """The figures of `steptail goodput RUN -o json` from the incarnations' aggregates."""
     incs = sorted((i for i in incs if i.agg["n"]), key=lambda i: i.number)
     stats = [_stats(i) for i in incs]
@@ -175,7 +184,7 @@ def report(run: str, incs: list[IncFacts], blocks_from: BlocksFrom,
         if med is not None:
             checkpoint += sum(max(0.0, iv - med) for _, iv in sorted(agg["saves"].items(), key=_by_step))
         cut = first if cut is None else min(cut, first)
-    restarts = [_restart(prev, inc, med, (queued or {}).get(inc.number))
+    restarts = [_restart(prev, inc, med)
                 for prev, inc, med in zip(incs, incs[1:], meds[1:], strict=False)]
     recovery = float(sum(r["recovery_s"] or 0.0 for r in restarts))
     wall = _wall(incs)
@@ -235,26 +244,35 @@ def _wall(incs: list[IncFacts]) -> float | None:
     if not incs:
         return None
     first = incs[0]
-    start = first.started_ns if first.started_ns is not None else first.agg["t0"]
+    start = first.container_ns
+    if start is None:
+        start = first.started_ns if first.started_ns is not None else first.agg["t0"]
     end = max((i.agg["t1"] for i in incs if i.agg["t1"] is not None), default=None)
     if start is None or end is None or end < start:
         return None
     return (end - start) / NS
 
 
-def _restart(prev: IncFacts, inc: IncFacts, med: float | None, queued: float | None) -> dict:
+def _restart(prev: IncFacts, inc: IncFacts, med: float | None) -> dict:
     first_ts, first_s = inc.agg["phase"][str(_first(inc.agg))]
     own = first_s if first_s is not None else med
     compile_s = None if first_s is None or med is None else max(0.0, first_s - med)
     counted_own = own if own is None or med is None else min(own, med)
-    recovery = down = startup = None
+    recovery = down = startup = queued = None
     last = max((t for t in (prev.agg["t1"], prev.last_save_ns) if t is not None), default=None)
     if last is not None and first_ts is not None and counted_own is not None:
         recovery = max(0.0, (first_ts - last) / NS - counted_own)
     if last is not None and inc.started_ns is not None:
         down = max(0.0, (inc.started_ns - last) / NS)
-    if inc.started_ns is not None and first_ts is not None and own is not None:
-        startup = max(0.0, (first_ts - inc.started_ns) / NS - own)
+    if last is not None and inc.container_ns is not None:
+        # no container of the run was running: the old one's last line to the new one's start
+        # (pods recreated, the Workload re-admitted, scheduled, the image pulled)
+        waited = max(0.0, (inc.container_ns - last) / NS)
+        queued = min([waited, *(x for x in (down, recovery) if x is not None)])  # a part, never more
+    # start-up: from the container's start (the line-based start-up line when not seen live)
+    up = inc.container_ns if inc.container_ns is not None else inc.started_ns
+    if up is not None and first_ts is not None and own is not None:
+        startup = max(0.0, (first_ts - up) / NS - own)
     if compile_s is not None and recovery is not None:
         compile_s = min(compile_s, recovery)  # a part of the recovery, never more than it
     return {"incarnation": inc.number, "recovery_s": recovery, "queued_s": queued,
@@ -307,6 +325,7 @@ def _median_of(values: list[float]) -> float | None:
 @dataclass
 class _Inc:
     started_ns: int | None = None
+    container_started_ns: int | None = None
     rows: dict[int, tuple] = field(default_factory=dict)  # step -> (ts_ns, seconds, tflops, tokens)
     saves: set[int] = field(default_factory=set)
     last_save_ns: int | None = None
@@ -319,7 +338,6 @@ class RunTiming:
     def __init__(self, run: str) -> None:
         self.run = run
         self.incs: dict[int, _Inc] = {}
-        self.queued_s: dict[int, float] = {}  # per incarnation: seen pending live (docs/goodput.md)
 
     def _inc(self, n: int) -> _Inc:
         inc = self.incs.get(n)
@@ -327,8 +345,9 @@ class RunTiming:
             inc = self.incs[n] = _Inc()
         return inc
 
-    def incarnation(self, n: int, started_ns: int | None) -> None:
-        self._inc(n).started_ns = started_ns
+    def incarnation(self, n: int, started_ns: int | None, container_started_ns: int | None = None) -> None:
+        inc = self._inc(n)
+        inc.started_ns, inc.container_started_ns = started_ns, container_started_ns
 
     def step(self, n: int, step: int, ts_ns: int | None, seconds=None, tflops=None, tokens=None) -> None:
         """A LOSS-PARTS step of incarnation n, with its `completed step` figures if logged."""
@@ -348,10 +367,6 @@ class RunTiming:
         inc.saves.add(step)
         if ts_ns is not None and (inc.last_save_ns is None or ts_ns > inc.last_save_ns):
             inc.last_save_ns = ts_ns
-
-    def queued(self, n: int, seconds: float) -> None:
-        """Incarnation n's pod or Workload was seen not running for `seconds` before it started."""
-        self.queued_s[n] = self.queued_s.get(n, 0.0) + seconds
 
     def blocks(self) -> dict[int, dict[int, dict]]:
         """Every incarnation's block states, as a store keeps them."""
@@ -379,12 +394,12 @@ class RunTiming:
             agg = empty()
             for state in blocks.get(n, {}).values():
                 add(agg, state)
-            incs.append(IncFacts(n, inc.started_ns, inc.last_save_ns, agg))
+            incs.append(IncFacts(n, inc.started_ns, inc.last_save_ns, agg, inc.container_started_ns))
         return incs, lambda n, b: [s for k, s in sorted(blocks.get(n, {}).items()) if k >= b]
 
     def report(self) -> dict:
         incs, blocks_from = self.facts()
-        return report(self.run, incs, blocks_from, self.queued_s)
+        return report(self.run, incs, blocks_from)
 
 
 def ratio(slow: float | None, fast: float | None) -> float | None:

@@ -100,13 +100,14 @@ class Incarnation:
     image_id: str | None = None
     topology: str | None = None
     hosts: int | None = None
+    container_started_ns: int | None = None  # its container's startedAt (goodput's queued_s)
 
     def row(self, run: str) -> tuple:
         """In rows.INCARNATIONS order."""
         return (
             run, self.number, self.started_ns, self.saw_start, self.first_step, self.last_step,
             self.restored_from, self.process_index, self.process_count, self.pod,
-            self.image, self.image_id, self.topology, self.hosts,
+            self.image, self.image_id, self.topology, self.hosts, self.container_started_ns,
         )
 
 
@@ -1181,7 +1182,8 @@ class RunModel:
         self.counters.duplicates += len(p.held)
 
     def ran_on(self, pod: str, **facts) -> None:
-        """What `pod` runs on (image, image_id, topology, hosts), learnt from the cluster: kept
+        """What `pod` runs on (image, image_id, topology, hosts, container_started_ns), learnt
+        from the cluster: kept
         for the incarnation its lines open, and filled into the current one if it is that pod's
         and lacks them (the JobSet's object may be read after the first lines)."""
         known = self.pod_facts.setdefault(pod, {})

@@ -46,6 +46,7 @@ STEP_TABLES = ("loss_parts", "required_rbf", "pod_metrics")
 INCARNATIONS = Columns(
     "run", "incarnation", "started_ns", "saw_start", "first_step", "last_step", "restored_from",
     "process_index", "process_count", "pod", "image", "image_id", "topology", "hosts",
+    "container_started_ns",
 )
 # Batch.quarantine: rows kept out of their table, and why.
 QUARANTINE = Columns("run", "kind", "incarnation", "step", "ts_ns", "reason", "data", "digest", "detected_ns")

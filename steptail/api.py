@@ -251,13 +251,14 @@ class Steptail:
 
     def incarnations(self, run: str) -> pd.DataFrame:
         """One row per incarnation (each start of the trainer, a restart or a resume): incarnation,
-        started (its container's start when known), saw_start (followed from its first line),
-        first_step, last_step, restored_from (the checkpoint step it resumed from), process_index,
-        process_count, pod, image, topology, hosts."""
+        started (its first line: the start-up line when read), saw_start (followed from its first
+        line), first_step, last_step, restored_from (the checkpoint step it resumed from),
+        process_index, process_count, pod, image, topology, hosts, container_started (its
+        container's start, when followed live)."""
         names = ("incarnation", "started_ns", "saw_start", "first_step", "last_step", "restored_from",
-                 "process_index", "process_count", "pod", "image", "topology", "hosts")
+                 "process_index", "process_count", "pod", "image", "topology", "hosts", "container_started_ns")
         rows = reads.table_rows(self.store, "incarnations", self._known(run), names, "incarnation")
-        kinds = {"incarnation": "int64", "started_ns": "ns", "saw_start": "bool", "pod": "string",
+        kinds = {"incarnation": "int64", "started_ns": "ns", "container_started_ns": "ns", "saw_start": "bool", "pod": "string",
                  "image": "string", "topology": "string"}
         return _frame({n.removesuffix("_ns"): ([bool(r[i]) if n == "saw_start" else r[i] for r in rows],
                                                kinds.get(n, "Int64"))

@@ -18,7 +18,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlch
 DEFAULT_DB = "steptail.db"
 # The newest migration. Checked against Alembic's own view in tests; lets a store that is
 # already current open without importing Alembic (a third of a second on every command).
-SCHEMA_HEAD = "0014"
+SCHEMA_HEAD = "0015"
 MIGRATIONS = Path(__file__).parent / "migrations"
 _LOCK_ID = 0x5717A11  # PostgreSQL advisory lock serialising concurrent first-use upgrades
 

@@ -128,8 +128,8 @@ def _manifest_facts(conn: sa.Connection, run: str) -> dict:
     incarnations = []
     for r in conn.execute(sa.text(
             "SELECT incarnation, started_ns, saw_start, first_step, last_step, restored_from,"
-            " process_count, pod, image, image_id, topology, hosts FROM incarnations WHERE run = :run"
-            " ORDER BY incarnation"),
+            " process_count, pod, image, image_id, topology, hosts, container_started_ns FROM incarnations"
+            " WHERE run = :run ORDER BY incarnation"),
             {"run": run}):
         s = per_inc.get(r.incarnation)
         incarnations.append({
@@ -139,6 +139,7 @@ def _manifest_facts(conn: sa.Connection, run: str) -> dict:
             "process_count": r.process_count,
             # what it ran on (follow reads it off the pod): which image produced these steps
             "image": r.image, "image_id": r.image_id, "topology": r.topology, "hosts": r.hosts,
+            "container_started": format_ns(r.container_started_ns) if r.container_started_ns else None,
             "first_step": s.lo if s else None, "last_step": s.hi if s else None,
             "steps": s.steps if s else 0,
             "first_ts": format_ns(s.t0) if s and s.t0 is not None else None,

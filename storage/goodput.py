@@ -23,7 +23,7 @@ from steptail.storage.reads import known_run
 
 FIGURES = ("wall_s", "productive_s", "replayed_s", "recovery_s", "checkpoint_s", "other_s", "goodput")
 
-_INCARNATIONS = sa.text("SELECT incarnation, started_ns FROM incarnations WHERE run = :run")
+_INCARNATIONS = sa.text("SELECT incarnation, started_ns, container_started_ns FROM incarnations WHERE run = :run")
 _STEPS = sa.text(
     "SELECT l.incarnation, l.step, l.ts_ns, p.seconds, p.tflops, p.tokens_per_s FROM loss_parts l"
     " LEFT JOIN pod_metrics p ON p.run = l.run AND p.incarnation = l.incarnation AND p.step = l.step"
@@ -154,14 +154,21 @@ def _recompute(conn: sa.Connection, run: str, inc: int, blocks: set[int], spans:
 def stored_facts(conn: sa.Connection, run: str) -> tuple[list[gp.IncFacts], gp.BlocksFrom]:
     """The run's incarnations' aggregates as stored, and a reader of their blocks."""
     p = {"run": run}
-    started = dict(conn.execute(_INCARNATIONS, p).fetchall())
+    started = {inc: (ns, container) for inc, ns, container in conn.execute(_INCARNATIONS, p)}
     saves = dict(conn.execute(_LAST_SAVES, p).fetchall())
-    incs = [gp.IncFacts(inc, started.get(inc), saves.get(inc), json.loads(state))
-            for inc, state in conn.execute(_AGGS, p)]
+    incs = []
+    for inc, state in conn.execute(_AGGS, p):
+        ns, container = started.get(inc, (None, None))
+        incs.append(gp.IncFacts(inc, ns, saves.get(inc), json.loads(state), container))
 
     def blocks_from(inc: int, b: int):
         return [json.loads(s) for (s,) in conn.execute(_BLOCKS_FROM, {**p, "inc": inc, "b": b})]
     return incs, blocks_from
+
+
+def refresh(conn: sa.Connection, run: str) -> None:
+    """Store the run's figures again after an incarnation's facts changed outside a write."""
+    _store_report(conn, run)
 
 
 def _store_report(conn: sa.Connection, run: str) -> dict:
@@ -214,8 +221,8 @@ def timing_on(conn: sa.Connection, run: str) -> Stored:
 def recompute_on(conn: sa.Connection, run: str) -> gp.RunTiming:
     """The full recomputation: the run's RunTiming fed from every row on `conn`."""
     timing, p = gp.RunTiming(run), {"run": run}
-    for inc, started in conn.execute(_INCARNATIONS, p):
-        timing.incarnation(inc, started)
+    for inc, started, container in conn.execute(_INCARNATIONS, p):
+        timing.incarnation(inc, started, container)
     timing.add_steps(conn.execute(_STEPS, p).fetchall())  # fetchall: a row at a time costs twice as much
     for inc, s, ts in conn.execute(_SAVES, p):
         timing.save(inc, s, ts)

@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from steptail.runs.findings import LIVE_KIND_PATTERN, LIVE_KINDS
 from steptail.runs.model import FLAG_KINDS
 from steptail.runs.rows import FINDINGS, ROW_TABLES
+from steptail.storage import goodput
 from steptail.storage.reads import json_value
 from steptail.storage.run_inputs import copy_reference
 
@@ -105,7 +106,7 @@ def clear_rows(conn: sa.Connection, run: str) -> None:
                  .bindparams(sa.bindparam("flags", expanding=True)), {"run": run, "flags": sorted(FLAG_KINDS)})
 
 
-_POD_FACTS = ("image", "image_id", "topology", "hosts")
+_POD_FACTS = ("image", "image_id", "topology", "hosts", "container_started_ns")
 
 
 def pod_facts(conn: sa.Connection, run: str) -> dict[str, tuple]:
@@ -113,7 +114,8 @@ def pod_facts(conn: sa.Connection, run: str) -> dict[str, tuple]:
     across a rebuild by the pod that opened each incarnation."""
     return {r[0]: tuple(r[1:]) for r in conn.execute(sa.text(
         f"SELECT pod, {', '.join(_POD_FACTS)} FROM incarnations WHERE run = :run AND pod IS NOT NULL"
-        " AND (image IS NOT NULL OR topology IS NOT NULL OR hosts IS NOT NULL)"), {"run": run})}
+        " AND (image IS NOT NULL OR topology IS NOT NULL OR hosts IS NOT NULL OR container_started_ns IS NOT NULL)"),
+        {"run": run})}
 
 
 def restore_pod_facts(conn: sa.Connection, run: str, facts: dict[str, tuple]) -> None:
@@ -121,6 +123,8 @@ def restore_pod_facts(conn: sa.Connection, run: str, facts: dict[str, tuple]) ->
     for pod, values in facts.items():
         conn.execute(sa.text(f"UPDATE incarnations SET {sets} WHERE run = :run AND pod = :pod"),
                      {"run": run, "pod": pod, **dict(zip(_POD_FACTS, values, strict=True))})
+    if facts:  # a container's start is an input of the goodput figures (queued_s, wall_s)
+        goodput.refresh(conn, run)
 
 
 def copy_read_facts(conn: sa.Connection, src: str, dst: str) -> None:

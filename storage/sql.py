@@ -273,14 +273,15 @@ def load_model(conn: sa.Connection, run: str) -> RunModel:
     row = conn.execute(
         sa.text(
             "SELECT incarnation, started_ns, saw_start, first_step, last_step, restored_from, process_index,"
-            " process_count, pod, image, image_id, topology, hosts FROM incarnations WHERE run = :run"
-            " ORDER BY incarnation DESC LIMIT 1"
+            " process_count, pod, image, image_id, topology, hosts, container_started_ns FROM incarnations"
+            " WHERE run = :run ORDER BY incarnation DESC LIMIT 1"
         ),
         {"run": run},
     ).first()
     current = None
     if row is not None:
-        current = Incarnation(*row[:9], image=row[9], image_id=row[10], topology=row[11], hosts=row[12])
+        current = Incarnation(*row[:9], image=row[9], image_id=row[10], topology=row[11], hosts=row[12],
+                              container_started_ns=row[13])
         current.saw_start = bool(current.saw_start)
         for table, attr in (("required_rbf", "last_rbf"), ("pod_metrics", "last_pod_step")):
             last = conn.execute(

@@ -293,7 +293,8 @@ class RunFollower:
         what the pod runs on."""
         self.model.pod = pod.name
         self.model.ran_on(pod.name, image=pod.image or None, image_id=pod.image_id or None,
-                          topology=pod.topology or None, hosts=self.hosts)
+                          topology=pod.topology or None, hosts=self.hosts,
+                          container_started_ns=pod.started_ns)
 
     def set_hosts(self, hosts: int | None) -> None:
         """The JobSet's host count, once its object is read (collector.live.runbook_live)."""

@@ -8,7 +8,8 @@ instead of every step it logged:
 - `run_goodput`: per run, the figures (`report`: `steptail goodput -o json`) and, as columns
   for SQL readers (Grafana), the split, goodput and the latest incarnation's median step time.
 
-Filled from the rows already stored.
+Filled from the rows already stored by 0015 (the fill runs today's storage.goodput, which
+reads 0015's column).
 
 Revision ID: 0014
 Revises: 0013
@@ -50,12 +51,6 @@ def upgrade() -> None:
         sa.Column("report", sa.Text, nullable=False),
         sa.Column("updated_ns", sa.BigInteger, nullable=False),
     )
-    # The rows stored before: the same computation a commit does, over each run's rows.
-    from steptail.storage.goodput import rebuild
-
-    bind = op.get_bind()
-    for (run,) in bind.execute(sa.text("SELECT DISTINCT run FROM loss_summary")).fetchall():
-        rebuild(bind, run)
 
 
 def downgrade() -> None:
