@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from steptail.commands._common import count, db_option, fail, warn
-from steptail.commands._detect_options import detector_options, detector_settings
+from steptail.commands._detect_options import Detection, detector_options
 from steptail.commands._preflight import checked_store, cluster_target
 from steptail.commands.lake import PARQUET_HELP, close, open_lake, table_location
 from steptail.output import Output, output_option
@@ -88,10 +88,7 @@ class Archive:
     parquet: str | None
     no_ingest: bool
     append: bool
-    reference_ce: str | None
-    gate_tolerance: float
-    resume_tolerance: float
-    stall_k: float
+    detection: Detection
     lake: bool = False  # validated: --parquet names a table location
     target: object = None  # validated: the KubeTarget
     settings: object = None  # validated: runs.findings.Settings
@@ -110,8 +107,7 @@ class Archive:
         self.lake = table_location(self.parquet)
         self.target = cluster_target(self.namespace, self.kubeconfig, self.context, self.account,
                                      (self.jobset, self.run_to))
-        self.settings, self.reference = detector_settings(self.reference_ce, self.gate_tolerance,
-                                                          self.resume_tolerance, self.stall_k, self.run_to)
+        self.settings, self.reference = self.detection.resolve(self.run_to)
 
     def run(self):
         """(the archive's result, what was ingested: None with --no-ingest or no process-0 log)."""

@@ -10,7 +10,7 @@ import click
 import sqlalchemy as sa
 
 from steptail.commands._common import db_option, fail, store_or_exit
-from steptail.commands._detect_options import detector_options, detector_settings
+from steptail.commands._detect_options import Detection, detector_options
 from steptail.output import Column, Output, output_option
 from steptail.runs.findings import CRITICAL, Finding, actionable, step_range
 from steptail.runs.gaps import GAP, HEAD_GAP
@@ -29,11 +29,11 @@ from steptail.storage.superseded import superseded_event
 @detector_options
 @click.option("--workload", metavar="NAME", help="Kueue workload of the run (for the stop command).")
 @click.option("-n", "--namespace", metavar="NS", help="Namespace of the workload.")
-def command(run: str, db: str | None, output: Output, reference_ce: str | None, gate_tolerance: float,
-            resume_tolerance: float, stall_k: float, workload: str | None, namespace: str | None) -> None:
+def command(run: str, db: str | None, output: Output, detection: Detection, workload: str | None,
+            namespace: str | None) -> None:
     """Check RUN: gaps, stalls, non-finite CE, the step-1 CE gate, the load-balance rule,
     resumes from zero, resume mismatches, missing REQUIRED_RBF. Exit 1 if anything is flagged."""
-    settings, reference = detector_settings(reference_ce, gate_tolerance, resume_tolerance, stall_k, run)
+    settings, reference = detection.resolve(run)
     store = store_or_exit(db, create=False)
     try:
         result = check_and_store(store, run, settings, reference)
@@ -43,7 +43,7 @@ def command(run: str, db: str | None, output: Output, reference_ce: str | None, 
         fail(f"cannot check run {run!r} in {store.describe()}: {exc}")
     findings = result.findings
     try:  # the stop command only where it applies: the run's workload still admitted
-        state = run_state(store, run, k=stall_k)
+        state = run_state(store, run, k=settings.stall_k)
     except sa.exc.SQLAlchemyError as exc:
         fail(f"cannot read the state of run {run!r} in {store.describe()}: {str(exc).splitlines()[0]}")
     stop = moot = None

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from steptail.commands._common import count, db_option, fail
-from steptail.commands._detect_options import detector_options, detector_settings
+from steptail.commands._detect_options import Detection, detector_options
 from steptail.commands._preflight import checked_store, cluster_target
 from steptail.commands._webhooks import read_webhooks, webhook_file_option
 from steptail.commands.lake import PARQUET_HELP, close, open_lake, table_location
@@ -142,10 +142,7 @@ class Follow:
     no_rules: bool
     archive_dir: str | None
     log_format: str
-    reference_ce: str | None
-    gate_tolerance: float
-    resume_tolerance: float
-    stall_k: float
+    detection: Detection
     settings: object = None  # validated: runs.findings.Settings
     reference: object = None  # validated: the reference CE (per run, or a folder of them)
     target: object = None  # validated: the KubeTarget
@@ -170,8 +167,7 @@ class Follow:
         self.webhooks = read_webhooks(self.webhooks, self.webhook_file)
         if self.give_up <= 0:
             fail("--give-up must be positive")
-        self.settings, self.reference = detector_settings(self.reference_ce, self.gate_tolerance,
-                                                          self.resume_tolerance, self.stall_k)
+        self.settings, self.reference = self.detection.resolve()
         if self.raw is not None:  # a directory the segments cannot go to: one line now, not a retried outage
             _writable_dir(self.raw, "the raw log")
         if self.no_rules and (self.policy_file or self.archive_dir):

@@ -10,7 +10,7 @@ import click
 from steptail.collector.offline.files import SourceError
 from steptail.collector.offline.ingest import IngestError, NoRecords, ingest_paths
 from steptail.commands._common import db_option, fail, warn
-from steptail.commands._detect_options import detector_options, detector_settings
+from steptail.commands._detect_options import Detection, detector_options
 from steptail.commands._progress import progress_bar, wanted
 from steptail.commands.lake import PARQUET_HELP, check_target, table_location
 from steptail.output import Output, output_option
@@ -30,8 +30,7 @@ from steptail.storage.sources import SourceConflict
 @detector_options
 @output_option()
 def command(paths: tuple[str, ...], run: str, db: str | None, parquet: str | None, append: bool,
-            reference_ce: str | None, gate_tolerance: float, resume_tolerance: float, stall_k: float,
-            output: Output) -> None:
+            detection: Detection, output: Output) -> None:
     """Ingest saved pod logs of JAX process 0 (plain, --timestamps, .gz, '-' for stdin).
 
     Every LOSS-PARTS, REQUIRED_RBF, per-pod step, config and checkpoint line is recorded
@@ -57,7 +56,7 @@ def command(paths: tuple[str, ...], run: str, db: str | None, parquet: str | Non
       steptail ingest train.log.gz --run sft-7 --parquet gs://my-bucket/steptail
     """
     with _no_store_left(db):
-        _ingest(paths, run, db, parquet, append, reference_ce, gate_tolerance, resume_tolerance, stall_k, output)
+        _ingest(paths, run, db, parquet, append, detection, output)
 
 
 @contextmanager
@@ -76,8 +75,7 @@ def _no_store_left(db: str | None):
 
 
 def _ingest(paths: tuple[str, ...], run: str, db: str | None, parquet: str | None, append: bool,
-            reference_ce: str | None, gate_tolerance: float, resume_tolerance: float, stall_k: float,
-            output: Output) -> None:
+            detection: Detection, output: Output) -> None:
     try:
         check_run_name(run)
     except RunNameError as exc:
@@ -85,7 +83,7 @@ def _ingest(paths: tuple[str, ...], run: str, db: str | None, parquet: str | Non
     lake = table_location(parquet)
     if lake:
         check_target(db, parquet)
-    settings, reference = detector_settings(reference_ce, gate_tolerance, resume_tolerance, stall_k, run)
+    settings, reference = detection.resolve(run)
     try:
         with progress_bar(f"ingest {run}", wanted(output.machine)) as progress:
             result = ingest_paths(db, run, paths, parquet=parquet, append=append, settings=settings,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from steptail.commands._common import count, db_option, fail, store_or_exit
-from steptail.commands._detect_options import detector_options, detector_settings
+from steptail.commands._detect_options import Detection, detector_options
 from steptail.commands._progress import progress_bar, wanted
 from steptail.output import Column, Output, output_option
 
@@ -32,7 +32,7 @@ COLUMNS = [
 @detector_options
 @output_option()
 def command(run: str, raw: str, into: str | None, replace: bool, examples: int, db: str | None,
-            reference_ce, gate_tolerance, resume_tolerance, stall_k, output: Output) -> None:
+            detection: Detection, output: Output) -> None:
     """Rebuild RUN's rows from the raw segments `follow --raw` kept, with the current parsers,
     through the path `ingest` takes (run model, dedupe cursors, detectors): into a new run,
     or in place with --replace. Reports what changed by record kind (rows added, removed,
@@ -50,7 +50,7 @@ def command(run: str, raw: str, into: str | None, replace: bool, examples: int, 
         fail(str(exc))
     if into and replace:
         fail("--into and --replace exclude each other")
-    settings, reference = detector_settings(reference_ce, gate_tolerance, resume_tolerance, stall_k, run)
+    settings, reference = detection.resolve(run)
     store = store_or_exit(db, create=False)
     try:
         with progress_bar(f"reparse {run}", wanted(output.machine)) as progress:
