@@ -18,27 +18,22 @@ import time
 from array import array
 from bisect import bisect_right
 from collections import defaultdict, deque
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable
+from dataclasses import replace
 from itertools import islice
 from operator import itemgetter
 
 from steptail.parsers import format_ns
-from steptail.parsers.numbers import parse_integer
-from steptail.runs.evaluable import mark as mark_not_evaluable
+from steptail.runs.detect import DETECTORS, Detector
+from steptail.runs.detect.base import CP_PARAM, IncView, as_int, fmt_ce
 from steptail.runs.findings import (
     CRITICAL,
-    INFO,
-    LOAD_BALANCE_RULE,
     MISSING_RBF,
     NO_INCARNATION,
     NO_STEP,
     NONFINITE_CE,
-    RESUME_FROM_ZERO,
     RESUME_MISMATCH,
     STALL,
-    STEP1_CE_GATE,
-    STEP_TIME_REGRESSION,
     UNREAD_TAIL,
     UNREADABLE_LOG,
     WARNING,
@@ -62,11 +57,8 @@ from steptail.runs.rows import (
     INCARNATION,
     INCARNATIONS,
     LOSS_PARTS,
-    POD_METRICS,
     REQUIRED_RBF,
 )
-from steptail.runs.rule_text import cite, citing, load_balance_text
-from steptail.runs.step_time import DECIDE_AT, IncTimes, config_diff, regression_detail, severity_of
 from steptail.runs.stream_gap import StreamGap
 
 _INCARNATION = itemgetter(INCARNATION)
@@ -75,8 +67,6 @@ _RBF_STEP = itemgetter(REQUIRED_RBF.STEP)
 # Rows of one incarnation in a batch from which the steady path is tried (below it, the
 # per-row path costs less than the checks).
 STEADY_MIN = 32
-CP_PARAM = "ici_context_parallelism"
-LB_PARAM = "context_parallel_load_balance"
 # Follower failures that are the run's findings, and what each means for the run: only data
 # lost. The collector's own faults that lost nothing (auth, stream, Parquet failures) are
 # collector events, health (steptail.collector.notify.collector_events), never findings; one
@@ -197,66 +187,58 @@ class FirstRecordings:
             self._raw[step] = raw
 
 
-@dataclass
-class _Inc:
-    number: int
-    saw_start: bool = False
-    restored_from: int | None = None
-    config: dict[str, str] = field(default_factory=dict)
-    lb_checked: bool = False
-    last_step: int | None = None
-    last_ts: int | None = None
-    last_rbf: int | None = None
-    saved: int | None = None  # highest checkpoint saved
-    rbf_steps: set[int] = field(default_factory=set)
-    pending_rbf: deque[int] = field(default_factory=deque)  # LOSS-PARTS steps awaiting REQUIRED_RBF
-    closed: bool = False
-    first_read: int | None = None  # first step of a head not read, when the load-balance rule could not run
-
-
-def _truthy(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("true", "1", "yes", "on")
-
-
-def _as_int(value: str | None) -> int | None:
-    """A config value as the log's number grammar reads it (int() takes `٤`, `+4`, `1_0`)."""
-    return None if value is None else parse_integer(str(value).strip())
-
-
-def _fmt_ce(ce: float | None, raw: str | None = None) -> str:
-    return raw if ce is None else f"{ce:.6f}"
-
-
 class FindingEngine:
+    """The loop over a run's rows: the detectors of every step here, the others plug-ins
+    (runs/detect), asked in turn (the Engine they are given is this object)."""
+
     def __init__(
         self,
         run: str,
         settings: Settings | None = None,
         reference_ce: dict[int, float] | None = None,
         clock: Callable[[], int] = time.time_ns,
+        detectors: Iterable[type[Detector]] = DETECTORS,
     ) -> None:
         self.run = run
         self.settings = settings or Settings()
         self.reference_ce = dict(reference_ce or {})
         self.clock = clock
         self.findings: dict[tuple, Finding] = {}  # every finding so far, by key, latest state
-        self._incs: dict[int, _Inc] = {}
+        self._incs: dict[int, IncView] = {}
         self._current = 0
         self._first = FirstRecordings()
         self._max_step: int | None = None
         self._probe = False  # the run logs REQUIRED_RBF
         self._cp: int | None = None  # latest ici_context_parallelism seen
-        self._step1 = False
         self._median = RunningMedian()
         # the longest interval of a step right after a checkpoint save: the saves' own expected
         # duration, learned from the run (a maximum: it only grows, so a batch can be judged at once)
         self._save_max: float | None = None
-        self._times: dict[int, IncTimes] = {}  # per incarnation: steady step times (step_time_regression)
         self._arrival_ns: int | None = None  # clock when the latest step was observed
         self._watching = True  # the stream is being read (the stall clock runs); see tick
         self._gaps: list[StreamGap] = []
         self._ranges: dict[tuple[str, int], Finding] = {}
         self._out: dict[tuple, Finding] = {}
+        self._detectors = [cls(self) for cls in detectors]
+
+    # -- what a plug-in detector is given (runs.detect.base.Engine) --------------------------
+    def emit(self, kind: str, inc: int, first: int, last: int, detail: str, severity: str,
+             now_ns: int | None = None) -> Finding | None:
+        return self._emit(kind, inc, first, last, detail, severity, now_ns)
+
+    def changed(self, f: Finding) -> None:
+        self._out[f.key] = f
+
+    def incarnations(self) -> dict[int, IncView]:
+        return self._incs
+
+    @property
+    def max_step(self) -> int | None:
+        return self._max_step
+
+    @property
+    def cp(self) -> int | None:
+        return self._cp
 
     # -- inputs ------------------------------------------------------------------------
     def observe(self, batch: Batch) -> list[Finding]:
@@ -279,7 +261,8 @@ class FindingEngine:
                 self._config(inc, row[CONFIG.NAME], row[CONFIG.VALUE])
             for row in rows["checkpoints"]:
                 self._checkpoint(inc, row[CHECKPOINTS.KIND], row[CHECKPOINTS.STEP])
-            self._timing(inc, rows)
+            for d in self._detectors:
+                d.rows(inc, rows)
             self._losses(inc, rows["loss_parts"])
             self._rbfs(inc, rows["required_rbf"])
         for row in batch.flags:  # lines the model flagged
@@ -323,10 +306,7 @@ class FindingEngine:
         load-balance rule seen in the JobSet's args joins the one seen in the config lines: one
         finding citing both (`_evidence`)."""
         for f in findings:
-            if f.kind == LOAD_BALANCE_RULE and f.first_step == NO_STEP:
-                text, seen = citing(f.detail)
-                for where in seen or ["the JobSet"]:
-                    self._evidence(f.incarnation, text, where, f.severity, f.detected_ns)
+            if any(d.cluster(f) for d in self._detectors):
                 continue
             self._emit(f.kind, f.incarnation, f.first_step, f.last_step, f.detail, f.severity, f.detected_ns)
         return self._flush()
@@ -335,9 +315,8 @@ class FindingEngine:
         """The stored load-balance findings, before the rows are replayed (`check`, `ingest`,
         a resumed `follow`): the evidence the log cannot give again (the JobSet's args, seen
         live) stays cited, and a check that only reads the config lines changes nothing."""
-        for f in stored:
-            if f.kind == LOAD_BALANCE_RULE and f.first_step == NO_STEP:
-                self.findings.setdefault(f.key, replace(f, extra={}))
+        for d in self._detectors:
+            d.remember(stored)
 
     def tick(self, now_ns: int, running: bool = True, heard_ns: int | None = None) -> list[Finding]:
         """Live stall check from the clock: no new step for k x the median step time.
@@ -357,7 +336,7 @@ class FindingEngine:
                 self._arrival_ns = max(self._arrival_ns, now_ns)
         if inc is None or inc.last_step is None or median is None or self._arrival_ns is None:
             return []
-        planned = _as_int(inc.config.get("steps"))
+        planned = as_int(inc.config.get("steps"))
         if planned is not None and inc.last_step >= planned:
             return []  # training finished
         until = now_ns if heard_ns is None else min(now_ns, heard_ns)
@@ -376,7 +355,7 @@ class FindingEngine:
         return self._flush()
 
     def finish(self) -> list[Finding]:
-        """End-of-data checks: REQUIRED_RBF still owed, a CE gate that never ran."""
+        """End-of-data checks: REQUIRED_RBF still owed, then each plug-in's."""
         if self._probe:
             for inc in self._incs.values():
                 final = inc.number == self._current
@@ -386,23 +365,15 @@ class FindingEngine:
                 for s in pending:
                     self._missing_rbf(inc, s)
                 inc.pending_rbf = deque(s for s in inc.pending_rbf if s not in pending)
-        for n in sorted(self._times):  # an incarnation that never reached DECIDE_AT steady steps
-            if not self._times[n].decided:
-                self._regression(n)
-        if self._gate_needed() and not self._step1 and self._incs:
-            first = min(self._incs)
-            self._emit(
-                STEP1_CE_GATE, first, 1, 1,
-                f"step-1 CE gate could not run: step 1 was never recorded ({CP_PARAM}={self._cp})",
-                WARNING,
-            )
+        for d in self._detectors:
+            d.finish()
         return self._flush()
 
     # -- the detectors -------------------------------------------------------------------
-    def _enter(self, n: int, row: tuple | None) -> _Inc:
+    def _enter(self, n: int, row: tuple | None) -> IncView:
         inc = self._incs.get(n)
         if inc is None:
-            inc = self._incs[n] = _Inc(n)
+            inc = self._incs[n] = IncView(n)
         if row is not None:
             inc.saw_start = inc.saw_start or bool(row[INCARNATIONS.SAW_START])
             if row[INCARNATIONS.RESTORED_FROM] is not None:
@@ -414,64 +385,34 @@ class FindingEngine:
             self._current = n
         return inc
 
-    def _close(self, inc: _Inc) -> None:
+    def _close(self, inc: IncView) -> None:
         inc.closed = True
         if self._probe:
             while inc.pending_rbf:
                 self._missing_rbf(inc, inc.pending_rbf.popleft())
 
-    def _config(self, inc: _Inc, name: str, value: str) -> None:
+    def _config(self, inc: IncView, name: str, value: str) -> None:
         inc.config[name] = value
-        if name == CP_PARAM and _as_int(value) is not None:
-            self._cp = _as_int(value)
-        cp, lb = _as_int(inc.config.get(CP_PARAM)), inc.config.get(LB_PARAM)
-        if inc.lb_checked or cp is None or lb is None:
-            return
-        inc.lb_checked = True
-        if inc.first_read is not None:  # "not evaluable" at its unread head: it now is
-            self.findings.pop((self.run, LOAD_BALANCE_RULE, inc.number, inc.first_read), None)
-        if cp > 1 and _truthy(lb):
-            self._evidence(inc.number, load_balance_text(cp, lb), f"the config lines of incarnation {inc.number}",
-                           CRITICAL)
+        if name == CP_PARAM and as_int(value) is not None:
+            self._cp = as_int(value)
+        for d in self._detectors:
+            d.config(inc, name, value)
 
-    def _evidence(self, number: int, text: str, where: str, severity: str, now_ns: int | None = None) -> None:
-        """The load-balance rule seen in one more place (the config lines of an incarnation, the
-        JobSet's or a pod's trainer args): one finding per cause, its detail citing every place.
-        It joins the finding of this incarnation, or the one of the JobSet as submitted
-        (incarnation 0, before its pods ran); a not-evaluable one (info) gives way to a verdict."""
-        cands = [f for f in self.findings.values() if f.kind == LOAD_BALANCE_RULE and f.first_step == NO_STEP
-                 and (f.incarnation in (number, NO_INCARNATION) or number == NO_INCARNATION)]
-        if not cands:
-            self._emit(LOAD_BALANCE_RULE, number, NO_STEP, NO_STEP, cite(text, [where]), severity, now_ns)
-            return
-        f = min(cands, key=lambda c: (c.incarnation != number, c.incarnation))
-        old_text, seen = citing(f.detail)
-        if severity == INFO:
-            return  # not evaluable from here: what was found stands
-        if f.severity == INFO:  # evaluated now: the verdict replaces "not evaluable"
-            f.severity, detail = severity, cite(text, [where])
-        elif where in seen:
-            return
-        else:
-            detail = cite(old_text, [*seen, where])
-        if detail != f.detail:
-            f.detail = detail
-            self._out[f.key] = f
-
-    def _period(self, inc: _Inc) -> int | None:
+    def _period(self, inc: IncView) -> int | None:
         """The run's checkpoint period as its config printed it, latest incarnation first."""
         for i in sorted(self._incs.values(), key=lambda i: -i.number):
             if i.number <= inc.number and (period := checkpoint_period(i.config.get(PERIOD_PARAM))):
                 return period
         return None
 
-    def _checkpoint(self, inc: _Inc, kind: str, step: int) -> None:
+    def _checkpoint(self, inc: IncView, kind: str, step: int) -> None:
         if kind == "restore":
             inc.restored_from = step
         elif kind == "save":
             inc.saved = step if inc.saved is None else max(inc.saved, step)
+            inc.saves.add(step)
 
-    def _loss(self, inc: _Inc, step: int, ts: int | None, ce: float | None, ce_raw: str) -> None:
+    def _loss(self, inc: IncView, step: int, ts: int | None, ce: float | None, ce_raw: str) -> None:
         if inc.last_step is None:
             self._first_step(inc, step, ts)
         elif step > inc.last_step:
@@ -488,8 +429,8 @@ class FindingEngine:
         elif first[0] != inc.number:
             self._replay(inc, step, ce, ce_raw, first)
         if step == 1:
-            self._step1 = True
-            self._gate(inc, ce, ce_raw)
+            for d in self._detectors:
+                d.step_one(inc, ce, ce_raw)
         if step in inc.rbf_steps:
             pass
         elif inc.last_rbf is not None and step < inc.last_rbf:
@@ -502,7 +443,7 @@ class FindingEngine:
             self._max_step = step
         self._arrival_ns = self.clock()
 
-    def _losses(self, inc: _Inc, rows: list[tuple]) -> None:
+    def _losses(self, inc: IncView, rows: list[tuple]) -> None:
         """_loss() of each row; a steady run of them at once (_steady_losses), tried again
         after the rows that cannot be (a replay, the run's first steps) went one by one."""
         # Column positions, looked up once: the loss loop runs for every step.
@@ -523,7 +464,7 @@ class FindingEngine:
         for row in islice(rows, i, None):
             self._loss(inc, row[step_at], row[ts_at], row[ce_at], row[raw_at])
 
-    def _rbfs(self, inc: _Inc, rows: list[tuple]) -> None:
+    def _rbfs(self, inc: IncView, rows: list[tuple]) -> None:
         """_rbf() of each row; a steady run of them at once (_steady_rbfs), tried again after
         the first row (which may make the probe known) went alone."""
         step_at, i = REQUIRED_RBF.STEP, 0
@@ -537,7 +478,7 @@ class FindingEngine:
         for row in islice(rows, i, None):
             self._rbf(inc, row[step_at])
 
-    def _steady_losses(self, inc: _Inc, rows: list[tuple]) -> int:
+    def _steady_losses(self, inc: IncView, rows: list[tuple]) -> int:
         """_loss() of a steady run of rows at once: how many rows (a prefix) were taken, 0 if
         none. Steady: every step the next one, first recorded here (no replay), not step 1,
         a finite ce, a timestamp no earlier than the last, no REQUIRED_RBF seen for it, and no
@@ -562,8 +503,8 @@ class FindingEngine:
         per = [(b - a) / 1e9 for a, b in zip([last_ts, *stamps[:-1]], stamps, strict=True)]
         if min(per) < 0:
             return 0
-        times = self._times.get(inc.number)
-        saved = [] if times is None or not times.saves else [i for i, s in enumerate(steps) if s - 1 in times.saves]
+        saves = inc.saves
+        saved = [i for i, s in enumerate(steps) if s - 1 in saves] if saves else []
         longest = self._save_max
         if saved:  # the steps after a save: judged as _save_stall does; here only if none is a stall
             for i in saved:
@@ -597,7 +538,7 @@ class FindingEngine:
                 self._arrival_ns = clock()
         return m
 
-    def _steady_rbfs(self, inc: _Inc, rows: list[tuple]) -> int:
+    def _steady_rbfs(self, inc: IncView, rows: list[tuple]) -> int:
         """_rbf() of a steady run of rows at once (how many were taken, 0 if none): the probe
         known, every step the next one, each the oldest LOSS-PARTS step awaiting it (so none
         goes missing)."""
@@ -628,58 +569,10 @@ class FindingEngine:
         inc.last_rbf = steps[-1]
         return m
 
-    def _timing(self, inc: _Inc, rows: dict[str, list]) -> None:
-        """Feed the incarnation's step times (runs/step_time.py); decide its regression once
-        it has DECIDE_AT steady steps. `completed step` rows go before LOSS-PARTS rows: whether
-        the incarnation logs `seconds` is known before its stamps could decide."""
-        times = self._times.get(inc.number)
-        if times is None:
-            times = self._times[inc.number] = IncTimes()
-        for row in rows["checkpoints"]:
-            if row[CHECKPOINTS.KIND] == "save":
-                times.saves.add(row[CHECKPOINTS.STEP])
-        for row in rows["pod_metrics"]:
-            times.pod(row[POD_METRICS.STEP], row[POD_METRICS.SECONDS], row[POD_METRICS.TS_NS])
-        if times.first_loss is None and rows["loss_parts"]:
-            times.first_loss = rows["loss_parts"][0][LOSS_PARTS.STEP]
-        if not times.has_seconds:
-            for row in rows["loss_parts"]:
-                times.loss(row[LOSS_PARTS.STEP], row[LOSS_PARTS.TS_NS])
-        if times.ready():
-            self._regression(inc.number, first=True)
-
-    def _regression(self, n: int, first: bool = False) -> None:
-        """step_time_regression: incarnation n's median step time against the latest earlier
-        incarnation that has one; its first DECIDE_AT steady steps when `first`, else all."""
-        times = self._times[n]
-        med = times.median(DECIDE_AT if first else None)
-        if med is None:
-            return
-        times.decided = True
-        earlier = [(m, t) for m, t in self._times.items() if m < n and t.median() is not None]
-        if not earlier:
-            return
-        prev, prev_times = max(earlier, key=itemgetter(0))
-        prev_med = prev_times.median()
-        severity = severity_of(med / prev_med) if prev_med > 0 else None
-        if severity is None:
-            return
-        inc, before = self._incs.get(n), self._incs.get(prev)
-        diff = config_diff(before.config if before else {}, inc.config if inc else {})
-        step = times.first_loss if times.first_loss is not None else (times.first_pod or NO_STEP)
-        self._emit(STEP_TIME_REGRESSION, n, step, step, regression_detail(n, med, prev, prev_med, diff), severity)
-
-    def _first_step(self, inc: _Inc, step: int, ts: int | None) -> None:
+    def _first_step(self, inc: IncView, step: int, ts: int | None) -> None:
+        for d in self._detectors:
+            d.first_step(inc, step)
         earlier = [i for i in self._incs.values() if i.number < inc.number and i.last_step is not None]
-        if earlier and step <= 1 and self._max_step is not None and self._max_step > 1:
-            saved = max((i.saved for i in earlier if i.saved is not None), default=None)
-            ckpt = f"; a checkpoint had been saved at step {saved}" if saved is not None else ""
-            self._emit(
-                RESUME_FROM_ZERO, inc.number, step, step,
-                f"incarnation {inc.number} restarted at step {step} after the run had reached step "
-                f"{self._max_step}{ckpt} (no checkpoint restored)",
-                CRITICAL,
-            )
         # this incarnation has no step yet: the highest one so far is its predecessors'
         printed = [i.saved for i in earlier if i.saved is not None]
         period = self._period(inc)
@@ -723,31 +616,15 @@ class FindingEngine:
         self._emit(gap.kind, inc.number, gap.first_step, gap.last_step, detail, WARNING)
         self._unchecked(inc, gap, step)
 
-    def _unchecked(self, inc: _Inc, gap: StepGap, step: int) -> None:
-        """Rules whose input is in the head that was not read (the config lines, step 1): a
-        finding that says they could not run (the gate: a warning) or are not evaluable (the
-        load-balance rule: info), never silence. Not when an earlier
-        incarnation's start-up (where the config is printed) was read, nor when the config read
-        rules them out (no context parallelism and no reference)."""
+    def _unchecked(self, inc: IncView, gap: StepGap, step: int) -> None:
+        """The rules whose input is in the head that was not read (the config lines, step 1)
+        say they could not run (a warning) or are not evaluable (info), never silence."""
         head = (f"incarnation {inc.number}'s log was read from step {step}: its start-up, config lines and "
                 f"{step_range(gap.first_step, gap.last_step)} were not")
-        cp = _as_int(inc.config.get(CP_PARAM))
-        cp = self._cp if cp is None else cp
-        cp_known = f"{CP_PARAM}={cp}" if cp is not None else f"{CP_PARAM} unknown"
-        if gap.first_step == 1 and not self._step1 and (1 in self.reference_ce or cp is None or cp > 1):
-            self._emit(STEP1_CE_GATE, inc.number, 1, 1,
-                       f"step-1 CE gate could not run: step 1 was never read ({head}; {cp_known})", WARNING)
-        unread = [p for p in (CP_PARAM, LB_PARAM) if p not in inc.config]
-        read_before = any(i.lb_checked or i.saw_start for i in self._incs.values() if i is not inc)
-        if unread and (cp is None or cp > 1) and not read_before:
-            # keyed at the first step read, not NO_STEP: the rule's own finding, should the config
-            # still come, is another one (and alerted). Info: absent input is never a breach.
-            inc.first_read = step
-            self._emit(LOAD_BALANCE_RULE, inc.number, step, step,
-                       f"not evaluable: the config lines of {' and '.join(unread)} missing ({head}; "
-                       f"{cp_known})", INFO)
+        for d in self._detectors:
+            d.unread_head(inc, gap, step, head)
 
-    def _gap(self, inc: _Inc, step: int, ts: int | None) -> None:
+    def _gap(self, inc: IncView, step: int, ts: int | None) -> None:
         gap = between(inc.number, inc.last_step, step)
         if gap is None:
             return
@@ -766,13 +643,12 @@ class FindingEngine:
             )
         self._emit(gap.kind, inc.number, lo, hi, detail, WARNING)
 
-    def _after_save(self, inc: _Inc, step: int) -> bool:
+    def _after_save(self, inc: IncView, step: int) -> bool:
         """Whether `step` is the one after a checkpoint save of its incarnation (its interval
         holds the save)."""
-        times = self._times.get(inc.number)
-        return times is not None and step - 1 in times.saves
+        return step - 1 in inc.saves
 
-    def _save_stall(self, inc: _Inc, step: int, ts: int) -> None:
+    def _save_stall(self, inc: IncView, step: int, ts: int) -> None:
         """The step after a save, judged against the longest such step so far (none yet: not
         evaluable, only learned), never below the steps' own threshold."""
         waited = (ts - inc.last_ts) / 1e9
@@ -790,7 +666,7 @@ class FindingEngine:
                 )
         self._save_max = waited if longest is None else max(longest, waited)
 
-    def _stall(self, inc: _Inc, step: int, ts: int | None) -> None:
+    def _stall(self, inc: IncView, step: int, ts: int | None) -> None:
         if ts is None or inc.last_ts is None or ts < inc.last_ts:
             return
         if step == inc.last_step + 1 and self._after_save(inc, step):
@@ -815,7 +691,7 @@ class FindingEngine:
             return None
         return self._median.value()
 
-    def _replay(self, inc: _Inc, step: int, ce: float | None, raw: str, first: tuple) -> None:
+    def _replay(self, inc: IncView, step: int, ce: float | None, raw: str, first: tuple) -> None:
         first_inc, first_ce, first_raw = first
         if ce is None and first_ce is None:
             return
@@ -827,39 +703,14 @@ class FindingEngine:
             delta = float("nan")
         self._grow(
             RESUME_MISMATCH, inc.number, step, CRITICAL, self._mismatch_detail,
-            delta=delta, ce=_fmt_ce(ce, raw), first=_fmt_ce(first_ce, first_raw),
+            delta=delta, ce=fmt_ce(ce, raw), first=fmt_ce(first_ce, first_raw),
             first_inc=first_inc, restored=inc.restored_from,
         )
 
-    def _gate(self, inc: _Inc, ce: float | None, raw: str) -> None:
-        cp = _as_int(inc.config.get(CP_PARAM))
-        cp = self._cp if cp is None else cp
-        ref = self.reference_ce.get(1)
-        if ref is not None:
-            if ce is not None and abs(ce - ref) <= self.settings.gate_tolerance:
-                return
-            diff = f"by {ce - ref:+.6f}" if ce is not None else "(not finite)"
-            self._emit(
-                STEP1_CE_GATE, inc.number, 1, 1,
-                f"step-1 ce {_fmt_ce(ce, raw)} differs from the HF reference {ref:.6f} {diff} "
-                f"(tolerance {self.settings.gate_tolerance:g}; {CP_PARAM}={cp})",
-                CRITICAL,
-            )
-        elif cp is not None and cp > 1:
-            mark_not_evaluable(self._emit(  # never replaces a stored gate evaluated with a reference
-                STEP1_CE_GATE, inc.number, 1, 1,
-                f"step-1 CE gate cannot run: no HF reference CE for step 1 ({CP_PARAM}={cp}, "
-                f"step-1 ce {_fmt_ce(ce, raw)}); give one with --reference-ce VALUE or FILE",
-                WARNING,
-            ))
-
-    def _gate_needed(self) -> bool:
-        return 1 in self.reference_ce or (self._cp is not None and self._cp > 1)
-
-    def _missing_rbf(self, inc: _Inc, step: int) -> None:
+    def _missing_rbf(self, inc: IncView, step: int) -> None:
         self._grow(MISSING_RBF, inc.number, step, WARNING, self._rbf_detail)
 
-    def _rbf(self, inc: _Inc, step: int) -> None:
+    def _rbf(self, inc: IncView, step: int) -> None:
         if not self._probe:
             self._probe = True
             for old in self._incs.values():  # closed before the run was known to log the probe
