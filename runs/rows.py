@@ -1,11 +1,13 @@
 """The rows a run model produces (Batch), one plain tuple per row, and their column names.
 
-Defined once here; storage (SQL statements, Parquet row types) and every reader take them
-from here. A row is a plain tuple, not a NamedTuple: building NamedTuples costs about seven
+The names come from the tables' declaration (runs/tables.py); storage (SQL statements, Parquet
+row types) and every reader take them from here. A row is a plain tuple, not a NamedTuple: building NamedTuples costs about seven
 times as much in the bulk path (RunModel.feed_steady zips whole blocks into rows). Readers
 index rows by name instead: `row[LOSS_PARTS.STEP]`, a position looked up once per loop."""
 
 from __future__ import annotations
+
+from steptail.runs import tables
 
 
 class Columns(tuple):
@@ -24,13 +26,11 @@ class Columns(tuple):
 
 # Every table row starts with these two (stream_reconnects aside).
 RUN, INCARNATION = 0, 1
-LOSS_PARTS = Columns("run", "incarnation", "step", "ts_ns", "ce", "ce_raw", "parts")
-REQUIRED_RBF = Columns("run", "incarnation", "step", "ts_ns", "max", "per_layer", "program")
-POD_METRICS = Columns(
-    "run", "incarnation", "step", "ts_ns", "seconds", "tflops", "tokens_per_s", "total_weights", "loss", "extra",
-)
-CONFIG = Columns("run", "incarnation", "name", "value")
-CHECKPOINTS = Columns("run", "incarnation", "kind", "step", "ts_ns")
+LOSS_PARTS = Columns(*tables.LOSS_PARTS.names)
+REQUIRED_RBF = Columns(*tables.REQUIRED_RBF.names)
+POD_METRICS = Columns(*tables.POD_METRICS.names)
+CONFIG = Columns(*tables.CONFIG.names)
+CHECKPOINTS = Columns(*tables.CHECKPOINTS.names)
 # The tables of per-line rows, as Batch holds them (JSON columns as JSON text).
 COLUMNS = {
     "loss_parts": LOSS_PARTS,
@@ -43,18 +43,14 @@ ROW_TABLES = tuple(COLUMNS)
 # Of those, the rows of one step each: keyed by (incarnation, step).
 STEP_TABLES = ("loss_parts", "required_rbf", "pod_metrics")
 # Batch.incarnations values (Incarnation.row).
-INCARNATIONS = Columns(
-    "run", "incarnation", "started_ns", "saw_start", "first_step", "last_step", "restored_from",
-    "process_index", "process_count", "pod", "image", "image_id", "topology", "hosts",
-    "container_started_ns",
-)
+INCARNATIONS = Columns(*tables.INCARNATIONS.names)
 # Batch.quarantine: rows kept out of their table, and why.
-QUARANTINE = Columns("run", "kind", "incarnation", "step", "ts_ns", "reason", "data", "digest", "detected_ns")
+QUARANTINE = Columns(*tables.QUARANTINE.names)
 # The findings table, every reader's and writer's column order.
-FINDINGS = Columns("run", "kind", "incarnation", "first_step", "last_step", "detail", "severity", "detected_ns")
+FINDINGS = Columns(*tables.FINDINGS.names)
 # Batch.flags: lines the model flagged, as findings rows.
 FLAGS = FINDINGS
 # Batch.reconnects: streams re-opened (live path).
-RECONNECTS = Columns("run", "stream", "ts_ns", "reason")
+RECONNECTS = Columns(*tables.RECONNECTS.names)
 # Any table a row can be refused from, by name.
 TABLES = COLUMNS | {"incarnations": INCARNATIONS}

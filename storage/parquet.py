@@ -24,8 +24,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from steptail.runs import tables
 from steptail.runs.model import Batch
 from steptail.runs.rows import COLUMNS
+from steptail.runs.tables import Table
 from steptail.storage.durable import hidden_name
 from steptail.storage.parquet_error import ParquetError
 from steptail.storage.paths import inside
@@ -38,39 +40,30 @@ JSON_PARTS_SCHEMA = pa.schema([
     ("incarnation", pa.int32()), ("step", pa.int64()), ("ts", _TS), ("ce", pa.float64()),
     ("ce_raw", pa.string()), ("parts", pa.string()),
 ])
-SCHEMAS = {
-    "loss_parts": pa.schema([
-        ("incarnation", pa.int32()), ("step", pa.int64()), ("ts", _TS), ("ce", pa.float64()),
-        ("ce_raw", pa.string()), ("parts", PARTS_TYPE), ("parts_text", PARTS_TEXT_TYPE),
-    ]),
-    "required_rbf": pa.schema([
-        ("incarnation", pa.int32()), ("step", pa.int64()), ("ts", _TS), ("max", pa.float64()),
-        ("per_layer", pa.list_(pa.float64())), ("program", pa.string()),
-    ]),
-    "pod_metrics": pa.schema([
-        ("incarnation", pa.int32()), ("step", pa.int64()), ("ts", _TS), ("seconds", pa.float64()),
-        ("tflops", pa.float64()), ("tokens_per_s", pa.float64()), ("total_weights", pa.int64()),
-        ("loss", pa.float64()), ("extra", pa.string()),
-    ]),
-    "config": pa.schema([("incarnation", pa.int32()), ("name", pa.string()), ("value", pa.string())]),
-    "checkpoints": pa.schema([
-        ("incarnation", pa.int32()), ("kind", pa.string()), ("step", pa.int64()), ("ts", _TS),
-    ]),
+# Each declared type as Arrow holds it (runs/tables.py).
+ARROW = {
+    "int32": pa.int32(), "int": pa.int64(), "int64": pa.int64(), "float": pa.float64(), "text": pa.string(),
+    "bool": pa.bool_(), "ts_ns": _TS, "float_list": pa.list_(pa.float64()), "float_map": PARTS_TYPE,
+    "json": pa.string(),
 }
+
+
+def arrow_schema(table: Table) -> pa.Schema:
+    """A declared table's Parquet schema: `run` is the partition, not a column."""
+    fields = []
+    for col in table.cols:
+        if col.name == "run":
+            continue
+        fields.append(pa.field(col.parquet_name, ARROW[col.type]))
+        if col.type == "float_map":  # the values that are not numbers (`nan`, a token)
+            fields.append(pa.field(f"{col.name}_text", PARTS_TEXT_TYPE))
+    return pa.schema(fields)
+
+
+SCHEMAS = {t.name: arrow_schema(t) for t in tables.ROW_TABLES}
 # Tables rewritten whole from SQL at each write (storage.compact.write_snapshots): findings
 # grow and are dropped in place, so appending parts would keep stale rows.
-SNAPSHOT_SCHEMAS = {
-    "findings": pa.schema([
-        ("kind", pa.string()), ("incarnation", pa.int32()), ("first_step", pa.int64()),
-        ("last_step", pa.int64()), ("detail", pa.string()), ("severity", pa.string()),
-        ("detected", _TS),
-    ]),
-    "stream_gaps": pa.schema([
-        ("stream", pa.string()), ("start_ts", _TS), ("end_ts", _TS), ("reason", pa.string()),
-        ("detected", _TS),
-    ]),
-    "stream_reconnects": pa.schema([("stream", pa.string()), ("ts", _TS), ("reason", pa.string())]),
-}
+SNAPSHOT_SCHEMAS = {t.name: arrow_schema(t) for t in (tables.FINDINGS, tables.STREAM_GAPS, tables.RECONNECTS)}
 
 
 # Columns whose values repeat (a few hundred distinct per-layer values, program names…).
