@@ -90,12 +90,12 @@ CHECKPOINTS = Table("checkpoints", (
     *_run_key(), Col("kind", "text", 16, null=False), _STEP, _TS,
 ), key=("run", "incarnation", "kind", "step"), sinks=_EVERY)
 INCARNATIONS = Table("incarnations", (
-    *_run_key(), Col("started_ns", "int64"), Col("saw_start", "bool", null=False),
+    *_run_key(), Col("started_ns", "ts_ns"), Col("saw_start", "bool", null=False),
     Col("first_step", "int"), Col("last_step", "int"), Col("restored_from", "int"),
     Col("process_index", "int32"), Col("process_count", "int32"), Col("pod", "text", 253),
     # what it ran on, read off the cluster by `follow` (NULL for files)
     Col("image", "text", 512), Col("image_id", "text", 512), Col("topology", "text", 64), Col("hosts", "int32"),
-    Col("container_started_ns", "int64"),  # its container's startedAt (goodput's queued_s)
+    Col("container_started_ns", "ts_ns"),  # its container's startedAt (goodput's queued_s)
 ), key=("run", "incarnation"), sinks=frozenset({SQL}))
 FINDINGS = Table("findings", (
     Col("run", "text", 128, null=False), Col("kind", "text", 64, null=False),

@@ -22,6 +22,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from steptail.runs import tables
 from steptail.runs.lineage import survives
 from steptail.storage import reads
 from steptail.storage.compare import CompareRefused, Comparison, compare_runs
@@ -235,19 +236,17 @@ class Steptail:
         """The resolved configuration the trainer printed (`Config param NAME: VALUE`) per
         incarnation: incarnation, name, value (as printed, a string). One incarnation's as a
         dict: `dict(zip(df.name, df.value))`."""
-        rows = reads.table_rows(self.store, "config", self._known(run), ("incarnation", "name", "value"),
-                                "incarnation, name")
+        names = ("incarnation", "name", "value")
+        rows = reads.table_rows(self.store, "config", self._known(run), names, "incarnation, name")
         if incarnation is not None:
             rows = [r for r in rows if r[0] == incarnation]
-        return _frame({"incarnation": ([r[0] for r in rows], "int64"), "name": ([r[1] for r in rows], "string"),
-                       "value": ([r[2] for r in rows], "string")})
+        return _declared(tables.CONFIG, names, rows)
 
     def checkpoints(self, run: str) -> pd.DataFrame:
         """Checkpoints saved and restored: incarnation, kind ('save' or 'restore'), step, ts."""
-        rows = reads.table_rows(self.store, "checkpoints", self._known(run),
-                                ("incarnation", "kind", "step", "ts_ns"), "incarnation, step, kind")
-        return _frame({"incarnation": ([r[0] for r in rows], "int64"), "kind": ([r[1] for r in rows], "string"),
-                       "step": ([r[2] for r in rows], "int64"), "ts": ([r[3] for r in rows], "ns")})
+        names = ("incarnation", "kind", "step", "ts_ns")
+        rows = reads.table_rows(self.store, "checkpoints", self._known(run), names, "incarnation, step, kind")
+        return _declared(tables.CHECKPOINTS, names, rows)
 
     def incarnations(self, run: str) -> pd.DataFrame:
         """One row per incarnation (each start of the trainer, a restart or a resume): incarnation,
@@ -258,11 +257,7 @@ class Steptail:
         names = ("incarnation", "started_ns", "saw_start", "first_step", "last_step", "restored_from",
                  "process_index", "process_count", "pod", "image", "topology", "hosts", "container_started_ns")
         rows = reads.table_rows(self.store, "incarnations", self._known(run), names, "incarnation")
-        kinds = {"incarnation": "int64", "started_ns": "ns", "container_started_ns": "ns", "saw_start": "bool", "pod": "string",
-                 "image": "string", "topology": "string"}
-        return _frame({n.removesuffix("_ns"): ([bool(r[i]) if n == "saw_start" else r[i] for r in rows],
-                                               kinds.get(n, "Int64"))
-                       for i, n in enumerate(names)})
+        return _declared(tables.INCARNATIONS, names, rows)
 
     def stream_gaps(self, run: str) -> pd.DataFrame:
         """Stretches of a followed log that could not be read back: stream, start, end (NaT
@@ -363,6 +358,23 @@ def _series(values: list, kind) -> pd.Series:
             out.iat[i] = v
         return out
     return pd.Series(values, dtype=kind)
+
+
+# A declared type (runs/tables.py) as a pandas dtype: nullable integers where NULL can be.
+_PANDAS = {"int32": "Int64", "int": "Int64", "int64": "Int64", "float": "float64", "text": "string",
+           "bool": "bool", "ts_ns": "ns"}
+
+
+def _declared(table: tables.Table, names: tuple[str, ...], rows) -> pd.DataFrame:
+    """Columns `names` of a declared table: typed by the declaration, stamps named as in
+    Parquet (`ts_ns` -> `ts`)."""
+    out = {}
+    for i, name in enumerate(names):
+        col = table.col(name)
+        kind = "int64" if _PANDAS[col.type] == "Int64" and not col.null else _PANDAS[col.type]
+        values = [bool(r[i]) for r in rows] if col.type == "bool" else [r[i] for r in rows]
+        out[col.parquet_name] = (values, kind)
+    return _frame(out)
 
 
 def _frame(columns: dict[str, tuple[list, object]]) -> pd.DataFrame:
