@@ -481,15 +481,15 @@
       this.draw();
     }
     drawBucketsFirst() {
-      const sd = this.ceSeries.data;
-      if (this.drawnOnce || !window.Plotly || !sd || this.outline.data) return;
+      const sd = this.ceFirst.data;
+      if (this.drawnOnce || !window.Plotly || !sd) return;
       const total = sd.incarnations.reduce((n, i) => n + i.rows.reduce((m, r) => m + r[1], 0), 0);
       if (total <= SUMMARY_STEPS) return;
       this.drawnOnce = true;
       const before = this.summary;
       this.summary = true; // drawn as one; decide() still makes the choice from the outline
       try {
-        this.renderCe(this.deriveSummary({ incarnations: [], gaps: [], restores: [], stream_gaps: [] }), []);
+        this.renderCe(this.deriveSummary(this.outline.data || { incarnations: [], gaps: [], restores: [], stream_gaps: [] }), []);
       } finally {
         this.summary = before;
       }
@@ -541,8 +541,10 @@
         this.buckets = Math.min(4000, Math.max(1, wide)); // about a bucket per pixel, fixed for the view
         this.ceSeries = new Tagged(this.seriesPath());
         // a long run's CE drawn from its buckets alone, not waiting for the outline (its missing
-        // steps are a pass over the run): the gaps and restore lines follow with the full render
-        early = Promise.all([this.ceSeries.fetch(), loadPlotly()]).then(() => this.drawBucketsFirst(), () => null);
+        // steps are a pass over the run), nor for the REQUIRED_RBF counts (`rbf=0`: counting them
+        // reads every REQUIRED_RBF row); the gaps, restore lines and RBF strip follow
+        this.ceFirst = new Tagged(`${this.seriesPath()}&rbf=0`);
+        early = Promise.all([this.ceFirst.fetch(), loadPlotly()]).then(() => this.drawBucketsFirst(), () => null);
       }
       try {
         if (await this.outline.fetch()) this.dirty = true;
@@ -560,6 +562,7 @@
       if (early) await early;
       if (this.summary === undefined) this.decide(this.outline.data);
       if (this.summary && (await this.ceSeries.fetch())) this.dirty = true;
+      if (this.ceSeries && this.ceSeries.data) this.ceFirst = null; // the full answer replaces it
       if (this.summary) this.drawCeFirst(); // the buckets and the outline are all it draws from
       if (await this.series.poll()) this.dirty = true;
       state.stepsMs = Math.round(performance.now() - t0);
@@ -641,7 +644,7 @@
     }
     // /series' buckets as {n, rows: [{k, n, s0, s1, ce_min, …}]} per incarnation
     bucketed() {
-      const sd = this.ceSeries && this.ceSeries.data;
+      const sd = (this.ceSeries && this.ceSeries.data) || (this.ceFirst && this.ceFirst.data);
       if (!sd) return [];
       return sd.incarnations.map((i) => ({
         n: i.incarnation,
@@ -673,6 +676,7 @@
             const y = b.ce_min ?? (prev && prev.ce_last);
             nan.push({ incarnation: inc.n, step: b.nan_step, raw: b.nan_step === b.s1 ? b.ce_last_raw : "non-finite", y });
           }
+          if (b.rbf === null) continue; // asked without the REQUIRED_RBF counts (the first draw)
           if (b.rbf > 0) join(covered, inc.n, b);
           // the run's very last row may have its REQUIRED_RBF line in the next commit: not missing yet
           const lastOfRun = j === incs.length - 1 && b === inc.rows[inc.rows.length - 1];
