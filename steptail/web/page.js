@@ -1532,8 +1532,11 @@
       }
       const base = { margin: { l: 64, r: 16, t: 30, b: 40 }, hovermode: "closest", uirevision: "compare",
         legend: { orientation: "h", x: 0, xanchor: "left", y: 1.0, yanchor: "bottom" } };
-      // both charts show the zoomed range, whichever of the two was zoomed
-      const xaxis = { title: { text: "step" }, ...(this.zoom ? { range: [this.zoom[0] - 0.5, this.zoom[1] + 0.5] } : { autorange: true }) };
+      // both charts show the same steps: the zoomed range, whichever of the two was zoomed, else
+      // the runs' whole span (the Δ covers only the common steps: its own range would be narrower)
+      const xs = traces.flatMap((t) => t.x).filter((v) => v !== null);
+      const span = this.zoom ? [this.zoom[0] - 0.5, this.zoom[1] + 0.5] : xs.length ? [Math.min(...xs), Math.max(...xs)] : null;
+      const xaxis = { title: { text: "step" }, ...(span ? { range: span } : { autorange: true }) };
       Plotly.react($("compare-chart"), traces, { ...base, xaxis, yaxis: { title: { text: "CE" } } }, PLOT_CONFIG);
 
       const deltas = [];
