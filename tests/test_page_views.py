@@ -298,7 +298,7 @@ async def test_a_zoom_on_the_time_axes_asks_that_step_range(served, chromium):  
     try:
         with store.engine.connect() as conn:
             at = dict(conn.execute(sa.text("SELECT step, ts_ns FROM loss_parts WHERE run = 'rg' AND incarnation = 1"
-                                           " AND step IN (100, 140)")).all())
+                                           " AND step IN (50, 100, 140)")).all())
             t0 = conn.execute(sa.text("SELECT MIN(ts_ns) FROM loss_parts WHERE run = 'rg'")).scalar()
     finally:
         store.dispose()
@@ -322,6 +322,11 @@ async def test_a_zoom_on_the_time_axes_asks_that_step_range(served, chromium):  
             assert fig["layout"]["x"] == ("date" if x == "time" else "linear")
             if x == "elapsed":  # still hours since the run's first step, not since the range's
                 assert min(xs) >= (at[100] - t0) / 3.6e12 - 0.05 and min(xs) > 0
+            else:  # zooming out beyond the steps read: mapped by the whole run's buckets
+                await page.eval(f"""Plotly.relayout(document.getElementById('ce-chart'),
+                    {{'xaxis.range': {json.dumps([_iso(at[50]), _iso(at[140])])}}}).then(() => true)""")
+                await page.until("window.steptailState.zooms >= 2")
+                await page.until("window.steptailState.summary.zoom[0] <= 50")
         assert not page.errors, page.errors
 
 

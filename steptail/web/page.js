@@ -27,7 +27,7 @@
   const SUMMARY_STEPS = params.has("summary") ? Number(params.get("summary")) : 5000;
   const TAIL = 1000;
   const RBF_BUCKETS = 200; // columns of the per-layer REQUIRED_RBF panel
-  // not rbf_per_layer: most of a step's bytes, and nothing draws it
+  // not rbf_per_layer: most of a step's bytes (the per-layer panel asks /rbf-layers, on demand)
   const FIELDS = "ts,ce,ce_raw,parts,rbf_max,rbf_program";
 
   // What the page shows, for people debugging it and for the tests (tests/test_page.py).
@@ -660,14 +660,19 @@
     stepsBetween(ta, tb) {
       let lo = Infinity;
       let hi = -Infinity;
-      if (this.summary)
-        for (const inc of this.bucketed())
+      if (this.summary) {
+        // the zoomed buckets when the time range is inside them (finer), else the whole run's
+        const zoomed = this.bucketed().flatMap((i) => i.rows).filter((b) => b.t0_ns !== null);
+        const inside = zoomed.length && ta >= Math.min(...zoomed.map((b) => b.t0_ns / 1e6)) &&
+          tb <= Math.max(...zoomed.map((b) => b.t1_ns / 1e6));
+        const whole = this.zoom && !inside && this.unzoomed ? this.bucketed(this.unzoomed) : this.bucketed();
+        for (const inc of whole)
           for (const b of inc.rows) {
             if (b.t0_ns === null || b.t1_ns / 1e6 < ta || b.t0_ns / 1e6 > tb) continue;
             lo = Math.min(lo, b.s0);
             hi = Math.max(hi, b.s1);
           }
-      else
+      } else
         for (const inc of this.series.incs.values())
           inc.ts.forEach((t, k) => {
             if (t === null || t < ta || t > tb) return;
@@ -685,6 +690,7 @@
       this.visible = zoom;
       if ($("rbf-panel").open) this.loadRbfLayers().catch(report);
       if (!this.summary) return; // every step is read already
+      if (!this.zoom && this.ceSeries && this.ceSeries.data) this.unzoomed = this.ceSeries.data; // to zoom out by time
       this.zoom = zoom;
       this.ceSeries = new Tagged(this.seriesPath());
       try {
@@ -723,8 +729,8 @@
                           asked: (state.rbfLayers ? state.rbfLayers.asked : 0) + 1 };
     }
     // /series' buckets as {n, rows: [{k, n, s0, s1, ce_min, …}]} per incarnation
-    bucketed() {
-      const sd = (this.ceSeries && this.ceSeries.data) || (this.ceFirst && this.ceFirst.data);
+    bucketed(data) {
+      const sd = data || (this.ceSeries && this.ceSeries.data) || (this.ceFirst && this.ceFirst.data);
       if (!sd) return [];
       return sd.incarnations.map((i) => ({
         n: i.incarnation,
