@@ -558,7 +558,11 @@
         // steps are a pass over the run), nor for the REQUIRED_RBF counts (`rbf=0`: counting them
         // reads every REQUIRED_RBF row); the gaps, restore lines and RBF strip follow
         this.ceFirst = new Tagged(`${this.seriesPath()}&rbf=0`);
-        early = Promise.all([this.ceFirst.fetch(), loadPlotly()]).then(() => this.drawBucketsFirst(), () => null);
+        const buckets = this.ceFirst.fetch();
+        early = Promise.all([buckets, loadPlotly()]).then(() => this.drawBucketsFirst(), () => null);
+        // the outline (a pass over the run's steps, on a long run the longest read) once the
+        // buckets are answered (a few ms): on 2 cores it would slow them down, not come sooner
+        await buckets.catch(() => null);
       }
       try {
         if (await this.outline.fetch()) this.dirty = true;
