@@ -16,7 +16,8 @@ _CONFIG = sa.text("SELECT incarnation, name, value FROM config WHERE run = :run 
 DELTA_COLUMNS = ("s0", "s1", "d_min", "d_max", "d_last", "beyond")
 
 
-def _configs(conn: sa.Connection, run: str) -> dict[int, dict[str, str]]:
+def configs(conn: sa.Connection, run: str) -> dict[int, dict[str, str]]:
+    """{incarnation: {name: value}} of each incarnation that printed its config."""
     out: dict[int, dict[str, str]] = {}
     for inc, name, value in conn.execute(_CONFIG, {"run": run}):
         out.setdefault(inc, {})[name] = value
@@ -30,16 +31,16 @@ def differing(a: dict[str, str], b: dict[str, str]) -> list[list]:
 
 def incarnation_diffs(conn: sa.Connection, run: str) -> list[dict]:
     """Each incarnation's config against the previous one's that printed any."""
-    configs = _configs(conn, run)
-    incs = sorted(configs)
-    return [{"run": run, "from": a, "to": b, "params": differing(configs[a], configs[b])}
+    by_inc = configs(conn, run)
+    incs = sorted(by_inc)
+    return [{"run": run, "from": a, "to": b, "params": differing(by_inc[a], by_inc[b])}
             for a, b in zip(incs, incs[1:], strict=False)]
 
 
 def config_diff(conn: sa.Connection, arm: str, control: str) -> dict:
     """arm vs control (each its latest incarnation that printed a config) and incarnation vs
     incarnation within each."""
-    a, c = _configs(conn, arm), _configs(conn, control)
+    a, c = configs(conn, arm), configs(conn, control)
     return {
         "arm_incarnation": max(a, default=None), "control_incarnation": max(c, default=None),
         "arm_vs_control": differing(a[max(a)], c[max(c)]) if a and c else [],
@@ -47,16 +48,22 @@ def config_diff(conn: sa.Connection, arm: str, control: str) -> dict:
     }
 
 
-def compared(store: Store, arm: str, control: str, tolerance: float, rel: float, buckets: int) -> dict:
+def compared(store: Store, arm: str, control: str, tolerance: float, rel: float, buckets: int,
+             lo: int | None = None, hi: int | None = None) -> dict:
     """The comparison's summary and its Δ in at most `buckets` buckets, or `refused` (why), with
-    the config diff either way."""
+    the config diff either way. `lo`..`hi`: the Δ of those steps only (a zoom); the summary is
+    still the whole comparison's."""
     with store.engine.connect() as conn:
         config = config_diff(conn, arm, control)
     try:
         result = compare_runs(store, arm, control, tolerance, rel)
     except CompareRefused as e:
         return {"arm": arm, "control": control, "refused": str(e), "config": config}
-    rows = result.rows
+    rows = [r for r in result.rows if (lo is None or r["step"] >= lo) and (hi is None or r["step"] <= hi)]
+    out = {"arm": arm, "control": control, "refused": None, "summary": result.summary(), "width": None,
+           "columns": list(DELTA_COLUMNS), "delta": [], "config": config}
+    if not rows:
+        return out
     lo, hi = rows[0]["step"], rows[-1]["step"]
     width = -(-(hi - lo + 1) // buckets)
     cut: dict[int, list] = {}
@@ -71,5 +78,4 @@ def compared(store: Store, arm: str, control: str, tolerance: float, rel: float,
             b[2] = d if b[2] is None else min(b[2], d)
             b[3] = d if b[3] is None else max(b[3], d)
         b[5] += r["beyond"]
-    return {"arm": arm, "control": control, "refused": None, "summary": result.summary(), "width": width,
-            "columns": list(DELTA_COLUMNS), "delta": [cut[k] for k in sorted(cut)], "config": config}
+    return out | {"width": width, "delta": [cut[k] for k in sorted(cut)]}

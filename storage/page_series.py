@@ -10,7 +10,11 @@ line (and the outline's gaps are exact). Buckets of 16 steps or more are made of
 `loss_rollup`'s blocks of 16 (storage/summary.py, kept with the rows): a sixteenth of the rows
 to group, so `from` is moved down to a block's start and `width` up to a multiple of 16; t0 is
 then the timestamp of the bucket's first step. Narrower ones group the rows. Either way one
-primary-key lookup per bucket for its last CE, and a GROUP BY of the REQUIRED_RBF rows."""
+primary-key lookup per bucket for its last CE, and a GROUP BY of the REQUIRED_RBF rows.
+
+That GROUP BY is the one cost that grows with the rows (there is no rollup of REQUIRED_RBF:
+on PostgreSQL a scan of the table, its per-layer JSON inline); `rbf=False` leaves it out
+(`rbf` None), so that the page's first draw of a long run does not wait for it."""
 
 from __future__ import annotations
 
@@ -53,11 +57,12 @@ _BUCKET_KEYS = ("k", "n", "s0", "s1", "ce_min", "ce_max", "ce_last", "ce_last_ra
                 "rbf")
 
 
-def series(conn: sa.Connection, run: str, buckets: int, lo: int | None = None, hi: int | None = None) -> dict:
+def series(conn: sa.Connection, run: str, buckets: int, lo: int | None = None, hi: int | None = None,
+           rbf: bool = True) -> dict:
     """{"from", "to", "width", "buckets", "columns", "incarnations": [{"incarnation", "rows"}]}:
     steps `lo`..`hi` (default: the run's whole span, from loss_summary) cut into at most
     `buckets` buckets of `width` steps; each row in `columns`' order (column-wise keys once,
-    not per bucket: a fifth of the bytes)."""
+    not per bucket: a fifth of the bytes). rbf=False: each bucket's `rbf` None, not counted."""
     if lo is None or hi is None:
         first, last = conn.execute(_SPAN, {"run": run}).one()
         lo = first if lo is None else lo
@@ -74,12 +79,12 @@ def series(conn: sa.Connection, run: str, buckets: int, lo: int | None = None, h
         hi = lo + width * -(-(hi - lo + 1) // width) - 1  # the last block's end
         out["from"], out["to"] = lo, hi
     p = {"run": run, "lo": lo, "hi": hi, "w": width}
-    rbf = {(inc, k): int(n) for inc, k, n in conn.execute(_RBF, p)}
+    counts = {(inc, k): int(n) for inc, k, n in conn.execute(_RBF, p)} if rbf else None
     incs: dict[int, list] = {}
     for inc, k, n, s0, s1, ce_min, ce_max, ce_last, raw, nan_step, t0, t1 in conn.execute(
             _ROLLED if rolled else _BUCKETS, p):
         incs.setdefault(inc, []).append([k, int(n), s0, s1, ce_min, ce_max, ce_last, raw, nan_step, t0, t1,
-                                         rbf.get((inc, k), 0)])
+                                         None if counts is None else counts.get((inc, k), 0)])
     out["width"] = width
     out["incarnations"] = [{"incarnation": inc, "rows": rows} for inc, rows in sorted(incs.items())]
     return out

@@ -154,7 +154,7 @@ def test_a_pod_deleted_mid_archive_is_reported_and_nothing_half_written(make_sim
     deleter.join()
     assert proc.returncode == 1, stderr
     last = stderr.strip().splitlines()[-1]
-    assert last.startswith("steptail: error: could not read 1 log(s) of 1 pod(s): ") and last.endswith(
+    assert last.startswith("steptail: error: could not read 1 log of 1 pod: ") and last.endswith(
         "(the manifest lists them; run again to retry)") and victim in last
     assert any(ln.startswith(f"steptail: warning: {victim}: jax-tpu: ") and "not found" in ln
                for ln in stderr.splitlines())

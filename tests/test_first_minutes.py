@@ -1,6 +1,7 @@
 """The first five minutes: `make demo` installs the product only (the test tools come with
 `make test`); a command that writes nothing leaves no store or lock file behind; counts in
-command output take the singular for one."""
+command output take the singular for one (no "(s)"); `compact`, which can run for seconds,
+shows progress on a terminal as `export` and `reparse` do (tests/test_export.py)."""
 
 from __future__ import annotations
 
@@ -50,9 +51,20 @@ def test_an_ingest_with_nothing_to_write_leaves_no_store(tmp_path, samples):
     assert "c " in cli("runs", cwd=tmp_path).stdout
 
 
+READERS = (("runs",), ("steps", "c"), ("check", "c"), ("goodput", "c"), ("compare", "c", "d"),
+           ("export", "c", "--out", "ledger"), ("mesh",), ("reparse", "c", "--raw", "raw"),
+           ("compact", "--parquet", "file:///nowhere/lake"), ("lint", "m.yaml", "--control-run", "c"))
+
+
 def test_reading_commands_make_no_store_and_no_lock_file(tmp_path, samples):
-    assert cli("runs", "--db", "sqlite:///new.db", cwd=tmp_path).returncode == 2
-    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "raw").mkdir()
+    shutil.copy(ROOT / "tests" / "manifests" / "good.yaml", tmp_path / "m.yaml")
+    for args in READERS:  # each on a store that is not there: refused, and nothing made
+        proc = cli(*args, "--db", "sqlite:///new.db", cwd=tmp_path)
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["m.yaml", "raw"], args
+    (tmp_path / "raw").rmdir()
+    (tmp_path / "m.yaml").unlink()
     assert cli("ingest", str(samples / "clean-300.log"), "--run", "c", cwd=tmp_path).returncode == 0
     (tmp_path / "steptail.db.lock").unlink()  # a store copied here without it
     for args in (("check", "nope"), ("steps", "nope"), ("runs",), ("check", "c")):
@@ -83,3 +95,29 @@ def test_one_is_singular(tmp_path, samples):
     assert cli("ingest", str(samples / "clean-300.log"), "--run", "c", cwd=tmp_path).returncode == 0
     out = cli("export", "c", "--out", "ledger", cwd=tmp_path).stdout
     assert out.rstrip().endswith(", 1 incarnation") and "0 findings" in out, out
+    outputs = [cli("ingest", str(samples / "resume-gap.log"), "--run", "rg", cwd=tmp_path).stdout,
+               cli("check", "rg", cwd=tmp_path).stdout,
+               cli("lint", str(ROOT / "tests" / "manifests" / "bad.yaml"), cwd=tmp_path).stdout]
+    assert "; 2 incarnations; 0 bad lines; " in outputs[0], outputs[0]
+    assert " findings, " in outputs[1] and " steps missing: " in outputs[1], outputs[1]
+    assert "1 JobSet: " in outputs[2] or "JobSets: " in outputs[2], outputs[2]
+    for out in outputs:
+        assert "(s)" not in out, out
+
+
+def test_compact_draws_a_bar_on_a_terminal_only(tmp_path, samples):
+    """One run's tables: compacting a big run takes seconds too, so the bar is not kept for
+    several runs only. Piped, stderr stays empty."""
+    from test_terminal import on_terminal
+
+    for n in (1, 2):  # two ingests: two parts per table to compact
+        log = tmp_path / f"part{n}.log"
+        lines = (samples / "clean-300.log").read_text().splitlines(keepends=True)
+        half = len(lines) // 2
+        log.write_text("".join(lines[:half] if n == 1 else lines[half:]))
+        assert cli("ingest", str(log), "--run", "c", "--parquet", "pq", cwd=tmp_path).returncode == 0
+    env = {k: v for k, v in os.environ.items() if k != "STEPTAIL_DB"}
+    code, text = on_terminal([STEPTAIL, "compact", "c", "--parquet", str(tmp_path / "pq")], env=env)
+    assert code == 0 and "compact" in text.split("1 run:")[0] and "1 run: " in text, text
+    piped = cli("compact", "c", "--parquet", "pq", cwd=tmp_path)
+    assert piped.returncode == 0 and piped.stderr == "" and piped.stdout.startswith("1 run: "), piped

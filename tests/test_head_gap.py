@@ -114,7 +114,7 @@ def test_follow_started_after_a_rotation_flags_the_head_and_the_rules_it_held(ma
 
     result = _check(db_url)
     assert result.exit_code == 1, result.output
-    assert "40 step(s) missing: steps 1–40 (incarnation 1, head)" in result.output
+    assert "40 steps missing: steps 1–40 (incarnation 1, head)" in result.output
     assert set(_findings(db_url)) == set(found)  # check computes what follow stored
 
 
@@ -251,7 +251,7 @@ def test_ingest_of_a_log_without_its_head(samples, tmp_path, db_url):
         assert set(found) == {("head_gap", 1, 1, 30), ("step1_ce_gate", 1, 1, 1), ("rule:load_balance", 1, 31, 31)}
     assert "read from step 31" in found[("head_gap", 1, 1, 30)][1]
     result = _check(db_url)
-    assert result.exit_code == 1 and "30 step(s) missing: steps 1–30 (incarnation 1, head)" in result.output
+    assert result.exit_code == 1 and "30 steps missing: steps 1–30 (incarnation 1, head)" in result.output
     api = CliRunner().invoke(main, ["export", "r", "--db", db_url, "--out", str(tmp_path / "bundle")])
     assert api.exit_code == 0, api.output
     manifest = json.loads((tmp_path / "bundle" / "manifest.json").read_text())
@@ -270,4 +270,4 @@ def test_ingest_of_the_cp4_load_balance_run_without_its_config_and_step_1(sample
     assert (gate[0], lb[0]) == ("warning", "info")
     assert "could not run: step 1 was never read" in gate[1] and "ici_context_parallelism unknown" in gate[1]
     assert "not evaluable: the config lines of ici_context_parallelism and context_parallel_load_balance missing" in lb[1]
-    assert "40 step(s) missing" in result.output and "not evaluable: the config lines" in result.output
+    assert "40 steps missing" in result.output and "not evaluable: the config lines" in result.output

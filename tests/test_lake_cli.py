@@ -95,7 +95,7 @@ def test_ingest_into_the_lake_equals_sql_row_for_row_and_twice_adds_nothing(db_u
         {t: n for t, n in before.items() if t in ROW_TABLES}  # nothing appended: no commit
 
     text = steptail("ingest", log, "--run", "rg", "--db", db_url, "--parquet", url, cwd=tmp_path).stdout
-    assert f"lake: {url}: 0 row(s) added" in text
+    assert f"lake: {url}: 0 rows added" in text
 
 
 def test_a_lake_behind_is_filled_by_catch_up(db_url, samples, tmp_path):

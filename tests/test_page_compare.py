@@ -1,6 +1,7 @@
 """/api/compare (storage/page_compare.py) on SQLite and PostgreSQL: the page's arm-vs-control Δ
 in buckets, the first step beyond the tolerance (as `steptail compare`), the config diff
-(arm vs control, incarnation vs incarnation), refusals and bad parameters."""
+(arm vs control, incarnation vs incarnation), a zoomed range (`from`, `to`), refusals and bad
+parameters; /api/runs/<run>/config, each incarnation's Config params."""
 
 from __future__ import annotations
 
@@ -59,6 +60,38 @@ async def test_delta_first_divergent_step_and_config_diff(pair):
         _, _, body = await _get(http, "arm=rg&control=rz")
         rg = next(d for d in body["config"]["incarnations"] if d["run"] == "rg")
         assert [p[0] for p in rg["params"]] == [name] and rg["params"][0][2] == "7"
+
+
+async def test_a_zoomed_range_cuts_the_delta_not_the_summary(pair):
+    cli = compare_runs(pair, "arm", "ctl", 1e-3, 0.0)
+    want = [(r["step"], r["delta"]) for r in cli.rows if 190 <= r["step"] <= 210]
+    async with running(pair) as http:
+        status, headers, body = await _get(http, "arm=arm&control=ctl&buckets=100&from=190&to=210")
+        assert status == 200 and body["summary"] == json.loads(json.dumps(cli.summary()))  # still the whole runs'
+        rows = [dict(zip(body["columns"], r, strict=True)) for r in body["delta"]]
+        assert body["width"] == 1 and [(r["s0"], r["d_last"]) for r in rows] == [
+            (s, pytest.approx(d)) for s, d in want]
+        _, whole_headers, _ = await _get(http, "arm=arm&control=ctl&buckets=100")
+        assert whole_headers["ETag"] != headers["ETag"]
+        _, _, body = await _get(http, "arm=arm&control=ctl&from=5000&to=6000")  # no common step there
+        assert body["delta"] == [] and body["summary"]["steps_compared"] == 300
+        status, _, _ = await _get(http, "arm=arm&control=ctl&from=9&to=8")
+        assert status == 400
+
+
+async def test_config_of_each_incarnation(pair):
+    with pair.engine.begin() as conn:
+        stored = conn.execute(sa.text("SELECT incarnation, name, value FROM config WHERE run = 'rg'")).all()
+    async with running(pair) as http:
+        async with http.get("/api/runs/rg/config") as resp:
+            assert resp.status == 200
+            tag, body = resp.headers["ETag"], await resp.json()
+        got = {(i["incarnation"], n, v) for i in body["incarnations"] for n, v in i["params"].items()}
+        assert got == set(stored) and [i["incarnation"] for i in body["incarnations"]] == [1, 2]
+        async with http.get("/api/runs/rg/config", headers={"If-None-Match": tag}) as resp:
+            assert resp.status == 304
+        async with http.get("/api/runs/nope/config") as resp:
+            assert resp.status == 404
 
 
 async def test_refused_and_bad_parameters(pair):

@@ -1,7 +1,9 @@
 """/api/runs/<run>/series (storage/page_series.py), on SQLite and PostgreSQL: the page's
 downsampled CE. Each bucket's count, step span, min, max, last and first NaN checked against
 the stored rows; one step per bucket once the buckets outnumber the steps; a gap is no bucket;
-from/to; ETag; every bad parameter a JSON 400."""
+from/to; `rbf=0` (no REQUIRED_RBF counts, the rest the same); ETag; every bad parameter a JSON
+400. /api/runs/<run>/rbf-layers (storage/page_rbf.py): each layer's largest value per bucket,
+checked against the stored arrays, whole and read every `stride`-th step."""
 
 from __future__ import annotations
 
@@ -88,6 +90,69 @@ async def test_one_step_per_bucket_a_gap_is_no_bucket_and_a_range(loaded):
         assert (answer["from"], answer["to"], answer["width"]) == (140, 160, 1)
         assert [b["s0"] for b in got[1]] == list(range(140, 161))
         assert [b["s0"] for b in got[2]] == list(range(151, 161))
+
+
+async def test_without_rbf_counts_the_rest_is_the_same(loaded):
+    async with running(loaded) as http:
+        for query in ("buckets=7", "buckets=40", "buckets=100&from=140&to=160"):
+            _, with_headers, full = await _series(http, f"rg/series?{query}")
+            _, headers, bare = await _series(http, f"rg/series?{query}&rbf=0")
+            rbf = full["columns"].index("rbf")
+            assert any(r[rbf] for i in full["incarnations"] for r in i["rows"])
+            assert all(r[rbf] is None for i in bare["incarnations"] for r in i["rows"])
+            for i in (*full["incarnations"], *bare["incarnations"]):
+                for r in i["rows"]:
+                    r[rbf] = None
+            assert bare == full, query
+            assert headers["ETag"] != with_headers["ETag"]
+        status, _, body = await _series(http, "rg/series?rbf=2")
+        assert status == 400 and body["error"]
+
+
+def _stored_layers(store, run: str) -> list[tuple]:
+    with store.engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT incarnation, step, max, CAST(per_layer AS TEXT) FROM required_rbf"
+                                    " WHERE run = :run ORDER BY incarnation, step"), {"run": run}).all()
+    return [(inc, step, top, json.loads(layers)) for inc, step, top, layers in rows]
+
+
+@pytest.mark.parametrize("query", ["buckets=7", "buckets=1000", "buckets=20&from=140&to=170"])
+async def test_rbf_layers_hold_each_layers_largest_value(loaded, query):
+    stored = _stored_layers(loaded, "rg")
+    async with running(loaded) as http:
+        status, headers, answer = await _series(http, f"rg/rbf-layers?{query}")
+        assert status == 200 and answer["stride"] == 1
+        lo, hi, width = answer["from"], answer["to"], answer["width"]
+        assert answer["layers"] == max(len(v) for *_, v in stored)
+        got = _buckets(answer)
+        assert set(got) == {r[0] for r in stored if lo <= r[1] <= hi}
+        for inc, cut in got.items():
+            for b in cut:
+                rows = [r for r in stored if r[0] == inc and lo + b["k"] * width <= r[1] < lo + (b["k"] + 1) * width
+                        and r[1] <= hi]
+                assert (b["n"], b["s0"], b["s1"]) == (len(rows), rows[0][1], rows[-1][1])
+                assert b["max"] == max(r[2] for r in rows)
+                assert b["layers"] == [max(r[3][j] for r in rows) for j in range(len(rows[0][3]))]
+            assert sum(b["n"] for b in cut) == sum(1 for r in stored if r[0] == inc and lo <= r[1] <= hi)
+        assert (await _series(http, f"rg/rbf-layers?{query}", **{"If-None-Match": headers["ETag"]}))[0] == 304
+        for bad in ("buckets=0", "buckets=1001", "from=9&to=8", "from=x"):
+            status, _, body = await _series(http, f"rg/rbf-layers?{bad}")
+            assert status == 400 and body["error"], bad
+        assert (await _series(http, "nope/rbf-layers"))[0] == 404
+
+
+async def test_rbf_layers_of_a_wide_range_read_every_strideth_step(loaded):
+    from steptail.storage.page_rbf import rbf_layers
+
+    stored = _stored_layers(loaded, "rg")
+    with loaded.engine.connect() as conn:  # a wide range, from the sample's 400 steps
+        answer = rbf_layers(conn, "rg", 1000, rows_max=100)
+    lo, stride = answer["from"], answer["stride"]
+    assert stride == 4 and answer["width"] % stride == 0
+    read = [r for r in stored if (r[1] - lo) % stride == 0]
+    got = _buckets(answer)
+    assert sum(b["n"] for bs in got.values() for b in bs) == len(read)
+    assert [(inc, b["s0"]) for inc, bs in got.items() for b in bs] == [(r[0], r[1]) for r in read]
 
 
 async def test_tagged_and_refused(loaded):

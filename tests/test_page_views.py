@@ -227,3 +227,143 @@ async def test_overview_sparklines_followed_first_short_details_and_an_unknown_r
         assert await page.eval("document.getElementById('ce-chart').offsetHeight") == 0  # no empty chart frame
         assert await page.eval("document.getElementById('ce-chart').children.length") == 0
         assert all("404 (Not Found)" in e for e in page.errors), page.errors
+
+
+@needs_chromium
+async def test_first_draw_asks_no_rbf_counts_nor_per_layer_rbf_until_the_panel_opens(served, chromium):  # noqa: F811
+    async with tab(chromium) as page:
+        await page.goto(f"{served.base}/?run=rg&summary=0&buckets=10")
+        await page.ready()
+        await page.until("window.steptailState.rbf.covered.length > 0")  # the strip, from the full /series
+        seen = json.loads(await page.eval(SEEN))
+        series = [u for u in seen if "/series?" in u]
+        assert series[0].endswith("/series?buckets=10&rbf=0"), series  # the first draw's: no REQUIRED_RBF counts
+        assert any(u.endswith("/series?buckets=10") for u in series), series  # then the strip's
+        assert not [u for u in seen if "rbf-layers" in u or "rbf_per_layer" in u], seen
+        assert await page.eval("window.steptailState.rbfLayers === undefined")
+
+        await page.eval("document.getElementById('rbf-panel').open = true")  # the user opens the panel
+        await page.until("window.steptailState.rbfLayers && window.steptailState.rbfLayers.asked === 1")
+        seen = json.loads(await page.eval(SEEN))
+        assert [u for u in seen if "rbf-layers" in u][0].endswith("/rbf-layers?buckets=200")
+        api = json.loads(await page.eval("fetch('api/runs/rg/rbf-layers?buckets=200').then(r => r.text())"))
+        z = json.loads(await page.eval("""JSON.stringify(document.getElementById('rbf-layers-chart').data
+            .map(t => ({name: t.name, z: t.z, n: t.x.length})))"""))
+        assert [t["name"] for t in z] == [f"#{i['incarnation']}" for i in api["incarnations"]] == ["#1", "#2"]
+        first = api["incarnations"][0]["rows"]
+        assert z[0]["n"] == len(first) and len(z[0]["z"]) == api["layers"] > 1
+        assert [row[0] for row in z[0]["z"][:1]][0] == first[0][5][0]  # layer 0 of the first bucket
+
+        # a zoom asks it again for the range on screen
+        await page.eval("Plotly.relayout(document.getElementById('ce-chart'), {'xaxis.range': [100.4, 139.6]}).then(() => true)")
+        await page.until("window.steptailState.rbfLayers.asked === 2")
+        state = await page.state()
+        assert (state["rbfLayers"]["from"], state["rbfLayers"]["to"], state["rbfLayers"]["stride"]) == (100, 140, 1)
+        assert any(u.endswith("/rbf-layers?buckets=200&from=100&to=140") for u in json.loads(await page.eval(SEEN)))
+        assert not page.errors, page.errors
+
+
+@needs_chromium
+async def test_a_zoom_of_compare_asks_every_run_and_delta_again(served, chromium):  # noqa: F811
+    async with tab(chromium) as page:
+        await page.goto(f"{served.base}/?runs=live,rg&control=clean&buckets=400")
+        await page.ready()
+        await page.eval("Plotly.relayout(document.getElementById('compare-chart'), {'xaxis.range': [100.4, 139.6]}).then(() => true)")
+        await page.until("window.steptailState.zooms >= 1 && JSON.stringify(window.steptailState.zoom) === '[100,140]'")
+        seen = json.loads(await page.eval(SEEN))
+        for run in ("live", "rg", "clean"):
+            assert any(u.endswith(f"/runs/{run}/series?buckets=400&from=100&to=140") for u in seen), (run, seen)
+        for arm in ("live", "rg"):
+            assert any(f"api/compare?arm={arm}&control=clean&buckets=400&from=100&to=140" in u for u in seen), seen
+        xs = json.loads(await page.eval("""JSON.stringify(document.getElementById('compare-chart').data
+            .flatMap(t => t.x).filter(x => x !== null))"""))
+        assert xs and all(100 <= x <= 140 for x in xs)
+        dxs = json.loads(await page.eval("""JSON.stringify(document.getElementById('delta-chart').data
+            .flatMap(t => t.x).filter(x => x !== null))"""))
+        assert dxs and all(100 <= x <= 140 for x in dxs)
+        assert await page.eval("JSON.stringify(document.getElementById('delta-chart').layout.xaxis.range)") == "[99.5,140.5]"
+        await page.eval("Plotly.relayout(document.getElementById('delta-chart'), {'xaxis.autorange': true}).then(() => true)")
+        await page.until("window.steptailState.zooms >= 2 && window.steptailState.zoom === null")
+        assert not page.errors, page.errors
+
+
+def _iso(ns: int) -> str:
+    """plotly's date-axis text of a time (UTC)."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ns // 10**9)) + f".{ns % 10**9 // 10**6:03d}"
+
+
+@needs_chromium
+async def test_a_zoom_on_the_time_axes_asks_that_step_range(served, chromium):  # noqa: F811
+    store = open_store(served.url)
+    try:
+        with store.engine.connect() as conn:
+            at = dict(conn.execute(sa.text("SELECT step, ts_ns FROM loss_parts WHERE run = 'rg' AND incarnation = 1"
+                                           " AND step IN (50, 100, 140)")).all())
+            t0 = conn.execute(sa.text("SELECT MIN(ts_ns) FROM loss_parts WHERE run = 'rg'")).scalar()
+    finally:
+        store.dispose()
+    async with tab(chromium) as page:
+        for x, range_ in (("time", [_iso(at[100]), _iso(at[140])]),
+                          ("elapsed", [(at[100] - t0) / 3.6e12, (at[140] - t0) / 3.6e12])):
+            await page.goto(f"{served.base}/?run=rg&summary=0&buckets=10&x={x}")
+            await page.until("window.steptailState.ready && window.steptailState.aids && window.steptailState.aids.timed")
+            await page.eval(f"""Plotly.relayout(document.getElementById('ce-chart'),
+                {{'xaxis.range': {json.dumps(range_)}}}).then(() => true)""")
+            await page.until("window.steptailState.zooms >= 1 && window.steptailState.summary.zoom !== null")
+            state = await page.state()
+            lo, hi = state["summary"]["zoom"]
+            # the buckets (48 steps wide) stamped in that time: steps 96-143 of incarnation 1
+            assert lo <= 100 and hi >= 140 and hi - lo < 100, (x, lo, hi)
+            seen = json.loads(await page.eval(SEEN))
+            assert any(u.endswith(f"/series?buckets=10&from={lo}&to={hi}") for u in seen), seen
+            await page.until("window.steptailState.summary.width < 48")
+            fig = json.loads(await page.eval(FIGURE))
+            xs = [v for t in fig["traces"] if t["name"] == "#1" for v in t["x"] if v is not None]
+            assert fig["layout"]["x"] == ("date" if x == "time" else "linear")
+            if x == "elapsed":  # still hours since the run's first step, not since the range's
+                assert min(xs) >= (at[100] - t0) / 3.6e12 - 0.05 and min(xs) > 0
+            else:  # zooming out beyond the steps read: mapped by the whole run's buckets
+                await page.eval(f"""Plotly.relayout(document.getElementById('ce-chart'),
+                    {{'xaxis.range': {json.dumps([_iso(at[50]), _iso(at[140])])}}}).then(() => true)""")
+                await page.until("window.steptailState.zooms >= 2")
+                await page.until("window.steptailState.summary.zoom[0] <= 50")
+        assert not page.errors, page.errors
+
+
+@needs_chromium
+async def test_config_params_that_differ_between_two_incarnations(served, chromium):  # noqa: F811
+    added = [(1, "learning_rate", "1e-5"), (2, "learning_rate", "2e-5"), (2, "warmup_steps", "100")]
+    store = open_store(served.url)
+    try:
+        with store.engine.begin() as conn:
+            for inc, name, value in added:
+                conn.execute(sa.text("INSERT INTO config (run, incarnation, name, value) VALUES ('rg', :i, :n, :v)"),
+                             {"i": inc, "n": name, "v": value})
+            conn.execute(sa.text("UPDATE runs SET updated_ns = updated_ns + 1 WHERE run = 'rg'"))
+        async with tab(chromium) as page:
+            await page.goto(f"{served.base}/?run=rg")
+            await page.until("window.steptailState.ready && window.steptailState.configDiff")
+            diff = (await page.state())["configDiff"]
+            # the latest against the one before, by default: what the restart changed
+            assert diff == {"a": 2, "b": 1, "rows": [["learning_rate", "2e-5", "1e-5"], ["warmup_steps", "100", None]]}
+            cells = json.loads(await page.eval("""JSON.stringify([...document.querySelectorAll('#inc-config-table tbody tr')]
+                .map(tr => [...tr.children].map(td => td.textContent)))"""))
+            assert cells == [["learning_rate", "2e-5", "1e-5"], ["warmup_steps", "100", "(not printed)"]]
+            assert "2 params differ" in await page.eval("document.getElementById('inc-config-note').textContent")
+            await page.eval("""(() => { const s = document.getElementById('config-a'); s.value = '1';
+                s.dispatchEvent(new Event('change')); const t = document.getElementById('config-b'); t.value = '2';
+                t.dispatchEvent(new Event('change')); return true; })()""")
+            diff = (await page.state())["configDiff"]
+            assert diff["a"] == 1 and diff["rows"] == [["learning_rate", "1e-5", "2e-5"], ["warmup_steps", None, "100"]]
+
+            await page.goto(f"{served.base}/?run=clean")  # one incarnation: nothing to diff
+            await page.until("window.steptailState.ready && window.steptailState.view === 'run'")
+            await page.until("document.getElementById('inc-config-note').textContent.length > 0")
+            assert "Only one incarnation" in await page.eval("document.getElementById('inc-config-note').textContent")
+            assert await page.eval("document.getElementById('inc-config-table').hidden") is True
+            assert not page.errors, page.errors
+    finally:
+        with store.engine.begin() as conn:
+            conn.execute(sa.text("DELETE FROM config WHERE run = 'rg' AND name IN ('learning_rate', 'warmup_steps')"))
+            conn.execute(sa.text("UPDATE runs SET updated_ns = updated_ns + 1 WHERE run = 'rg'"))
+        store.dispose()

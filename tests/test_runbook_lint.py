@@ -465,7 +465,7 @@ def test_lint_exit_codes_and_table(tmp_path):
     assert rows[0].split() == ["SEVERITY", "RULE", "JOBSET", "MESSAGE"]
     assert {r.split()[1] for r in rows[1:-1]} == {"queue", "restore_fix_image", "borrowed_topology",
                                                   "load_balance", "checkpoint_mount", "suspend", "slice_hosts"}
-    assert rows[-1] == "1 JobSet(s): 7 finding(s), 4 critical, 1 not evaluable"  # no accelerator selector
+    assert rows[-1] == "1 JobSet: 7 findings, 4 critical, 1 not evaluable"  # no accelerator selector
     wide = steptail("lint", MANIFESTS / "bad.yaml", "-o", "wide", cwd=tmp_path)
     assert "PATH" in wide.stdout and "bad.yaml#1" in wide.stdout
 
@@ -512,7 +512,7 @@ def test_lint_with_a_malformed_policy_exits_2_with_one_line(tmp_path, policy, ex
 
 @pytest.mark.parametrize("text, expected", [
     ("kind: JobSet\n  bad: [", "bad manifest: m.yaml: not YAML (line 2, column 6): mapping values"),
-    ("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n", "no JobSet in m.yaml (1 other object(s) ignored)"),
+    ("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n", "no JobSet in m.yaml (1 other object ignored)"),
     ("", "no JobSet in m.yaml"),
 ])
 def test_lint_with_a_malformed_manifest_exits_2_with_one_line(tmp_path, text, expected):
@@ -566,7 +566,7 @@ def test_lint_of_the_issue_cases(tmp_path):
     assert f["message"] == "not evaluable: the trainer container's image missing"
     assert json.loads(no_image.stdout)["jobsets"][0]["clean"] is True
     table = steptail("lint", MANIFESTS / "no-image.yaml", cwd=tmp_path)
-    assert table.returncode == 0 and "clean (1 rule(s) not evaluable)" in table.stdout
+    assert table.returncode == 0 and "clean (1 rule not evaluable)" in table.stdout
 
     hosts = steptail("lint", MANIFESTS / "hosts-8.yaml", cwd=tmp_path)
     assert hosts.returncode == 1

@@ -119,7 +119,7 @@ def test_without_then_with_the_reference_the_warning_is_superseded(cp4, by_key, 
     code, _ = check(cp4)
     assert code == 1 and gate(cp4)[0] == CRITICAL and len(superseded(cp4)) == 1
     r = cli("check", RUN, "--db", cp4)
-    assert r.exit_code == 1 and f"1 superseded finding(s) kept: steptail check {RUN} -o json" in r.output
+    assert r.exit_code == 1 and f"1 superseded finding kept: steptail check {RUN} -o json" in r.output
 
 
 def test_check_twice_with_the_same_inputs_writes_nothing(cp4):

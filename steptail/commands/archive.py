@@ -158,7 +158,7 @@ class Archive:
             _print(output, result, run, ingested, self.no_ingest)
         if result.errors:
             pods = result.failed_pods()
-            fail(f"could not read {len(result.errors)} log(s) of {len(pods)} pod(s): {', '.join(pods)} "
+            fail(f"could not read {count(len(result.errors), 'log')} of {count(len(pods), 'pod')}: {', '.join(pods)} "
                  f"(the manifest lists them; run again to retry)", code=1)
 
 
@@ -191,8 +191,8 @@ def _print(output: Output, result, run: str, ingested, no_ingest: bool) -> None:
         output.line(f"[bold]{result.manifest.jobset}[/]: {count(result.skipped, 'file')} already archived and verified, "
                     f"0 read ({result.folder})")
     else:
-        output.line(f"[bold]{result.manifest.jobset}[/]: {result.read} logs read ({mb:.1f} MB) from "
-                    f"{result.listed} pods: {result.written} written ({result.bytes_compressed / 1e6:.1f} MB gzip), "
+        output.line(f"[bold]{result.manifest.jobset}[/]: {count(result.read, 'log')} read ({mb:.1f} MB) from "
+                    f"{count(result.listed, 'pod')}: {result.written} written ({result.bytes_compressed / 1e6:.1f} MB gzip), "
                     f"{result.unchanged} unchanged; {result.skipped} already archived and verified; "
                     f"{len(result.errors)} unreadable")
     output.line(f"  manifest: {result.manifest_path} (sha256 {result.manifest_sha256[:12]}…)", markup=False)
@@ -202,10 +202,10 @@ def _print(output: Output, result, run: str, ingested, no_ingest: bool) -> None:
         output.line(f"  ingest: process 0 left no log to ingest into run {run}", markup=False)
         return
     output.line(f"  ingest into run {run}: {ingested.loss_parts} LOSS-PARTS, {ingested.required_rbf} REQUIRED_RBF "
-                f"from {ingested.lines} lines; {ingested.incarnations} incarnation(s); "
-                f"{ingested.duplicates} line(s) already recorded", markup=False)
+                f"from {count(ingested.lines, 'line')}; {count(ingested.incarnations, 'incarnation')}; "
+                f"{count(ingested.duplicates, 'line')} already recorded", markup=False)
     if ingested.lake_rows is not None:
-        output.line(f"  lake: {ingested.lake_rows} row(s) added", markup=False)
+        output.line(f"  lake: {count(ingested.lake_rows, 'row')} added", markup=False)
 
 
 def _dispose(store) -> None:

@@ -9,7 +9,7 @@ import sys
 import click
 import sqlalchemy as sa
 
-from steptail.commands._common import db_option, fail, store_or_exit
+from steptail.commands._common import count, db_option, fail, store_or_exit
 from steptail.commands._detect_options import Detection, detector_options
 from steptail.output import Column, Output, output_option
 from steptail.runs.findings import CRITICAL, Finding, actionable, step_range
@@ -84,13 +84,13 @@ def _print(output: Output, run: str, findings: list[Finding], stop: str | None, 
         return
     output.table(COLUMNS, [f.to_event() | {"steps": f.steps} for f in findings], title=f"run {run}")
     critical = sum(f.severity == CRITICAL for f in findings)
-    output.line(f"{len(findings)} finding(s), {critical} critical")
+    output.line(f"{count(len(findings), 'finding')}, {critical} critical")
     gaps = [f for f in findings if f.kind in (GAP, HEAD_GAP)]
     if gaps:  # what is missing, in one line: the table's details say why
         where = ", ".join(f"{step_range(f.first_step, f.last_step)} (incarnation {f.incarnation}"
                           f"{', head' if f.kind == HEAD_GAP else ''})" for f in gaps[:5])
-        more = f" and {len(gaps) - 5} more gap(s)" if len(gaps) > 5 else ""
-        output.line(f"{sum(f.last_step - f.first_step + 1 for f in gaps)} step(s) missing: {where}{more}")
+        more = f" and {count(len(gaps) - 5, 'more gap')}" if len(gaps) > 5 else ""
+        output.line(f"{count(sum(f.last_step - f.first_step + 1 for f in gaps), 'step')} missing: {where}{more}")
     if stop:
         click.echo("\nTo stop this run (the operator's decision; steptail never runs it):")
         if workload is None:
@@ -105,5 +105,5 @@ def _print_inputs(output: Output, run: str, result, given: bool) -> None:
         output.line(f"step-1 CE gate: HF reference stored with the run (from {result.reference.source})",
                     markup=False)
     if result.superseded:
-        output.line(f"{len(result.superseded)} superseded finding(s) kept: steptail check {run} -o json",
+        output.line(f"{count(len(result.superseded), 'superseded finding')} kept: steptail check {run} -o json",
                     markup=False)

@@ -3,13 +3,13 @@ table, of a local dataset or of the lake's tables; or a local dataset converted 
 
 from __future__ import annotations
 
-import sys
 from dataclasses import asdict
 from pathlib import Path
 
 import click
 
 from steptail.commands._common import count, db_option, fail, store_or_exit
+from steptail.commands._progress import progress_bar, wanted
 from steptail.commands.lake import LOCATION, lake_runs, open_lake, store_runs, table_location
 from steptail.output import Column, Output, output_option
 from steptail.storage.compact import ROW_GROUP_ROWS
@@ -90,12 +90,12 @@ def _compact_folder(root: Path, run: str | None, row_group_rows: int, output: Ou
     if run is not None and not folders:
         fail(f"no run {run!r} under {root}")
     done = []
-    bar = sys.stderr.isatty() and len({f.name for _, f in folders}) > 1
     try:
-        with click.progressbar(folders, label="compacting", file=sys.stderr,
-                               item_show_func=lambda item: item and f"{item[0]}/{item[1].name}") if bar \
-                else _plain(folders) as items:
-            for table, folder in items:
+        # a bar on a terminal whatever the number of runs: one big run's tables take seconds too
+        with progress_bar("compact", wanted(output.machine), unit="tables") as progress:
+            for table, folder in folders:
+                if progress:
+                    progress(len(done), len(folders))
                 done.append(compact_folder(folder, table, row_group_rows))
     except ParquetError as exc:
         fail(str(exc))
@@ -111,14 +111,15 @@ def _compact_lake(url: str, run: str | None, db: str | None, output: Output) -> 
         try:
             runs = [run] if run is not None else sorted(set(store_runs(store)) | set(lake_runs(lake)))
             done = []
-            for name in runs:
-                for table in TABLES:
-                    before, after = lake.compact(table, name)
-                    if before:
-                        done.append({"table": table, "run": name, "files_before": before, "files_after": after,
-                                     "rewritten": after < before})
-                if output.format in ("table", "wide") and sys.stderr.isatty():
-                    click.echo(f"compacted {name}", err=True)
+            with progress_bar("compact", wanted(output.machine), unit="tables") as progress:
+                for i, name in enumerate(runs):
+                    for j, table in enumerate(TABLES):
+                        if progress:
+                            progress(i * len(TABLES) + j, len(runs) * len(TABLES))
+                        before, after = lake.compact(table, name)
+                        if before:
+                            done.append({"table": table, "run": name, "files_before": before, "files_after": after,
+                                         "rewritten": after < before})
         except LakeError as exc:
             fail(str(exc))
     finally:
@@ -145,10 +146,10 @@ def _report(done: list[dict], output: Output) -> None:
 def _convert(root: Path, url: str, run: str | None, db: str | None, output: Output) -> None:
     """The local dataset under `root` (every run, or `run`) into the lake at `url`: per run,
     each row table's rows appended exactly once by key, each snapshot table replaced (unless
-    the lake already holds the same rows). Progress: a line per run."""
-    from steptail.storage.compact import recover, run_folders
-    from steptail.storage.lake import LakeError, as_lake_rows
-    from steptail.storage.parquet import SCHEMAS, ParquetError, read_table, run_folder
+    the lake already holds the same rows). Progress: a line per run, and a bar on a terminal."""
+    from steptail.storage.compact import run_folders
+    from steptail.storage.lake import LakeError
+    from steptail.storage.parquet import ParquetError, run_folder
 
     if not root.is_dir():
         fail(f"Parquet directory {root} does not exist")
@@ -162,25 +163,8 @@ def _convert(root: Path, url: str, run: str | None, db: str | None, output: Outp
     done = []
     try:
         lake = open_lake(store, url)
-        for name in runs:
-            read = added = 0
-            tables: dict[str, int] = {}
-            for table in (*SCHEMAS, "findings", "stream_gaps", "stream_reconnects"):
-                folder = run_folder(root, table, name)
-                if not folder.is_dir():
-                    continue
-                recover(folder)  # a compaction cut short: its hidden parts are rows too
-                rows = as_lake_rows(table, name, read_table(root, table, name))
-                read += rows.num_rows
-                if table in SCHEMAS:
-                    n = lake.append(table, {name: rows}) if rows.num_rows else 0
-                else:
-                    n = _replace(lake, table, name, rows)
-                tables[table] = n
-                added += n
-            done.append({"run": name, "rows_read": read, "rows_added": added, "tables": tables})
-            if not output.machine:
-                output.line(f"{name}: {count(read, 'row')} read, {added} added", markup=False)
+        with progress_bar("convert", wanted(output.machine), unit="runs") as progress:
+            _convert_runs(root, lake, runs, output, done, progress)
     except (LakeError, ParquetError) as exc:
         fail(str(exc))
     finally:
@@ -189,8 +173,35 @@ def _convert(root: Path, url: str, run: str | None, db: str | None, output: Outp
         output.data(done, [{k: v for k, v in d.items() if k != "tables"} for d in done])
         return
     total = sum(d["rows_added"] for d in done)
-    output.line(f"{len(done)} run{'s' * (len(done) != 1)} into {url}: {total} row{'s' * (total != 1)} added",
-                markup=False)
+    output.line(f"{count(len(done), 'run')} into {url}: {count(total, 'row')} added", markup=False)
+
+
+def _convert_runs(root: Path, lake, runs: list[str], output: Output, done: list[dict], progress) -> None:
+    from steptail.storage.compact import recover
+    from steptail.storage.lake import as_lake_rows
+    from steptail.storage.parquet import SCHEMAS, read_table, run_folder
+
+    for i, name in enumerate(runs):
+        if progress:
+            progress(i, len(runs))
+        read = added = 0
+        tables: dict[str, int] = {}
+        for table in (*SCHEMAS, "findings", "stream_gaps", "stream_reconnects"):
+            folder = run_folder(root, table, name)
+            if not folder.is_dir():
+                continue
+            recover(folder)  # a compaction cut short: its hidden parts are rows too
+            rows = as_lake_rows(table, name, read_table(root, table, name))
+            read += rows.num_rows
+            if table in SCHEMAS:
+                n = lake.append(table, {name: rows}) if rows.num_rows else 0
+            else:
+                n = _replace(lake, table, name, rows)
+            tables[table] = n
+            added += n
+        done.append({"run": name, "rows_read": read, "rows_added": added, "tables": tables})
+        if not output.machine:
+            output.line(f"{name}: {count(read, 'row')} read, {added} added", markup=False)
 
 
 def _replace(lake, table: str, run: str, rows) -> int:
@@ -201,16 +212,3 @@ def _replace(lake, table: str, run: str, rows) -> int:
         return 0
     lake.replace(table, {run: rows})
     return rows.num_rows
-
-
-class _plain:
-    """The progress bar's stand-in when stderr is not a terminal."""
-
-    def __init__(self, items):
-        self.items = items
-
-    def __enter__(self):
-        return self.items
-
-    def __exit__(self, *exc):
-        return False

@@ -70,7 +70,7 @@ def command(run: str, out: Path, force: bool, parquet: str | None, db: str | Non
         if filled:
             output.line(f"parquet {parquet}: {count(filled, 'row')} written from SQL", markup=False)
         if compacted:
-            output.line(f"lake {parquet}: {compacted['rows_added']} row(s) added; "
+            output.line(f"lake {parquet}: {count(compacted['rows_added'], 'row')} added; "
                         f"{count(compacted['files_before'], 'file')} -> {compacted['files_after']}", markup=False)
 
 

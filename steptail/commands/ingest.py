@@ -9,7 +9,7 @@ import click
 
 from steptail.collector.offline.files import SourceError
 from steptail.collector.offline.ingest import IngestError, NoRecords, ingest_paths
-from steptail.commands._common import db_option, fail, warn
+from steptail.commands._common import count, db_option, fail, warn
 from steptail.commands._detect_options import Detection, detector_options
 from steptail.commands._progress import progress_bar, wanted
 from steptail.commands.lake import PARQUET_HELP, check_target, table_location
@@ -118,10 +118,10 @@ def _ingest(paths: tuple[str, ...], run: str, db: str | None, parquet: str | Non
     out = output
     out.line(
         f"[bold]{run}[/]: {result.loss_parts} LOSS-PARTS, {result.required_rbf} REQUIRED_RBF, "
-        f"{result.pod_steps} per-pod step lines from {result.lines} lines; "
-        f"{result.incarnations} incarnation(s); {result.bad_lines} bad line(s); "
-        f"{result.duplicates} repeated line(s) dropped"
-        + (f"; {result.flagged} line(s) flagged as step or clock jumps (steptail check {run})"
+        f"{count(result.pod_steps, 'per-pod step line')} from {count(result.lines, 'line')}; "
+        f"{count(result.incarnations, 'incarnation')}; {count(result.bad_lines, 'bad line')}; "
+        f"{count(result.duplicates, 'repeated line')} dropped"
+        + (f"; {count(result.flagged, 'line')} flagged as step or clock jumps (steptail check {run})"
            if result.flagged else "")
     )
     if not result.findings_error:
@@ -133,9 +133,9 @@ def _ingest(paths: tuple[str, ...], run: str, db: str | None, parquet: str | Non
     for name in result.skipped:
         out.line(f"  skipped {name}: already ingested (same content)", markup=False)
     if lake and result.lake_error is None:
-        out.line(f"  lake: {parquet}: {result.lake_rows} row(s) added", markup=False)
+        out.line(f"  lake: {parquet}: {count(result.lake_rows, 'row')} added", markup=False)
     elif parquet and not lake:
-        filled = f" ({result.parquet_rows} row(s) stored before written from SQL)" if result.parquet_rows else ""
+        filled = f" ({count(result.parquet_rows, 'row')} stored before written from SQL)" if result.parquet_rows else ""
         out.line(f"  parquet: {parquet}{filled}", markup=False)
     sys.stdout.flush()
 

@@ -147,7 +147,7 @@ def catch_up(url: str, run: str | None, db: str | None, output: Output) -> None:
                 fail(f"{name}: {exc}")
             done.append({"run": name, "rows_added": added})
             if not output.machine:
-                output.line(f"{name}: {added} row{'s' * (added != 1)} added", markup=False)
+                output.line(f"{name}: {count(added, 'row')} added", markup=False)
     finally:
         store.dispose()
     if output.machine:

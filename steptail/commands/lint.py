@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from steptail.commands._common import db_option, fail
+from steptail.commands._common import count, db_option, fail
 from steptail.output import Column, Output, output_option
 from steptail.runs import manifest
 from steptail.runs.findings import CRITICAL, INFO, actionable
@@ -64,7 +64,7 @@ def jobsets_in(path: str) -> tuple[list[manifest.Document], list[str]]:
     except manifest.ManifestError as exc:
         fail(f"bad manifest: {exc}")
     if not jobsets:
-        fail(f"no JobSet in {source}" + (f" ({len(notes)} other object(s) ignored)" if notes else ""))
+        fail(f"no JobSet in {source}" + (f" ({count(len(notes), 'other object')} ignored)" if notes else ""))
     return jobsets, notes
 
 
@@ -227,9 +227,9 @@ def _print(output: Output, results: list[dict], facts: dict | None) -> None:
         if r["clean"]:
             info = len(r["findings"])
             output.line(f"JobSet {printed(r['jobset'])} ({printed(r['file'])}#{r['document']}): clean"
-                        + (f" ({info} rule(s) not evaluable)" if info else ""), markup=False)
+                        + (f" ({count(info, 'rule')} not evaluable)" if info else ""), markup=False)
     critical = sum(r["severity"] == CRITICAL for r in rows)
     info = sum(r["severity"] == INFO for r in rows)
     if rows:
-        output.line(f"{len(results)} JobSet(s): {len(rows)} finding(s), {critical} critical"
+        output.line(f"{count(len(results), 'JobSet')}: {count(len(rows), 'finding')}, {critical} critical"
                     + (f", {info} not evaluable" if info else ""), markup=False)

@@ -26,7 +26,8 @@
   // steps are read whole (facts, loss parts). `&summary=N` sets the threshold (0: always).
   const SUMMARY_STEPS = params.has("summary") ? Number(params.get("summary")) : 5000;
   const TAIL = 1000;
-  // not rbf_per_layer: most of a step's bytes, and nothing draws it
+  const RBF_BUCKETS = 200; // columns of the per-layer REQUIRED_RBF panel
+  // not rbf_per_layer: most of a step's bytes (the per-layer panel asks /rbf-layers, on demand)
   const FIELDS = "ts,ce,ce_raw,parts,rbf_max,rbf_program";
 
   // What the page shows, for people debugging it and for the tests (tests/test_page.py).
@@ -424,6 +425,13 @@
       this.goodput = new Tagged(`${base}/goodput`);
       this.goodputAt = 0;
       this.pace = new Tagged(`${base}/step-times?buckets=1000`);
+      this.config = new Tagged(`${base}/config`); // each incarnation's Config params
+      this.configPick = null; // [incarnation, against], once picked
+      for (const id of ["config-a", "config-b"])
+        $(id).addEventListener("change", () => {
+          this.configPick = [Number($("config-a").value), Number($("config-b").value)];
+          this.renderConfig();
+        });
       this.paceKey = ["seconds", "tokens_per_s", "tflops"].includes(params.get("pace")) ? params.get("pace") : "seconds";
       $("pace-select").value = this.paceKey;
       $("pace-select").addEventListener("change", (ev) => {
@@ -434,6 +442,12 @@
       this.base = base;
       this.summary = undefined; // drawn from /series: decided on the first outline
       this.zoom = null; // [from, to] of the zoomed x range (summary only)
+      this.visible = null; // [from, to]: the steps on screen (null: all)
+      this.rbfLayers = null; // the per-layer REQUIRED_RBF panel's answer, asked when it is opened
+      this.timeOrigin = null; // ms of the first step drawn unzoomed (x=elapsed keeps it when zoomed)
+      $("rbf-panel").addEventListener("toggle", () => {
+        if ($("rbf-panel").open) this.loadRbfLayers().catch(report);
+      });
       this.ceSeries = null;
       this.overview = new Tagged("api/overview");
       this.part = params.get("part");
@@ -481,15 +495,15 @@
       this.draw();
     }
     drawBucketsFirst() {
-      const sd = this.ceSeries.data;
-      if (this.drawnOnce || !window.Plotly || !sd || this.outline.data) return;
+      const sd = this.ceFirst.data;
+      if (this.drawnOnce || !window.Plotly || !sd) return;
       const total = sd.incarnations.reduce((n, i) => n + i.rows.reduce((m, r) => m + r[1], 0), 0);
       if (total <= SUMMARY_STEPS) return;
       this.drawnOnce = true;
       const before = this.summary;
       this.summary = true; // drawn as one; decide() still makes the choice from the outline
       try {
-        this.renderCe(this.deriveSummary({ incarnations: [], gaps: [], restores: [], stream_gaps: [] }), []);
+        this.renderCe(this.deriveSummary(this.outline.data || { incarnations: [], gaps: [], restores: [], stream_gaps: [] }), []);
       } finally {
         this.summary = before;
       }
@@ -541,8 +555,14 @@
         this.buckets = Math.min(4000, Math.max(1, wide)); // about a bucket per pixel, fixed for the view
         this.ceSeries = new Tagged(this.seriesPath());
         // a long run's CE drawn from its buckets alone, not waiting for the outline (its missing
-        // steps are a pass over the run): the gaps and restore lines follow with the full render
-        early = Promise.all([this.ceSeries.fetch(), loadPlotly()]).then(() => this.drawBucketsFirst(), () => null);
+        // steps are a pass over the run), nor for the REQUIRED_RBF counts (`rbf=0`: counting them
+        // reads every REQUIRED_RBF row); the gaps, restore lines and RBF strip follow
+        this.ceFirst = new Tagged(`${this.seriesPath()}&rbf=0`);
+        const buckets = this.ceFirst.fetch();
+        early = Promise.all([buckets, loadPlotly()]).then(() => this.drawBucketsFirst(), () => null);
+        // the outline (a pass over the run's steps, on a long run the longest read) once the
+        // buckets are answered (a few ms): on 2 cores it would slow them down, not come sooner
+        await buckets.catch(() => null);
       }
       try {
         if (await this.outline.fetch()) this.dirty = true;
@@ -560,6 +580,7 @@
       if (early) await early;
       if (this.summary === undefined) this.decide(this.outline.data);
       if (this.summary && (await this.ceSeries.fetch())) this.dirty = true;
+      if (this.ceSeries && this.ceSeries.data) this.ceFirst = null; // the full answer replaces it
       if (this.summary) this.drawCeFirst(); // the buckets and the outline are all it draws from
       if (await this.series.poll()) this.dirty = true;
       state.stepsMs = Math.round(performance.now() - t0);
@@ -569,6 +590,12 @@
         this.dirty = true;
       }
       if (await this.findings.fetch()) this.dirty = true;
+      try {
+        if (await this.config.fetch()) this.dirty = true;
+      } catch (e) {
+        if (e instanceof AuthNeeded) throw e;
+        this.config.data = null; // an older server without the route: no diff
+      }
       try {
         if (await this.pace.fetch()) this.dirty = true;
       } catch (e) {
@@ -614,20 +641,60 @@
       const range = this.zoom ? `&from=${this.zoom[0]}&to=${this.zoom[1]}` : "";
       return `${this.base}/series?buckets=${this.buckets}${range}`;
     }
-    // plotly's zoom (relayout): ask /series for that range, at a bucket per pixel again, so
-    // that a zoom deep enough shows every step; a double click (autorange) asks for it all.
-    async zoomed(ev) {
-      if (!this.summary || this.xMode !== "step") return; // a time range is no step range
-      let zoom;
-      if (ev["xaxis.autorange"]) zoom = null;
-      else if (ev["xaxis.range[0]"] !== undefined) zoom = [ev["xaxis.range[0]"], ev["xaxis.range[1]"]];
-      else if (Array.isArray(ev["xaxis.range"])) zoom = ev["xaxis.range"];
-      else return;
-      if (zoom) {
-        const a = Math.max(-1, Math.floor(Math.min(zoom[0], zoom[1])));
-        zoom = [a, Math.max(a, Math.ceil(Math.max(zoom[0], zoom[1])))];
+    // plotly's zoom (relayout) as a step range: [from, to], null for the whole run (a double
+    // click), undefined when the event is no change of the x range. On the time axes the range
+    // is mapped back to the steps drawn in it (every incarnation's: a replay after a resume
+    // from zero is a later time of the same steps).
+    stepRangeOf(ev) {
+      let range;
+      if (ev["xaxis.autorange"]) return null;
+      if (ev["xaxis.range[0]"] !== undefined) range = [ev["xaxis.range[0]"], ev["xaxis.range[1]"]];
+      else if (Array.isArray(ev["xaxis.range"])) range = ev["xaxis.range"];
+      else return undefined;
+      if (this.xMode !== "step" && state.aids && state.aids.timed) {
+        const ms = range.map((v) => this.xMode === "time" ? (typeof v === "number" ? v : Date.parse(`${String(v).replace(" ", "T")}Z`))
+                                                           : this.timeOrigin + Number(v) * 3600e3);
+        range = this.stepsBetween(Math.min(...ms), Math.max(...ms));
+        if (!range) return undefined; // nothing drawn in it: keep what is shown
       }
-      if (JSON.stringify(zoom) === JSON.stringify(this.zoom)) return;
+      const a = Math.max(-1, Math.floor(Math.min(range[0], range[1])));
+      return [a, Math.max(a, Math.ceil(Math.max(range[0], range[1])))];
+    }
+    // the first and last step stamped between two times (ms), from the buckets or the rows
+    stepsBetween(ta, tb) {
+      let lo = Infinity;
+      let hi = -Infinity;
+      if (this.summary) {
+        // the zoomed buckets when the time range is inside them (finer), else the whole run's
+        const zoomed = this.bucketed().flatMap((i) => i.rows).filter((b) => b.t0_ns !== null);
+        const inside = zoomed.length && ta >= Math.min(...zoomed.map((b) => b.t0_ns / 1e6)) &&
+          tb <= Math.max(...zoomed.map((b) => b.t1_ns / 1e6));
+        const whole = this.zoom && !inside && this.unzoomed ? this.bucketed(this.unzoomed) : this.bucketed();
+        for (const inc of whole)
+          for (const b of inc.rows) {
+            if (b.t0_ns === null || b.t1_ns / 1e6 < ta || b.t0_ns / 1e6 > tb) continue;
+            lo = Math.min(lo, b.s0);
+            hi = Math.max(hi, b.s1);
+          }
+      } else
+        for (const inc of this.series.incs.values())
+          inc.ts.forEach((t, k) => {
+            if (t === null || t < ta || t > tb) return;
+            lo = Math.min(lo, inc.steps[k]);
+            hi = Math.max(hi, inc.steps[k]);
+          });
+      return lo <= hi ? [lo, hi] : null;
+    }
+    // A zoom asks /series for that step range (on any x axis), at a bucket per pixel again, so
+    // that a zoom deep enough shows every step; a double click asks for the whole run again.
+    // The per-layer RBF panel, when open, follows the range.
+    async zoomed(ev) {
+      const zoom = this.stepRangeOf(ev);
+      if (zoom === undefined || JSON.stringify(zoom) === JSON.stringify(this.visible)) return;
+      this.visible = zoom;
+      if ($("rbf-panel").open) this.loadRbfLayers().catch(report);
+      if (!this.summary) return; // every step is read already
+      if (!this.zoom && this.ceSeries && this.ceSeries.data) this.unzoomed = this.ceSeries.data; // to zoom out by time
       this.zoom = zoom;
       this.ceSeries = new Tagged(this.seriesPath());
       try {
@@ -639,9 +706,35 @@
         report(e);
       }
     }
+    // Per-layer REQUIRED_RBF, read only when the panel is opened (its arrays are most of a
+    // run's bytes), for the step range on screen: each layer's largest value per bucket.
+    async loadRbfLayers() {
+      const range = this.visible ? `&from=${this.visible[0]}&to=${this.visible[1]}` : "";
+      const t = new Tagged(`${this.base}/rbf-layers?buckets=${RBF_BUCKETS}${range}`);
+      this.rbfLayers = t;
+      await t.fetch();
+      if (this.rbfLayers !== t) return; // another range was asked meanwhile
+      const d = t.data;
+      const traces = d.incarnations.map((inc, k) => ({
+        type: "heatmap", name: `#${inc.incarnation}`, colorscale: "YlOrRd", showscale: k === 0,
+        x: inc.rows.map((r) => (r[2] + r[3]) / 2), y: [...Array(d.layers).keys()],
+        z: [...Array(d.layers).keys()].map((j) => inc.rows.map((r) => r[5][j] ?? null)),
+        text: [...Array(d.layers).keys()].map((j) => inc.rows.map((r) => plain(`#${inc.incarnation} steps ${stepRange(r[2], r[3])} (${r[1]} read)`))),
+        hovertemplate: `%{text}<br>layer %{y}: %{z}<extra></extra>`, zsmooth: false,
+      }));
+      const layout = { margin: { l: 64, r: 16, t: 10, b: 40 }, xaxis: { title: { text: "step" } },
+                       yaxis: { title: { text: "layer" } } };
+      if (window.Plotly) Plotly.react($("rbf-layers-chart"), traces, layout, PLOT_CONFIG);
+      const rows = d.incarnations.reduce((n, i) => n + i.rows.reduce((m, r) => m + r[1], 0), 0);
+      setText("rbf-layers-note", d.from === null ? "This run logs no REQUIRED_RBF line." :
+        `steps ${stepRange(d.from, d.to)}, ${d.layers} layers, ${rows} rows read` +
+        (d.stride > 1 ? ` (every ${d.stride}th step: zoom in for every step)` : "") + "; each layer's largest value per bucket");
+      state.rbfLayers = { from: d.from, to: d.to, stride: d.stride, width: d.width, layers: d.layers, rows,
+                          asked: (state.rbfLayers ? state.rbfLayers.asked : 0) + 1 };
+    }
     // /series' buckets as {n, rows: [{k, n, s0, s1, ce_min, …}]} per incarnation
-    bucketed() {
-      const sd = this.ceSeries && this.ceSeries.data;
+    bucketed(data) {
+      const sd = data || (this.ceSeries && this.ceSeries.data) || (this.ceFirst && this.ceFirst.data);
       if (!sd) return [];
       return sd.incarnations.map((i) => ({
         n: i.incarnation,
@@ -673,6 +766,7 @@
             const y = b.ce_min ?? (prev && prev.ce_last);
             nan.push({ incarnation: inc.n, step: b.nan_step, raw: b.nan_step === b.s1 ? b.ce_last_raw : "non-finite", y });
           }
+          if (b.rbf === null) continue; // asked without the REQUIRED_RBF counts (the first draw)
           if (b.rbf > 0) join(covered, inc.n, b);
           // the run's very last row may have its REQUIRED_RBF line in the next commit: not missing yet
           const lastOfRun = j === incs.length - 1 && b === inc.rows[inc.rows.length - 1];
@@ -729,6 +823,7 @@
       this.renderEvents();
       this.renderGoodput();
       this.renderPace();
+      this.renderConfig();
       const lastInc = s.last ? s.incs.get(s.last[0]) : null;
       Object.assign(state, {
         ready: true,
@@ -755,6 +850,38 @@
         goodput: this.goodput.data,
         renderMs: Math.round(performance.now() - t0),
       });
+    }
+
+    // The Config params that differ between two incarnations of the run (by default the
+    // latest against the one before): what a restart changed, e.g. a batch size or a parallelism.
+    renderConfig() {
+      const incs = (this.config.data && this.config.data.incarnations) || [];
+      const byInc = new Map(incs.map((i) => [i.incarnation, i.params]));
+      const ids = incs.map((i) => i.incarnation);
+      for (const id of ["config-a", "config-b"]) {
+        const select = $(id);
+        if ([...select.options].map((o) => Number(o.value)).join() !== ids.join())
+          select.replaceChildren(...ids.map((n) => el("option", { value: String(n) }, `#${n}`)));
+        select.disabled = ids.length < 2;
+      }
+      let pick = this.configPick && this.configPick.every((n) => byInc.has(n)) ? this.configPick : null;
+      if (!pick && ids.length >= 2) pick = [ids[ids.length - 1], ids[ids.length - 2]];
+      const rows = [];
+      if (pick) {
+        [$("config-a").value, $("config-b").value] = pick.map(String);
+        const [a, b] = pick.map((n) => byInc.get(n));
+        for (const name of [...new Set([...Object.keys(a), ...Object.keys(b)])].sort())
+          if (a[name] !== b[name]) rows.push([name, a[name] ?? null, b[name] ?? null]);
+      }
+      $("inc-config-table").hidden = rows.length === 0;
+      fill($("inc-config-table").tBodies[0], rows.map(([name, a, b]) => el("tr", { data: { param: name } },
+        el("td", {}, name), el("td", {}, a ?? "(not printed)"), el("td", {}, b ?? "(not printed)"))));
+      setText("inc-config-note", ids.length < 2
+        ? (ids.length ? "Only one incarnation printed its Config params." : "No Config param lines in this run's log.")
+        : pick[0] === pick[1] ? "The same incarnation on both sides."
+          : rows.length ? `#${pick[0]} against #${pick[1]}: ${rows.length} param${rows.length === 1 ? "" : "s"} differ${rows.length === 1 ? "s" : ""}`
+            : `#${pick[0]} against #${pick[1]}: no Config param differs.`);
+      state.configDiff = pick ? { a: pick[0], b: pick[1], rows } : null;
     }
 
     gapShapes(gaps) {
@@ -945,7 +1072,12 @@
       if (this.summary)
         for (const inc of this.bucketed()) times.set(inc.n, new Map(inc.rows.map((b) => [b.s1, b.t1_ns === null ? null : b.t1_ns / 1e6])));
       else for (const inc of this.series.incs.values()) times.set(inc.n, new Map(inc.steps.map((st, k) => [st, inc.ts[k]])));
-      const t0 = Math.min(...[...times.values()].flatMap((m) => [...m.values()]).filter((v) => v !== null));
+      // the first step's time: a bucket is drawn at its last step's, but stamped from its first
+      const firsts = this.summary ? this.bucketed().flatMap((i) => i.rows.map((b) => b.t0_ns)).filter((v) => v !== null).map((v) => v / 1e6) : [];
+      let t0 = Math.min(...firsts, ...[...times.values()].flatMap((m) => [...m.values()]).filter((v) => v !== null));
+      // zoomed, the hours stay counted from the run's first step, not from the range's
+      if (this.zoom && this.timeOrigin !== null) t0 = this.timeOrigin;
+      else if (Number.isFinite(t0)) this.timeOrigin = t0;
       const timed = Number.isFinite(t0);
       state.aids.timed = timed;
       if (!timed) {
@@ -1320,11 +1452,41 @@
       this.control = control || null;
       this.arms = this.runs.filter((r) => r !== this.control);
       this.buckets = Math.min(4000, Math.max(200, Number(params.get("buckets")) || 1000));
-      this.series = new Map(this.runs.map((r) => [r, new Tagged(`api/runs/${encodeURIComponent(r)}/series?buckets=${this.buckets}`)]));
-      const tol = params.get("tolerance");
-      const q = (arm) => new URLSearchParams({ arm, control: this.control, buckets: String(this.buckets), ...(tol ? { tolerance: tol } : {}) });
-      this.compares = new Map(this.control ? this.arms.map((a) => [a, new Tagged(`api/compare?${q(a)}`)]) : []);
+      this.zoom = null; // [from, to]: the step range zoomed into (null: the whole runs)
+      this.ask();
       this.missing = new Set();
+    }
+    // the runs' /series and the arms' /api/compare, of the zoomed range only when zoomed
+    ask() {
+      const range = this.zoom ? { from: String(this.zoom[0]), to: String(this.zoom[1]) } : {};
+      const tol = params.get("tolerance");
+      const series = (r) => `api/runs/${encodeURIComponent(r)}/series?${new URLSearchParams({ buckets: String(this.buckets), ...range })}`;
+      const q = (arm) => new URLSearchParams({ arm, control: this.control, buckets: String(this.buckets), ...(tol ? { tolerance: tol } : {}), ...range });
+      this.series = new Map(this.runs.map((r) => [r, new Tagged(series(r))]));
+      this.compares = new Map(this.control ? this.arms.map((a) => [a, new Tagged(`api/compare?${q(a)}`)]) : []);
+    }
+    // A zoom of either chart (plotly's relayout) asks every run's CE and Δ again for that step
+    // range, at the same number of buckets: a deep enough zoom shows every step. A double click
+    // asks for the whole runs.
+    async zoomed(ev) {
+      let zoom;
+      if (ev["xaxis.autorange"]) zoom = null;
+      else if (ev["xaxis.range[0]"] !== undefined) zoom = [ev["xaxis.range[0]"], ev["xaxis.range[1]"]];
+      else if (Array.isArray(ev["xaxis.range"])) zoom = ev["xaxis.range"];
+      else return;
+      if (zoom) {
+        const a = Math.max(-1, Math.floor(Math.min(zoom[0], zoom[1])));
+        zoom = [a, Math.max(a, Math.ceil(Math.max(zoom[0], zoom[1])))];
+      }
+      if (JSON.stringify(zoom) === JSON.stringify(this.zoom)) return;
+      this.zoom = zoom;
+      this.ask();
+      try {
+        await this.update();
+        state.zooms = (state.zooms || 0) + 1;
+      } catch (e) {
+        report(e);
+      }
     }
     async start() {
       $("compare-view").hidden = false;
@@ -1380,7 +1542,12 @@
       }
       const base = { margin: { l: 64, r: 16, t: 30, b: 40 }, hovermode: "closest", uirevision: "compare",
         legend: { orientation: "h", x: 0, xanchor: "left", y: 1.0, yanchor: "bottom" } };
-      Plotly.react($("compare-chart"), traces, { ...base, xaxis: { title: { text: "step" } }, yaxis: { title: { text: "CE" } } }, PLOT_CONFIG);
+      // both charts show the same steps: the zoomed range, whichever of the two was zoomed, else
+      // the runs' whole span (the Δ covers only the common steps: its own range would be narrower)
+      const xs = traces.flatMap((t) => t.x).filter((v) => v !== null);
+      const span = this.zoom ? [this.zoom[0] - 0.5, this.zoom[1] + 0.5] : xs.length ? [Math.min(...xs), Math.max(...xs)] : null;
+      const xaxis = { title: { text: "step" }, ...(span ? { range: span } : { autorange: true }) };
+      Plotly.react($("compare-chart"), traces, { ...base, xaxis, yaxis: { title: { text: "CE" } } }, PLOT_CONFIG);
 
       const deltas = [];
       const shapes = [];
@@ -1420,7 +1587,7 @@
         notes.push(`${arm}: ${s.steps_compared} common steps, largest |Δ| ${s.max_abs_delta === null ? "–" : s.max_abs_delta.toPrecision(3)}` +
                    (first === null ? `, within ±${s.tolerance} everywhere` : `, first beyond ±${s.tolerance}${s.rel ? ` + ${s.rel}×|ce|` : ""} at step ${first}`));
       }
-      Plotly.react($("delta-chart"), deltas, { ...base, shapes, annotations, xaxis: { title: { text: "step" } },
+      Plotly.react($("delta-chart"), deltas, { ...base, shapes, annotations, xaxis,
                                                yaxis: { title: { text: "Δce (arm − control)" }, zeroline: true } }, PLOT_CONFIG);
       const missing = [...this.missing];
       setText("compare-note", [
@@ -1446,8 +1613,12 @@
       $("config-empty").hidden = rows.length > 0;
       fill($("config-table").tBodies[0], rows.map((r) => el("tr", { data: { param: r.name } },
         el("td", {}, r.between), el("td", {}, r.name), el("td", {}, r.a ?? "(not printed)"), el("td", {}, r.b ?? "(not printed)"))));
+      if (!this.zoomHooked) {
+        for (const id of ["compare-chart", "delta-chart"]) $(id).on("plotly_relayout", (ev) => this.zoomed(ev));
+        this.zoomHooked = true;
+      }
       Object.assign(state, {
-        ready: true, renders: state.renders + 1, runs: this.runs, control: this.control, missing,
+        ready: true, renders: state.renders + 1, runs: this.runs, control: this.control, missing, zoom: this.zoom,
         compare: arms, config: rows.map((r) => [r.between, r.name, r.a, r.b]),
       });
     }

@@ -1,5 +1,5 @@
-"""/api/compare?arm=A&control=C[&tolerance=&rel=&buckets=]: the page's arm-vs-control Δ and
-config diff (storage/page_compare.py, the CLI `compare`'s logic); tagged by both runs' states
+"""/api/compare?arm=A&control=C[&tolerance=&rel=&buckets=&from=&to=]: the page's arm-vs-control
+Δ (of steps from..to when zoomed) and config diff (storage/page_compare.py, the CLI `compare`'s logic); tagged by both runs' states
 and kept in the body cache like a run's routes."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from aiohttp import web
 
 from steptail.http.answers import ApiError, dumps, etag, matches, tagged
 from steptail.http.keys import BODIES, CONNECTIONS, READS, STORE
-from steptail.http.requests import impossible_run, int_param
+from steptail.http.requests import INT32_MAX, impossible_run, int_param
 from steptail.storage.api_reads import run_state
 from steptail.storage.page_compare import compared
 from steptail.storage.page_series import BUCKETS_MAX
@@ -44,7 +44,10 @@ async def compare(request: web.Request) -> web.Response:
     # parameters first: a bad one is a 400 before the store is asked anything
     arm, control = _run_param(request, "arm"), _run_param(request, "control")
     asked = (_float_param(request, "tolerance", 1e-3), _float_param(request, "rel", 0.0),
-             int_param(request, "buckets", BUCKETS_DEFAULT, 1, BUCKETS_MAX))
+             int_param(request, "buckets", BUCKETS_DEFAULT, 1, BUCKETS_MAX),
+             int_param(request, "from", None, -1, INT32_MAX), int_param(request, "to", None, -1, INT32_MAX))
+    if asked[3] is not None and asked[4] is not None and asked[3] > asked[4]:
+        raise ApiError(400, "from must not be greater than to")
     if arm == control:
         raise ApiError(400, "arm and control must be two runs")
     answer = await request.app[READS].run(request.app[CONNECTIONS].call, _compare, request.app,

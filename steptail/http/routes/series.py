@@ -1,5 +1,6 @@
 """/api/runs/<run>/series?buckets=N&from=&to=: a run's CE downsampled into at most N buckets
-per incarnation (min, max, last, NaN, timestamps, REQUIRED_RBF rows; storage/page_series.py),
+per incarnation (min, max, last, NaN, timestamps, REQUIRED_RBF rows unless `rbf=0`;
+storage/page_series.py),
 so that the page's first draw costs the same for any run length; tagged by the run's state
 and kept in the body cache like /steps."""
 
@@ -22,11 +23,12 @@ async def run_series(request: web.Request) -> web.Response:
     buckets = int_param(request, "buckets", BUCKETS_DEFAULT, 1, BUCKETS_MAX)
     lo = int_param(request, "from", None, -1, INT32_MAX)
     hi = int_param(request, "to", None, -1, INT32_MAX)
+    rbf = bool(int_param(request, "rbf", 1, 0, 1))  # 0: no REQUIRED_RBF counts (the page's first draw)
     if lo is not None and hi is not None and lo > hi:
         raise ApiError(400, "from must not be greater than to")
     run = possible_run(request)
     answer = await request.app[READS].run(request.app[CONNECTIONS].call, _series, request.app[BODIES], run,
-                                          (buckets, lo, hi), request.headers.get("If-None-Match"))
+                                          (buckets, lo, hi, rbf), request.headers.get("If-None-Match"))
     if answer is None:
         raise ApiError(404, f"no run {run!r}")
     return tagged(*answer)
