@@ -63,7 +63,8 @@ def alerts(stall_after_s: int = STALL_AFTER_S) -> tuple[Alert, ...]:
         # recovered lost nothing and pages nobody; refused for 2 minutes, the collector is blind.
         Alert("SteptailAuthFailure", 'steptail_collector_events_open{kind="auth_failure"} > 0',
               "2m", "critical",
-              "steptail: credentials refused for {{ $value }} open collector event(s)",
+              "steptail: credentials refused for {{ $value }} open collector"
+              " {{ if eq $value 1.0 }}event{{ else }}events{{ end }}",
               "The cluster has refused steptail's credentials or permissions (401/403) for 2 minutes: "
               "check the account (CLOUDSDK_CORE_ACCOUNT) and deploy/rbac.yaml; "
               "steptail_errors_total says which source."),

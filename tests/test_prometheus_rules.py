@@ -133,7 +133,7 @@ def unit_tests() -> dict:
         {"series": 'steptail_errors_total{run="",source="discovery",reason="forbidden"}', "values": "0 0 0 1x37"},
     ]
     missing = _firing("SteptailMissingSteps", "gappy: steps missing from process 0's log", "critical", run="gappy")
-    auth = _firing("SteptailAuthFailure", "steptail: credentials refused for 1 open collector event(s)", "critical",
+    auth = _firing("SteptailAuthFailure", "steptail: credentials refused for 1 open collector event", "critical",
                    kind="auth_failure")
     return {
         "rule_files": [prometheus.RULES_FILE],

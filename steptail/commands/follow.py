@@ -291,13 +291,13 @@ class Follow:
             self._events(r["collector_events"])
         d = report["discovery"]
         if d["refused_count"] or d["over_max_runs"]:
-            output.print(f"[bold]pod discovery[/]: {d['refused_count']} names refused (unsafe), "
-                         f"{d['over_max_runs']} JobSets over --max-runs={self.max_runs}: not followed",
+            output.print(f"[bold]pod discovery[/]: {count(d['refused_count'], 'name')} refused (unsafe), "
+                         f"{count(d['over_max_runs'], 'JobSet')} over --max-runs={self.max_runs}: not followed",
                          highlight=False, soft_wrap=True)
         for key, name in (("discovery", "pod discovery"), ("ownership", "ownership connection")):
             d = report.get(key)
             if d and d["failures"]:
-                output.print(f"[bold]{name}[/]: {d['state']}, {d['failures']} failures ({by_kind(d['errors'])}) "
+                output.print(f"[bold]{name}[/]: {d['state']}, {count(d['failures'], 'failure')} ({by_kind(d['errors'])}) "
                              f"(last: {d['last_error']})", highlight=False, soft_wrap=True)
         self._events(report["discovery"]["collector_events"])
 
