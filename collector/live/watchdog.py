@@ -74,11 +74,12 @@ class Watchdog:
         self._refused.ok()
         self.next_check = self._interval
 
-    def unknown(self, quiet: float) -> None:
+    def unknown(self, quiet: float, retry_after: float | None = None) -> None:
         """The pod could not be asked (the API failed): ask again after UNKNOWN_RETRY, doubling
-        while it keeps failing, at most one threshold later. A hung stream is not left until
-        `cap` because the API refused one look."""
-        self._refused.fail("look")
+        while it keeps failing, at most one threshold later; or exactly when the answer said
+        (`retry_after`: a 429's Retry-After), no back-off of ours on top. A hung stream is not
+        left until `cap` because the API refused one look."""
+        self._refused.fail("look", retry_after)
         self.next_check = quiet + self._refused.delay(self.threshold())
 
     def quiet_confirmed(self, quiet: float) -> None:
