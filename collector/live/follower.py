@@ -982,7 +982,7 @@ class RunFollower:
         deadline = start + delay
         generation = self.recovery.generation
         while (left := deadline - time.monotonic()) > 0:
-            if self.recovery.generation != generation:
+            if self.recovery.generation != generation and not self.health.told_to_wait:
                 log.debug("%s: the cluster answers again: retrying now, not after the back-off", self.run)
                 return
             for p in self.discovery.process0(self.jobset):

@@ -60,8 +60,9 @@ class Watchdog:
 
     @property
     def refused(self) -> bool:
-        """The latest look at the pod failed (the follower asks again at once on a recovery)."""
-        return self._refused.kind is not None
+        """The latest look at the pod failed, with no wait named (the follower asks again at once
+        on a recovery; a look throttled with Retry-After waits what the server asked)."""
+        return self._refused.kind is not None and self._refused.retry_after is None
 
     def threshold(self) -> float:
         usual = self.pace.usual_s()

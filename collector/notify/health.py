@@ -129,6 +129,7 @@ class Recovery:
         # a failure came since the last wake: the next request answered anywhere wakes its source
         # (once per failure, so a source failing alone is not retried at every other success)
         self._unanswered = False
+        self._woken_at = -BACKOFF_START  # monotonic time of the latest wake by an answer
 
     def fail(self, source: object) -> None:
         self.failing.add(id(source))
@@ -143,7 +144,11 @@ class Recovery:
         """A request to the cluster succeeded (a look at a pod, a pod read, a stream's first
         line): the cluster answers, so every source waiting out a failure since the last wake
         retries now, not after its back-off. Cheap when nothing fails (every look calls it)."""
-        if self.failing and self._unanswered:
+        # At most one such wake per BACKOFF_START: two followers failing each on its own pod's
+        # log, each waking the other with its pod reads, would otherwise retry at every round trip.
+        now = time.monotonic()
+        if self.failing and self._unanswered and now - self._woken_at >= BACKOFF_START:
+            self._woken_at = now
             self._wake()
 
     def _wake(self) -> None:
@@ -250,6 +255,12 @@ class Health:
     def backoff(self, cap: float) -> float:
         """Seconds to wait before retrying the current failure (the Backoff rule)."""
         return 0.0 if self.failing is None else self._backoff.delay(cap)
+
+    @property
+    def told_to_wait(self) -> bool:
+        """The current failure's answer named its wait (Retry-After): a recovery elsewhere does
+        not cut it short — the server asked this request to wait, whoever else it answers."""
+        return self.failing is not None and self._backoff.retry_after is not None
 
     def state(self) -> str:
         return "ok" if self.failing is None else f"failing ({self.failing[0]})"
