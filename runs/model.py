@@ -501,6 +501,16 @@ class Identities:
                 return True
         return False
 
+    def bad(self, digest: str, ts: int) -> bool:
+        """A bad line by its identity (bad_line_digest, its stamp): True when it was counted
+        before, however long ago (a saved log ingested again: its cursor remembers ~4 s),
+        else remembered now."""
+        key = ("bad", digest, ts)
+        if key in self.marks:
+            return True
+        self.mark(key)
+        return False
+
     def quarantine(self, table: str, step, ts) -> None:
         """A record line kept out of its table (quarantine): read again, it is a repeat."""
         if table in IDENTITY_TABLES and isinstance(step, int) and isinstance(ts, int):
@@ -626,6 +636,22 @@ def planned_steps(value: str) -> int | None:
     """The run's length from `Config param steps: N` (None unless a positive 32-bit integer)."""
     steps = parse_unsigned(value.strip())  # the log's number grammar: int() takes `١٥٠٠`, `+1500`
     return steps if steps is not None and 0 < steps <= INT32_MAX else None
+
+
+BAD_LINE = "bad_line"  # quarantine.kind of a bad line's identity (Identities.bad)
+
+
+def bad_line_digest(ts_ns: int, line: bytes) -> str:
+    """A bad line's identity in the quarantine table: its kubelet stamp and its text."""
+    return hashlib.blake2b(f"{BAD_LINE}\n{ts_ns}\n".encode() + line.rstrip(b"\r\n"), digest_size=16).hexdigest()
+
+
+def bad_line_row(run: str, inc: int | None, ts_ns: int, line: bytes, reason: str, digest: str) -> tuple:
+    """A bad line as a quarantine row (rows.QUARANTINE order): its reason and its first 300
+    characters as JSON; no step."""
+    data = json.dumps({"line": _text(line)}, ensure_ascii=True)
+    return (run, BAD_LINE, inc, None, ts_ns if int64(ts_ns) else None, printable(reason)[:2000], data, digest,
+            time.time_ns())
 
 
 def quarantine_row(table: str, row: tuple, reason: str) -> tuple:
@@ -830,7 +856,7 @@ class RunModel:
             self.counters.duplicates += 1
             return
         if len(line) > MAX_LINE:
-            self.counters.bad(f"line of {len(line)} bytes: {message(line, ts_ns is not None)[:80]}")
+            self._bad_line(ts_ns, line, f"line of {len(line)} bytes: {message(line, ts_ns is not None)[:80]}")
             return
         record = parse_message(message(line, ts_ns is not None))
         if fresh is not True and record is not None and (
@@ -892,8 +918,23 @@ class RunModel:
                    f"log order, the cursor not moved by it; line: {_text(line)}")
 
     def _untracked_jump(self, jump: ClockJump, line: bytes) -> None:
-        self.counters.bad(f"stamped {format_ns(jump.stamped_ns)}, far from the line before it (more such "
-                          f"lines than a cursor remembers: {JUMPS_KEPT}): {_text(line)}")
+        self._bad_line(jump.stamped_ns, line, f"stamped {format_ns(jump.stamped_ns)}, far from the line before it "
+                       f"(more such lines than a cursor remembers: {JUMPS_KEPT}): {_text(line)}")
+
+    def _bad_line(self, ts_ns: int | None, line: bytes | None, what: str) -> None:
+        """A line counted bad and skipped, once by its identity (its stamp and digest, as a
+        record line is known by its stamp and step): the identity is kept in the quarantine
+        table (kind `bad_line`, its reason and text), so a saved log ingested again, or a
+        re-read reaching back past the cursor's memory, counts it as a duplicate, not again.
+        A line without a stamp has no identity (an unstamped file is deduplicated whole)."""
+        if ts_ns is not None and line is not None:
+            digest = bad_line_digest(ts_ns, line)
+            if self.ids.bad(digest, ts_ns):
+                self.counters.duplicates += 1
+                return
+            inc = self.current.number if self.current is not None else None
+            self.batch.quarantine.append(bad_line_row(self.run, inc, ts_ns, line, what, digest))
+        self.counters.bad(what)
 
     def _flag(self, kind: str, step: int, detail: str) -> None:
         inc = self.current.number if self.current is not None else 0
@@ -973,7 +1014,7 @@ class RunModel:
                 self._touch(cur)
             self.batch.checkpoints.append((self.run, cur.number, rec.kind, rec.step, ts_ns))
         elif isinstance(rec, Malformed):
-            self.counters.bad(f"{rec.tag}: {rec.reason}: {rec.text}")
+            self._bad_line(ts_ns, line, f"{rec.tag}: {rec.reason}: {rec.text}")
 
     def _loss(self, ts_ns, step, ce, ce_raw, parts_json, line=None) -> None:
         ids = self.ids

@@ -19,6 +19,7 @@ from itertools import chain
 import sqlalchemy as sa
 
 from steptail.runs.model import (
+    BAD_LINE,
     IDENTITY_TABLES,
     Batch,
     Cursor,
@@ -336,6 +337,10 @@ def load_identities(conn: sa.Connection, run: str) -> Identities:
             sa.text("SELECT kind, step, ts_ns FROM quarantine WHERE run = :run AND step IS NOT NULL"
                     " AND ts_ns IS NOT NULL"), {"run": run}):
         ids.quarantine(table, step, ts)
+    for digest, ts in conn.execute(  # bad lines counted before: counted once (Identities.bad)
+            sa.text("SELECT digest, ts_ns FROM quarantine WHERE run = :run AND kind = :kind AND ts_ns IS NOT NULL"),
+            {"run": run, "kind": BAD_LINE}):
+        ids.bad(digest, ts)
     for inc, started, saw_start in conn.execute(
             sa.text("SELECT incarnation, started_ns, saw_start FROM incarnations WHERE run = :run"), {"run": run}):
         if saw_start and started is not None:

@@ -112,3 +112,39 @@ def test_repeated_log_lines_are_collapsed_with_a_count(caplog):
     assert lines == ["r: stream gap on uid/jax-tpu/0: pod deleted",
                      "r: stream gap on uid/jax-tpu/0: pod deleted (repeated 38 more times)",
                      "r: follower ok again"]
+
+
+def test_a_wait_the_server_named_is_honoured_exactly():
+    """A 429 with Retry-After: 1 waits 1 s each time, never doubled on top nor cut to the cap;
+    a recovery elsewhere does not cut it short. A failure with no wait named doubles as ever."""
+    from kubernetes.client.exceptions import ApiException
+
+    from steptail.collector.cluster.discovery import reason_of, retry_after
+
+    exc = ApiException(status=429, reason="Too Many Requests")
+    exc.headers, exc.body = {"Retry-After": "1"}, '{"message": "Too many requests", "details": {"retryAfterSeconds": 1}}'
+    assert retry_after(exc) == 1.0 and reason_of(exc)[0] == "server_error"
+    bare = ApiException(status=503, reason="Service Unavailable")
+    assert retry_after(bare) is None
+    h = Health("follower", "r")
+    waits = []
+    for _ in range(4):
+        h.fail("server_error", "429", retry_after=retry_after(exc))
+        waits.append(h.backoff(0.5))
+    assert waits == [1.0] * 4 and h.told_to_wait
+    h.fail("server_error", "503")
+    assert h.backoff(15.0) == 4.0 and not h.told_to_wait  # same kind, no wait named: the doubling (5th failure)
+
+
+def test_any_answer_wakes_the_waiting_sources_once_per_failure():
+    from steptail.collector.notify.health import Recovery
+
+    recovery, woken = Recovery(), []
+    recovery.listeners.append(lambda: woken.append(1))
+    recovery.answered()
+    assert not woken  # nothing failing: an answer wakes nobody
+    follower = Health("follower", "r", recovery=recovery)
+    follower.fail("server_error", "503")
+    recovery.answered()
+    recovery.answered()
+    assert len(woken) == 1  # once per failure: a source failing alone is not woken at every answer

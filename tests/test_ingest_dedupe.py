@@ -176,3 +176,35 @@ def test_ingest_workers_die_with_a_killed_ingest(tmp_path):
         alive = [p for p in alive if running(p)]
         time.sleep(0.1)
     assert not alive
+
+
+def _bad_lines(store, run: str) -> int:
+    from steptail.storage.reads import list_runs
+
+    return next(r["bad_lines"] for r in list_runs(store) if r["run"] == run)
+
+
+def test_reingest_counts_malformed_lines_once(store, samples, tmp_path):
+    """Malformed record lines far apart (steps ~12 s apart: beyond the cursor's ~4 s memory)
+    are counted bad once: a second ingest of the same log finds them by their identity (stamp
+    and text, kept in the quarantine table) and counts them as duplicates. BAD LINES of
+    `steptail runs` doubled with each ingest of the same file."""
+    lines = (samples / "clean-300.log").read_bytes().splitlines(keepends=True)
+    out, bad = [], 0
+    for line in lines:
+        out.append(line)
+        if b"LOSS-PARTS step=" in line and int(line.split(b"step=")[1].split()[0]) % 50 == 0:
+            stamp = line.split(b" ", 1)[0]  # the step's own stamp: a line beside it
+            out.append(stamp + b" I1130 train_sft.py:301] LOSS-PARTS step=oops ce=nan?\n")
+            out.append(stamp + b" I1130 train_sft.py:301] REQUIRED_RBF step=7 max=\n")
+            bad += 2
+    log = tmp_path / "bad.log"
+    log.write_bytes(b"".join(out))
+    first = ingest_paths(store, "bad", log)
+    assert first.bad_lines == bad == 12 and first.loss_parts == 300
+    before = counts(store, "bad")
+    again = ingest_paths(store, "bad", log)
+    assert (again.bad_lines, again.loss_parts) == (0, 0)
+    assert again.duplicates >= bad
+    assert _bad_lines(store, "bad") == bad
+    assert counts(store, "bad") == before

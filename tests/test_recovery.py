@@ -191,3 +191,25 @@ def test_a_clock_stepped_back_after_the_stream_hung_is_read_back_to(make_simclus
     follow_sim(sim, db, silence=DEFAULT_SILENCE, timeout=60)
     r = assert_exactly_once(sim, db, "r")
     assert len(r["got"]) == steps, f"lost {_lost(r, steps)}"
+
+
+@pytest.mark.timeout(150)
+def test_a_hung_stream_whose_looks_are_throttled_is_re_read_at_once(make_simcluster, tmp_path):
+    """Nine 429s with `Retry-After: 1` (API Priority and Fairness) wait on pods/log while the
+    stream is open; then the log rotates (the stream hangs) and rotates again 12 s later. Each
+    look at the pod took one 429 and was tried again after our own back-off (0.5, 1, 2, 2 … s):
+    ~17 s before the re-read, and the second rotation took the lines in between (chaos seed
+    1001). A refused look at a stream quiet past its threshold re-opens it at once: kubectl waits
+    out Retry-After by itself, and the pod is looked at beside it, each look honouring it."""
+    steps = 480
+    sim = make_simcluster(scenario(
+        {"action": "fail_next", "at_step": 40, "n": 9, "code": 429, "path": "/log", "retry_after": 1},
+        {"action": "rotate", "at_step": 100},
+        {"action": "rotate", "at_step": 340},
+        rate=20, jobsets=[{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": steps, "checkpoint_period": 1000}}]))
+    db = str(tmp_path / "s.db")
+    follow_sim(sim, db, silence=DEFAULT_SILENCE, timeout=120)
+    assert [o for o in sim.truth.unavailable() if o.kind == "fail_next"][0].to_ns is not None  # all 9 answered
+    r = assert_exactly_once(sim, db, "r")
+    assert len(r["got"]) == steps, f"lost {_lost(r, steps)}"
+    assert not [k for k, _ in findings(db, "r") if k in ("gap", "head_gap")]

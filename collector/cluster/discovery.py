@@ -204,6 +204,25 @@ def api_message(exc: Exception) -> str:
     return str(getattr(exc, "reason", "") or "").strip()
 
 
+def retry_after(exc: Exception) -> float | None:
+    """Seconds a refused request's answer asked to wait (`Retry-After`, as API Priority and
+    Fairness and a 503 write it; else the Status' `details.retryAfterSeconds`), None if it
+    named none: the caller then backs off by its own rule."""
+    headers = getattr(exc, "headers", None) or {}
+    value = headers.get("Retry-After") if hasattr(headers, "get") else None
+    if value is None:
+        try:
+            body = json.loads(getattr(exc, "body", None) or "")
+            value = body.get("details", {}).get("retryAfterSeconds") if isinstance(body, dict) else None
+        except (TypeError, ValueError, AttributeError):
+            value = None
+    try:
+        seconds = float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None  # an HTTP date, or garbage: our own rule
+    return seconds if seconds is not None and seconds >= 0 else None
+
+
 _OBJECT = re.compile(r"<[\w.]+ object at 0x[0-9a-f]+>:?\s*")  # urllib3's repr of the connection
 
 
@@ -223,7 +242,8 @@ def reason_of(exc: Exception) -> tuple[str, str]:
         return "auth", f"{api_message(exc) or 'Unauthorized'} (401)"
     if isinstance(exc, ApiException) and status == 403:
         return "forbidden", f"{api_message(exc) or 'Forbidden'} (403)"
-    if isinstance(exc, ApiException) and isinstance(status, int) and status >= 500:
+    if isinstance(exc, ApiException) and isinstance(status, int) and (status >= 500 or status == 429):
+        # 429: throttled (API Priority and Fairness), a server error to the run's health
         return "server_error", f"{api_message(exc)} ({status})"
     if isinstance(exc, ValueError | TypeError) or (isinstance(exc, ApiException) and status == 0):
         # TypeError: a body that is not JSON, which the client hands its models as a string
@@ -310,7 +330,7 @@ class _Watcher(threading.Thread):
                     list_fn = None
                 kind, reason = reason_of(exc)
                 self._post(self.on_error, kind, reason)
-                backoff.fail(kind)
+                backoff.fail(kind, retry_after(exc))
                 if self.recovery is not None:
                     self.recovery.wait_blocking(backoff.delay(self.backoff_max), self.stopping)
                 else:
@@ -564,6 +584,7 @@ class Discovery:
                 raise
 
         info = await asyncio.to_thread(get)
+        self.recovery.answered()  # the cluster answers: whoever waits out a failure retries now
         if isinstance(info, Refusal):  # became unsafe: as good as gone for its follower
             self._refuse(info)
             return None
@@ -582,4 +603,6 @@ class Discovery:
             finally:
                 resp.release_conn()
 
-        return await asyncio.to_thread(get)
+        data = await asyncio.to_thread(get)
+        self.recovery.answered()  # the cluster answers: whoever waits out a failure retries now
+        return data

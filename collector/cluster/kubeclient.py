@@ -33,7 +33,10 @@ from steptail.collector.cluster.kubectl import KubeTarget, classify, in_cluster
 
 # No retry of a refused connection or an error status; one of a read, for a pooled
 # connection the server closed meanwhile (a one-off, not a failure worth a log line).
-RETRIES = Retry(total=1, connect=0, read=1, redirect=0, status=0, other=0)
+# A 429 or 503 with Retry-After reaches the caller as the API's answer (ApiException, its
+# headers): urllib3 would otherwise take it for a retry, find none left and raise a
+# MaxRetryError without the wait the server named, read as a network failure (issue 33).
+RETRIES = Retry(total=1, connect=0, read=1, redirect=0, status=0, other=0, respect_retry_after_header=False)
 
 
 class KubeconfigError(Exception):

@@ -132,6 +132,18 @@ _RULES = (
     (NETWORK, re.compile(r"Unable to connect|connection refused|connection reset|EOF|"
                          r"i/o timeout|no route|TLS", re.I)),
 )
+# kubectl (client-go) honours a 429's Retry-After by itself, up to ten times; when it gives up
+# it prints no wait. API Priority and Fairness and the max-in-flight filter always ask for 1 s.
+THROTTLED_WAIT_S = 1.0
+_THROTTLED = re.compile(r"TooManyRequests|Too Many Requests|\(429\)|too many requests", re.I)
+
+
+def throttled_wait(reason: str) -> float | None:
+    """The wait a throttled request's answer asked for (THROTTLED_WAIT_S), None when `reason`
+    (kubectl's stderr or its one-line reason) is not a 429."""
+    return THROTTLED_WAIT_S if _THROTTLED.search(reason) else None
+
+
 def classify(stderr: str) -> tuple[str, str]:
     """(kind, one-line reason) for kubectl's stderr; tokens are masked."""
     text = mask(stderr.strip())

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 from steptail.collector.cluster import kubectl
-from steptail.collector.cluster.discovery import Discovery, PodInfo, reason_of
+from steptail.collector.cluster.discovery import Discovery, PodInfo, reason_of, retry_after
 from steptail.collector.cluster.kubectl import KubeTarget
 from steptail.collector.live.detect import Detectors
 from steptail.collector.live.prefetch import Prefetch
@@ -280,6 +280,7 @@ class RunFollower:
         self.pace = Pace()  # the writer's pace, for the hang watchdog
         self.probes = 0  # non-follow reads of a quiet pod's newest line
         self._round_trip = 0.0  # seconds the latest probe took: the API's pace now
+        self._look_wait: float | None = None  # the Retry-After of the latest look refused, if it named one
         # monotonic time until which the stream is known to have held back nothing: its latest
         # line, or a probe that found nothing unread (the stall clock counts quiet up to it only)
         self._heard: float | None = None
@@ -368,7 +369,7 @@ class RunFollower:
             try:
                 fresh = await self.discovery.get_pod(pod.name)
             except Exception as exc:  # noqa: BLE001 - e.g. auth lapse: report, back off, retry
-                await self._report(*reason_of(exc))
+                await self._report(*reason_of(exc), retry_after=retry_after(exc))
                 return
             if fresh is None or fresh.uid != pod.uid:
                 await self._drain(pod, gone=True)
@@ -538,8 +539,16 @@ class RunFollower:
                     if unread or (unread is None and quiet >= self.cfg.silence):
                         outcome = "silent"  # hung (or unknowable for too long): re-open
                         break
+                    if unread is None and self._look_wait is not None and delivered:
+                        # The look was throttled (429, Retry-After) at a stream quiet past its pace:
+                        # re-read now rather than look again after the wait and re-read after that
+                        # (chaos seed 1001: nine 429s cost a look and a back-off each, 15 s).
+                        # kubectl waits out Retry-After by itself, the pod is read beside it
+                        # (_follow), and a quiet stream that was not hung costs one reconnect.
+                        outcome = "silent"
+                        break
                     if unread is None:  # the pod could not be asked: ask again soon, vouch for nothing
-                        watchdog.unknown(quiet)
+                        watchdog.unknown(quiet, self._look_wait)
                         refused_at = self.recovery.generation
                         continue
                     watchdog.quiet_confirmed(quiet)
@@ -555,7 +564,9 @@ class RunFollower:
                         outcome, why = "oversized", size.why
                     break
                 last_line = self._heard = time.monotonic()
-                delivered = True
+                if not delivered:
+                    delivered = True
+                    self.recovery.answered()  # kubectl was answered: every other wait ends
                 self.sink.delivering(True)
                 watchdog.reset()
                 ts_ns = line_ts(line)
@@ -611,10 +622,12 @@ class RunFollower:
         """Whether the pod's newest log line is one this stream has not delivered (the stream
         hangs on a rotated file); None when the pod cannot be asked."""
         self.probes += 1
+        self._look_wait = None
         try:
             newest = await self.discovery.last_log_line(pod.name, pod.container)
         except Exception as exc:  # noqa: BLE001 - unknowable: the caller falls back to --silence
             log.debug("%s: probe of %s failed: %s", self.run, pod.name, exc)
+            self._look_wait = retry_after(exc)  # the server said when to ask again: then, not later
             return None
         newest = newest.rstrip(b"\r\n").rpartition(b"\n")[2]
         if not newest:
@@ -934,10 +947,15 @@ class RunFollower:
         what the next read finds lost."""
         self._cause = (kind, reason)
 
-    async def _report(self, kind: str, reason: str) -> None:
+    async def _report(self, kind: str, reason: str, retry_after: float | None = None) -> None:
+        """One failure: counted, its cause kept, then the back-off — the wait a throttled answer
+        named (Retry-After; kubectl's 429 after its own retries: kubectl.THROTTLED_WAIT_S), never
+        our doubling on top of it."""
         if kind != "line_too_long":
             self.failed(kind, reason)
-        self.health.fail(kind, reason)  # counted; logged when the failure starts or changes kind
+        if retry_after is None:
+            retry_after = kubectl.throttled_wait(reason)
+        self.health.fail(kind, reason, retry_after=retry_after)  # counted; logged when it starts or changes kind
         if kind == "line_too_long" and (book := self.detectors.collector_events) is not None:
             # the stretch skipped is its own stream gap, recorded with this reason: the event it
             # opened lost steps should a gap finding name it
@@ -965,7 +983,7 @@ class RunFollower:
         deadline = start + delay
         generation = self.recovery.generation
         while (left := deadline - time.monotonic()) > 0:
-            if self.recovery.generation != generation:
+            if self.recovery.generation != generation and not self.health.told_to_wait:
                 log.debug("%s: the cluster answers again: retrying now, not after the back-off", self.run)
                 return
             for p in self.discovery.process0(self.jobset):

@@ -60,8 +60,9 @@ class Watchdog:
 
     @property
     def refused(self) -> bool:
-        """The latest look at the pod failed (the follower asks again at once on a recovery)."""
-        return self._refused.kind is not None
+        """The latest look at the pod failed, with no wait named (the follower asks again at once
+        on a recovery; a look throttled with Retry-After waits what the server asked)."""
+        return self._refused.kind is not None and self._refused.retry_after is None
 
     def threshold(self) -> float:
         usual = self.pace.usual_s()
@@ -74,11 +75,12 @@ class Watchdog:
         self._refused.ok()
         self.next_check = self._interval
 
-    def unknown(self, quiet: float) -> None:
+    def unknown(self, quiet: float, retry_after: float | None = None) -> None:
         """The pod could not be asked (the API failed): ask again after UNKNOWN_RETRY, doubling
-        while it keeps failing, at most one threshold later. A hung stream is not left until
-        `cap` because the API refused one look."""
-        self._refused.fail("look")
+        while it keeps failing, at most one threshold later; or exactly when the answer said
+        (`retry_after`: a 429's Retry-After), no back-off of ours on top. A hung stream is not
+        left until `cap` because the API refused one look."""
+        self._refused.fail("look", retry_after)
         self.next_check = quiet + self._refused.delay(self.threshold())
 
     def quiet_confirmed(self, quiet: float) -> None:

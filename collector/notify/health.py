@@ -23,6 +23,7 @@ def mask(text: str) -> str:
 
 
 BACKOFF_START = 0.25  # seconds before the first retry of a failure
+RETRY_AFTER_MAX = 60.0  # seconds: the longest Retry-After honoured as it is
 
 log = logging.getLogger("steptail.health")
 
@@ -80,23 +81,31 @@ class Backoff:
     """The retry rule of every source: the wait doubles with each failure of the same kind in
     a row, starts from `start` (BACKOFF_START) again when the kind changes or after a success
     (an auth lapse's waits never lengthen the retries of a later 503), and is at most `cap`.
-    A wait is ended early by a Recovery (below): a source that works again ends them all."""
+    A failure whose answer named its own wait (a 429's or 503's `Retry-After`) waits exactly
+    that: the server said when to come back, and our doubling on top made nine queued 429s
+    cost 15 s (chaos seed 1001). A wait is ended early by a Recovery (below): a source that
+    works again ends them all."""
 
     def __init__(self, start: float = BACKOFF_START) -> None:
         self.start = start
         self.kind: str | None = None  # of the current spell; None after a success
         self.same_kind = 0  # failures in a row of that kind (the exponent)
+        self.retry_after: float | None = None  # the wait the latest failure's answer named
 
-    def fail(self, kind: str) -> None:
+    def fail(self, kind: str, retry_after: float | None = None) -> None:
         self.same_kind = self.same_kind + 1 if kind == self.kind else 1
+        # bounded: a server's word of an hour would leave a running pod's log to rotate away
         self.kind = kind
+        self.retry_after = None if retry_after is None else max(0.0, min(float(retry_after), RETRY_AFTER_MAX))
 
     def ok(self) -> None:
-        self.kind, self.same_kind = None, 0
+        self.kind, self.same_kind, self.retry_after = None, 0, None
 
     def delay(self, cap: float) -> float:
         if self.kind is None:
             return 0.0
+        if self.retry_after is not None:
+            return self.retry_after  # the server's word, not capped below it nor doubled
         return min(cap, self.start * 2 ** min(self.same_kind - 1, 30))
 
 
@@ -117,13 +126,33 @@ class Recovery:
         self.generation = 0
         self.failing: set[int] = set()  # id() of each Health failing now
         self.listeners: list[Callable[[], None]] = []  # called at each recovery (on the loop)
+        # a failure came since the last wake: the next request answered anywhere wakes its source
+        # (once per failure, so a source failing alone is not retried at every other success)
+        self._unanswered = False
+        self._woken_at = -BACKOFF_START  # monotonic time of the latest wake by an answer
 
     def fail(self, source: object) -> None:
         self.failing.add(id(source))
+        self._unanswered = True
 
     def cleared(self, source: object) -> None:
         """`source` works again after failing: every wait still running ends."""
         self.failing.discard(id(source))
+        self._wake()
+
+    def answered(self) -> None:
+        """A request to the cluster succeeded (a look at a pod, a pod read, a stream's first
+        line): the cluster answers, so every source waiting out a failure since the last wake
+        retries now, not after its back-off. Cheap when nothing fails (every look calls it)."""
+        # At most one such wake per BACKOFF_START: two followers failing each on its own pod's
+        # log, each waking the other with its pod reads, would otherwise retry at every round trip.
+        now = time.monotonic()
+        if self.failing and self._unanswered and now - self._woken_at >= BACKOFF_START:
+            self._woken_at = now
+            self._wake()
+
+    def _wake(self) -> None:
+        self._unanswered = False
         self.generation += 1
         for wake in list(self.listeners):
             wake()
@@ -164,9 +193,10 @@ class Health:
     def failing_for(self) -> float:
         return 0.0 if self.since is None else time.monotonic() - self.since
 
-    def fail(self, kind: str, reason: str, exc_info=None) -> bool:
+    def fail(self, kind: str, reason: str, exc_info=None, retry_after: float | None = None) -> bool:
         """Count one failure; True (and one log line) when the source starts failing or the
-        kind of its failure changes."""
+        kind of its failure changes. `retry_after`: the wait the answer named (Retry-After),
+        the next back-off."""
         reason = mask(reason)[:500]
         self.counts[kind] = self.counts.get(kind, 0) + 1
         self._failures_in_spell += 1
@@ -177,7 +207,7 @@ class Health:
             self.metrics.error(self.run, self.source, kind)
         previous, self.failing = self.failing, (kind, reason)
         self.last = self.failing
-        self._backoff.fail(kind)
+        self._backoff.fail(kind, retry_after)
         if self.recovery is not None:
             self.recovery.fail(self)
         if previous is not None and previous[0] == kind:
@@ -225,6 +255,12 @@ class Health:
     def backoff(self, cap: float) -> float:
         """Seconds to wait before retrying the current failure (the Backoff rule)."""
         return 0.0 if self.failing is None else self._backoff.delay(cap)
+
+    @property
+    def told_to_wait(self) -> bool:
+        """The current failure's answer named its wait (Retry-After): a recovery elsewhere does
+        not cut it short — the server asked this request to wait, whoever else it answers."""
+        return self.failing is not None and self._backoff.retry_after is not None
 
     def state(self) -> str:
         return "ok" if self.failing is None else f"failing ({self.failing[0]})"
