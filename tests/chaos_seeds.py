@@ -98,10 +98,9 @@ ISSUE33: dict[int, tuple[dict, tuple[str, ...], str]] = {
           ">= 5 s missed, 93 unflagged; no line read after the bursts until the run ended"),
     # found by the benchmark on 2026-12-04 (lead 7929433). 1001 since its fix: steps 47-50 (rotated
     # away 1.6 s into the hang, before any look could see it) are a flagged stream gap; 51-71 are
-    # read late, ~15 s after the fault (open, issue 33 item 4): every /log request takes one of the
-    # nine queued 429s (Retry-After 1 s) — three refused probes under the 2.3 s slow API, then the
-    # drain at the container's end. A probe refused while the stream is quiet past its threshold
-    # could re-open the stream instead (kubectl waits out Retry-After itself): not tried yet.
+    # read ~10 s after the fault: ~2 s to see the hang, a 2.3 s look under the slow API, then the
+    # nine queued 429s on /log, each naming a 1 s wait the collector honours (the server's, not a
+    # back-off of its own); a throttled look re-opens the stream at once (kubectl waits them out).
     1001: (BENCH30, ("sqlite",),
            "1: slow API over rotations with 429s queued on /log: the stream hung on a rotated file, the "
            "container exited, and each -f opened again was killed after 1 s of quiet before the API "
