@@ -269,10 +269,11 @@ class Cursor:
         digest = line_digest(line.rstrip(b"\r\n"))
         return digest in self._known or digest in self.jumped
 
-    def seen(self, ts_ns: int | None, line: bytes) -> bool:
+    def seen(self, ts_ns: int | None, line: bytes, read_at_ns: int | None = None) -> bool:
         """Whether this line was read. A line not read stamped before the mark (the follower
         asks about the pod's newest line) is evidence the clock stepped back: the next re-read
-        reaches back to it (since_ns), else the server would filter out the lines after it."""
+        reaches back to it (since_ns), else the server would filter out the lines after it.
+        `read_at_ns`: when the mark last moved before the pod was asked (asked beside a read)."""
         if ts_ns is None:
             return False
         if self.knows(line):
@@ -280,7 +281,7 @@ class Cursor:
         if self.hwm_ns is not None and ts_ns < self.hwm_ns:
             # the step back happened after the last line read: its first line is stamped at most
             # the time since then before this one
-            behind = ts_ns - max(0, time.time_ns() - self.read_at_ns)
+            behind = ts_ns - max(0, time.time_ns() - (read_at_ns or self.read_at_ns))
             self.behind_ns = behind if self.behind_ns is None else min(self.behind_ns, behind)
         return False
 

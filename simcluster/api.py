@@ -21,6 +21,7 @@ from steptail.simcluster.objects import CONTAINER
 from steptail.simcluster.state import ClusterState
 
 USER = web.RequestKey("user", str)  # the account a request authenticated as
+ASKED = web.RequestKey("asked", float)  # when the request arrived, before any injected delay
 WATCH_POLL = 0.02  # seconds between two looks of an open watch for new events
 
 _FAILURE_MESSAGES = {
@@ -73,6 +74,7 @@ class LogRead:
     previous: bool
     start: float
     end: float | None = None  # None while the stream is open
+    asked: float = 0.0  # when the request arrived (start: when answered, after a slow API's delay)
 
 
 class KubeApi:
@@ -133,6 +135,7 @@ class KubeApi:
         path = request.path
         if path in ("/healthz", "/livez", "/readyz"):
             return web.Response(text="ok")
+        request[ASKED] = time.time()
         await self._held(str(request.rel_url))  # slow_api / hang_api match path and query
         user = self.user(request.headers.get("Authorization", ""))
         request[USER] = user
@@ -456,7 +459,8 @@ class KubeApi:
         def frozen() -> bool:  # hang_api with streams: nothing more is sent meanwhile
             return st.faults.hanging(str(request.rel_url), stream=True)
 
-        read = LogRead(request.get(USER) or "", ns, name, follow and not previous, previous, time.time())
+        read = LogRead(request.get(USER) or "", ns, name, follow and not previous, previous, time.time(),
+                       asked=request.get(ASKED) or time.time())
         with st.lock:
             self.log_reads.append(read)
         try:

@@ -235,6 +235,8 @@ def run_schedule(schedule: dict, db_url: str, workdir: Path, *, timeout: float |
         servable, written, reads = _line_truth(sim, schedule)
         log_reads = sim.log_reads if len(followers) > 1 else []
         unavailable = _outages(sim, ended)
+        burst_ends = [None if o.to_ns is None else o.to_ns / 1e9
+                      for o in sim.truth.unavailable() if o.kind == "fail_next"]
         sim.stop_thread()
         if proxy is not None:
             proxy.stop()
@@ -242,6 +244,7 @@ def run_schedule(schedule: dict, db_url: str, workdir: Path, *, timeout: float |
     obs = Observation(schedule=schedule, truths=truths, started=t0, collector=spans,
                       samples=sampler.samples, log_reads=log_reads, owner_lost=owner_lost, ended=ended,
                       servable=servable, written=written, unavailable=unavailable, reads=reads,
+                      burst_ends=burst_ends,
                       running={account(f.index): [(a, min(b, ended)) for a, b in f.spans] for f in followers})
     store = open_store(db_url)
     try:

@@ -65,6 +65,9 @@ class Observation:
     # jobset -> [(written, first served or None, servable until or None)] of every process-0 line,
     # in seconds (sim.truth.servable): when the follower read again after a fault
     reads: dict[str, list[tuple[float, float | None, float | None]]] = field(default_factory=dict)
+    # when each queued burst of refusals (fail_next, in the order fired) had its last one
+    # answered, in seconds (None: never all answered): such a fault ends then, not when fired
+    burst_ends: list[float | None] = field(default_factory=list)
 
 
 @dataclass
@@ -324,11 +327,29 @@ def _ended_while_following(obs: Observation):
     from steptail.simcluster.chaos import fault_windows
 
     names = [j["name"] for j in obs.schedule["jobsets"]]
-    for _, end, f in fault_windows(obs.schedule):
-        te = obs.started + end
+    windows = []  # (start, true end, fault)
+    bursts = iter(obs.burst_ends)
+    for start, end, f in fault_windows(obs.schedule):
+        ts, te = obs.started + start, obs.started + end
+        if f["action"] == "fail_next":
+            # a queue of refusals lasts until its last one is answered (a 429's Retry-After
+            # spaces them out): recovery counts from then
+            answered = next(bursts, te)
+            te = max(te, obs.ended if answered is None else answered)
+        windows.append((ts, te, f))
+    # while the API refuses every log read, nothing can be read: a fault that ends inside such a
+    # refusal is recovered from when the refusal ends (the refusal's own recovery counts then)
+    refusals = [(s, e) for s, e, f in windows if f["action"] in _REFUSING and f.get("path") in (None, "/log")]
+    for _, te, f in windows:
+        while (later := max((e for s, e in refusals if s <= te < e), default=None)) is not None:
+            te = later
         if any(s <= te < e for s, e in obs.collector):
             for js in ([f["jobset"]] if f.get("jobset") else names):
                 yield te, js
+
+
+# faults during which the API answers no log read of ours (a slow answer is still an answer)
+_REFUSING = ("auth_lapse", "fail_next", "hang_api")
 
 
 def worst_read_recovery(obs: Observation) -> float:

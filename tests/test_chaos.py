@@ -191,6 +191,37 @@ def test_the_oracle_measures_read_recovery_and_the_worst_unrecorded_step():
     assert worst_read_recovery(obs) == 0.0
 
 
+def test_a_queued_burst_of_refusals_ends_when_its_last_one_is_answered():
+    """Nine 429s fired at 2 s, answered 1 s apart (Retry-After): the fault ends at the last
+    refusal (11 s, the simulator's truth), not when it was fired; recovery counts from then."""
+    from steptail.simcluster.oracle import Observation, worst_read_recovery
+
+    schedule = {"faults": [{"at": 2.0, "action": "fail_next", "n": 9, "code": 429, "retry_after": 1,
+                            "path": "/log", "kind": "throttled"}],
+                "jobsets": [{"name": "a"}], "chaos": {"seed": 0}}
+    reads = {"a": [(101.0, 101.0, None), (103.0, 112.0, None)]}
+    fired = Observation(schedule=schedule, truths={}, started=100.0, collector=[(100.0, 120.0)], reads=reads)
+    assert worst_read_recovery(fired) == pytest.approx(112.0 - 103.0)  # counted from the firing
+    answered = Observation(schedule=schedule, truths={}, started=100.0, collector=[(100.0, 120.0)],
+                           reads=reads, burst_ends=[111.0])
+    assert worst_read_recovery(answered) == pytest.approx(112.0 - 111.0)
+    # a burst never wholly answered ends with the run: outside the collector's span, not counted
+    never = Observation(schedule=schedule, truths={}, started=100.0, collector=[(100.0, 120.0)],
+                        reads=reads, burst_ends=[None], ended=121.0)
+    assert worst_read_recovery(never) == 0.0
+    # a rotation at 5 s, inside the refusals: nothing could be read until they ended (chaos seed
+    # 1001); a 5xx burst on /pods only leaves logs readable and moves nothing
+    schedule["faults"] += [{"at": 5.0, "action": "rotate", "jobset": "a", "kind": "slow_rotations"},
+                           {"at": 5.5, "action": "fail_next", "n": 3, "code": 503, "path": "/pods",
+                            "kind": "server_errors"}]
+    rotated = Observation(schedule=schedule, truths={}, started=100.0, collector=[(100.0, 120.0)],
+                          reads={"a": [(101.0, 101.0, None), (105.5, 112.0, None), (106.0, 112.0, None)]},
+                          burst_ends=[111.0, 109.0])
+    assert worst_read_recovery(rotated) == pytest.approx(112.0 - 111.0)
+    rotated.burst_ends = [104.0, 109.0]  # the refusals over before the rotation: from the rotation
+    assert worst_read_recovery(rotated) == pytest.approx(112.0 - 105.5)
+
+
 # ---- seeds against the follower, both stores
 def _seed_params():
     for seed, extra in SEEDS:

@@ -621,6 +621,17 @@ class RunFollower:
     async def _pod_has_unread(self, pod: PodInfo, key: str) -> bool | None:
         """Whether the pod's newest log line is one this stream has not delivered (the stream
         hangs on a rotated file); None when the pod cannot be asked."""
+        newest = await self._newest_line(pod)
+        if not newest:
+            # Unknowable, or the current file is empty: it just rotated, and the stream may hang
+            # on the file before it. Unknown, not quiet: asked again soon (a quiet confirmed
+            # doubles the wait, and the next rotation took the lines written meanwhile: seed 402).
+            return None
+        cursor = self.model.cursors.get(key)
+        return cursor is None or not cursor.seen(line_ts(newest), newest)
+
+    async def _newest_line(self, pod: PodInfo) -> bytes | None:
+        """The pod's newest log line (b"" for an empty file), None when it cannot be asked."""
         self.probes += 1
         self._look_wait = None
         try:
@@ -629,14 +640,7 @@ class RunFollower:
             log.debug("%s: probe of %s failed: %s", self.run, pod.name, exc)
             self._look_wait = retry_after(exc)  # the server said when to ask again: then, not later
             return None
-        newest = newest.rstrip(b"\r\n").rpartition(b"\n")[2]
-        if not newest:
-            # The current file is empty: it just rotated, and the stream may hang on the file
-            # before it. Unknown, not quiet: asked again soon (a quiet confirmed doubles the
-            # wait, and the next rotation took the lines written meanwhile: seed 402).
-            return None
-        cursor = self.model.cursors.get(key)
-        return cursor is None or not cursor.seen(line_ts(newest), newest)
+        return newest.rstrip(b"\r\n").rpartition(b"\n")[2]
 
     # ------------------------------------------------------------------------ draining
     async def _drain(self, pod: PodInfo, gone: bool = False) -> None:
@@ -654,17 +658,21 @@ class RunFollower:
             return
         if not await self._catch_up_previous(pod) and not gone:
             return
-        if not gone and not pod.deleting and key in self.model.cursors:
-            # The pod's newest line first: stamped before the mark, the node clock stepped back
-            # since the last line read, and the read reaches back to it (Cursor.seen); else
-            # --since-time filtered out every line after the step (seed 402).
-            await self._pod_has_unread(pod, key)
-        since, skipping = self._read_since(key)
         self._set_state("draining old pod", pod)
-        check = self._check_for(key, since, pod, skipping)
-        self._reading(pod)
-        argv = self.target.logs_argv(pod.name, pod.container, since_ns=since)
-        code, err = await self._read_once(argv, key, check)
+        cursor = self.model.cursors.get(key)
+        newest, read_at = None, 0
+        if not gone and not pod.deleting and cursor is not None:
+            # The pod's newest line, asked beside the read (one round trip, not two in series):
+            # unread and stamped before where the read starts, the node clock stepped back since
+            # the last line read and --since-time filtered out the lines after the step: read
+            # again, reaching back to it (Cursor.seen; seed 402).
+            newest = asyncio.create_task(self._newest_line(pod))
+            read_at = cursor.read_at_ns
+        try:
+            code, err, since = await self._drain_reads(pod, key, cursor, newest, read_at)
+        finally:
+            if newest is not None:
+                newest.cancel()
         if code == kubectl.OVERSIZED:
             await self._oversized(pod, key, err)
             return
@@ -679,6 +687,25 @@ class RunFollower:
             self.known.pop(pod.uid, None)
             return
         await self._report(kind, f"draining {pod.name}: {reason}")
+
+    async def _drain_reads(self, pod: PodInfo, key: str, cursor: Cursor | None, newest: asyncio.Task | None,
+                           read_at: int) -> tuple[int | None, str, int | None]:
+        """The drain's read from the cursor (kubectl's exit code, its error, where the read
+        started); read again from the pod's newest line (`newest`, asked beside it) when the
+        first read missed it, stamped before the read's start."""
+        while True:
+            since, skipping = self._read_since(key)
+            check = self._check_for(key, since, pod, skipping)
+            self._reading(pod)
+            argv = self.target.logs_argv(pod.name, pod.container, since_ns=since)
+            code, err = await self._read_once(argv, key, check)
+            if newest is None:
+                return code, err, since
+            line, newest = await newest, None
+            if code != 0 or not line or since is None or cursor.seen(line_ts(line), line, read_at):
+                return code, err, since  # read again only when the clock stepped back behind it
+            if cursor.since_ns is None or cursor.since_ns >= since:
+                return code, err, since
 
     async def _catch_up_previous(self, pod: PodInfo) -> bool:
         """After an in-place restart, read the rest of the container we were following.
