@@ -179,7 +179,9 @@ def _log_503s(r, t, js):
 
 def _throttled(r, t, js):
     # API Priority and Fairness: 429 with Retry-After: 1 (client-go waits and retries by itself)
-    return [{"at": t, "action": "fail_next", "n": r.randint(1, 12), "code": 429, "retry_after": 1,
+    # for 1-12 s, however often one asks (a queue of n refusals made a client that asks less
+    # often wait longer: the server's load does not follow one client's pace)
+    return [{"at": t, "action": "throttle", "seconds": float(r.randint(1, 12)), "retry_after": 1,
              "path": r.choice([None, "/pods", "/log"])}]
 
 
@@ -236,7 +238,7 @@ KINDS = {  # kind -> (weight, drawer, needs a simulator action)
     "slow_rotations": (3, _slow_rotations, "slow_api"),
     "auth_then_5xx": (2, _auth_then_5xx, "auth_lapse"),
     "log_503s": (2, _log_503s, "fail_next"),
-    "throttled": (1, _throttled, "fail_next"),
+    "throttled": (1, _throttled, "throttle"),
     "old_repeat": (2, _old_repeat, "repeat_lines"),
     "clock_back_rotation": (2, _clock_back_rotation, "clock_step"),
     "checkpoint_pause": (2, _checkpoint_pause, "stall"),

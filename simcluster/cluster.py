@@ -397,6 +397,13 @@ class SimCluster:
         with self.lock:
             self.state.faults.queue_failures(n, code, path, retry_after)
 
+    def throttle(self, seconds: float = 5.0, path: str | None = None, retry_after: int = 1) -> None:
+        """For `seconds`, every request whose path and query contain `path` (None: any) gets 429
+        TooManyRequests with `Retry-After: retry_after`, as API Priority and Fairness rejects
+        while a priority level is saturated: for a span of time, however often a client asks."""
+        with self.lock:
+            self.state.faults.add_throttle(seconds, path, retry_after)
+
     def deny(self, seconds: float | None = None, user: str | None = None) -> None:
         """For `seconds` (None: from now on) pod list and watch requests get 403 Forbidden with
         the Status body RBAC gives a service account without the Role (deploy/rbac.yaml)."""

@@ -19,7 +19,7 @@ class ApiOutage:
     """One API fault as it happened: kind, true wall-clock ns it started and ended (None while
     in force; an instant fault such as eof_streams has from_ns == to_ns), and its parameters."""
 
-    kind: str  # auth_lapse | deny | fail_next | corrupt_pods | slow_api | hang_api | eof_streams | watch_gone
+    kind: str  # auth_lapse | deny | fail_next | throttle | corrupt_pods | slow_api | hang_api | eof_streams | watch_gone
     from_ns: int
     to_ns: int | None
     params: dict = field(default_factory=dict)
@@ -33,6 +33,7 @@ class _Timed:
     path: str | None
     delay: float = 0.0
     streams: bool = False  # hang_api: open streams freeze too
+    retry_after: int | None = None  # throttle: the seconds its 429 names
 
     def applies(self, path: str, now: float) -> bool:
         return now < self.until and (self.path is None or self.path in path)
@@ -57,6 +58,7 @@ class ApiFaults:
     compacted_rv: int = 0  # watch_gone: a watch from an older resourceVersion gets 410 Expired
     slow: list[_Timed] = field(default_factory=list)
     hang: list[_Timed] = field(default_factory=list)
+    throttled: list[_Timed] = field(default_factory=list)
     history: list[ApiOutage] = field(default_factory=list)
 
     # ---- setting (cluster.py's fault methods)
@@ -86,6 +88,10 @@ class ApiFaults:
         self.record("slow_api", seconds, delay=delay, path=path)
         self.slow.append(_Timed(time.time() + float(seconds), path, delay=float(delay)))
 
+    def add_throttle(self, seconds: float, path: str | None, retry_after: int) -> None:
+        self.record("throttle", seconds, path=path, retry_after=retry_after)
+        self.throttled.append(_Timed(time.time() + float(seconds), path, retry_after=retry_after))
+
     def add_hang(self, seconds: float, path: str | None, streams: bool) -> None:
         self.record("hang_api", seconds, path=path, streams=streams)
         self.hang.append(_Timed(time.time() + float(seconds), path, streams=streams))
@@ -95,8 +101,13 @@ class ApiFaults:
         return time.time() < self.lapse_until
 
     def take_failure(self, path: str) -> tuple[int, int | None] | None:
-        """(status code, Retry-After seconds or None) queued for this request, if the head of
-        the queue matches it."""
+        """(status code, Retry-After seconds or None) for this request: 429 while a throttle of
+        its path lasts, else what is queued, if the head of the queue matches it."""
+        now = time.time()
+        self.throttled = [t for t in self.throttled if now < t.until]
+        for t in self.throttled:
+            if t.applies(path, now):
+                return 429, t.retry_after
         if self.fail_queue:
             code, sub, retry_after, o = self.fail_queue[0]
             if sub is None or sub in path:

@@ -306,10 +306,11 @@ def _justified_critical(schedule: dict, truth: list) -> set[str]:
 
 def worst_recovery(obs: Observation) -> float:
     """Longest wait, after a fault ended while following, until the store gained rows of the
-    run again; counted only where the trainer wrote a step afterwards that was then recorded."""
+    run again; counted only where the trainer wrote a step afterwards that was then recorded,
+    in seconds the API refused no log read (_readable)."""
     if not obs.samples:
         return 0.0
-    worst = 0.0
+    worst, refusals = 0.0, _refusals(obs)
     for te, run in _ended_while_following(obs):
         before = _count_at(obs.samples, te, run)
         later = [t for t in obs.truths.get(run, [])
@@ -318,46 +319,63 @@ def worst_recovery(obs: Observation) -> float:
             continue
         grown = next((t for t, c in obs.samples if t >= te and c.get(run, 0) > before), None)
         if grown is not None:
-            worst = max(worst, grown - te)
+            worst = max(worst, _readable(refusals, te, grown))
     return worst
 
 
 def _ended_while_following(obs: Observation):
     """(when, JobSet) for every fault that ended while the collector ran, once per JobSet it hit."""
-    from steptail.simcluster.chaos import fault_windows
-
     names = [j["name"] for j in obs.schedule["jobsets"]]
-    windows = []  # (start, true end, fault)
-    bursts = iter(obs.burst_ends)
-    for start, end, f in fault_windows(obs.schedule):
-        ts, te = obs.started + start, obs.started + end
-        if f["action"] == "fail_next":
-            # a queue of refusals lasts until its last one is answered (a 429's Retry-After
-            # spaces them out): recovery counts from then
-            answered = next(bursts, te)
-            te = max(te, obs.ended if answered is None else answered)
-        windows.append((ts, te, f))
-    # while the API refuses every log read, nothing can be read: a fault that ends inside such a
-    # refusal is recovered from when the refusal ends (the refusal's own recovery counts then)
-    refusals = [(s, e) for s, e, f in windows if f["action"] in _REFUSING and f.get("path") in (None, "/log")]
-    for _, te, f in windows:
-        while (later := max((e for s, e in refusals if s <= te < e), default=None)) is not None:
-            te = later
+    for _, te, f in _fault_spans(obs):
         if any(s <= te < e for s, e in obs.collector):
             for js in ([f["jobset"]] if f.get("jobset") else names):
                 yield te, js
 
 
+def _fault_spans(obs: Observation) -> list[tuple[float, float, dict]]:
+    """(start, end, fault) in seconds: a queue of refusals lasts until its last one was answered
+    (a 429's Retry-After spaces them out; sim.truth), the rest as scheduled."""
+    from steptail.simcluster.chaos import fault_windows
+
+    out = []
+    bursts = iter(obs.burst_ends)
+    for start, end, f in fault_windows(obs.schedule):
+        ts, te = obs.started + start, obs.started + end
+        if f["action"] == "fail_next":
+            answered = next(bursts, te)
+            te = max(te, obs.ended if answered is None else answered)
+        out.append((ts, te, f))
+    return out
+
+
 # faults during which the API answers no log read of ours (a slow answer is still an answer)
-_REFUSING = ("auth_lapse", "fail_next", "hang_api")
+_REFUSING = ("auth_lapse", "fail_next", "throttle", "hang_api")
+
+
+def _refusals(obs: Observation) -> list[tuple[float, float]]:
+    return [(s, e) for s, e, f in _fault_spans(obs) if f["action"] in _REFUSING and f.get("path") in (None, "/log")]
+
+
+def _readable(refusals: list[tuple[float, float]], a: float, b: float) -> float:
+    """Seconds of [a, b] in which the API refused no log read: what a recovery is measured in
+    (a fault that ends while, or just before, the API refuses every read cannot be recovered
+    from until it answers again)."""
+    cut, end = 0.0, a
+    for s, e in sorted(refusals):
+        s, e = max(s, end), min(e, b)
+        if e > s:
+            cut += e - s
+            end = e
+    return max(0.0, b - a - cut)
 
 
 def worst_read_recovery(obs: Observation) -> float:
     """Longest wait, after a fault ended while following, until the API served a line of the
     JobSet again (sim.truth: a line's first response), counted from the fault's end or, when
-    no line was waiting then, from the write of the first line that came after it. Faults
-    after which nothing more was read are left to the lost-step counts."""
-    worst = 0.0
+    no line was waiting then, from the write of the first line that came after it, in seconds
+    the API refused no log read (_readable). Faults after which nothing more was read are left
+    to the lost-step counts."""
+    worst, refusals = 0.0, _refusals(obs)
     for te, js in _ended_while_following(obs):
         lines = obs.reads.get(js, [])
         read = [r for _, r, _ in lines if r is not None and r > te]
@@ -365,7 +383,7 @@ def worst_read_recovery(obs: Observation) -> float:
         waiting = [w for w, r, until in lines
                    if (r is None or r > te) and (until is None or until > te)]
         if read and waiting:
-            worst = max(worst, min(read) - max(te, min(waiting)))
+            worst = max(worst, _readable(refusals, max(te, min(waiting)), min(read)))
     return worst
 
 

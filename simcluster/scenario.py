@@ -17,7 +17,7 @@ ACTIONS = {
     "stamp_skew", "clock_step", "db_outage", "db_restore", "slow_api", "hang_api", "watch_gone",
     "rotate", "restart_jobset", "restart_container", "auth_lapse", "fail_next", "eof_streams",
     "stall", "set_rate", "deny", "corrupt_pods", "write_lines", "flood", "delete_pod",
-    "garbage", "endless_line", "set_image", "suspend", "fail_jobset", "repeat_lines",
+    "garbage", "endless_line", "set_image", "suspend", "fail_jobset", "repeat_lines", "throttle",
 }
 # JobSet fields a real object may lack (`omit` key): what another tool wrote, or a JobSet
 # the controller has not reconciled yet (no status). Pods keep their own (a pod needs an image).

@@ -193,7 +193,8 @@ def test_the_oracle_measures_read_recovery_and_the_worst_unrecorded_step():
 
 def test_a_queued_burst_of_refusals_ends_when_its_last_one_is_answered():
     """Nine 429s fired at 2 s, answered 1 s apart (Retry-After): the fault ends at the last
-    refusal (11 s, the simulator's truth), not when it was fired; recovery counts from then."""
+    refusal (11 s, the simulator's truth), not when it was fired; recovery counts the seconds
+    the API refused no log read."""
     from steptail.simcluster.oracle import Observation, worst_read_recovery
 
     schedule = {"faults": [{"at": 2.0, "action": "fail_next", "n": 9, "code": 429, "retry_after": 1,
@@ -220,6 +221,10 @@ def test_a_queued_burst_of_refusals_ends_when_its_last_one_is_answered():
     assert worst_read_recovery(rotated) == pytest.approx(112.0 - 111.0)
     rotated.burst_ends = [104.0, 109.0]  # the refusals over before the rotation: from the rotation
     assert worst_read_recovery(rotated) == pytest.approx(112.0 - 105.5)
+    # refusals from 106 to 111, after the rotation: 0.5 s readable before, 1 s after
+    schedule["faults"][0]["at"] = 6.0
+    rotated.burst_ends = [111.0, 109.0]
+    assert worst_read_recovery(rotated) == pytest.approx(1.5)
 
 
 # ---- seeds against the follower, both stores

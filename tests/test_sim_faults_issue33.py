@@ -63,7 +63,8 @@ def test_a_repeat_is_served_on_the_wire_with_its_old_stamp(make_simcluster, monk
 
 
 def raw_get(sim, path: str) -> tuple[int, dict, dict]:
-    """(status, headers, JSON body) of one GET with the bare token, no client retrying it."""
+    """(status, headers, body: JSON decoded, else bytes) of one GET with the bare token, no
+    client retrying it."""
     ctx = ssl.create_default_context(cadata=base64.b64decode(
         yaml.safe_load(sim.kubeconfig_path.read_text())["clusters"][0]["cluster"]["certificate-authority-data"]
     ).decode())
@@ -72,7 +73,8 @@ def raw_get(sim, path: str) -> tuple[int, dict, dict]:
     try:
         conn.request("GET", path, headers={"Authorization": f"Bearer {sim.token}"})
         r = conn.getresponse()
-        return r.status, dict(r.getheaders()), json.loads(r.read())
+        body = r.read()
+        return r.status, dict(r.getheaders()), json.loads(body) if "json" in r.getheader("Content-Type", "") else body
     finally:
         conn.close()
 
@@ -108,6 +110,26 @@ def test_kubectl_retries_a_429_with_retry_after_by_itself(make_simcluster):
     assert r.returncode == 0, r.stderr  # client-go waits Retry-After and retries
     statuses = [s for _, path, s in sim.requests if "/pods" in path and "/log" not in path]
     assert statuses[-4:] == [429, 429, 429, 200]
+
+
+def test_a_throttle_refuses_for_its_span_however_often_one_asks(make_simcluster):
+    """API Priority and Fairness rejects while a priority level is saturated: a span of time,
+    not a count of requests (a client asking less often is not refused longer)."""
+    sim = make_simcluster(scenario())
+    wait_running(sim)
+    sim.throttle(seconds=1.5, path="/log", retry_after=1)
+    log = f"/api/v1/namespaces/default/pods/{sim.process0()}/log?tailLines=1"
+    answers = [raw_get(sim, log) for _ in range(5)]
+    assert all(code == 429 and headers["Retry-After"] == "1" and body["reason"] == "TooManyRequests"
+               for code, headers, body in answers)
+    assert raw_get(sim, "/api/v1/namespaces/default/pods")[0] == 200  # another path is served
+    throttle = [o for o in sim.truth.unavailable() if o.kind == "throttle"]
+    assert [o.params for o in throttle] == [{"path": "/log", "retry_after": 1}]
+    assert throttle[0].to_ns - throttle[0].from_ns == 1_500_000_000
+    while time.time_ns() < throttle[0].to_ns:
+        time.sleep(0.05)
+    code, _, body = raw_get(sim, log)
+    assert code == 200 and body  # served again once it ends
 
 
 def test_a_jobset_object_without_optional_fields(make_simcluster, monkeypatch):
