@@ -85,6 +85,19 @@ def test_rbac_is_read_only():
     assert "CLOUDSDK_CORE_ACCOUNT" in env and "secretKeyRef" in env["STEPTAIL_DB"]["valueFrom"]
 
 
+def test_a_log_read_is_one_raw_request_with_kubectl_logs_query():
+    t = KubeTarget("team-a", "agent@example.com", kubeconfig="/k/config", context="gke_p_z_c")
+    argv = t.logs_argv("olmo3-sft-slice-0-0-x7z", "jax-tpu", follow=True, since_ns=1_796_400_000_999_999_999,
+                       previous=True, limit_bytes=1 << 20)
+    assert argv == ["kubectl", "get", "--raw",
+                    "/api/v1/namespaces/team-a/pods/olmo3-sft-slice-0-0-x7z/log?container=jax-tpu&timestamps=true"
+                    "&follow=true&previous=true&sinceTime=2026-12-04T16%3A00%3A00Z&limitBytes=1048576",
+                    "--kubeconfig=/k/config", "--context=gke_p_z_c"]
+    # sinceTime in whole seconds, truncated, as `kubectl logs --since-time` sends it
+    assert t.logs_argv("p", "c") == ["kubectl", "get", "--raw", "/api/v1/namespaces/team-a/pods/p/log?"
+                                     "container=c&timestamps=true", "--kubeconfig=/k/config", "--context=gke_p_z_c"]
+
+
 @pytest.mark.parametrize("stderr,kind", [
     ("E1130 cred.go:145] print credential failed\nERROR: (gcloud.config.config-helper) Reauthentication "
      "failed.\nUnable to connect to the server: getting credentials: exec: executable python failed", "auth"),

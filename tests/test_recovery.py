@@ -8,6 +8,7 @@ Real kubectl against the simulated cluster, checked against the simulator's trut
 from __future__ import annotations
 
 import itertools
+import re
 import threading
 import time
 
@@ -113,6 +114,30 @@ def test_a_hung_stream_under_a_slow_api_is_re_read_before_its_pod_is_read(make_s
     r = assert_exactly_once(sim, db, "r")
     assert len(r["got"]) == steps, f"lost {_lost(r, steps)}"
     assert not [k for k, _ in findings(db, "r") if k in ("gap", "head_gap")]
+
+
+@pytest.mark.timeout(150)
+def test_a_log_read_is_one_request(make_simcluster, tmp_path):
+    """`kubectl logs` asks for the API's discovery documents (cold cache) and the pod before
+    its log, in series: under a 2 s-slow API its first line came after 12.2 s, not one round
+    trip. Every read (the follow, its re-read after a rotation, the drain) is the raw read of
+    pods/log alone, with the query `kubectl logs --timestamps` sends."""
+    steps = 120
+    sim = make_simcluster(scenario(
+        {"action": "rotate", "at_step": 40},
+        rate=20, jobsets=[{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": steps, "checkpoint_period": 1000}}]))
+    db = str(tmp_path / "s.db")
+    follow_sim(sim, db, silence=DEFAULT_SILENCE, timeout=60)
+    r = assert_exactly_once(sim, db, "r")
+    assert len(r["got"]) == steps, f"lost {_lost(r, steps)}"
+    paths = [p for _, p, _ in sim.requests]
+    # kubectl's discovery documents (/api, /apis, /api/v1, /apis/GROUP/VERSION); /version once,
+    # kubectl's first contact with a server (cached in ~/.kube/cache after)
+    discovery = [p for p in paths if re.fullmatch(r"/api|/apis|/api/v1|/apis/[^/]+/[^/]+", p.split("?")[0])]
+    assert discovery == [] and len([p for p in paths if p.startswith("/version")]) <= 1
+    follows = [p for p in paths if "/log?" in p and "follow=true" in p]
+    assert len(follows) >= 2 and all("timestamps=true" in p and "container=" in p for p in follows)
+    assert any("sinceTime=" in p for p in follows)  # the re-read after the rotation
 
 
 @pytest.mark.timeout(150)

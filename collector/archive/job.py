@@ -1,7 +1,8 @@
 """`steptail archive`: every pod log of a JobSet saved before it is deleted.
 
 The pods are listed once (collector.archive.pods); each container instance's log is read
-with the real kubectl (`kubectl logs POD -c C --timestamps [--previous]`, read-only), a few
+with the real kubectl (the raw read of pods/log, as `kubectl logs POD -c C --timestamps
+[--previous]`, read-only), a few
 at once, gzipped on worker threads into DIR/<jobset>/<pod>/<container>[.previous].log.gz
 under a temporary name and renamed when complete (collector.archive.files); manifest.json
 lists pods and files (collector.archive.manifest). A second archive reads only what is not

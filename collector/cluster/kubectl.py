@@ -1,5 +1,13 @@
-"""`kubectl logs` as an asyncio subprocess: argv (never a shell string), environment, stderr
-classification, and killing by process group on every exit path."""
+"""kubectl reading a pod's log as an asyncio subprocess: argv (never a shell string),
+environment, stderr classification, the bound on one line, and killing by process group on
+every exit path.
+
+A log is read with `kubectl get --raw` on the pods/log subresource: the very request `kubectl
+logs` ends with, alone. `kubectl logs` first asks for the API's discovery documents (when its
+cache is cold) and the pod, in series: up to seven requests, 12 s before the first line under a
+2 s-slow API, where the raw read is one round trip. The body is the same bytes, streamed as they
+come (no whole line held: a line with no end does not grow kubectl), and the errors read the
+same ("Error from server (NotFound): ...")."""
 
 from __future__ import annotations
 
@@ -8,18 +16,18 @@ import os
 import re
 import signal
 import sys
+import time
 from dataclasses import dataclass
+from urllib.parse import quote, urlencode
 
 from steptail.collector.notify.health import mask
-from steptail.parsers.timestamps import format_ns
 
 ACCOUNT_VAR = "CLOUDSDK_CORE_ACCOUNT"
 LINE_LIMIT = 1 << 21  # StreamReader limit: longer than any line the model keeps (1 MiB)
-# kubectl holds a whole line before printing it (and more, while its buffer doubles): a line
-# with no end grows it without bound (400 MB of line: 867 MB of kubectl). Past this resident
-# size it is killed; the follower skips the line (FollowConfig.kubectl_max_rss).
-MAX_RSS = 256 << 20
-OVERSIZED = -9  # run_once's exit code when it killed kubectl for growing past max_rss
+# A line longer than this has no end worth waiting for: what the pod prints after it continues
+# it on the wire. The read stops and the follower skips the line (FollowConfig.max_line_bytes).
+MAX_LINE = 256 << 20
+OVERSIZED = -9  # run_once's exit code when it stopped inside a line longer than max_line
 
 # Every kubectl this process started and has not reaped yet: pid -> process.
 LIVE: dict[int, asyncio.subprocess.Process] = {}
@@ -95,19 +103,23 @@ class KubeTarget:
 
     def logs_argv(self, pod: str, container: str, *, follow: bool = False, since_ns: int | None = None,
                   previous: bool = False, limit_bytes: int | None = None) -> list[str]:
-        argv = [self.kubectl, "logs", pod, "-c", container, "--timestamps", "-n", self.namespace]
+        """`kubectl get --raw` of the pod's log: what `kubectl logs POD -c C --timestamps
+        [-f] [--previous] [--since-time] [--limit-bytes]` asks for, in one request."""
+        query: dict[str, str] = {"container": container, "timestamps": "true"}
+        if follow:
+            query["follow"] = "true"
+        if previous:
+            query["previous"] = "true"
+        if since_ns is not None:  # whole seconds, as kubectl logs --since-time sends it
+            query["sinceTime"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since_ns // 1_000_000_000))
+        if limit_bytes is not None:
+            query["limitBytes"] = str(limit_bytes)
+        path = f"/api/v1/namespaces/{quote(self.namespace, safe='')}/pods/{quote(pod, safe='')}/log"
+        argv = [self.kubectl, "get", "--raw", f"{path}?{urlencode(query)}"]
         if self.kubeconfig:
             argv.append(f"--kubeconfig={self.kubeconfig}")
         if self.context:
             argv.append(f"--context={self.context}")
-        if follow:
-            argv.append("-f")
-        if previous:
-            argv.append("--previous")
-        if since_ns is not None:
-            argv.append(f"--since-time={format_ns(since_ns)}")
-        if limit_bytes is not None:
-            argv.append(f"--limit-bytes={limit_bytes}")
         return argv
 
 
@@ -213,65 +225,34 @@ def kill_all() -> None:
         LIVE.pop(pid, None)
 
 
-def rss_bytes(pid: int) -> int | None:
-    """Resident memory of a process (Linux /proc/PID/statm: half the cost of status), None
-    when unknown."""
-    try:
-        with open(f"/proc/{pid}/statm", "rb") as f:
-            return int(f.read().split()[1]) * PAGE
-    except (OSError, ValueError, IndexError):
-        return None
+class LongLine:
+    """The line being read, when it is longer than the reader's limit (it arrives as
+    fragments): past `max_bytes` it has no end worth waiting for, and the read stops."""
 
+    def __init__(self, max_bytes: int | None) -> None:
+        self.max_bytes, self.bytes = max_bytes, 0
 
-PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+    def grew(self) -> bool:
+        """One more over-limit fragment of it (the reader drops about LINE_LIMIT bytes at a
+        time); True when it is past max_bytes."""
+        self.bytes += LINE_LIMIT
+        return self.max_bytes is not None and self.bytes > self.max_bytes
 
-
-class SizeWatch:
-    """Kills a kubectl that grows past max_rss: it is holding a line with no end (it prints a
-    line only whole). One task per event loop looks at every kubectl watched, every INTERVAL
-    s (a few µs each): the overshoot is what kubectl grows in that time, whatever the stream
-    does. `rss`: how big it was when killed (None: not killed)."""
-
-    INTERVAL = 0.1
-    _watched: dict[int, SizeWatch] = {}
-    _task: asyncio.Task | None = None
-
-    def __init__(self, proc: asyncio.subprocess.Process, max_rss: int | None) -> None:
-        self.proc, self.max_rss, self.rss = proc, max_rss, None
-        if not max_rss:
-            return
-        SizeWatch._watched[proc.pid] = self
-        task = SizeWatch._task
-        if task is None or task.done() or task.get_loop() is not asyncio.get_running_loop():
-            SizeWatch._task = asyncio.get_running_loop().create_task(SizeWatch._watch())
+    def ended(self) -> None:
+        self.bytes = 0
 
     @property
     def why(self) -> str:
-        return f"kubectl grew to {self.rss >> 20} MiB holding one line (limit {self.max_rss >> 20} MiB)"
-
-    def close(self) -> None:
-        if SizeWatch._watched.get(self.proc.pid) is self:
-            del SizeWatch._watched[self.proc.pid]
-
-    @classmethod
-    async def _watch(cls) -> None:
-        while cls._watched:
-            await asyncio.sleep(cls.INTERVAL)
-            for pid, w in list(cls._watched.items()):
-                rss = rss_bytes(pid) if w.proc.returncode is None else None
-                if rss is not None and rss > w.max_rss:
-                    w.rss = rss
-                    kill_group(pid)  # its stdout ends: the reader sees EOF, then asks `rss`
-                    w.close()
+        return f"one line longer than {self.max_bytes >> 20} MiB"
 
 
 async def run_once(argv: list[str], env: dict[str, str], line_cb, timeout: float, *,
-                   max_rss: int | None = None, on_overlong=None) -> tuple[int | None, str]:
+                   max_line: int | None = None, on_overlong=None) -> tuple[int | None, str]:
     """A non-follow read (drain, --previous): every stdout line to line_cb; (exit code, stderr).
-    A line over LINE_LIMIT is on_overlong() (its rest arrives as fragments); kubectl grown past
-    max_rss is killed: (OVERSIZED, why)."""
+    A line over LINE_LIMIT is on_overlong() (its rest arrives as fragments); one longer than
+    max_line stops the read: (OVERSIZED, why)."""
     proc = await spawn(argv, env)
-    size = SizeWatch(proc, max_rss)
+    long = LongLine(max_line)
     err_task = asyncio.create_task(proc.stderr.read())
     try:
         async with asyncio.timeout(timeout):
@@ -279,20 +260,20 @@ async def run_once(argv: list[str], env: dict[str, str], line_cb, timeout: float
                 try:
                     line = await proc.stdout.readline()
                 except ValueError:  # over the reader's limit
-                    if on_overlong is not None:
+                    if long.grew():
+                        return OVERSIZED, long.why
+                    if long.bytes == LINE_LIMIT and on_overlong is not None:
                         on_overlong()
                     continue
                 if not line:
                     break
+                long.ended()
                 line_cb(line)
             code = await proc.wait()
-        if size.rss is not None:
-            return OVERSIZED, size.why
         return code, (await err_task).decode("utf-8", "replace")
     except TimeoutError:
         return None, "timed out reading the log"
     finally:
-        size.close()
         await stop(proc)
         if not err_task.done():
             err_task.cancel()

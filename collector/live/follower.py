@@ -1,4 +1,6 @@
-"""Following process 0 of one JobSet: `kubectl logs -f --timestamps` into the run model.
+"""Following process 0 of one JobSet: its log, followed with kubectl (`get --raw` of pods/log
+with follow and timestamps: what `kubectl logs -f --timestamps` asks, in one request), into
+the run model.
 
 One loop per run. Each pass looks at the JobSet's process-0 pods (oldest attempt first):
 old pods are drained (a non-follow read from the last timestamp) before the newest one is
@@ -50,9 +52,9 @@ class FollowConfig:
     # a stream whose lines are mostly unreadable (binary garbage) over a window this long is a
     # failure; a window mostly readable clears it
     unreadable_after: float = 10.0
-    # kubectl's resident size past which it is killed (it holds a line with no end; see
-    # collector.cluster.kubectl.MAX_RSS); None: unbounded
-    kubectl_max_rss: int | None = kubectl.MAX_RSS
+    # a line longer than this stops the read and is skipped (a line with no end: what follows
+    # continues it; collector.cluster.kubectl.MAX_LINE); None: unbounded
+    max_line_bytes: int | None = kubectl.MAX_LINE
 
 
 @dataclass
@@ -106,9 +108,9 @@ DELETING_RETRY_S = 0.1
 # second a rotation can take. Five 503s in a row waited 0.25 + … + 8 s (16-25 s unread, up
 # to 135 steps lost, issue 33); a retry a second costs one log request.
 RUNNING_RETRY_S = 1.0
-# kubectl logs asks the API twice before a line can come (the pod, then its log): a stream that
-# delivered nothing yet is not judged hung before that much time, at the API's latest pace
-OPEN_REQUESTS = 2
+# A read is one request (collector.cluster.kubectl: the raw log read): a stream that delivered
+# nothing yet is not judged hung before that much time, at the API's latest pace
+OPEN_REQUESTS = 1
 PAUSE_S = 1.0  # a sleep this much longer than asked: the process was not running (SIGSTOP, starved)
 # Bytes no text line holds (tab, CR and ESC of colours and progress bars are fine).
 _CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f]")
@@ -460,7 +462,7 @@ class RunFollower:
             return
         log.info("%s: reading pod %s while %s", self.run, pod.name, "an older pod is drained")
         argv = self.target.logs_argv(pod.name, pod.container, follow=True)
-        self._prefetch = Prefetch(key, argv, self.env, self.cfg.kubectl_max_rss)
+        self._prefetch = Prefetch(key, argv, self.env)
 
     async def _feed_prefetched(self, pod: PodInfo, key: str) -> bool:
         """The lines read ahead of `pod` (its stream `key`) into the model, as a first read;
@@ -483,7 +485,7 @@ class RunFollower:
         return True
 
     async def _stream(self, pod: PodInfo, key: str, verify: asyncio.Task | None = None) -> tuple[str, int | None, str]:
-        """One `kubectl logs -f`; returns (eof|silent|exit, exit code, stderr). `verify`: a read
+        """One follow read; returns (eof|silent|exit, exit code, stderr). `verify`: a read
         of the pod begun beside a re-read (_follow)."""
         since, skipping = self._read_since(key)
         argv = self.target.logs_argv(pod.name, pod.container, follow=True, since_ns=since)
@@ -491,7 +493,7 @@ class RunFollower:
         self._set_state("following", pod)
         self._stream_started = time.monotonic()
         proc = await kubectl.spawn(argv, self.env)
-        size = kubectl.SizeWatch(proc, self.cfg.kubectl_max_rss)
+        long = kubectl.LongLine(self.cfg.max_line_bytes)
         err_task = asyncio.create_task(proc.stderr.read())
         check = self._check_for(key, since, pod, skipping)
         outcome, overlong, why = "eof", False, ""
@@ -555,14 +557,16 @@ class RunFollower:
                     self._heard = max(self._heard or probe_at, probe_at)  # the quiet is the trainer's
                     continue
                 except ValueError:  # over the reader's limit: the rest of it arrives as a fragment
+                    if long.grew():  # a line with no end: what follows only continues it
+                        outcome, why = "oversized", long.why
+                        break
                     if not overlong:
                         self.model.bad_line("line longer than 2 MiB")
                     overlong = True
                     continue
                 if not line:
-                    if size.rss is not None:  # killed holding a line with no end
-                        outcome, why = "oversized", size.why
                     break
+                long.ended()
                 last_line = self._heard = time.monotonic()
                 if not delivered:
                     delivered = True
@@ -586,7 +590,6 @@ class RunFollower:
         finally:
             if probe is not None:
                 probe.cancel()
-            size.close()
             await kubectl.stop(proc)  # by PID, on every exit path (cancel included)
         err = ""
         if err_task.done() or outcome != "silent":
@@ -752,11 +755,11 @@ class RunFollower:
             self.model.bad_line("line longer than 2 MiB")
 
         return await kubectl.run_once(argv, self.env, lambda ln: self._feed(ln, line_ts(ln), key, check),
-                                      self.cfg.drain_timeout, max_rss=self.cfg.kubectl_max_rss,
+                                      self.cfg.drain_timeout, max_line=self.cfg.max_line_bytes,
                                       on_overlong=overlong)
 
     async def _oversized(self, pod: PodInfo, key: str, why: str, previous: bool = False) -> None:
-        """kubectl was killed holding a line with no end: the next read starts after it. Its
+        """A read stopped inside a line with no end: the next read starts after it. Its
         start is learnt from a read of the first MiB from the cursor (limitBytes; a re-read
         starts up to a second early). The API's sinceTime has whole seconds, so the rest of
         that second is skipped too: a stream gap, a bad line, a failure (logged, counted, a
@@ -776,7 +779,7 @@ class RunFollower:
             log.debug("%s: start of the line with no end unknown: %s", self.run, exc)
         base = start[0] or since or time.time_ns()
         skip_to = (base // 1_000_000_000 + 1) * 1_000_000_000
-        reason = (f"a line with no end from {format_ns(base)}: {why}; kubectl killed, the log read again "
+        reason = (f"a line with no end from {format_ns(base)}: {why}; the read stopped, the log read again "
                   f"from {format_ns(skip_to)}")
         self.model.bad_line(reason)
         self._gap(key, base, skip_to, reason)
@@ -1025,7 +1028,7 @@ class RunFollower:
                 await self.discovery.wait_change(left)
 
     async def _same_container(self, pod: PodInfo) -> bool:
-        """Whether the container we meant to read is still the pod's current one. kubectl logs
+        """Whether the container we meant to read is still the pod's current one. A log read
         names no container instance: a stream opened just after an in-place restart serves the
         new container. Asked at the first line of a stream's first read (a restart between the
         pod read and the stream's opening would file the new container's lines as the old

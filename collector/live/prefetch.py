@@ -3,8 +3,8 @@
 Lines go to the run model in order: an old pod (a JobSet restart's, being deleted) is read
 to its end before its replacement. When that drain keeps failing (a burst of 503s), the new
 pod used to wait, unread, for as long as the old one's grace period: a rotation of the new
-pod's log meanwhile took its lines (issue 33). So the new pod is read at once with
-`kubectl logs -f` and its lines are held here; the follower feeds them after the old pod is
+pod's log meanwhile took its lines (issue 33). So the new pod is read at once (a follow read
+of its log) and its lines are held here; the follower feeds them after the old pod is
 done, then follows the new pod from where they end (the cursor drops the overlap).
 
 Only lines: no parsing, no store. Bounded: past MAX_BYTES (or a line over kubectl's reader
@@ -26,15 +26,15 @@ RETRIED = (kubectl.SERVER_ERROR, kubectl.NETWORK, kubectl.AUTH)
 
 
 class Prefetch:
-    def __init__(self, key: str, argv: list[str], env: dict[str, str], max_rss: int | None) -> None:
+    def __init__(self, key: str, argv: list[str], env: dict[str, str]) -> None:
         self.key = key  # the stream read (follower.stream_key)
         self.lines: list[bytes] = []
         self.bytes = 0
         self.stopped_early = False  # bound reached or a line too long: the rest is read later
         self.retries = 0  # reads the API refused before a line came, tried again
-        self._task = asyncio.create_task(self._read(argv, env, max_rss), name=f"prefetch {key}")
+        self._task = asyncio.create_task(self._read(argv, env), name=f"prefetch {key}")
 
-    async def _read(self, argv: list[str], env: dict[str, str], max_rss: int | None) -> None:
+    async def _read(self, argv: list[str], env: dict[str, str]) -> None:
         # A read the API refused before any line came (kubectl exits 1 on a bare 503, and on
         # auth or network failures) is tried again, backing off like the follower while the pod
         # runs: a refused prefetch that simply ended kept the new pod unread until the old one
@@ -42,7 +42,7 @@ class Prefetch:
         # chaos seed 403). Once lines came, an ended read is kept: the follower reads on from them.
         delay = RETRY_START_S
         while True:
-            code, err = await self._read_once(argv, env, max_rss)
+            code, err = await self._read_once(argv, env)
             if self.lines or self.stopped_early or code in (0, None):
                 return
             if kubectl.classify(err)[0] not in RETRIED:
@@ -51,12 +51,10 @@ class Prefetch:
             await asyncio.sleep(delay)
             delay = min(delay * 2, RETRY_MAX_S)
 
-    async def _read_once(self, argv: list[str], env: dict[str, str], max_rss: int | None) -> tuple[int | None, str]:
-        """One `kubectl logs -f` into `lines`: (exit code, stderr); code None when killed."""
+    async def _read_once(self, argv: list[str], env: dict[str, str]) -> tuple[int | None, str]:
+        """One follow read into `lines`: (exit code, stderr); code None when stopped early."""
         proc = await kubectl.spawn(argv, env)
-        size = kubectl.SizeWatch(proc, max_rss)
         err_task = asyncio.create_task(proc.stderr.read())
-        killed = False
         try:
             while True:
                 try:
@@ -64,16 +62,14 @@ class Prefetch:
                 except ValueError:  # a line over the reader's limit: the follower's own read handles it
                     self.stopped_early = True
                     return None, ""
-                if not line or size.rss is not None:
-                    killed = size.rss is not None
-                    break  # the container ended, kubectl failed or was killed: what came is held
+                if not line:
+                    break  # the container ended or kubectl failed: what came is held
                 self.lines.append(line)
                 self.bytes += len(line)
                 if self.bytes >= MAX_BYTES:
                     self.stopped_early = True
                     return None, ""
         finally:
-            size.close()
             await kubectl.stop(proc)
             if not err_task.done():
                 with contextlib.suppress(TimeoutError):
@@ -82,7 +78,7 @@ class Prefetch:
             if not err_task.done():
                 err_task.cancel()
         err = err_task.result().decode("utf-8", "replace") if err_task.done() and not err_task.cancelled() else ""
-        return (None if killed else proc.returncode), err
+        return proc.returncode, err
 
     async def take(self) -> list[bytes]:
         """Stop reading; the lines read so far, in order."""

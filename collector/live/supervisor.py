@@ -446,7 +446,7 @@ class Supervisor:
 
         - discovery (self.discovery, shared by all runs) lists and watches the JobSet's
           process-0 pods;
-        - the follower (RunFollower) reads them with `kubectl logs -f --timestamps`, oldest
+        - the follower (RunFollower) reads them with kubectl (a follow read of pods/log), oldest
           attempt first, and feeds each line to
         - the run model (RunModel), which parses it, drops what was read before (cursors)
           and files it under its incarnation; every flush interval

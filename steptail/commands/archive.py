@@ -38,7 +38,7 @@ from steptail.output import Output, output_option
 def command(output: Output, **options) -> None:
     """Save every pod log of a JobSet before it is deleted: all replicated jobs, job indices
     and restart attempts still present, the current container's log and, after a restart,
-    the previous one's, with kubelet timestamps (`kubectl logs --timestamps`, read-only).
+    the previous one's, with kubelet timestamps (as `kubectl logs --timestamps`, read-only).
 
     \b
     OUT/<jobset>/<pod>/<container>.log.gz            current container

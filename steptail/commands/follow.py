@@ -75,7 +75,7 @@ log = logging.getLogger("steptail.follow")
 @detector_options
 @output_option()
 def command(output: Output, **options) -> None:
-    """Follow JAX process 0 of JobSets with `kubectl logs -f`, surviving rotation hangs, EOFs,
+    """Follow JAX process 0 of JobSets with kubectl (a follow read of the pod's log), surviving rotation hangs, EOFs,
     JobSet and container restarts and auth lapses; rows committed within ~0.1 s, stream gaps
     and findings recorded. SIGTERM/SIGINT: flush, commit, stop every kubectl.
 
