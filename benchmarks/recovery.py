@@ -10,6 +10,10 @@ JobSet at 20 steps/s (~130 lines/s), default options (`--silence` 30 s). Cases:
   outlasts the recovery.
 
 Each case rotates the log again later: the steps lost say whether the wait cost data.
+`recovery_s`: to the first such line handed to the run model; `served_s`: to the first the
+API served (the simulator's truth: from then the lines are on their way, safe from a rotation).
+A re-read that begins past a rotation asks for its pod once its first line came (that line is
+the old container's only if the pod did not restart since): one round trip between the two.
 
     .venv/bin/python benchmarks/recovery.py --json [--cases auth_lapse,503_burst,slow_api]
 """
@@ -85,16 +89,23 @@ def run_case(name: str, workdir: Path) -> dict:
 
         asyncio.run(main())
         got = {s for _, s, *_ in iter_loss_parts(store, "r")}
+        lines = sim.truth.servable("olmo3-sft")
     finally:
         store.dispose()
         sim.stop_thread()
     if fault_kind == "rotate":  # the hang: to the first line written after it (the re-read's)
         end = next(f.wall_ns for f in sim.truth.faults() if f.action == "rotate")
         after = [t for t, ts in reads if ts is not None and ts > end]
+        # the first line written after it (a look at the pod's newest line serves a later one)
+        first = min((ln for ln in lines if ln.wall_ns > end), key=lambda ln: ln.wall_ns, default=None)
+        served = [first.served_ns] if first is not None and first.served_ns is not None else []
     else:  # to the next line read, whatever it is
         end = next(o.to_ns for o in sim.truth.unavailable() if o.kind == fault_kind)
         after = [t for t, _ in reads if end is not None and t > end]
+        served = [ln.served_ns for ln in lines if end is not None and ln.served_ns is not None
+                  and ln.served_ns > end]
     return {"case": name, "recovery_s": round((after[0] - end) / 1e9, 2) if after else None,
+            "served_s": round((min(served) - end) / 1e9, 2) if served else None,
             "steps": steps, "recorded": len(got), "lost": steps - len(got)}
 
 
