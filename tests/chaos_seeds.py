@@ -86,6 +86,7 @@ ISSUE33_ARGS = {"duration": 12.0, "rates": (40.0, 200.0), "jobsets": (1, 2), "fa
 ONE_KIND = {"duration": 15.0, "rates": (40.0, 200.0), "jobsets": (1, 1), "faults_per_second": 0.25, "late": "no"}
 # the benchmark's draw (benchmarks/chaos.py --duration 30, its other defaults)
 BENCH30 = {"duration": 30.0, "rates": (0.5, 50.0), "jobsets": (1, 12), "faults_per_second": 0.15}
+BENCH20 = {**BENCH30, "duration": 20.0}  # benchmarks/chaos.py --duration 20
 ISSUE33: dict[int, tuple[dict, tuple[str, ...], str]] = {
     401: ({**ONE_KIND, "kinds": ["old_repeat"]}, ("sqlite", "postgresql"),
           "1: blocks of 20-80 lines ~10 s and ~10 min old served again: steps 1-12 recorded twice, 2 false "
@@ -97,14 +98,20 @@ ISSUE33: dict[int, tuple[dict, tuple[str, ...], str]] = {
           "3: 5-6 consecutive 503 on pods/log as a stream must be reopened: 202 of 229 steps servable "
           ">= 5 s missed, 93 unflagged; no line read after the bursts until the run ended"),
     # found by the benchmark on 2026-12-04 (lead 7929433). 1001 since its fix: steps 47-50 (rotated
-    # away 1.6 s into the hang, before any look could see it) are a flagged stream gap; 51-71 are
-    # read ~10 s after the fault: ~2 s to see the hang, a 2.3 s look under the slow API, then the
-    # nine queued 429s on /log, each naming a 1 s wait the collector honours (the server's, not a
-    # back-off of its own); a throttled look re-opens the stream at once (kubectl waits them out).
+    # away 1.6 s into the hang, before any look could see it) are a flagged stream gap. Its 429s
+    # were then nine queued refusals on /log, met only after the rotation, 1 s apart (Retry-After)
+    # under the 2.3 s-slow API: ~10 s before a line. They are drawn as a 9 s throttle since (API
+    # Priority and Fairness refuses for a span of time, not a count), which ends before the hang.
     1001: (BENCH30, ("sqlite",),
            "1: slow API over rotations with 429s queued on /log: the stream hung on a rotated file, the "
            "container exited, and each -f opened again was killed after 1 s of quiet before the API "
            "answered it, forever: steps 47-71 lost, unflagged (no stream gap, no gap finding)"),
+    # found by the 200-seed benchmark of 2026-12-04 (main b0ebac1), open: test_chaos ISSUE33_OPEN
+    1015: (BENCH20, ("sqlite",),
+           "1: the node clock stepped back 1 h, then 30 s more 0.2 s later, during 503s on /log, then "
+           "a rotation: step 21 (stamped between the two steps) rotated away unread; a gap finding "
+           "names steps 21-24, but the stream gaps' two windows of stamps (before the first step, "
+           "after the last) leave out the stamps of the clock between the steps"),
     1007: (BENCH30, ("sqlite",),
            "1: an old block served again as the JobSet restarted held steps 30-37, once rotated away "
            "unread: a step going back, the next going on from it: taken for a replay, a false "

@@ -9,8 +9,8 @@ from urllib.parse import unquote_to_bytes
 
 from aiohttp import web
 
-from steptail.http.answers import ApiError
-from steptail.http.keys import READS, STORE
+from steptail.http.answers import ApiError, tagged
+from steptail.http.keys import CONNECTIONS, READS, STORE
 from steptail.runs.names import escaped
 from steptail.storage.reads import run_exists
 
@@ -53,6 +53,15 @@ def possible_run(request: web.Request) -> str:
     if why is not None:
         raise refuse(request, 404, f"no run {run!r}", why)
     return run
+
+
+async def run_answer(request: web.Request, run: str, read, *args) -> web.Response:
+    """The answer `read(conn, *args)` gives about `run` on a pooled connection, tagged (an ETag,
+    or 304 for If-None-Match); a read that finds no such run gives None: 404."""
+    answer = await request.app[READS].run(request.app[CONNECTIONS].call, read, *args)
+    if answer is None:
+        raise ApiError(404, f"no run {run!r}")
+    return tagged(*answer)
 
 
 async def known_run(request: web.Request) -> str:

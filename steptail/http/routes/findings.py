@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from steptail.http.answers import ApiError, hashed, tagged
-from steptail.http.keys import CONNECTIONS, READS
-from steptail.http.requests import possible_run
+from steptail.http.answers import ApiError, hashed
+from steptail.http.requests import possible_run, run_answer
 from steptail.storage.reads import run_exists_on
 
 
@@ -30,8 +29,4 @@ async def findings(request: web.Request) -> web.Response:
     flag = request.query.get("superseded", "0")
     if flag not in ("0", "1"):
         raise ApiError(400, "superseded must be 0 or 1")
-    answer = await request.app[READS].run(request.app[CONNECTIONS].call, _tagged_findings, run,
-                                          request.headers.get("If-None-Match"), flag == "1")
-    if answer is None:
-        raise ApiError(404, f"no run {run!r}")
-    return tagged(*answer)
+    return await run_answer(request, run, _tagged_findings, run, request.headers.get("If-None-Match"), flag == "1")

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from steptail.http.answers import ApiError, hashed, tagged
-from steptail.http.keys import CONNECTIONS, READS
-from steptail.http.requests import possible_run
+from steptail.http.answers import hashed
+from steptail.http.requests import possible_run, run_answer
 from steptail.storage.reads import run_exists_on
 
 
@@ -21,8 +20,4 @@ def _tagged_goodput(conn, run: str, if_none_match: str | None) -> tuple[str, byt
 async def goodput(request: web.Request) -> web.Response:
     """The fields of `steptail goodput RUN --json` (docs/goodput.md)."""
     run = possible_run(request)
-    answer = await request.app[READS].run(request.app[CONNECTIONS].call, _tagged_goodput, run,
-                                          request.headers.get("If-None-Match"))
-    if answer is None:
-        raise ApiError(404, f"no run {run!r}")
-    return tagged(*answer)
+    return await run_answer(request, run, _tagged_goodput, run, request.headers.get("If-None-Match"))

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from steptail.http.answers import ApiError, dumps, etag, matches, tagged
+from steptail.http.answers import dumps, etag, matches
 from steptail.http.body_cache import BodyCache
-from steptail.http.keys import BODIES, CONNECTIONS, READS, STORE
-from steptail.http.requests import possible_run
+from steptail.http.keys import BODIES, STORE
+from steptail.http.requests import possible_run, run_answer
 from steptail.storage.api_reads import run_state
 from steptail.storage.db import Store
 from steptail.storage.page_reads import outline
@@ -36,8 +36,4 @@ def _outline(conn, bodies: BodyCache, store: Store, run: str,
 async def run_outline(request: web.Request) -> web.Response:
     """A run's incarnations, restore points, checkpoints, missing steps and stream gaps."""
     run = possible_run(request)
-    answer = await request.app[READS].run(request.app[CONNECTIONS].call, _outline, request.app[BODIES],
-                                          request.app[STORE], run, request.headers.get("If-None-Match"))
-    if answer is None:
-        raise ApiError(404, f"no run {run!r}")
-    return tagged(*answer)
+    return await run_answer(request, run, _outline, request.app[BODIES], request.app[STORE], run, request.headers.get("If-None-Match"))

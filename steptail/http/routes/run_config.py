@@ -7,20 +7,15 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from steptail.http.answers import ApiError, dumps, etag, matches, tagged
-from steptail.http.keys import CONNECTIONS, READS
-from steptail.http.requests import possible_run
+from steptail.http.answers import dumps, etag, matches
+from steptail.http.requests import possible_run, run_answer
 from steptail.storage.api_reads import run_state
 from steptail.storage.page_compare import configs
 
 
 async def run_config(request: web.Request) -> web.Response:
     run = possible_run(request)
-    answer = await request.app[READS].run(request.app[CONNECTIONS].call, _config, run,
-                                          request.headers.get("If-None-Match"))
-    if answer is None:
-        raise ApiError(404, f"no run {run!r}")
-    return tagged(*answer)
+    return await run_answer(request, run, _config, run, request.headers.get("If-None-Match"))
 
 
 def _config(conn, run: str, if_none_match: str | None):

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from steptail.http.answers import ApiError, dumps, etag, matches, tagged
+from steptail.http.answers import ApiError, dumps, etag, matches
 from steptail.http.body_cache import BodyCache
-from steptail.http.keys import BODIES, CONNECTIONS, READS
-from steptail.http.requests import INT32_MAX, int_param, possible_run
+from steptail.http.keys import BODIES
+from steptail.http.requests import INT32_MAX, int_param, possible_run, run_answer
 from steptail.storage.api_reads import run_state
 from steptail.storage.page_series import BUCKETS_MAX, series
 
@@ -27,11 +27,7 @@ async def run_series(request: web.Request) -> web.Response:
     if lo is not None and hi is not None and lo > hi:
         raise ApiError(400, "from must not be greater than to")
     run = possible_run(request)
-    answer = await request.app[READS].run(request.app[CONNECTIONS].call, _series, request.app[BODIES], run,
-                                          (buckets, lo, hi, rbf), request.headers.get("If-None-Match"))
-    if answer is None:
-        raise ApiError(404, f"no run {run!r}")
-    return tagged(*answer)
+    return await run_answer(request, run, _series, request.app[BODIES], run, (buckets, lo, hi, rbf), request.headers.get("If-None-Match"))
 
 
 def _series(conn, bodies: BodyCache, run: str, asked: tuple, if_none_match: str | None):

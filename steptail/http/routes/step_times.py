@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from steptail.http.answers import ApiError, dumps, etag, matches, tagged
+from steptail.http.answers import dumps, etag, matches
 from steptail.http.body_cache import BodyCache
-from steptail.http.keys import BODIES, CONNECTIONS, READS
-from steptail.http.requests import int_param, possible_run
+from steptail.http.keys import BODIES
+from steptail.http.requests import int_param, possible_run, run_answer
 from steptail.storage.api_reads import run_state
 from steptail.storage.page_series import BUCKETS_MAX, step_times
 
@@ -19,11 +19,7 @@ BUCKETS_DEFAULT = 1000
 async def run_step_times(request: web.Request) -> web.Response:
     buckets = int_param(request, "buckets", BUCKETS_DEFAULT, 1, BUCKETS_MAX)  # a 400 before the store is asked
     run = possible_run(request)
-    answer = await request.app[READS].run(request.app[CONNECTIONS].call, _step_times, request.app[BODIES], run,
-                                          buckets, request.headers.get("If-None-Match"))
-    if answer is None:
-        raise ApiError(404, f"no run {run!r}")
-    return tagged(*answer)
+    return await run_answer(request, run, _step_times, request.app[BODIES], run, buckets, request.headers.get("If-None-Match"))
 
 
 def _step_times(conn, bodies: BodyCache, run: str, buckets: int, if_none_match: str | None):

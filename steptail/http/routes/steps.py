@@ -8,10 +8,10 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
-from steptail.http.answers import ApiError, dumps, etag, matches, tagged
+from steptail.http.answers import ApiError, dumps, etag, matches
 from steptail.http.body_cache import BodyCache
-from steptail.http.keys import BODIES, CONNECTIONS, READS
-from steptail.http.requests import INT32_MAX, INTEGER, int_param, integer, possible_run
+from steptail.http.keys import BODIES
+from steptail.http.requests import INT32_MAX, INTEGER, int_param, integer, possible_run, run_answer
 from steptail.storage.api_reads import KEYS as STEP_FIELDS
 from steptail.storage.api_reads import run_state, step_rows, steps_json
 
@@ -30,11 +30,7 @@ async def steps(request: web.Request) -> web.Response:
                  _fields_param(request))
     run = possible_run(request)
     # one lane job, one connection: the run's state, then the page only when it changed
-    answer = await request.app[READS].run(request.app[CONNECTIONS].call, _steps, request.app[BODIES], run,
-                                          page, request.query_string, request.headers.get("If-None-Match"))
-    if answer is None:
-        raise ApiError(404, f"no run {run!r}")
-    return tagged(*answer)
+    return await run_answer(request, run, _steps, request.app[BODIES], run, page, request.query_string, request.headers.get("If-None-Match"))
 
 
 class _Page(NamedTuple):
