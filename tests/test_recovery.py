@@ -163,16 +163,17 @@ def test_the_new_pod_is_read_while_the_old_one_s_drain_fails(make_simcluster, tm
 
 @pytest.mark.timeout(150)
 def test_a_refused_read_of_the_new_pod_is_tried_again(make_simcluster, tmp_path):
-    """A JobSet restart (6 s grace) as every log request gets 503 for a while: the old pod's
-    drain and the new pod's read ahead both are refused, and the new pod's log rotates about 4 s
-    after it starts. The read ahead used to end at its first 503 and not be tried again until
-    the old pod was done (chaos seed 403: the new pod was never read); now it is tried again
-    within a second, so the rotation takes nothing of the new pod."""
-    steps = 260
+    """A JobSet restart (12 s grace) as the next ten log requests get 503: the old pod's drain
+    and the new pod's read ahead both are refused, and the new pod's log rotates 8 s after it
+    starts. The read ahead used to end at its first 503 and not be tried again until the old pod
+    was done (chaos seed 403: the new pod was never read); now it is tried again within a
+    second, so the ten are used up long before the rotation (4 s apart from it under load once
+    made it lose steps 101-120), and the rotation takes nothing of the new pod."""
+    steps = 300
     sim = make_simcluster(scenario(
         {"action": "fail_next", "at_step": 150, "n": 10, "code": 503, "path": "/log"},
-        {"action": "restart_jobset", "at_step": 150, "grace_seconds": 6.0},
-        {"action": "rotate", "at_step": 180},
+        {"action": "restart_jobset", "at_step": 150, "grace_seconds": 12.0},
+        {"action": "rotate", "at_step": 260},
         rate=20, jobsets=[{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": steps, "checkpoint_period": 100}}]))
     db = str(tmp_path / "s.db")
     follow_sim(sim, db, silence=DEFAULT_SILENCE, timeout=90)
