@@ -106,7 +106,8 @@ ISSUE33: dict[int, tuple[dict, tuple[str, ...], str]] = {
            "1: slow API over rotations with 429s queued on /log: the stream hung on a rotated file, the "
            "container exited, and each -f opened again was killed after 1 s of quiet before the API "
            "answered it, forever: steps 47-71 lost, unflagged (no stream gap, no gap finding)"),
-    # found by the 200-seed benchmark of 2026-12-04 (main b0ebac1), open: test_chaos ISSUE33_OPEN
+    # found by the 200-seed benchmark of 2026-12-04 (main b0ebac1): the oracle's verdict, not the
+    # collector's; it reads the two windows as one hole by log order since (oracle._stepped_back_pair)
     1015: (BENCH20, ("sqlite",),
            "1: the node clock stepped back 1 h, then 30 s more 0.2 s later, during 503s on /log, then "
            "a rotation: step 21 (stamped between the two steps) rotated away unread; a gap finding "

@@ -227,6 +227,22 @@ def test_a_queued_burst_of_refusals_ends_when_its_last_one_is_answered():
     assert worst_read_recovery(rotated) == pytest.approx(1.5)
 
 
+def test_two_windows_of_a_clock_stepped_back_bridge_the_hole_by_log_order():
+    """The collector records a hole across a node clock stepped back as two windows of stamps
+    (before the step, after it); a line stamped by a clock between two steps back lies in
+    neither, yet in the hole (chaos seed 1015)."""
+    from steptail.simcluster.oracle import _stepped_back_pair
+
+    why = "log rotated between reads (the node clock stepped back: two windows of stamps)"
+    pair = [("u1/c/0", 3_000, 3_500, why), ("u1/c/0", 1_000, 1_200, why)]
+    assert _stepped_back_pair(pair, "u1", lo=2_990, hi=1_250)  # recorded either side: 2990, 1250
+    assert not _stepped_back_pair(pair, "u2", lo=2_990, hi=1_250)  # another pod's
+    assert not _stepped_back_pair(pair, "u1", lo=3_100, hi=1_250)  # the hole began before lo's line
+    assert not _stepped_back_pair(pair, "u1", lo=2_990, hi=1_100)  # it ends after hi's line
+    other = [("u1/c/0", 3_000, 3_500, "log rotated between reads"), ("u1/c/0", 1_000, 1_200, why)]
+    assert not _stepped_back_pair(other, "u1", lo=2_990, hi=1_250)  # not one stepped-back pair
+
+
 # ---- seeds against the follower, both stores
 def _seed_params():
     for seed, extra in SEEDS:
@@ -254,13 +270,10 @@ def test_chaos_regression(seed, db_url, tmp_path):
     _judged(draw_schedule(seed, **args), db_url, tmp_path, defect)
 
 
-# Seeds still failing (1015), or once now and then. 402 was: a probe answered by a just-rotated, empty
+# Seeds still failing now and then (none now). 402 was: a probe answered by a just-rotated, empty
 # file confirmed quiet (the wait doubled, a rotation took the lines), and the final read after a
 # clock stepped back 20 s asked --since-time past every new stamp: nothing read past step 68.
-ISSUE33_OPEN: dict[int, str] = {
-    1015: "two clock steps back in a row: a step stamped between them lies in no stream gap window "
-          "(its gap finding is there); tests/chaos_seeds.py",
-}
+ISSUE33_OPEN: dict[int, str] = {}
 
 
 def _issue33_params():
