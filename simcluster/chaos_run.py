@@ -28,7 +28,7 @@ from steptail.simcluster.chaos import (
     without_db_faults,
 )
 from steptail.simcluster.cluster import SimCluster
-from steptail.simcluster.oracle import Observation, Verdict, judge
+from steptail.simcluster.oracle import Observation, Verdict, blocks_log_reads, judge
 from steptail.storage.db import open_store
 from steptail.storage.reads import run_summaries
 
@@ -303,11 +303,11 @@ def _line_truth(sim: SimCluster, schedule: dict):
 
 def _outages(sim: SimCluster, ended: float) -> list[tuple[float, float]]:
     """When the API served no log at all (sim.truth.unavailable): auth lapses, and hangs and
-    throttles of every path or of logs. Slow answers, denials (lists only) and 5xx bursts
+    throttles of every path or of one a log read's path holds ("/log", "/pods"). Slow answers, denials (lists only) and 5xx bursts
     still let a follower read, so they stay inside the 5 s a step must have been servable."""
     out = []
     for o in sim.truth.unavailable():
-        if o.kind == "auth_lapse" or (o.kind in ("hang_api", "throttle") and o.params.get("path") in (None, "/log")):
+        if o.kind == "auth_lapse" or (o.kind in ("hang_api", "throttle") and blocks_log_reads(o.params.get("path"))):
             out.append((o.from_ns / 1e9, ended if o.to_ns is None else o.to_ns / 1e9))
     return out
 

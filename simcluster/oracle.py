@@ -366,8 +366,18 @@ def _fault_spans(obs: Observation) -> list[tuple[float, float, dict]]:
 _REFUSING = ("auth_lapse", "fail_next", "throttle", "hang_api")
 
 
+# A follow read's path and query: a fault's `path` matches a request it is a part of, so "/pods"
+# refuses log reads as much as "/log" does (a look at the newest line, `tailLines`, is not a read).
+LOG_READ = "/api/v1/namespaces/ns/pods/pod/log?container=c&follow=true&sinceTime=t&timestamps=true"
+
+
+def blocks_log_reads(path: str | None) -> bool:
+    """Whether a fault on requests whose path and query contain `path` refuses log reads."""
+    return path is None or path in LOG_READ
+
+
 def _refusals(obs: Observation) -> list[tuple[float, float]]:
-    return [(s, e) for s, e, f in _fault_spans(obs) if f["action"] in _REFUSING and f.get("path") in (None, "/log")]
+    return [(s, e) for s, e, f in _fault_spans(obs) if f["action"] in _REFUSING and blocks_log_reads(f.get("path"))]
 
 
 def _readable(refusals: list[tuple[float, float]], a: float, b: float) -> float:

@@ -211,9 +211,9 @@ def test_a_queued_burst_of_refusals_ends_when_its_last_one_is_answered():
                         reads=reads, burst_ends=[None], ended=121.0)
     assert worst_read_recovery(never) == 0.0
     # a rotation at 5 s, inside the refusals: nothing could be read until they ended (chaos seed
-    # 1001); a 5xx burst on /pods only leaves logs readable and moves nothing
+    # 1001); a 5xx burst on JobSet lists leaves logs readable and moves nothing
     schedule["faults"] += [{"at": 5.0, "action": "rotate", "jobset": "a", "kind": "slow_rotations"},
-                           {"at": 5.5, "action": "fail_next", "n": 3, "code": 503, "path": "/pods",
+                           {"at": 5.5, "action": "fail_next", "n": 3, "code": 503, "path": "/jobsets",
                             "kind": "server_errors"}]
     rotated = Observation(schedule=schedule, truths={}, started=100.0, collector=[(100.0, 120.0)],
                           reads={"a": [(101.0, 101.0, None), (105.5, 112.0, None), (106.0, 112.0, None)]},
@@ -225,6 +225,16 @@ def test_a_queued_burst_of_refusals_ends_when_its_last_one_is_answered():
     schedule["faults"][0]["at"] = 6.0
     rotated.burst_ends = [111.0, 109.0]
     assert worst_read_recovery(rotated) == pytest.approx(1.5)
+
+
+def test_a_fault_on_pods_refuses_log_reads_too():
+    """A fault's path matches any request it is a part of: "/pods" holds back the log reads
+    (pods/POD/log) as "/log" does, "watch=true" or "tailLines" (a look) do not (chaos seed 1168:
+    an 11 s throttle of "/pods" counted as time the logs could be read)."""
+    from steptail.simcluster.oracle import blocks_log_reads
+
+    assert all(blocks_log_reads(p) for p in (None, "/log", "/pods", "follow=true"))
+    assert not any(blocks_log_reads(p) for p in ("watch=true", "tailLines", "/jobsets", "/pods?"))
 
 
 def test_two_windows_of_a_clock_stepped_back_bridge_the_hole_by_log_order():
