@@ -234,9 +234,9 @@ def run_schedule(schedule: dict, db_url: str, workdir: Path, *, timeout: float |
         truths = {js["name"]: sim.truth(js["name"]) for js in schedule["jobsets"]}
         servable, written, reads = _line_truth(sim, schedule)
         log_reads = sim.log_reads if len(followers) > 1 else []
-        unavailable = _outages(sim, ended)
-        burst_ends = [None if o.to_ns is None else o.to_ns / 1e9
-                      for o in sim.truth.unavailable() if o.kind == "fail_next"]
+        faults = sim.truth.unavailable()
+        unavailable = _outages(faults, ended)
+        burst_ends = [None if o.to_ns is None else o.to_ns / 1e9 for o in faults if o.kind == "fail_next"]
         sim.stop_thread()
         if proxy is not None:
             proxy.stop()
@@ -301,12 +301,12 @@ def _line_truth(sim: SimCluster, schedule: dict):
     return servable, written, reads
 
 
-def _outages(sim: SimCluster, ended: float) -> list[tuple[float, float]]:
+def _outages(faults: list, ended: float) -> list[tuple[float, float]]:
     """When the API served no log at all (sim.truth.unavailable): auth lapses, and hangs and
     throttles of every path or of one a log read's path holds ("/log", "/pods"). Slow answers, denials (lists only) and 5xx bursts
     still let a follower read, so they stay inside the 5 s a step must have been servable."""
     out = []
-    for o in sim.truth.unavailable():
+    for o in faults:
         if o.kind == "auth_lapse" or (o.kind in ("hang_api", "throttle") and blocks_log_reads(o.params.get("path"))):
             out.append((o.from_ns / 1e9, ended if o.to_ns is None else o.to_ns / 1e9))
     return out

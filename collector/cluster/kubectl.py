@@ -238,6 +238,11 @@ class LongLine:
         self.bytes += LINE_LIMIT
         return self.max_bytes is not None and self.bytes > self.max_bytes
 
+    @property
+    def first(self) -> bool:
+        """The fragment just dropped was the line's first."""
+        return self.bytes == LINE_LIMIT
+
     def ended(self) -> None:
         self.bytes = 0
 
@@ -262,7 +267,7 @@ async def run_once(argv: list[str], env: dict[str, str], line_cb, timeout: float
                 except ValueError:  # over the reader's limit
                     if long.grew():
                         return OVERSIZED, long.why
-                    if long.bytes == LINE_LIMIT and on_overlong is not None:
+                    if long.first and on_overlong is not None:
                         on_overlong()
                     continue
                 if not line:

@@ -496,7 +496,7 @@ class RunFollower:
         long = kubectl.LongLine(self.cfg.max_line_bytes)
         err_task = asyncio.create_task(proc.stderr.read())
         check = self._check_for(key, since, pod, skipping)
-        outcome, overlong, why = "eof", False, ""
+        outcome, why = "eof", ""
         last_line = time.monotonic()
         delivered = False  # a line came on this stream (kubectl was answered)
         refused_at = self.recovery.generation  # recoveries seen when a look at the pod last failed
@@ -560,12 +560,12 @@ class RunFollower:
                     if long.grew():  # a line with no end: what follows only continues it
                         outcome, why = "oversized", long.why
                         break
-                    if not overlong:
+                    if long.first:
                         self.model.bad_line("line longer than 2 MiB")
-                    overlong = True
                     continue
                 if not line:
                     break
+                tail = long.bytes > 0  # the end of an over-long line, or a line after it
                 long.ended()
                 last_line = self._heard = time.monotonic()
                 if not delivered:
@@ -574,10 +574,8 @@ class RunFollower:
                 self.sink.delivering(True)
                 watchdog.reset()
                 ts_ns = line_ts(line)
-                if overlong:
-                    overlong = False
-                    if ts_ns is None:
-                        continue  # the over-long line's end, not a line of its own
+                if tail and ts_ns is None:
+                    continue  # the over-long line's end, not a line of its own
                 if self._moved(pod, verify) or (
                         (unverified or check.would_gap(ts_ns)) and not await self._same_container(pod)):
                     outcome = "moved"  # opened just as the container restarted: those lines are not ours
