@@ -218,6 +218,15 @@ async def test_overview_sparklines_followed_first_short_details_and_an_unknown_r
         assert full == LONG and shown is False  # one click away
         assert "0b7f3c2e" not in short and len(short) <= 90 and short.startswith("stream … stopped answering")
         await page.eval("document.querySelector('#findings-table details summary').click()")
+        renders = await page.eval("window.steptailState.renders")
+        assert await page.eval("document.querySelector('#findings-table details').open") is True
+        store = open_store(served.url)
+        try:  # a refresh rebuilds the table: what the reader opened stays open
+            with store.engine.begin() as conn:
+                conn.execute(sa.text("UPDATE runs SET updated_ns = updated_ns + 1 WHERE run = 'clean'"))
+        finally:
+            store.dispose()
+        await page.until(f"window.steptailState.renders > {renders}")
         assert await page.eval("document.querySelector('#findings-table details').open") is True
 
         await page.goto(f"{served.base}/?run=nope")

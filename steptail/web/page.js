@@ -46,7 +46,12 @@
     for (const c of children.flat()) if (c !== null && c !== undefined) node.append(c instanceof Node ? c : String(c));
     return node;
   }
+  // A refresh rebuilds the rows; a <details> the reader opened stays open (same text, same table).
   function fill(tbody, rows) {
+    const opened = new Set([...tbody.querySelectorAll("details[open] .full")].map((d) => d.textContent));
+    if (opened.size)
+      for (const row of rows)
+        for (const d of row.querySelectorAll("details")) if (opened.has(d.querySelector(".full")?.textContent)) d.open = true;
     tbody.replaceChildren(...rows);
   }
   function setText(id, text) {
