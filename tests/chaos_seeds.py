@@ -113,10 +113,10 @@ ISSUE33: dict[int, tuple[dict, tuple[str, ...], str]] = {
            "a rotation: step 21 (stamped between the two steps) rotated away unread; a gap finding "
            "names steps 21-24, but the stream gaps' two windows of stamps (before the first step, "
            "after the last) leave out the stamps of the clock between the steps"),
-    # found by the same run, open (test_chaos ISSUE33_OPEN)
+    # found by the same run; fixed by opening the re-read with the look (collector.live.spare)
     1195: (BENCH20, ("sqlite",),
            "3: every pod and log request 2.06 s late for 7.7 s while 16 KiB logs rotate every few "
-           "seconds: a rotation hang is seen after 2 s of quiet and a 2 s look, then read again in "
+           "seconds: a rotation hang was seen after 2 s of quiet and a 2 s look, then read again in "
            "one 2 s request: steps 13-14 of chaos-03 and 14 of chaos-02, servable 5-6 s, rotated "
            "away first (flagged, not recorded)"),
     1007: (BENCH30, ("sqlite",),

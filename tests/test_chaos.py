@@ -280,13 +280,11 @@ def test_chaos_regression(seed, db_url, tmp_path):
     _judged(draw_schedule(seed, **args), db_url, tmp_path, defect)
 
 
-# Seeds still failing (1195), or once now and then. 402 was: a probe answered by a just-rotated, empty
-# file confirmed quiet (the wait doubled, a rotation took the lines), and the final read after a
-# clock stepped back 20 s asked --since-time past every new stamp: nothing read past step 68.
-ISSUE33_OPEN: dict[int, str] = {
-    1195: "under a 2 s-slow API a hang costs 2 s of quiet + a look + the re-read (6 s): lines "
-          "servable 5-6 s rotate away; the re-read should go out beside the look (issue 33)",
-}
+# Seeds that fail now and then, kept visible as xfail (none now: 1195 passes since the re-read
+# goes out with the look). 402 was: a probe answered by a just-rotated, empty file confirmed
+# quiet (the wait doubled, a rotation took the lines), and the final read after a clock stepped
+# back 20 s asked --since-time past every new stamp: nothing read past step 68.
+ISSUE33_OPEN: dict[int, str] = {}
 
 
 def _issue33_params():

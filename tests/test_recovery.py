@@ -117,6 +117,29 @@ def test_a_hung_stream_under_a_slow_api_is_re_read_before_its_pod_is_read(make_s
 
 
 @pytest.mark.timeout(150)
+def test_a_hung_stream_is_re_read_beside_the_look_at_its_pod(make_simcluster, tmp_path):
+    """Every log request is answered 2 s late; the log rotates (the stream hangs) and again
+    6.5 s later. The look at the pod's newest line and then the re-read were two round trips in
+    series: 2 s of quiet + 2 s + 2 s, and a second rotation 5-6 s later took lines servable that
+    long (chaos seed 1195). The re-read now goes out with the look: 2 s of quiet + one 2 s
+    round trip."""
+    steps = 400
+    sim = make_simcluster(scenario(
+        {"action": "slow_api", "at_step": 100, "seconds": 30, "delay": 2.0, "path": "/log"},
+        {"action": "rotate", "at_step": 150},
+        {"action": "rotate", "at_step": 280},
+        rate=20, jobsets=[{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": steps, "checkpoint_period": 1000}}]))
+    db = str(tmp_path / "s.db")
+    follow_sim(sim, db, silence=DEFAULT_SILENCE, timeout=90)
+    r = assert_exactly_once(sim, db, "r")
+    assert len(r["got"]) == steps, f"lost {_lost(r, steps)}"
+    looks = [x.asked for x in sim.log_reads if not x.follow]
+    rereads = [x.asked for x in sim.log_reads if x.follow][1:]
+    assert rereads and all(any(abs(f - look) < 0.5 for look in looks) for f in rereads[:2]), (
+        f"re-reads asked after the look answered: looks {looks}, re-reads {rereads}")
+
+
+@pytest.mark.timeout(150)
 def test_a_log_read_is_one_request(make_simcluster, tmp_path):
     """`kubectl logs` asks for the API's discovery documents (cold cache) and the pod before
     its log, in series: under a 2 s-slow API its first line came after 12.2 s, not one round

@@ -25,6 +25,7 @@ from steptail.collector.cluster.kubectl import KubeTarget
 from steptail.collector.live.detect import Detectors
 from steptail.collector.live.prefetch import Prefetch
 from steptail.collector.live.sink import RunSink
+from steptail.collector.live.spare import SpareRead
 from steptail.collector.live.watchdog import Pace, Watchdog
 from steptail.collector.notify import events
 from steptail.collector.notify.health import Health
@@ -278,6 +279,7 @@ class RunFollower:
         # container ran, or refused): the pod is read beside the re-read, not before it
         self._reopen: str | None = None
         self._prefetch: Prefetch | None = None  # the newest pod read while an older one drains
+        self._spare: SpareRead | None = None  # the re-read opened beside a look at a hung stream
         self._pending_check: dict[str, _Overlap] = {}  # stream -> unresolved re-read check
         self.pace = Pace()  # the writer's pace, for the hang watchdog
         self.probes = 0  # non-follow reads of a quiet pod's newest line
@@ -315,6 +317,8 @@ class RunFollower:
         finally:
             if self._prefetch is not None:
                 self._prefetch.cancel()
+            if self._spare is not None:
+                await self._spare.stop()
             flusher.cancel()
             try:
                 await flusher
@@ -356,6 +360,14 @@ class RunFollower:
 
     # ------------------------------------------------------------------------ following
     async def _follow(self, pod: PodInfo) -> None:
+        spare, self._spare = self._spare, None  # opened by the last read, if it hung
+        try:
+            await self._follow_pod(pod, spare)
+        finally:
+            if spare is not None:
+                await spare.stop()  # not taken: another read came first
+
+    async def _follow_pod(self, pod: PodInfo, spare: SpareRead | None) -> None:
         reopen, self._reopen = self._reopen, None
         verify = None
         if reopen == stream_key(pod, pod.restart_count) and self._container_runs(pod):
@@ -401,7 +413,7 @@ class RunFollower:
         if self._prefetch is not None and not await self._feed_prefetched(pod, key):
             return
         try:
-            outcome, code, err = await self._stream(pod, key, verify)
+            outcome, code, err = await self._stream(pod, key, verify, spare)
         finally:
             if verify is not None and not verify.done():
                 verify.cancel()
@@ -484,15 +496,16 @@ class RunFollower:
                  self.run, len(lines), pod.name)
         return True
 
-    async def _stream(self, pod: PodInfo, key: str, verify: asyncio.Task | None = None) -> tuple[str, int | None, str]:
+    async def _stream(self, pod: PodInfo, key: str, verify: asyncio.Task | None = None,
+                      spare: SpareRead | None = None) -> tuple[str, int | None, str]:
         """One follow read; returns (eof|silent|exit, exit code, stderr). `verify`: a read
-        of the pod begun beside a re-read (_follow)."""
-        since, skipping = self._read_since(key)
-        argv = self.target.logs_argv(pod.name, pod.container, follow=True, since_ns=since)
+        of the pod begun beside a re-read (_follow); `spare`: the re-read opened beside the look
+        that found the last read hung (collector.live.spare)."""
+        argv, since, skipping = self._follow_argv(pod, key)
         self._reading(pod)
         self._set_state("following", pod)
         self._stream_started = time.monotonic()
-        proc = await kubectl.spawn(argv, self.env)
+        proc = (spare and spare.take(argv)) or await kubectl.spawn(argv, self.env)
         long = kubectl.LongLine(self.cfg.max_line_bytes)
         err_task = asyncio.create_task(proc.stderr.read())
         check = self._check_for(key, since, pod, skipping)
@@ -505,6 +518,7 @@ class RunFollower:
         unverified = self._mark_since(key) is None
         watchdog = Watchdog(self.pace, self.cfg.silence)
         probe: asyncio.Task | None = None
+        ahead: SpareRead | None = None  # the re-read opened beside the look, kept if the stream hangs
         try:
             while True:
                 try:
@@ -514,6 +528,9 @@ class RunFollower:
                         line = await proc.stdout.readline()
                 except TimeoutError:
                     quiet = time.monotonic() - last_line
+                    if ahead is not None and probe is None:  # the look found no hang
+                        await ahead.stop()
+                        ahead = None
                     if self._moved(pod, verify):
                         outcome = "moved"
                         break
@@ -527,6 +544,8 @@ class RunFollower:
                     if probe is None and quiet >= watchdog.next_check:
                         probe = asyncio.create_task(self._pod_has_unread(pod, key))
                         probe_line, probe_at = last_line, time.monotonic()
+                        if delivered:  # it may hang: its re-read goes out now, not after the look
+                            ahead = await SpareRead.open(self._follow_argv(pod, key)[0], self.env)
                     if probe is None or not probe.done():
                         continue
                     unread, probe = probe.result(), None
@@ -540,6 +559,7 @@ class RunFollower:
                         continue
                     if unread or (unread is None and quiet >= self.cfg.silence):
                         outcome = "silent"  # hung (or unknowable for too long): re-open
+                        self._spare, ahead = ahead, None
                         break
                     if unread is None and self._look_wait is not None and delivered:
                         # The look was throttled (429, Retry-After) at a stream quiet past its pace:
@@ -548,6 +568,7 @@ class RunFollower:
                         # kubectl waits out Retry-After by itself, the pod is read beside it
                         # (_follow), and a quiet stream that was not hung costs one reconnect.
                         outcome = "silent"
+                        self._spare, ahead = ahead, None
                         break
                     if unread is None:  # the pod could not be asked: ask again soon, vouch for nothing
                         watchdog.unknown(quiet, self._look_wait)
@@ -568,6 +589,9 @@ class RunFollower:
                 tail = long.bytes > 0  # the end of an over-long line, or a line after it
                 long.ended()
                 last_line = self._heard = time.monotonic()
+                if ahead is not None and (probe is None or probe.done()):  # the stream lives: no re-read
+                    await ahead.stop()
+                    ahead = None
                 if not delivered:
                     delivered = True
                     self.recovery.answered()  # kubectl was answered: every other wait ends
@@ -588,6 +612,8 @@ class RunFollower:
         finally:
             if probe is not None:
                 probe.cancel()
+            if ahead is not None:
+                await ahead.stop()
             await kubectl.stop(proc)  # by PID, on every exit path (cancel included)
         err = ""
         if err_task.done() or outcome != "silent":
@@ -841,6 +867,11 @@ class RunFollower:
         """Where a re-read of `key` would start (no read begins: the cursor is not told)."""
         cursor = self.model.cursors.get(key)
         return cursor.since_ns if cursor is not None else None
+
+    def _follow_argv(self, pod: PodInfo, key: str) -> tuple[list[str], int | None, bool]:
+        """The follow read of the stream from where it is to be read (_read_since)."""
+        since, skipping = self._read_since(key)
+        return self.target.logs_argv(pod.name, pod.container, follow=True, since_ns=since), since, skipping
 
     def _read_since(self, key: str) -> tuple[int | None, bool]:
         """Where a read of the stream starts: the cursor, or past a line with no end (True)."""
