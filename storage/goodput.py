@@ -45,6 +45,8 @@ _BLOCK_SAVES = sa.text("SELECT step FROM checkpoints WHERE run = :run AND incarn
 _SPANS = sa.text("SELECT incarnation, lo, hi FROM loss_summary WHERE run = :run")
 _STARTED = sa.text("SELECT started_ns FROM incarnations WHERE run = :run AND incarnation = :inc")
 _BLOCK = sa.text("SELECT state FROM goodput_blocks WHERE run = :run AND incarnation = :inc AND block = :b")
+_BLOCKS_IN = sa.text("SELECT block, state FROM goodput_blocks WHERE run = :run AND incarnation = :inc"
+                     " AND block BETWEEN :b0 AND :b1")
 _BLOCKS_FROM = sa.text("SELECT state FROM goodput_blocks WHERE run = :run AND incarnation = :inc AND block >= :b"
                        " ORDER BY block")
 _PUT_BLOCK = sa.text("INSERT INTO goodput_blocks (run, incarnation, block, state) VALUES (:run, :inc, :b, :state)"
@@ -100,7 +102,9 @@ def after_write(conn: sa.Connection, batch) -> None:
             if inc not in spans:
                 continue
             lo, hi = spans[inc]
-            for b in list(blocks):  # the step after a touched block: its interval starts in it
+            # the step after a touched block: its interval starts in it (inside a run of adjacent
+            # blocks that step is in the run, or the one after the run's last block)
+            for _, b in _runs_of(blocks):
                 nxt = conn.execute(_NEXT, {"run": run, "inc": inc, "hi": _end(b)}).scalar()
                 if nxt is not None:
                     blocks.add(gp.block_of(nxt))
@@ -131,24 +135,49 @@ def _recompute(conn: sa.Connection, run: str, inc: int, blocks: set[int], spans:
     first = spans[inc][0]
     later = [lo for other, (lo, _) in spans.items() if other > inc]
     agg.pop("tail", None)  # its replayed sums (runs.goodput.tail) may be in the blocks recomputed
-    for b in sorted(blocks):
-        lo, hi = max(b * gp.BLOCK, LOWEST), _end(b)
-        pb = {**p, "b": b, "lo": lo, "hi": hi}
-        old = conn.execute(_BLOCK, pb).scalar()
-        if old is not None:
-            gp.add(agg, json.loads(old), -1)
-        rows = conn.execute(_BLOCK_ROWS, pb).fetchall()
-        if not rows:
-            if old is not None:
-                conn.execute(_DROP_BLOCK, pb)
-            continue
-        prev = conn.execute(_PREV, pb).first()
+    puts, drops = [], []
+    for b0, b1 in _runs_of(blocks):  # a run of adjacent blocks: read in one query each, not per block
+        lo, hi = max(b0 * gp.BLOCK, LOWEST), _end(b1)
+        pr = {**p, "lo": lo, "hi": hi}
+        olds = dict(conn.execute(_BLOCKS_IN, {**p, "b0": b0, "b1": b1}).fetchall())
+        rows = conn.execute(_BLOCK_ROWS, pr).fetchall()
+        prev = conn.execute(_PREV, pr).first()
+        prev = None if prev is None else tuple(prev)
         saves = {s for (s,) in conn.execute(_BLOCK_SAVES, {**p, "lo": max(lo - 1, LOWEST), "hi": hi - 1})}
-        state = gp.block_state(rows, None if prev is None else tuple(prev), first, started, saves, later)
-        gp.add(agg, state)
-        conn.execute(_PUT_BLOCK, {**pb, "state": json.dumps(state, separators=(",", ":"))})
+        at = 0
+        for b in range(b0, b1 + 1):
+            end = at
+            while end < len(rows) and rows[end][0] <= _end(b):
+                end += 1
+            mine, at = rows[at:end], end
+            old = olds.get(b)
+            if old is not None:
+                gp.add(agg, json.loads(old), -1)
+            if not mine:
+                if old is not None:
+                    drops.append({**p, "b": b})
+                continue
+            state = gp.block_state(mine, prev, first, started, saves, later)
+            prev = tuple(mine[-1][:2])
+            gp.add(agg, state)
+            puts.append({**p, "b": b, "state": json.dumps(state, separators=(",", ":"))})
+    if drops:
+        conn.execute(_DROP_BLOCK, drops)
+    if puts:
+        conn.execute(_PUT_BLOCK, puts)
     agg["started_ns"] = started
     conn.execute(_PUT_AGG, {**p, "state": json.dumps(agg, separators=(",", ":"))})
+
+
+def _runs_of(blocks: set[int]) -> list[tuple[int, int]]:
+    """Adjacent blocks as (first, last) pairs."""
+    out: list[tuple[int, int]] = []
+    for b in sorted(blocks):
+        if out and out[-1][1] == b - 1:
+            out[-1] = (out[-1][0], b)
+        else:
+            out.append((b, b))
+    return out
 
 
 def stored_facts(conn: sa.Connection, run: str) -> tuple[list[gp.IncFacts], gp.BlocksFrom]:
