@@ -17,8 +17,10 @@ None ("not evaluable"), never 0."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import repeat
 
 NS = 1e9
 BLOCK = 256  # steps per block: a live commit recomputes at most a block's rows per incarnation
@@ -50,19 +52,16 @@ def block_state(rows: list[tuple], prev: tuple | None, first: int | None, starte
     first, compilation; the one after a save) is kept apart: counted at most at the median."""
     bounds = sorted({c for c in cuts if rows and rows[0][0] < c <= rows[-1][0]})
     segs = [[rows[0][0] if rows else 0, 0, 0, 0]] + [[c, 0, 0, 0] for c in bounds]  # from, sum_us, known, unknown
-    hist: dict[str, int] = {}
-    tok: dict[str, int] = {}
-    tfl: dict[str, int] = {}
+    stamps = [r[1] for r in rows if r[1] is not None]
+    times: list[float] = []  # the values histogrammed, keyed at the end (_hist: in C, not per row)
+    toks: list[float] = []
+    tfls: list[float] = []
     phase: list[list] = []
     save_iv: list[list] = []
     prev_step, prev_ts = prev if prev is not None else (None, None)
-    seg, t0, t1 = 0, None, None
-    keys: dict[float, str] = {}  # q() of the values seen: most steps repeat a few
-    last_seg = len(segs) - 1
+    seg, last_seg = 0, len(segs) - 1
+    s, next_cut = segs[0], (segs[1][0] if last_seg else None)
     for step, ts, secs, tflops, tokens in rows:
-        if ts is not None:
-            t0 = ts if t0 is None or ts < t0 else t0
-            t1 = ts if t1 is None or ts > t1 else t1
         if ts is not None and prev_ts is not None and step > prev_step:
             interval = (ts - prev_ts) / NS / (step - prev_step)  # per step: steps lost between ran too
             if secs is None or secs > interval >= 0:
@@ -77,25 +76,29 @@ def block_state(rows: list[tuple], prev: tuple | None, first: int | None, starte
         if step == first or step - 1 in saves:
             phase.append([step, ts, secs])
         else:
-            while seg < last_seg and step >= segs[seg + 1][0]:
-                seg += 1
-            s = segs[seg]
+            if next_cut is not None and step >= next_cut:
+                while seg < last_seg and step >= segs[seg + 1][0]:
+                    seg += 1
+                s, next_cut = segs[seg], (segs[seg + 1][0] if seg < last_seg else None)
             if secs is None:
                 s[3] += 1
             else:
                 s[1] += us
                 s[2] += 1
-                k = keys.get(secs) or keys.setdefault(secs, q(secs))
-                hist[k] = hist.get(k, 0) + 1
+                times.append(secs)
             if tokens is not None:
-                k = keys.get(tokens) or keys.setdefault(tokens, q(tokens))
-                tok[k] = tok.get(k, 0) + 1
+                toks.append(tokens)
             if tflops is not None:
-                k = keys.get(tflops) or keys.setdefault(tflops, q(tflops))
-                tfl[k] = tfl.get(k, 0) + 1
+                tfls.append(tflops)
         prev_step, prev_ts = step, ts
-    return {"n": len(rows), "t0": t0, "t1": t1, "hist": hist, "tok": tok, "tfl": tfl,
+    return {"n": len(rows), "t0": min(stamps) if stamps else None, "t1": max(stamps) if stamps else None,
+            "hist": _hist(times), "tok": _hist(toks), "tfl": _hist(tfls),
             "segs": segs, "phase": phase, "saves": save_iv, "cuts": bounds}
+
+
+def _hist(values: list[float]) -> dict[str, int]:
+    """Counts by q(): keys in the order first seen."""
+    return dict(Counter(map(format, values, repeat(".4g"))))
 
 
 def _count(h: dict[str, int], key: str, by: int = 1) -> None:

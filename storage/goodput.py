@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from itertools import groupby
+from operator import itemgetter
 
 import sqlalchemy as sa
 
@@ -72,14 +74,14 @@ def after_write(conn: sa.Connection, batch) -> None:
     runs: set[str] = set()
     size = gp.BLOCK
     for rows, cols in ((batch.loss_parts, LOSS_PARTS), (batch.pod_metrics, POD_METRICS)):
-        run_i, inc_i, step_i = cols.RUN, cols.INCARNATION, cols.STEP
-        key, blocks = None, None
-        for row in rows:  # a batch's rows come by incarnation: one look-up per change of it
-            if (row[run_i], row[inc_i]) != key:
-                key = (row[run_i], row[inc_i])
-                blocks = touched.setdefault(key, set())
-            if LOWEST <= row[step_i] <= HIGHEST:  # else no column holds it: refused, nothing stored
-                blocks.add(row[step_i] // size)
+        step_i = cols.STEP
+        # a batch's rows come by incarnation: one set per run of them, filled in C
+        for key, group in groupby(rows, itemgetter(cols.RUN, cols.INCARNATION)):
+            steps = [row[step_i] for row in group]
+            blocks = {step // size for step in steps}
+            if min(steps) < LOWEST or max(steps) > HIGHEST:  # no column holds it: refused, nothing stored
+                blocks = {step // size for step in steps if LOWEST <= step <= HIGHEST}
+            touched.setdefault(key, set()).update(blocks)
     for row in batch.checkpoints:
         runs.add(row[CHECKPOINTS.RUN])  # a save's stamp is the incarnation's last line until a step follows
         if row[CHECKPOINTS.KIND] == "save" and LOWEST <= row[CHECKPOINTS.STEP] < HIGHEST:
