@@ -24,6 +24,13 @@ def packed(data: pa.Table) -> np.ndarray:
     return (inc << 40) + step
 
 
+def sorted_unique(keys: np.ndarray) -> np.ndarray:
+    """np.unique's result, by a sort: numpy 2's hashing unique took 0.2 s for 373,000 keys
+    already in order (a sort, 4 ms), a quarter of an ingest's back-fill check."""
+    keys = np.sort(keys)
+    return keys[np.concatenate(([True], keys[1:] != keys[:-1]))] if len(keys) else keys
+
+
 @dataclass
 class HeldKeys:
     """The keys one copy holds for one run of one table (as of `snapshot`, for the lake)."""
@@ -36,7 +43,7 @@ class HeldKeys:
         """The keys in `keys` (the table's KEYS columns; None: nothing held)."""
         held = cls(snapshot)
         if table in STEP_TABLES:
-            held.packed = np.unique(packed(keys)) if keys is not None else np.empty(0, np.int64)
+            held.packed = sorted_unique(packed(keys)) if keys is not None else np.empty(0, np.int64)
         elif keys is not None:
             held.add(table, keys)
         return held
@@ -65,6 +72,6 @@ class HeldKeys:
 
     def add(self, table: str, data: pa.Table) -> None:
         if self.packed is not None:
-            self.packed = np.union1d(self.packed, packed(data))
+            self.packed = sorted_unique(np.concatenate((self.packed, packed(data))))
         else:
             self.tuples.update(zip(*(data.column(k).to_pylist() for k in KEYS[table]), strict=True))
