@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -169,12 +170,13 @@ def _scenario(**trainer) -> dict:
                                                                        **trainer}}]}
 
 
-def _follow(sim, db: str, *extra: str) -> subprocess.Popen:
+def _follow(sim, db: str, *extra: str, stdout=subprocess.PIPE, stderr=subprocess.PIPE) -> subprocess.Popen:
+    """A pipe no one reads while the run goes on fills at 64 KiB (about 110 steps of ndjson) and
+    blocks the follower: a test that polls the store meanwhile passes files instead."""
     env = {k: v for k, v in os.environ.items() if k != "STEPTAIL_DB"} | {"CLOUDSDK_CORE_ACCOUNT": sim.account}
     return subprocess.Popen([*CLI, "follow", "--jobset", "olmo3-sft", "-n", "default", "--kubeconfig",
                              str(sim.kubeconfig_path), "--db", db, "--silence", "1", "--no-view", "--until-done",
-                             "-o", "ndjson", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
+                             "-o", "ndjson", *extra], stdout=stdout, stderr=stderr, text=True, env=env)
 
 
 def _steps(db: str) -> int:
@@ -242,7 +244,8 @@ def _state_of(db: str) -> dict:
 
 def test_a_followed_run_that_stops_stepping_is_stalled_then_live_again(make_simcluster, db_url):  # noqa: F811
     sim = make_simcluster(_scenario(steps=100_000))
-    proc = _follow(sim, db_url)
+    errors = tempfile.TemporaryFile("w+")
+    proc = _follow(sim, db_url, stdout=subprocess.DEVNULL, stderr=errors)
     try:
         deadline = time.monotonic() + 60
         while _steps(db_url) < 10 and time.monotonic() < deadline and proc.poll() is None:
@@ -263,8 +266,12 @@ def test_a_followed_run_that_stops_stepping_is_stalled_then_live_again(make_simc
         deadline = time.monotonic() + 60
         while _steps(db_url) == before and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert _steps(db_url) > before  # the trainer writes again
-        assert _state_of(db_url).get("state") == LIVE
+        resumed = _steps(db_url) > before  # the trainer writes again
+        state = _state_of(db_url).get("state")
     finally:
         proc.terminate()
         proc.communicate(timeout=60)
+        errors.seek(0)
+        err = errors.read()
+        errors.close()
+    assert resumed and state == LIVE, (before, state, err[-6000:])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from steptail.commands._detect_options import Detection, detector_options
 from steptail.commands._preflight import checked_store, cluster_target
 from steptail.commands._webhooks import read_webhooks, webhook_file_option
 from steptail.commands.lake import PARQUET_HELP, close, open_lake, table_location
+from steptail.event_stream import EventStream
 from steptail.output import Output, output_option
 
 log = logging.getLogger("steptail.follow")
@@ -202,12 +204,16 @@ class Follow:
         except StoreBusy as exc:
             store.dispose()
             fail(str(exc))
-        output, started = self.output, []  # the Supervisor, once running
+        output, started = self.output, []  # the Supervisor and its loop, once running
 
-        def stream(event: dict) -> None:
-            output.event(event)
-            if output.closed and started:  # the reader went away (jq quit): stop as on SIGTERM
-                started[0].stop()
+        def reader_gone() -> None:  # the reader went away (jq quit): stop as on SIGTERM
+            if started:
+                sup, loop = started[0]
+                with contextlib.suppress(RuntimeError):  # the loop already ended
+                    loop.call_soon_threadsafe(sup.stop)
+
+        events = EventStream(output.event, lambda: output.closed, reader_gone) \
+            if output.format == "ndjson" else None
 
         plan = Plan(
             self.target, jobsets=self.runs(), follow_all=self.follow_all, selector=self.selector,
@@ -215,7 +221,7 @@ class Follow:
             config=FollowConfig(silence=self.silence, until_done=self.until_done,
                                 parquet_every=self.parquet_every, raw=self.raw),
             give_up=self.give_up, max_runs=self.max_runs, page_size=self.list_page_size,
-            on_event=stream if output.format == "ndjson" else None,
+            on_event=events.put if events is not None else None,
             policy=self.policy, archive=self._archiver(store) if self.archive_dir else None,
         )
         view = output.console.is_terminal and not self.no_view and not output.machine
@@ -223,11 +229,14 @@ class Follow:
         try:
             sup = asyncio.run(follow(store, plan, view=view, webhooks=self.webhooks, metrics_port=self.metrics_port,
                                      metrics_host=self.metrics_host, duration=self.duration,
-                                     console=output.console, on_start=lambda s, _url: started.append(s),
+                                     console=output.console,
+                                     on_start=lambda s, _url: started.append((s, asyncio.get_running_loop())),
                                      render=table))
         except OSError as exc:
             fail(f"cannot start: {exc}")
         finally:
+            if events is not None:
+                events.close()  # every event written before the summary
             store.dispose()
             if single is not None:
                 single.release()
