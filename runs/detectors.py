@@ -318,13 +318,17 @@ class FindingEngine:
         for d in self._detectors:
             d.remember(stored)
 
-    def tick(self, now_ns: int, running: bool = True, heard_ns: int | None = None) -> list[Finding]:
+    def tick(self, now_ns: int, running: bool = True, heard_ns: int | None = None,
+             heard_stamp_ns: int | None = None) -> list[Finding]:
         """Live stall check from the clock: no new step for k x the median step time.
 
-        `heard_ns` (live): until when the follower knows the stream held back nothing — its
-        latest line, or a look at the pod that found nothing unread. Quiet after it is not yet
-        the trainer's (a hung stream, a collector that was not running): the wait is counted
-        up to it only, and what a re-read then delivers is judged by its stamps (_stall)."""
+        Live, the follower says until when it knows the stream held back nothing: `heard_ns`,
+        a look at the pod that found nothing unread (wall time), and `heard_stamp_ns`, the
+        stamp of its latest line, which vouches for the stamps' distance past the last step
+        (arrived late in a re-read's backlog, it is no quiet of the trainer's). Quiet after
+        both is not yet the trainer's (a hung stream, a collector that was not running): the
+        wait is counted up to them only, and what a re-read then delivers is judged by its
+        stamps (_stall)."""
         inc = self._incs.get(self._current)
         median = self._median_ready()
         if not running:
@@ -339,7 +343,8 @@ class FindingEngine:
         planned = as_int(inc.config.get("steps"))
         if planned is not None and inc.last_step >= planned:
             return []  # training finished
-        until = now_ns if heard_ns is None else min(now_ns, heard_ns)
+        until = now_ns if heard_ns is None and heard_stamp_ns is None else \
+            min(now_ns, self._heard_until(inc, heard_ns, heard_stamp_ns))
         waited = (until - self._arrival_ns) / 1e9
         expected = median
         if self._save_max is not None and self._after_save(inc, inc.last_step + 1):
@@ -353,6 +358,14 @@ class FindingEngine:
                 WARNING, now_ns,
             )
         return self._flush()
+
+    def _heard_until(self, inc, heard_ns: int | None, heard_stamp_ns: int | None) -> int:
+        """Wall time up to which quiet is the trainer's (tick): a look's time, or the last
+        step's arrival plus how far the latest line's stamp lies past that step's."""
+        by_line = None
+        if heard_stamp_ns is not None and inc.last_ts is not None:
+            by_line = self._arrival_ns + heard_stamp_ns - inc.last_ts
+        return max((t for t in (heard_ns, by_line) if t is not None), default=self._arrival_ns)
 
     def finish(self) -> list[Finding]:
         """End-of-data checks: REQUIRED_RBF still owed, then each plug-in's."""

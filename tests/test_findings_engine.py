@@ -304,6 +304,37 @@ def test_stall_live_from_the_clock():
     assert engine.observe(model.take()) == []
 
 
+def test_a_line_vouches_for_the_trainer_up_to_its_stamp_not_its_arrival():
+    """Live, the stall clock counts quiet only up to what the follower vouches for. A line
+    re-read late (a hung stream's backlog) arrives long after its stamp: that wait is the
+    collector's, not the trainer's (CI: a recovered rotation hang flagged as a stall when the
+    flush ran between a re-read's first line and its next step). A line stamped well past
+    the last step, or a look that found nothing unread, does prove the trainer quiet."""
+    from steptail.runs.model import RunModel
+
+    def live() -> tuple[FindingEngine, int, int]:
+        clock = [0]
+        engine = FindingEngine("live", clock=lambda: clock[0])
+        model = RunModel("live")
+        for line in LogBuilder(step_seconds=10).start(steps=100).steps(1, 20).lines:
+            model.feed(line)
+            clock[0] += SEC
+        engine.observe(model.take())
+        inc = engine._incs[engine._current]
+        return engine, clock[0], inc.last_ts
+
+    engine, last, stamp = live()  # k = 3 x 10 s: a stall is over 30 s
+    assert engine.tick(last + 60 * SEC, heard_stamp_ns=stamp + 1 * SEC) == []  # backlog, arrived at +60 s
+    assert engine.tick(last + 60 * SEC, heard_ns=last + 5 * SEC, heard_stamp_ns=stamp + 1 * SEC) == []
+    (f,) = engine.tick(last + 60 * SEC, heard_stamp_ns=stamp + 45 * SEC)  # printed on, 45 s without a step
+    assert (f.kind, f.first_step) == ("stall", 21) and "no new step for 45 s" in f.detail
+    engine, last, stamp = live()
+    (f,) = engine.tick(last + 60 * SEC, heard_ns=last + 40 * SEC, heard_stamp_ns=stamp + 1 * SEC)  # a look
+    assert "no new step for 40 s" in f.detail
+    engine, last, stamp = live()  # the node clock stepped back: the line vouches for nothing past the step
+    assert engine.tick(last + 60 * SEC, heard_stamp_ns=stamp - 3600 * SEC) == []
+
+
 def test_no_stall_after_the_last_planned_step():
     engine = FindingEngine("done", clock=lambda: 0)
     from steptail.runs.model import RunModel

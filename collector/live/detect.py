@@ -79,6 +79,7 @@ class Detectors:
         # stream is known to have held back nothing, and whether the collector was just not
         # running (a pause: judged again only from now on).
         self.heard_ns: int | None = None
+        self.heard_stamp_ns: int | None = None
         self._paused = False
         self.on_event = on_event
         self._lock = threading.Lock()
@@ -113,9 +114,10 @@ class Detectors:
         with self._lock:
             self.cluster.extend(findings)
 
-    def heard(self, ns: int) -> None:
-        """The follower's word: until `ns` (wall time) the stream held back nothing."""
-        self.heard_ns = ns
+    def heard(self, ns: int | None, stamp_ns: int | None = None) -> None:
+        """The follower's word: until `ns` (wall time, a look at the pod) the stream held back
+        nothing, and its latest line fed was stamped `stamp_ns` (the node's clock)."""
+        self.heard_ns, self.heard_stamp_ns = ns, stamp_ns
 
     def finish(self) -> None:
         """Process 0 completed: the end-of-data checks run at the next commit."""
@@ -145,7 +147,8 @@ class Detectors:
             if self.finishing:
                 self.finishing = False
                 out += feed.finish()
-            out += feed.guard(feed.engine.tick, now_ns, running and not paused, self.heard_ns) or []
+            out += feed.guard(feed.engine.tick, now_ns, running and not paused, self.heard_ns,
+                              self.heard_stamp_ns) or []
         return out
 
     @property

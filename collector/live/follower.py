@@ -285,9 +285,12 @@ class RunFollower:
         self.probes = 0  # non-follow reads of a quiet pod's newest line
         self._round_trip = 0.0  # seconds the latest probe took: the API's pace now
         self._look_wait: float | None = None  # the Retry-After of the latest look refused, if it named one
-        # monotonic time until which the stream is known to have held back nothing: its latest
-        # line, or a probe that found nothing unread (the stall clock counts quiet up to it only)
+        # What bounds the stall clock (it counts quiet up to it only): the monotonic time of the
+        # latest look that found nothing unread, and the stamp of the latest line fed. A line
+        # vouches for the trainer up to its own stamp, not up to when it arrived: a re-read's
+        # backlog arrives late, and its arrival is no quiet of the trainer's.
         self._heard: float | None = None
+        self._heard_stamp: int | None = None
         self.pauses = 0  # times the collector was found not running (a jump of the loop's clock)
         self.on_event = on_event
         self.raw = sink.raw  # follow --raw: the lines as read
@@ -588,7 +591,7 @@ class RunFollower:
                     break
                 tail = long.bytes > 0  # the end of an over-long line, or a line after it
                 long.ended()
-                last_line = self._heard = time.monotonic()
+                last_line = time.monotonic()
                 if ahead is not None and (probe is None or probe.done()):  # the stream lives: no re-read
                     await ahead.stop()
                     ahead = None
@@ -606,6 +609,8 @@ class RunFollower:
                     break
                 unverified = False
                 self._feed(line, ts_ns, key, check)
+                if ts_ns is not None:  # after the feed: its step (if any) is the detectors' first
+                    self._heard_stamp = ts_ns
                 if self.sink.full(self.model):  # the store is away and the buffer at its bound
                     outcome = "paused"
                     break
@@ -1100,8 +1105,8 @@ class RunFollower:
                 self.detectors.paused()
                 log.warning("%s: the collector was not running for %.1f s (stopped or starved): that time "
                          "is not judged as the trainer's", self.run, late)
-            if self._heard is not None:
-                self.detectors.heard(time.time_ns() - int((now - self._heard) * 1e9))
+            looked = None if self._heard is None else time.time_ns() - int((now - self._heard) * 1e9)
+            self.detectors.heard(looked, self._heard_stamp)
             # shielded: a commit in flight at shutdown completes before the final flush
             await asyncio.shield(self._flush())
 
