@@ -77,6 +77,8 @@ class SimCluster:
         # sim.truth(jobset) -> [StepTruth]; sim.truth.servable(jobset) -> [LineTruth] (truth.py)
         self.truth = Truth(self.state, db_proxy)
         self._pending_faults: list[FaultSpec] = list(scenario.faults)
+        # at_step faults whose step was written but not yet served (faults_wait_for_reader)
+        self._waiting: list[tuple[FaultSpec, JobSetState, float]] = []
         # scenario JobSets with `start_after`: created that many seconds after the start
         self._pending_jobsets: list[JobSetSpec] = []
         self.db_proxy = db_proxy  # a started DbProxy in front of the store: `db_outage` cuts it
@@ -203,17 +205,35 @@ class SimCluster:
             if f.at is not None and elapsed >= f.at:
                 self._pending_faults.remove(f)
                 self.apply_fault(f)
+        for w in list(self._waiting):
+            f, js, deadline = w
+            if mono >= deadline or self._p0_served(js):
+                self._waiting.remove(w)
+                js.stalled_until = mono  # held since the step: the trainer goes on after the fault
+                self.apply_fault(f)
         if self._db_restore_at is not None and mono >= self._db_restore_at:
             self._db_restore_at = None
             self.db_proxy.restore()
         self.controller.tick(mono)
 
     def _on_step(self, js: JobSetState, step: int) -> None:
-        """`at_step` faults fire right after the step is written, the first time it is reached."""
+        """`at_step` faults fire right after the step is written, the first time it is reached
+        (with `faults_wait_for_reader`: once a response served it, the trainer held till then)."""
+        wait = self.scenario.faults_wait_for_reader
         for f in list(self._pending_faults):
             if f.at_step == step and (f.jobset in (None, js.spec.name)):
                 self._pending_faults.remove(f)
-                self.apply_fault(f)
+                if wait > 0 and not self._p0_served(js):
+                    self._waiting.append((f, js, time.monotonic() + wait))
+                    js.stalled_until = math.inf
+                else:
+                    self.apply_fault(f)
+
+    def _p0_served(self, js: JobSetState) -> bool:
+        """Every line process 0's running container wrote was in some log response."""
+        p0 = self.state.process0(js)
+        entries = p0.current.log.entries if p0 is not None and p0.instances else []
+        return not entries or entries[-1].served
 
     # ---- faults (see docs/simcluster.md for what each does to the wire)
     def _fault_call(self, f: FaultSpec) -> tuple[Callable, tuple, dict]:

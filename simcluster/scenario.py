@@ -225,6 +225,10 @@ class Scenario:
     restart_pending_seconds: float = 2.0  # how long new pods stay Pending after a restart
     watch_timeout_seconds: float = 1800.0
     bookmark_seconds: float = 60.0  # a watch asking allowWatchBookmarks gets a BOOKMARK this often
+    # > 0: an `at_step` fault waits, its trainer held, until a log response served the step's
+    # lines (at most this many seconds). A test whose fault must strike a collector that is
+    # reading live keeps that premise on a loaded machine; 0 (chaos, the default): never waits.
+    faults_wait_for_reader: float = 0.0
     jobsets: list[JobSetSpec] = field(default_factory=list)
     faults: list[FaultSpec] = field(default_factory=list)
 

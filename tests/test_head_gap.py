@@ -36,8 +36,8 @@ def _account_env(monkeypatch):
     monkeypatch.setenv("CLOUDSDK_CORE_ACCOUNT", "placeholder@example.invalid")
 
 
-def _sim(make_simcluster, *faults, trainer=None):
-    return make_simcluster(scenario(*faults, rate=25, jobsets=[
+def _sim(make_simcluster, *faults, trainer=None, **over):
+    return make_simcluster(scenario(*faults, rate=25, **over, jobsets=[
         {"name": "olmo3-sft", "hosts": 1, "trainer": trainer or {"steps": 160, "checkpoint_period": 50}}]))
 
 
