@@ -341,3 +341,41 @@ def test_kubectl_get_watch_shows_restart(make_simcluster):
     new = set(sim.pod_names())
     assert {r[0] for r in rows if r[2] == "ContainerCreating"} == new
     assert {r[0] for r in rows if r[2] == "Running"} >= new
+
+
+def _held_then_applied(sim, timeout: float) -> tuple[float, int]:
+    """Seconds the trainer stood at step 10 before the at_step fault was applied, and the steps
+    written when it was."""
+    held_from = None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with sim.lock:
+            written = sim.jobset_state().next_step - 1
+            applied = [f for f in sim.state.applied if f.action == "set_rate"]
+        if applied:
+            return (0.0 if held_from is None else time.monotonic() - held_from), written
+        if written == 10 and held_from is None:
+            held_from = time.monotonic()
+        time.sleep(0.02)
+    raise TimeoutError("the fault was never applied")
+
+
+@pytest.mark.parametrize("reader", [False, True])
+def test_a_fault_waits_for_the_reader(make_simcluster, reader):
+    """`faults_wait_for_reader`: an at_step fault strikes once a log response served its step,
+    the trainer held till then (at most that long): with no reader it waits out its bound, with
+    `kubectl logs -f` open it strikes at once."""
+    sim = make_simcluster({**FAST, "rate": 20, "faults_wait_for_reader": 3 if not reader else 60,
+                           "jobsets": [{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": 100}}],
+                           "faults": [{"action": "set_rate", "at_step": 10, "steps_per_second": 20}]})
+    f = Follower(sim, sim.process0()) if reader else None
+    try:
+        held, written = _held_then_applied(sim, timeout=30)
+    finally:
+        if f is not None:
+            f.kill()
+    assert written == 10  # nothing written past the fault's step before it struck
+    if reader:
+        assert held < 30  # served, not waited out (its bound is 60 s)
+    else:
+        assert held >= 2.5
