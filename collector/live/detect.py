@@ -75,9 +75,9 @@ class Detectors:
         self._seen_failures = 0  # failures handed to the engine so far
         self.cluster: list[Finding] = []  # read off the cluster's objects (runbook rules), queued
         self.finishing = False  # the run ended: end-of-data checks at the next commit
-        # The follower says (heard, paused; the stall clock, FindingEngine.tick): wall time until which the
-        # stream is known to have held back nothing, and whether the collector was just not
-        # running (a pause: judged again only from now on).
+        # The follower says (heard, paused; the stall clock, FindingEngine.tick): the wall time of
+        # its latest look that found nothing unread, the stamp of its latest line fed, and whether
+        # the collector was just not running (a pause: judged again only from now on).
         self.heard_ns: int | None = None
         self.heard_stamp_ns: int | None = None
         self._paused = False
