@@ -56,6 +56,7 @@ class Follower:
     env: dict
     proc: subprocess.Popen | None = None
     spans: list[list[float]] = field(default_factory=list)  # [start, end] while running, not stopped
+    resumes: list[float] = field(default_factory=list)  # the starts of spans that began with SIGCONT
     stopped: bool = False
 
     def start(self) -> None:
@@ -87,6 +88,7 @@ class Follower:
             os.killpg(self.proc.pid, signal.SIGCONT)
             self.stopped = False
             self.spans.append([time.time(), float("inf")])
+            self.resumes.append(self.spans[-1][0])
 
     def terminate(self, timeout: float = 30.0) -> None:
         """SIGTERM (flush, commit, stop kubectl), SIGKILL when it does not end in time."""
@@ -245,7 +247,8 @@ def run_schedule(schedule: dict, db_url: str, workdir: Path, *, timeout: float |
                       samples=sampler.samples, log_reads=log_reads, owner_lost=owner_lost, ended=ended,
                       servable=servable, written=written, unavailable=unavailable, reads=reads,
                       burst_ends=burst_ends,
-                      running={account(f.index): [(a, min(b, ended)) for a, b in f.spans] for f in followers})
+                      running={account(f.index): [(a, min(b, ended)) for a, b in f.spans] for f in followers},
+                      resumed={account(f.index): list(f.resumes) for f in followers})
     store = open_store(db_url)
     try:
         verdict = judge(obs, store)

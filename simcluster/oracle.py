@@ -15,7 +15,9 @@ reads the store only through steptail.storage's read functions and holds it to:
   did not start (a fork, or rows of two trainer incarnations in one: "false incarnations");
 - no critical finding the truth does not contain ("false critical");
 - with replicas: no pod followed by two accounts at once, every run whose owner was killed,
-  stopped or cut off followed again within TAKEOVER_SECONDS.
+  stopped or cut off followed again within TAKEOVER_SECONDS. A replica resumed after a freeze
+  (SIGSTOP) has RESUME_GRACE to close the streams it held before its runs were taken over: only
+  its own process can close them, and it learns of the loss at its first look after resuming.
 
 Store rows are matched to the trainer's (incarnation, step) by the z_loss each printed (random
 per incarnation and step; the kubelet stamp as a fallback), never by incarnation number: the
@@ -34,6 +36,7 @@ from steptail.storage.reads import iter_loss_parts, list_findings, stream_gaps
 
 SERVABLE_SECONDS = 5.0
 TAKEOVER_SECONDS = 10.0
+RESUME_GRACE = 1.0  # a replica resumed from a freeze: one look (0.5 s) and a reconnect
 GAP_KINDS = ("gap", "head_gap")
 UNREAD_TAIL = "unread_tail"  # the lost tail of a deleted pod: after its last step read (_in_unread_tail)
 COUNTS = ("servable", "recorded", "lost_flagged", "lost_unseen", "unread_at_end", "lost_unflagged", "missed", "duplicated",
@@ -61,6 +64,7 @@ class Observation:
     log_reads: list = field(default_factory=list)  # api.LogRead
     owner_lost: list[tuple[float, str]] = field(default_factory=list)  # (t, account of the replica)
     running: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # account -> spans not stopped
+    resumed: dict[str, list[float]] = field(default_factory=dict)  # account -> when it was resumed (SIGCONT)
     ended: float = 0.0
     # jobset -> [(written, first served or None, servable until or None)] of every process-0 line,
     # in seconds (sim.truth.servable): when the follower read again after a fault
@@ -441,9 +445,20 @@ def _clip(spans: dict[str, list[tuple[float, float, str]]], running: dict[str, l
     return out
 
 
+def _after_resume(obs: Observation) -> dict[str, list[tuple[float, float]]]:
+    """The running spans, each one that began with a resume shortened by RESUME_GRACE."""
+    out = {}
+    for account, spans in obs.running.items():
+        resumed = obs.resumed.get(account, [])
+        out[account] = [(a + RESUME_GRACE if any(abs(a - t) < 0.05 for t in resumed) else a, b)
+                        for a, b in spans]
+        out[account] = [(a, b) for a, b in out[account] if b > a]
+    return out
+
+
 def _judge_replicas(obs: Observation, v: Verdict) -> None:
     spans = _clip(follow_spans(obs.log_reads, obs.ended), obs.running)
-    for pod, ss in spans.items():
+    for pod, ss in _clip(follow_spans(obs.log_reads, obs.ended), _after_resume(obs)).items():
         ss = sorted(ss)
         for i, a in enumerate(ss):
             for b in ss[i + 1:]:

@@ -73,6 +73,7 @@ class Replica:
     pid: int
     backend_pid: int
     runs: int
+    heartbeat_ns: int = 0  # its own clock: compared only with its own earlier beats
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,9 @@ class Survey:
 
     alive: list[Replica]
     held: dict[int, int]  # owner-lock key (signed) -> backend pid holding it
+    # every replica with a row, alive or not: one whose lock fell without a close is here, one
+    # that closed (a clean exit) is not
+    registered: frozenset[str] = frozenset()
 
     def owner_of(self, run: str) -> Replica | None:
         pid = self.held.get(run_key(run))
@@ -167,18 +171,33 @@ class Leases:
         c.execute(sa.text("UPDATE replicas SET heartbeat_ns = :n, runs = :o WHERE replica = :r"),
                   {"n": now, "o": owned, "r": self.replica})
         held = {_signed(int(k)): pid for k, pid in c.execute(sa.text(_HELD))}
-        alive, stale = [], []
+        alive, stale, registered = [], [], set()
         for r in c.execute(sa.text(
                 "SELECT replica, host, pid, backend_pid, runs, heartbeat_ns FROM replicas ORDER BY replica")):
-            rep = Replica(r.replica, r.host, r.pid, r.backend_pid, r.runs)
+            rep = Replica(r.replica, r.host, r.pid, r.backend_pid, r.runs, r.heartbeat_ns)
             if held.get(replica_key(rep.replica)) == rep.backend_pid:
                 alive.append(rep)
             elif now - r.heartbeat_ns > STALE_NS:
                 stale.append(rep.replica)
+                continue
+            registered.add(rep.replica)
         if stale:  # gone long ago: the table stays small
             c.execute(sa.text("DELETE FROM replicas WHERE replica IN :s AND heartbeat_ns < :t")
                       .bindparams(sa.bindparam("s", expanding=True)), {"s": stale, "t": now - STALE_NS})
-        return Survey(alive, held)
+        return Survey(alive, held, frozenset(registered))
+
+    def end_replica(self, hung: Replica, runs: list[str]) -> int:
+        """End a hung replica's sessions that matter here: its ownership connection (its run
+        locks fall with it) and any session holding the fence lock of one of its runs (a
+        commit frozen mid-transaction would hold up the new owner's take-over until it
+        resumed). Its process, if it resumes, finds its connection gone and its runs taken.
+        Returns how many sessions were ended."""
+        c = self._c()
+        fences = {fence_key(r) for r in runs}
+        pids = {hung.backend_pid} | {pid for k, pid in c.execute(sa.text(_HELD)) if _signed(int(k)) in fences}
+        pids.discard(self.backend_pid)
+        return sum(_terminate(c, p) for p in pids)
+
 
     # -- runs -----------------------------------------------------------------------------
     def try_own_many(self, runs: list[str]) -> list[str]:
@@ -264,3 +283,11 @@ class SqliteFollowLock:
 
 class StoreBusy(Exception):
     """Another follower holds this SQLite store."""
+
+
+def _terminate(c: sa.Connection, pid: int) -> bool:
+    """End a session and wait (up to 2 s, PostgreSQL 14+) until it is gone, its locks with it."""
+    try:
+        return bool(c.execute(sa.text("SELECT pg_terminate_backend(:p, 2000)"), {"p": pid}).scalar())
+    except sa.exc.ProgrammingError:  # before 14: no wait; the next look sees the locks fall
+        return bool(c.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": pid}).scalar())

@@ -191,6 +191,31 @@ def test_the_oracle_measures_read_recovery_and_the_worst_unrecorded_step():
     assert worst_read_recovery(obs) == 0.0
 
 
+def test_a_resumed_replica_has_one_look_to_close_what_it_held_and_no_more():
+    """Replica b froze at 10 s holding pod p; a took p over at 16 s; b resumed at 20 s. b's
+    old stream still open 0.3 s after it resumed is its first look (RESUME_GRACE), not a
+    double follow; open 1.5 s after, it is one. The same overlap by a replica that was
+    never frozen is one at once."""
+    from types import SimpleNamespace
+
+    from steptail.simcluster.oracle import RESUME_GRACE, Observation, Verdict, _judge_replicas
+
+    def judged(b_closes_at: float, resumed: bool) -> int:
+        reads = [SimpleNamespace(follow=True, pod="p", start=1.0, end=b_closes_at, user="b"),
+                 SimpleNamespace(follow=True, pod="p", start=16.0, end=30.0, user="a")]
+        running = {"a": [(0.0, 30.0)], "b": [(0.0, 10.0), (20.0, 30.0)] if resumed else [(0.0, 30.0)]}
+        obs = Observation(schedule={}, truths={}, started=0.0, collector=[(0.0, 30.0)], log_reads=reads,
+                          running=running, resumed={"b": [20.0]} if resumed else {}, ended=30.0)
+        v = Verdict(0)
+        _judge_replicas(obs, v)
+        return v.counts["double_follow"]
+
+    assert RESUME_GRACE >= 0.5
+    assert judged(20.3, resumed=True) == 0
+    assert judged(20.0 + RESUME_GRACE + 0.5, resumed=True) == 1
+    assert judged(20.3, resumed=False) == 1
+
+
 def test_a_queued_burst_of_refusals_ends_when_its_last_one_is_answered():
     """Nine 429s fired at 2 s, answered 1 s apart (Retry-After): the fault ends at the last
     refusal (11 s, the simulator's truth), not when it was fired; recovery counts the seconds

@@ -20,7 +20,17 @@ import pytest
 from store_fixtures import PG_ADMIN
 from test_follow_support import assert_exactly_once, gaps, recorded, rows, stop_replicas
 
-from steptail.collector.live.ownership import GRACE, Moves, fair_share, plan_moves
+from steptail.collector.live.ownership import (
+    GRACE,
+    HANDOVER_WAIT,
+    HUNG_AFTER,
+    INTERVAL,
+    Beats,
+    Moves,
+    fair_share,
+    fallen,
+    plan_moves,
+)
 from steptail.storage.replicas import Replica, SqliteFollowLock, Survey, run_key
 from steptail.storage.scratch import scratch_database
 
@@ -208,9 +218,11 @@ def test_a_second_follow_of_one_sqlite_store_is_refused(simcluster, tmp_path):
 
 # ---- the balancing policy, alone ------------------------------------------------------------
 
-def _survey(held: dict[str, int], runs_of: dict[int, int]) -> Survey:
-    alive = [Replica(f"r{pid}", "h", pid, pid, n) for pid, n in runs_of.items()]
-    return Survey(alive, {run_key(r): pid for r, pid in held.items()})
+def _survey(held: dict[str, int], runs_of: dict[int, int], registered: tuple[str, ...] = (),
+            beats: dict[int, int] | None = None) -> Survey:
+    alive = [Replica(f"r{pid}", "h", pid, pid, n, (beats or {}).get(pid, 0)) for pid, n in runs_of.items()]
+    return Survey(alive, {run_key(r): pid for r, pid in held.items()},
+                  frozenset(registered) | {r.replica for r in alive})
 
 
 def test_fair_share_rounds_up():
@@ -251,3 +263,130 @@ def test_a_run_given_back_is_left_to_others_for_a_while():
     cooling = {"a": 50.0}
     assert plan_moves(["a"], set(), _survey({}, {1: 0}), 1, since, cooling, now=10.0).take == []
     assert plan_moves(["a"], set(), _survey({}, {1: 0}), 1, since, cooling, now=10.0 + 2 * GRACE).take == ["a"]
+
+
+def test_a_run_whose_holder_lost_its_session_waits_for_it_to_come_back():
+    """r2 held "a"; its session ended (its row stays, its lock fell): r1 waits HANDOVER_WAIT
+    for r2 to reconnect and take the lock back, so the pod is never read by both at once."""
+    holders = {"a": ("r2", 2)}
+    fell_survey = _survey({}, {1: 0}, registered=("r2",))
+    fell = fallen(["a"], fell_survey, holders)
+    assert fell == {"a"}
+    since: dict[str, float] = {}
+    assert plan_moves(["a"], set(), fell_survey, 1, since, {}, now=10.0, fell=fell).take == []
+    assert plan_moves(["a"], set(), fell_survey, 1, since, {}, now=10.0 + HANDOVER_WAIT / 2, fell=fell).take == []
+    # r2 back with a new session, the lock not yet taken again: still its own to take back
+    back = Survey([Replica("r2", "h", 2, 7, 1)], {}, frozenset({"r1", "r2"}))
+    assert fallen(["a"], back, holders) == {"a"}
+    # nobody took it back in time (r2 was killed): taken
+    assert plan_moves(["a"], set(), fell_survey, 1, since, {}, now=10.0 + HANDOVER_WAIT, fell=fell).take == ["a"]
+
+
+def test_a_run_let_go_or_left_by_a_clean_exit_is_taken_at_once():
+    holders = {"a": ("r2", 2)}
+    released = _survey({}, {1: 0, 2: 0})  # r2 alive on the same session: it released "a"
+    exited = _survey({}, {1: 0})  # r2 closed: its row is gone
+    assert fallen(["a"], released, holders) == set() and fallen(["a"], exited, holders) == set()
+    assert fallen(["a"], _survey({}, {1: 0}, registered=("r2",)), holders, ended=["r2"]) == set()  # ended here
+    assert plan_moves(["a"], set(), exited, 1, {}, {}, now=1.0).take == ["a"]
+
+
+def test_a_heartbeat_standing_still_is_hung_only_across_steady_looks():
+    beats = Beats()
+    t = 100.0
+    frozen = _survey({}, {1: 0, 2: 0}, beats={1: 0, 2: 555})
+    hung = []
+    while t < 100.0 + HUNG_AFTER + 1:
+        hung = beats.hung(frozen, 1, t)
+        if hung:
+            break
+        t += INTERVAL
+    assert [r.replica for r in hung] == ["r2"] and t >= 100.0 + HUNG_AFTER
+    # a replica that beats is never hung, however long
+    beats, t = Beats(), 0.0
+    for i in range(40):
+        assert beats.hung(_survey({}, {1: 0, 2: 0}, beats={2: i}), 1, t) == []
+        t += INTERVAL
+    # this replica's own pause (a store outage: no look for 8 s) starts every clock again
+    beats = Beats()
+    assert beats.hung(frozen, 1, 0.0) == []
+    assert beats.hung(frozen, 1, 8.0) == []
+    assert beats.hung(frozen, 1, 8.0 + INTERVAL) == []
+
+
+def test_a_session_ended_keeps_its_runs_and_a_frozen_replica_is_taken_over(make_simcluster, tmp_path):
+    """Two replicas on 4 JobSets. The server ends every session of replica 0 (its run locks
+    fall): it reconnects at its next look and takes them back before replica 1 may
+    (HANDOVER_WAIT) — nobody else ever reads its pods. Then replica 0 freezes (SIGSTOP, as a
+    paused node) for 10 s: replica 1 sees its heartbeat stand still, ends its sessions and
+    follows its pods within HUNG_AFTER + 3 s; resumed, replica 0 closes its old streams
+    within the oracle's RESUME_GRACE. Every step once, no gap."""
+    import sqlalchemy as sa
+
+    from steptail.simcluster.oracle import RESUME_GRACE
+
+    steps, jobsets = 360, 4
+    sim = make_simcluster({"namespace": "default", "rate": 10, "grace_seconds": 3, "jobsets": [
+        {"name": f"hand-{i}", "hosts": 1, "trainer": {"steps": steps}} for i in range(jobsets)]})
+    with scratch_database(PG_ADMIN, "steptail_handover") as db:
+        procs, engine = [], sa.create_engine(db)
+
+        def sessions_of(i: int) -> int:
+            with engine.connect() as c:
+                return len(c.execute(sa.text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND application_name = :a"), {"a": f"replica-{i}"}).all())
+
+        def pods_of(i: int, at: float) -> set[str]:
+            return {pod for pod, spans in follow_intervals(sim).items()
+                    if any(u == account(i) and s <= at < e for s, e, u in spans)}
+
+        try:
+            for i in range(2):
+                os.environ["PGAPPNAME"] = f"replica-{i}"  # its sessions, to end them alone
+                try:
+                    procs.append(start_replica(sim, db, i, tmp_path))
+                finally:
+                    del os.environ["PGAPPNAME"]
+                time.sleep(1.5)
+            deadline = time.time() + 30
+            while time.time() < deadline and not (pods_of(0, time.time()) and pods_of(1, time.time())):
+                time.sleep(0.2)
+            held = pods_of(0, time.time())
+            assert held, "replica 0 follows nothing"
+            assert sessions_of(0) >= 1
+            time.sleep(HANDOVER_WAIT + 2)
+            kept = pods_of(0, time.time())
+            # frozen: replica 1 takes its pods over
+            os.killpg(procs[0].pid, signal.SIGSTOP)
+            frozen_at = time.time()
+            time.sleep(10)
+            os.killpg(procs[0].pid, signal.SIGCONT)
+            resumed_at = time.time()
+            deadline = time.time() + 60
+            while time.time() < deadline and not all(
+                    len(recorded(db, f"hand-{i}")) >= steps for i in range(jobsets)):
+                time.sleep(0.5)
+        finally:
+            stop_replicas(procs)
+            engine.dispose()
+        logs = {p.name: p.read_text()[-4000:] for p in tmp_path.glob("replica-*.log")}
+        intervals = follow_intervals(sim)
+
+        # the session ended: its pods stayed with it, nobody else read them
+        assert kept == held, (held, kept, logs)
+        # frozen: each of its pods followed by replica 1 within HUNG_AFTER + 3 s
+        for pod in kept:
+            taken = [s for s, _, u in intervals[pod] if u == account(1) and s >= frozen_at]
+            assert taken and min(taken) - frozen_at < HUNG_AFTER + 3, (pod, taken, frozen_at, logs)
+        assert "gave no heartbeat" in logs["replica-1.log"], logs
+        # two accounts at once: only replica 0's old streams, closed within RESUME_GRACE of resuming
+        for pod, a, b in overlaps(intervals):
+            old = a if a[2] == account(0) else b
+            assert old[2] == account(0) and old[0] < frozen_at and old[1] < resumed_at + RESUME_GRACE, \
+                (pod, a, b, resumed_at)
+        for i in range(jobsets):
+            run = f"hand-{i}"
+            assert sorted(s for _, s in recorded(db, run)) == list(range(1, steps + 1)), (run, logs)
+            assert_exactly_once(sim, db, run, run)
+            assert gaps(db, run) == [], run

@@ -8,7 +8,12 @@ the live replicas and which runs are held. Then (`plan_moves`, pure):
 - it gives back runs above its share while another live replica is below it (one handover
   each, exact: the run is flushed and committed before its lock is released);
 - a run it believed it held but whose lock it no longer has is lost (its connection dropped):
-  the Supervisor stops it at once, without a commit (the fence would refuse one).
+  the Supervisor stops it at once, without a commit (the fence would refuse one);
+- a run whose lock fell without its holder letting it go (the holder's connection ended, its
+  row still there) is taken only after `HANDOVER_WAIT`: a holder whose session alone was ended
+  reconnects at its next look and takes its locks back, and is not followed twice meanwhile;
+- a replica whose heartbeat stands still for `HUNG_AFTER` (a frozen process, a node paused)
+  is ended (`Leases.end_replica`): its runs are taken at once rather than when it resumes.
 
 The connection failing (a store outage) loses no run: they read on and buffer (RunSink), and
 `reconnect` takes their locks back; only a run another replica holds by then is lost.
@@ -35,12 +40,16 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 
 from steptail.storage.db import Store
-from steptail.storage.replicas import Leases, NotOwner, Survey, run_key
+from steptail.storage.replicas import Leases, NotOwner, Replica, Survey, run_key
 
 log = logging.getLogger("steptail.replicas")
 
 INTERVAL = 0.5  # seconds between looks at the fleet (a heartbeat: three small statements)
 GRACE = 3.0  # a run unheld this long is taken regardless of the fair share
+# A run whose holder's lock fell unannounced waits this long for the holder to take it back:
+# more than its next look (INTERVAL) and a reconnect.
+HANDOVER_WAIT = 2.0
+HUNG_AFTER = 5.0  # a live replica's heartbeat unchanged this long (seen looking steadily): ended
 COOLDOWN = 10.0  # a run given back is not taken again by the same replica for this long
 # A replica cut off without a close (a lost node) is found by the server's TCP keepalives
 # (about 4 + 2 x 2 s); one whose process hangs is ended after IDLE_TIMEOUT without a heartbeat.
@@ -71,10 +80,12 @@ def _rank(my_pid: int, run: str) -> bytes:
 
 
 def plan_moves(candidates: Iterable[str], owned: set[str], survey: Survey, my_pid: int,
-               unheld_since: dict[str, float], cooling: dict[str, float], now: float) -> Moves:
+               unheld_since: dict[str, float], cooling: dict[str, float], now: float,
+               fell: Iterable[str] = ()) -> Moves:
     """What to do after one look at the fleet (no I/O). `unheld_since` is kept up to date
     here (run -> when first seen unheld); `cooling` maps a run given back to its end of
-    cooldown."""
+    cooldown; `fell`: runs whose holder lost its lock without letting go (`fallen`)."""
+    fell = set(fell)
     candidates = sorted(set(candidates))
     moves = Moves()
     for run in sorted(owned):
@@ -98,6 +109,8 @@ def plan_moves(candidates: Iterable[str], owned: set[str], survey: Survey, my_pi
         waited = now - unheld_since[run]
         if cooling.get(run, 0.0) > now and waited < 2 * GRACE:
             continue  # given back a moment ago: another replica is meant to take it
+        if run in fell and waited < HANDOVER_WAIT:
+            continue  # its holder may only have lost its session: it takes the lock back
         if room > 0 or waited >= GRACE:
             moves.take.append(run)
             room -= 1
@@ -106,6 +119,54 @@ def plan_moves(candidates: Iterable[str], owned: set[str], survey: Survey, my_pi
         below = sum(max(0, share - n) for n in others)
         moves.give = sorted(kept)[: min(len(kept) - share, below)]
     return moves
+
+
+def fallen(candidates: Iterable[str], survey: Survey, holders: dict[str, tuple[str, int]],
+           ended: Iterable[str] = ()) -> set[str]:
+    """The unheld runs whose last holder (`holders`: run -> (replica, backend pid) when last
+    seen held) did not let them go: it is still registered and not the same live session
+    that held them (a release), nor a hung replica ended here (it cannot take them back)."""
+    ended = set(ended)
+    live = {r.replica: r.backend_pid for r in survey.alive}
+    out = set()
+    for run in candidates:
+        if run_key(run) in survey.held or run not in holders:
+            continue
+        name, pid = holders[run]
+        if name in survey.registered and live.get(name) != pid and name not in ended:
+            out.add(run)
+    return out
+
+
+class Beats:
+    """Which live replicas' heartbeats stand still: each replica's last beat and since when
+    (this replica's monotonic clock) it has been seen unchanged. Counted only across looks
+    that follow each other closely: after a pause of this replica's own (a store outage, a
+    freeze) every clock starts again, so nobody is taken for hung for this replica's gap."""
+
+    def __init__(self, hung_after: float = HUNG_AFTER) -> None:
+        self.hung_after = hung_after
+        self.seen: dict[str, tuple[int, float]] = {}  # replica -> (heartbeat_ns, unchanged since)
+        self.last_look = -math.inf
+
+    def hung(self, survey: Survey, me: int, now: float) -> list[Replica]:
+        if now - self.last_look > 4 * INTERVAL:
+            self.seen.clear()
+        self.last_look = now
+        out = []
+        alive = {r.replica for r in survey.alive}
+        for name in list(self.seen):
+            if name not in alive:
+                del self.seen[name]
+        for r in survey.alive:
+            if r.backend_pid == me:
+                continue
+            beat, since = self.seen.get(r.replica, (None, now))
+            if beat != r.heartbeat_ns:
+                self.seen[r.replica] = (r.heartbeat_ns, now)
+            elif now - since >= self.hung_after:
+                out.append(r)
+        return out
 
 
 class Ownership:
@@ -118,6 +179,9 @@ class Ownership:
         self.unheld_since: dict[str, float] = {}
         self.cooling: dict[str, float] = {}
         self.survey: Survey | None = None
+        self.holders: dict[str, tuple[str, int]] = {}  # run -> (replica, backend pid) last seen holding it
+        self.beats = Beats()
+        self.ended: dict[str, float] = {}  # hung replicas ended here -> when
         # its own thread: a heartbeat never waits behind the runs' commits in the default pool
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ownership")
         self.failing: str | None = None
@@ -144,10 +208,22 @@ class Ownership:
     async def look(self, candidates: Iterable[str]) -> Moves:
         """Heartbeat, survey, and the moves to make; locks for `take` are tried here (the
         returned `take` lists only runs now held)."""
+        candidates = list(candidates)
         survey = self.survey = await self._call(self.leases.heartbeat, len(self.owned))
         now = time.monotonic()
+        for hung in self.beats.hung(survey, self.backend_pid, now):
+            await self._end(hung, survey, candidates, now)
+        survey = self.survey
+        for run in candidates:
+            owner = survey.owner_of(run)
+            if owner is not None:
+                self.holders[run] = (owner.replica, owner.backend_pid)
+        for name, when in list(self.ended.items()):
+            if now - when > 60.0:
+                del self.ended[name]
+        fell = fallen(candidates, survey, self.holders, self.ended)
         moves = plan_moves(candidates, self.owned, survey, self.backend_pid, self.unheld_since,
-                           self.cooling, now)
+                           self.cooling, now, fell)
         got = await self._call(self.leases.try_own_many, moves.take)
         for run in got:
             self.unheld_since.pop(run, None)
@@ -158,6 +234,18 @@ class Ownership:
             if until <= now:
                 del self.cooling[run]
         return moves
+
+    async def _end(self, hung: Replica, survey: Survey, candidates: list[str], now: float) -> None:
+        """A live replica whose heartbeat stood still for HUNG_AFTER: its sessions ended, its
+        runs free now (a fresh survey), taken without HANDOVER_WAIT."""
+        runs = [r for r in candidates if survey.held.get(run_key(r)) == hung.backend_pid]
+        ended = await self._call(self.leases.end_replica, hung, runs)
+        self.ended[hung.replica] = now
+        self.beats.seen.pop(hung.replica, None)
+        log.warning("replica %s (host %s, pid %d) gave no heartbeat for %.0f s: ended its %d sessions, "
+                    "its %d runs are taken over", hung.replica, hung.host, hung.pid, self.beats.hung_after,
+                    ended, len(runs))
+        self.survey = await self._call(self.leases.heartbeat, len(self.owned))
 
     async def reconnect(self) -> list[str]:
         """After the connection failed (its locks fell with it): connect again and take back

@@ -349,13 +349,15 @@ class Supervisor:
                 if isinstance(exc, TimeoutError):
                     exc = TimeoutError(f"no answer in {LOOK_TIMEOUT:.0f} s")
                 health.fail("store", f"ownership connection: {str(exc).splitlines()[0][:200]}")
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, OUTAGE_RETRY_MAX)
+                # at once: a session ended alone (the store up) is back, with its locks, before
+                # another replica takes them (ownership.HANDOVER_WAIT); the back-off is for an outage
                 try:
                     async with asyncio.timeout(LOOK_TIMEOUT):
                         taken = await own.reconnect()
                 except Exception as again:  # noqa: BLE001 - next round
                     log.debug("ownership reconnect: %s", again)
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, OUTAGE_RETRY_MAX)
                     continue
                 for run in taken:
                     await self._lose(run, "another replica took it while the ownership connection was down")
