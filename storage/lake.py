@@ -163,7 +163,7 @@ class Lake:
 
             ident = f"{NAMESPACE}.{name}"
             try:
-                self._tables[name] = self._here(self.catalog.load_table(ident))
+                self._tables[name] = self._evolved(self._here(self.catalog.load_table(ident)), name, ident)
             except NoSuchTableError:
                 if not create:
                     return None
@@ -182,6 +182,30 @@ class Lake:
             except Exception as exc:
                 raise LakeError(f"cannot open lake table {name}: {_reason(exc)}") from exc
         return self._tables[name]
+
+    def _evolved(self, tbl, name: str, ident: str):
+        """A table made before a column was declared (runs/tables.py) gains it, optional, by
+        name: its rows written before read it as NULL. A writer evolving it at the same moment
+        wins or loses the commit; the loser finds the columns there."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        for attempt in range(3):
+            have = {f.name for f in tbl.schema().fields}
+            missing = [f.with_nullable(True) for f in lake_schema(name) if f.name not in have]
+            if not missing:
+                return tbl
+            try:
+                with tbl.update_schema() as update:
+                    update.union_by_name(pa.schema(missing))
+            except CommitFailedException:
+                if attempt == 2:
+                    raise
+                tbl = self.catalog.load_table(ident)
+                continue
+            log.info("lake table %s: column%s %s added (the rows before read them as NULL)", name,
+                     "s" if len(missing) > 1 else "", ", ".join(f.name for f in missing))
+            return self.catalog.load_table(ident)
+        return tbl
 
     def _here(self, tbl):
         """A store's catalog holds one lake: a table found elsewhere than this location is

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from steptail.storage.lake import Lake, as_lake_rows
+from steptail.storage.lake import Lake, as_lake_rows, lake_schema
 from steptail.storage.parquet import to_arrow
 
 
@@ -34,7 +34,7 @@ def files_on_disk(root: Path) -> set[Path]:
 
 RACE = textwrap.dedent("""
     import sys
-    from steptail.storage.lake import Lake, as_lake_rows
+    from steptail.storage.lake import Lake, as_lake_rows, lake_schema
     from steptail.storage.parquet import to_arrow
     target, catalog, name, lo = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     lake = Lake(target, catalog, writer=name)
@@ -62,7 +62,7 @@ def race(target: str, catalog: str, writers: int = 2, env: dict | None = None) -
 
 KILLED = textwrap.dedent("""
     import os, signal, sys
-    from steptail.storage.lake import Lake, as_lake_rows
+    from steptail.storage.lake import Lake, as_lake_rows, lake_schema
     from steptail.storage.parquet import to_arrow
     lake = Lake(sys.argv[1], sys.argv[2])
     tbl = lake.table("loss_parts")
@@ -78,3 +78,31 @@ def killed_mid_commit(target: str, catalog: str, env: dict | None = None) -> int
     p = subprocess.run([sys.executable, "-c", KILLED, target, catalog], capture_output=True, timeout=120,
                        env={**os.environ, **(env or {})})
     return p.returncode
+
+
+def older_table_gains_a_column(target: str, catalog_url: str, env: dict | None = None, on_disk=lambda: None):
+    """A loss_parts table made and written by an older steptail, without today's `parts`
+    column; opened now, it gains the column (optional, by name): the old rows read it as
+    NULL, new rows carry it, and a second writer finds it evolved. Returns `on_disk()` as it
+    was before the new writer opened the table."""
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.schema import assign_fresh_schema_ids
+
+    dropped = "parts"
+    old_schema = pa.schema([f for f in lake_schema("loss_parts") if f.name != dropped])
+    older = Lake(target, catalog_url, env=env)
+    tbl = older.catalog.create_table(
+        "steptail.loss_parts", schema=assign_fresh_schema_ids(Catalog._convert_schema_if_needed(old_schema)))
+    tbl.append(steps("a", 1, 4).drop_columns([dropped]))
+    before = on_disk()
+
+    lake = Lake(target, catalog_url, env=env)
+    assert lake.append("loss_parts", {"a": steps("a", 4, 6)}) == 2
+    assert dropped in {f.name for f in lake.table("loss_parts").schema().fields}
+    data = lake.read("loss_parts", "a").sort_by("step")
+    assert data["step"].to_pylist() == [1, 2, 3, 4, 5]
+    new_values = steps("a", 4, 6)[dropped].to_pylist()
+    assert data[dropped].to_pylist() == [None, None, None, *new_values] and all(new_values)
+    again = Lake(target, catalog_url, env=env)
+    assert again.append("loss_parts", {"a": steps("a", 1, 7)}) == 1 and keys(again, "a")[-1] == ("a", 1, 6)
+    return before

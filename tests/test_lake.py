@@ -7,7 +7,14 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from lake_support import files_on_disk, keys, killed_mid_commit, race, steps
+from lake_support import (
+    files_on_disk,
+    keys,
+    killed_mid_commit,
+    older_table_gains_a_column,
+    race,
+    steps,
+)
 
 from steptail.runs.model import Batch
 from steptail.storage.catchup import catch_up_lake
@@ -146,3 +153,13 @@ def test_replace_and_compact_add_files_and_delete_none(lake, tmp_path):
 def test_reading_a_table_never_written_is_empty(lake):
     assert lake.read("required_rbf").schema == lake_schema("required_rbf")
     assert lake.read("required_rbf", "nope").num_rows == 0
+
+
+
+def test_a_table_made_before_a_column_was_declared_gains_it(store, tmp_path):
+    """A lake table written by an older steptail, without a column of today's schema: opened
+    now it gains the column (lake_support.older_table_gains_a_column); nothing is rewritten."""
+    root = tmp_path / "lake"
+    before = older_table_gains_a_column(f"file://{root}", store.catalog_url(),
+                                        on_disk=lambda: files_on_disk(root))
+    assert before <= files_on_disk(root)  # added to, nothing rewritten or deleted

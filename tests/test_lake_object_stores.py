@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
-from lake_support import keys, killed_mid_commit, race, steps
+from lake_support import keys, killed_mid_commit, older_table_gains_a_column, race, steps
 from object_store_support import unique_prefix
 from store_fixtures import PG_ADMIN
 
@@ -91,4 +91,12 @@ def test_killed_mid_commit_then_caught_up_and_read_back_equal_to_sql(bucket, sto
                                     "ORDER BY incarnation, step")).all()
     got = sorted(zip(data["incarnation"].to_pylist(), data["step"].to_pylist(), data["ce"].to_pylist(), strict=True))
     assert got == [tuple(r) for r in want]
+    assert emulator.deletes() == before
+
+
+def test_a_table_made_before_a_column_was_declared_gains_it_in_the_bucket(bucket, store):
+    """Schema evolution through the emulator: the older table gains the column, no DELETE."""
+    emulator, url = bucket
+    before = emulator.deletes()
+    older_table_gains_a_column(url, store.catalog_url(), env=emulator.env)
     assert emulator.deletes() == before
