@@ -19,9 +19,9 @@ import pytest
 import sqlalchemy as sa
 from store_fixtures import PG_ADMIN, samples_dir
 
+from steptail.collector.live.assemble import claim_and_load
 from steptail.collector.live.detect import Detectors
 from steptail.collector.live.sink import RunSink
-from steptail.collector.live.supervisor import _claim_and_load
 from steptail.storage.db import open_store
 from steptail.storage.replicas import NotOwner, fence, take_over
 from steptail.storage.scratch import scratch_database
@@ -55,8 +55,8 @@ def waiting_on_a_lock(store) -> int:
 
 
 def owner(store, replica: str):
-    """A replica's model and sink of the run, as Supervisor.assemble_run builds them."""
-    model, epoch = _claim_and_load(store, RUN, JOBSET, NS, False, replica)
+    """A replica's model and sink of the run, as collector.live.assemble builds them."""
+    model, epoch = claim_and_load(store, RUN, JOBSET, NS, False, replica)
     sink = RunSink(store, RUN, None, Detectors(RUN, store), fence=lambda conn: fence(conn, RUN, epoch))
     return model, sink
 

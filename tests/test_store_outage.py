@@ -155,9 +155,9 @@ async def test_rows_buffered_through_an_outage_are_not_committed_when_another_re
     dropped — B goes on from its own commit (it re-reads from the pod what it has not)."""
     from test_handover_fork import STREAM, log_lines
 
+    from steptail.collector.live.assemble import claim_and_load
     from steptail.collector.live.detect import Detectors
     from steptail.collector.live.sink import RunSink
-    from steptail.collector.live.supervisor import _claim_and_load
     from steptail.storage.replicas import NotOwner, fence
 
     lines = log_lines()
@@ -169,7 +169,7 @@ async def test_rows_buffered_through_an_outage_are_not_committed_when_another_re
             lost: list = []
 
             def owner(store, replica, on_lost=None):
-                model, epoch = _claim_and_load(store, RUN, "olmo3-sft", "default", False, replica)
+                model, epoch = claim_and_load(store, RUN, "olmo3-sft", "default", False, replica)
                 sink = RunSink(store, RUN, None, Detectors(RUN, store),
                                fence=lambda conn: fence(conn, RUN, epoch), on_lost=on_lost)
                 return model, sink

@@ -2,8 +2,8 @@
 and never stops another), discovery shared by all, clean shutdown on SIGTERM/SIGINT:
 every kubectl killed by PID, every row flushed and committed, Parquet closed.
 
-One run's path is put together in one place, `Supervisor.assemble_run`: discovery →
-follower → model → sink → detectors."""
+One run's path is put together in one place, collector.live.assemble: discovery → follower
+→ model → sink → detectors; the Supervisor asks for it and supervises it."""
 
 from __future__ import annotations
 
@@ -20,28 +20,22 @@ from steptail.collector.cluster import kubectl
 from steptail.collector.cluster.discovery import PAGE_SIZE, REFUSED_LOGGED, Discovery, Refusal
 from steptail.collector.cluster.jobsets import ClusterObjects
 from steptail.collector.cluster.kubectl import KubeTarget
+from steptail.collector.live.assemble import RunAssembly
 from steptail.collector.live.detect import Detectors
 from steptail.collector.live.follower import FollowConfig, RunFollower, RunStatus
 from steptail.collector.live.lake_feed import LakeWriter
 from steptail.collector.live.ownership import INTERVAL, LOOK_TIMEOUT, OUTAGE_RETRY_MAX, Ownership
 from steptail.collector.live.run_end import RunEnds
 from steptail.collector.live.runbook_live import RunbookLive, RunTarget
-from steptail.collector.live.sink import RunSink
 from steptail.collector.notify import events
 from steptail.collector.notify.alerts import Alerter
 from steptail.collector.notify.collector_events import CollectorEvents
 from steptail.collector.notify.health import Backoff, Health
 from steptail.collector.notify.metrics import Metrics
 from steptail.runs.findings import NO_STEP, UNSAFE_NAME, WARNING, Finding, Settings
-from steptail.runs.model import RunModel
-from steptail.runs.reference import ReferenceError, reference_for
 from steptail.storage.db import Store
 from steptail.storage.lake import Lake, is_lake
-from steptail.storage.raw import RawLog
-from steptail.storage.replicas import fence, take_over
-from steptail.storage.sources import SourceConflict, check_source, kubernetes_source
-from steptail.storage.sql import load_model
-from steptail.storage.streams import record_reconnects
+from steptail.storage.sources import SourceConflict
 
 log = logging.getLogger("steptail.follow")
 rlog = logging.getLogger("steptail.replicas")  # runs moving between replicas: INFO is shown
@@ -123,6 +117,9 @@ class Supervisor:
             self.lake = LakeWriter(store, Lake(plan.parquet, store.catalog_url(),
                                    writer=self.ownership.replica if self.ownership is not None else None),
                                    plan.config.parquet_every)
+        self.assembly = RunAssembly(store, plan, self.discovery, self.collector_events, self.lake,
+                                    self.ownership.replica if self.ownership is not None else None,
+                                    self._lose_soon)
         # the runbook's rules on the live JobSets: their objects watched beside the pods
         self.objects = self.runbook = self._runbook_task = None
         if plan.policy is not None:
@@ -442,51 +439,9 @@ class Supervisor:
         self._set_state(run, "handed over")
 
     async def assemble_run(self, jobset: str, run: str, status: RunStatus) -> RunFollower:
-        """One run's path, from kubectl's stdout to the store:
-
-            discovery → follower → model → sink → detectors
-
-        - discovery (self.discovery, shared by all runs) lists and watches the JobSet's
-          process-0 pods;
-        - the follower (RunFollower) reads them with kubectl (a follow read of pods/log), oldest
-          attempt first, and feeds each line to
-        - the run model (RunModel), which parses it, drops what was read before (cursors)
-          and files it under its incarnation; every flush interval
-        - the sink (RunSink) takes the model's batch, commits it to SQL with the stream gaps,
-          and hands it to
-        - the detectors (Detectors), whose findings commit in the same transaction and then
-          go to the alerts and metrics; the sink writes the committed rows to Parquet
-          periodically.
-
-        Built from the store side up, since each part is handed the next one down the path;
-        the blocking parts (SQL, Parquet catch-up, reference files) run in threads."""
-        store, plan, ns = self.store, self.plan, self.plan.target.namespace
-        # the model: the run is claimed for this JobSet before anything of it starts (a run of
-        # another source refuses it: SourceConflict), then resumed from the store's cursors
-        replica = self.ownership.replica if self.ownership is not None else None
-        model, epoch = await asyncio.to_thread(_claim_and_load, store, run, jobset, ns, plan.append, replica)
-        # the detectors: resumed from the store's findings, with the step-1 gate's reference CE
-        try:
-            reference = await asyncio.to_thread(reference_for, plan.reference_ce, run)
-        except ReferenceError as exc:  # this run's file is bad: say so, follow without it
-            log.error("%s: %s", run, exc)
-            status.last_error, reference = str(exc), None
-        detectors = self.detectors[run] = await asyncio.to_thread(  # also told when discovery fails
-            partial(Detectors, run, store, plan.alerts, plan.metrics, plan.settings, reference,
-                    on_event=plan.on_event, collector_events=self.collector_events))
-        status.findings = detectors.verdicts  # the live view's counts by severity and stall
-        # the sink: SQL, then the detectors, then Parquet (catching up what a killed collector left);
-        # with replicas every commit checks this replica still owns the run
-        owned = self.ownership is not None
-        sink = await asyncio.to_thread(partial(
-            RunSink, store, run, self.lake or plan.parquet, detectors, plan.config.parquet_every, jobset, ns,
-            kubernetes_source(ns, jobset), plan.append, status=status,
-            fence=(lambda conn: fence(conn, run, epoch)) if owned else None,
-            on_lost=(lambda exc: self._lose_soon(run, str(exc))) if owned else None,
-            raw=RawLog(plan.config.raw, run) if plan.config.raw else None, on_event=plan.on_event))
-        # the follower: process 0's pods, from discovery, read into the model
-        follower = RunFollower(run, jobset, plan.target, self.discovery, model, sink, detectors, plan.config,
-                               status, self.health.get(run), on_event=plan.on_event)
+        """One run's path (collector.live.assemble), its follower and detectors known here."""
+        follower = await self.assembly(jobset, run, status, self.health.get(run),
+                                       on_detectors=partial(self.detectors.__setitem__, run))
         self.followers[run] = follower  # flushed at shutdown
         return follower
 
@@ -530,32 +485,6 @@ class Supervisor:
         if state != status.state:
             events.state_changed(self.plan.on_event, run, state, status.pod)
         status.state = state
-
-
-def _claim_and_load(store: Store, run: str, jobset: str, namespace: str, append: bool,
-                    replica: str | None = None) -> tuple[RunModel, int | None]:
-    """The run claimed for its JobSet (SourceConflict if it holds another source's data) and
-    its model loaded, in one transaction.
-
-    A replica (`replica`: it holds the run's owner lock) first waits for a commit of the
-    previous owner still in flight and takes the run's next epoch (the fence its commits
-    carry), so the model starts from the last committed cursor; a run another replica
-    followed before records the handover with its reconnects. Returns (model, epoch)."""
-    epoch = before = None
-    with store.engine.begin() as conn:
-        if replica is not None:
-            before, epoch = take_over(conn, run, replica)
-        # read-only: the run's row is written with its first record (collector.live.sink)
-        check_source(conn, run, kubernetes_source(namespace, jobset), append=append)
-        model = load_model(conn, run)
-        if replica is not None:
-            open_streams = sorted((c.hwm_ns or 0, k) for k, c in model.cursors.items() if not c.done)
-            if before is not None and before != replica and open_streams:
-                record_reconnects(conn, [(run, open_streams[-1][1], time.time_ns(), "handover")])
-                last = model.current.last_step if model.current is not None else None
-                rlog.info("%s: taken over from replica %s; resuming after step %s from the committed cursor",
-                          run, before, last)
-        return model, epoch
 
 
 def _replicated_job_labels(jobset: dict) -> list[dict]:

@@ -1,5 +1,5 @@
 """`follow`, wired: the metrics (and their HTTP server), the alerter and its webhook
-deliveries, the Supervisor (discovery, and one path per run: Supervisor.assemble_run), the
+deliveries, the Supervisor (discovery, and one path per run: collector.live.assemble), the
 live view; and their shutdown in reverse."""
 
 from __future__ import annotations
