@@ -15,7 +15,8 @@ reads the store only through steptail.storage's read functions and holds it to:
   did not start (a fork, or rows of two trainer incarnations in one: "false incarnations");
 - no critical finding the truth does not contain ("false critical");
 - with replicas: no pod followed by two accounts at once, every run whose owner was killed,
-  stopped or cut off followed again within TAKEOVER_SECONDS. A replica resumed after a freeze
+  stopped or cut off followed again within TAKEOVER_SECONDS of some replica running (all of
+  them stopped at once, none can take anything over). A replica resumed after a freeze
   (SIGSTOP) has RESUME_GRACE to close the streams it held before its runs were taken over: only
   its own process can close them, and it learns of the loss at its first look after resuming.
 
@@ -424,11 +425,12 @@ def _count_at(samples: list[tuple[float, dict[str, int]]], t: float, run: str) -
     return last
 
 
-def follow_spans(log_reads: list, until: float) -> dict[str, list[tuple[float, float, str]]]:
-    """pod -> [(start, end, account)] of every follow stream (end: `until` for an open one)."""
+def follow_spans(log_reads: list, until: float, follow_only: bool = True) -> dict[str, list[tuple[float, float, str]]]:
+    """pod -> [(start, end, account)] of every follow stream (end: `until` for an open one);
+    with `follow_only` False, every log read (a finished pod's last lines come by a plain read)."""
     out: dict[str, list[tuple[float, float, str]]] = {}
     for r in log_reads:
-        if r.follow:
+        if r.follow or not follow_only:
             out.setdefault(r.pod, []).append((r.start, r.end if r.end is not None else until, r.user))
     return out
 
@@ -458,6 +460,7 @@ def _after_resume(obs: Observation) -> dict[str, list[tuple[float, float]]]:
 
 def _judge_replicas(obs: Observation, v: Verdict) -> None:
     spans = _clip(follow_spans(obs.log_reads, obs.ended), obs.running)
+    reads = _clip(follow_spans(obs.log_reads, obs.ended, follow_only=False), obs.running)
     for pod, ss in _clip(follow_spans(obs.log_reads, obs.ended), _after_resume(obs)).items():
         ss = sorted(ss)
         for i, a in enumerate(ss):
@@ -477,12 +480,26 @@ def _judge_replicas(obs: Observation, v: Verdict) -> None:
         for pod in held:
             if last_write.get(pod, 0.0) < lost_at + TAKEOVER_SECONDS:
                 continue  # the pod wrote nothing more worth a takeover
-            # followed again: a stream (any replica's, the resumed one's too) read after the loss
-            again = [max(s, lost_at) for s, e, u in spans[pod] if e > lost_at + 0.5]
-            late = (min(again) - lost_at) if again else math.inf
+            # followed again: a read (any replica's, the resumed one's too; a stream, or a plain
+            # read of a pod that ended meanwhile) after the loss
+            again = [max(s, lost_at) for s, e, u in reads[pod] if e > lost_at + 0.5 or s > lost_at]
+            # the clock runs only while some replica runs: all stopped or killed at once, none
+            # can take anything over
+            late = _running_time(obs.running, lost_at, min(again)) if again else math.inf
             if late > TAKEOVER_SECONDS:
                 v.offend("slow_takeover", f"pod {pod}: its owner {account} was lost at "
-                         f"{lost_at - obs.started:.1f} s; followed again after {late:.1f} s")
+                         f"{lost_at - obs.started:.1f} s; followed again after {late:.1f} s"
+                         + (f" of replicas running ({min(again) - lost_at:.1f} s in all)" if again else ""))
+
+
+def _running_time(running: dict[str, list[tuple[float, float]]], t0: float, t1: float) -> float:
+    """Seconds between t0 and t1 during which at least one replica ran (not stopped or killed)."""
+    total, end = 0.0, t0
+    for a, b in sorted((max(a, t0), min(b, t1)) for spans in running.values() for a, b in spans):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
 
 
 def summarize(verdicts: list[Verdict]) -> dict:

@@ -211,6 +211,15 @@ class Leases:
             {"keys": list(keys)}).scalars().all()
         return [keys[k] for k in got]
 
+    def last_owners(self, runs: list[str]) -> dict[str, str]:
+        """run -> the replica that followed it last (`run_owners`), for runs that have one: who
+        held a run before this replica first looked (a replica just started knows no history)."""
+        if not runs:
+            return {}
+        return dict(self._c().execute(
+            sa.text("SELECT run, replica FROM run_owners WHERE run IN :runs")
+            .bindparams(sa.bindparam("runs", expanding=True)), {"runs": runs}).all())
+
     def release(self, run: str) -> None:
         self._c().execute(sa.text("SELECT pg_advisory_unlock(:k)"), {"k": run_key(run)})
 

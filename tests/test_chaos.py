@@ -216,6 +216,34 @@ def test_a_resumed_replica_has_one_look_to_close_what_it_held_and_no_more():
     assert judged(20.3, resumed=False) == 1
 
 
+def test_a_takeover_is_timed_from_when_a_replica_runs():
+    """b stops at 10 s holding pod p (written to until 40 s); a is stopped from 11 s to 18 s:
+    nobody could take p then. Followed again at 26 s: 1 + 8 s of a running, no offence; at
+    29 s, 12 s: slow. With a running all along, 26 s is 16 s late. A plain read counts too."""
+    from types import SimpleNamespace
+
+    from steptail.simcluster.oracle import Observation, Verdict, _judge_replicas
+
+    def judged(again_at: float, a_stopped: bool, plain: bool = False) -> int:
+        reads = [SimpleNamespace(follow=True, pod="p", start=1.0, end=12.0, user="b"),
+                 SimpleNamespace(follow=not plain, pod="p", start=again_at, end=again_at + 0.2 if plain else 40.0,
+                                 user="a")]
+        running = {"a": [(0.0, 11.0), (18.0, 40.0)] if a_stopped else [(0.0, 40.0)], "b": [(0.0, 10.05)]}
+        truth = SimpleNamespace(incarnation=1, step=1, pod="p", timestamp="1970-01-01T00:00:40Z")
+        obs = Observation(schedule={}, truths={"j": [truth]}, started=0.0, collector=[(0.0, 40.0)],
+                          log_reads=reads, running=running, owner_lost=[(10.0, "b")], ended=40.0,
+                          written={("j", 1, 1): 40.0})
+        v = Verdict(0)
+        _judge_replicas(obs, v)
+        return v.counts["slow_takeover"]
+
+    assert judged(26.0, a_stopped=True) == 0
+    assert judged(29.0, a_stopped=True) == 1
+    assert judged(26.0, a_stopped=False) == 1
+    # a pod that ended meanwhile is read to its end by a plain read, not followed: that counts
+    assert judged(26.0, a_stopped=True, plain=True) == 0
+
+
 def test_a_queued_burst_of_refusals_ends_when_its_last_one_is_answered():
     """Nine 429s fired at 2 s, answered 1 s apart (Retry-After): the fault ends at the last
     refusal (11 s, the simulator's truth), not when it was fired; recovery counts the seconds

@@ -390,3 +390,14 @@ def test_a_session_ended_keeps_its_runs_and_a_frozen_replica_is_taken_over(make_
             assert sorted(s for _, s in recorded(db, run)) == list(range(1, steps + 1)), (run, logs)
             assert_exactly_once(sim, db, run, run)
             assert gaps(db, run) == [], run
+
+
+def test_a_replica_just_started_waits_for_a_holder_it_knows_only_from_the_store():
+    """Started a moment after r2's session was ended: no memory of who held "a", only
+    run_owners' word (r2, session unknown). r2 registered but not alive: r2's to take back
+    first; r2 alive again (reconnected): a release, taken at once; r2 gone: taken at once."""
+    holders = {"a": ("r2", None)}
+    assert fallen(["a"], _survey({}, {1: 0}, registered=("r2",)), holders) == {"a"}
+    assert fallen(["a"], _survey({}, {1: 0, 2: 1}), holders) == set()
+    assert fallen(["a"], _survey({}, {1: 0}), holders) == set()
+    assert fallen(["a"], _survey({}, {1: 0}, registered=("r2",)), {"a": ("", None)}) == set()  # never held

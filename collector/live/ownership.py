@@ -121,11 +121,13 @@ def plan_moves(candidates: Iterable[str], owned: set[str], survey: Survey, my_pi
     return moves
 
 
-def fallen(candidates: Iterable[str], survey: Survey, holders: dict[str, tuple[str, int]],
+def fallen(candidates: Iterable[str], survey: Survey, holders: dict[str, tuple[str, int | None]],
            ended: Iterable[str] = ()) -> set[str]:
     """The unheld runs whose last holder (`holders`: run -> (replica, backend pid) when last
-    seen held) did not let them go: it is still registered and not the same live session
-    that held them (a release), nor a hung replica ended here (it cannot take them back)."""
+    seen held; pid None: known only from `run_owners`) did not let them go: it is still
+    registered and not the same live session that held them (a release), nor a hung replica
+    ended here (it cannot take them back). A holder known without its session counts as
+    fallen only while it is not alive."""
     ended = set(ended)
     live = {r.replica: r.backend_pid for r in survey.alive}
     out = set()
@@ -133,7 +135,9 @@ def fallen(candidates: Iterable[str], survey: Survey, holders: dict[str, tuple[s
         if run_key(run) in survey.held or run not in holders:
             continue
         name, pid = holders[run]
-        if name in survey.registered and live.get(name) != pid and name not in ended:
+        if name not in survey.registered or name in ended:
+            continue
+        if (name not in live) if pid is None else (live.get(name) != pid):
             out.add(run)
     return out
 
@@ -179,7 +183,9 @@ class Ownership:
         self.unheld_since: dict[str, float] = {}
         self.cooling: dict[str, float] = {}
         self.survey: Survey | None = None
-        self.holders: dict[str, tuple[str, int]] = {}  # run -> (replica, backend pid) last seen holding it
+        # run -> (replica, backend pid) last seen holding it; (replica, None): from run_owners;
+        # ("", None): held by nobody before
+        self.holders: dict[str, tuple[str, int | None]] = {}
         self.beats = Beats()
         self.ended: dict[str, float] = {}  # hung replicas ended here -> when
         # its own thread: a heartbeat never waits behind the runs' commits in the default pool
@@ -214,10 +220,17 @@ class Ownership:
         for hung in self.beats.hung(survey, self.backend_pid, now):
             await self._end(hung, survey, candidates, now)
         survey = self.survey
+        unknown = []
         for run in candidates:
             owner = survey.owner_of(run)
             if owner is not None:
                 self.holders[run] = (owner.replica, owner.backend_pid)
+            elif run not in self.holders and run_key(run) not in survey.held:
+                unknown.append(run)
+        if unknown:  # never seen held (this replica just started): who followed them last
+            last = await self._call(self.leases.last_owners, unknown)
+            for run in unknown:
+                self.holders[run] = (last[run], None) if run in last else ("", None)
         for name, when in list(self.ended.items()):
             if now - when > 60.0:
                 del self.ended[name]
