@@ -8,6 +8,7 @@ which replica follows which pod."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -31,6 +32,7 @@ from steptail.collector.live.ownership import (
     fallen,
     plan_moves,
 )
+from steptail.collector.live.read_gate import ReadGate
 from steptail.storage.replicas import Replica, SqliteFollowLock, Survey, run_key
 from steptail.storage.scratch import scratch_database
 
@@ -401,3 +403,24 @@ def test_a_replica_just_started_waits_for_a_holder_it_knows_only_from_the_store(
     assert fallen(["a"], _survey({}, {1: 0, 2: 1}), holders) == set()
     assert fallen(["a"], _survey({}, {1: 0}), holders) == set()
     assert fallen(["a"], _survey({}, {1: 0}, registered=("r2",)), {"a": ("", None)}) == set()  # never held
+
+
+def test_after_a_pause_reads_wait_for_a_look_begun_after_it():
+    """The loop stood still (SIGSTOP, starved) longer than the gate's jump: a new read waits —
+    a look begun before the pause proves nothing; the next look, once applied, lets it go."""
+    async def main() -> None:
+        gate = ReadGate(jump=0.05)
+        await asyncio.wait_for(gate.wait(), 1)  # no pause: open
+        before = gate.look_started()
+        time.sleep(0.12)  # the loop does not run
+        waiter = asyncio.create_task(gate.wait())
+        await asyncio.sleep(0.01)
+        assert not waiter.done() and gate.closed and gate.jumps == 1
+        gate.looked(before)
+        await asyncio.sleep(0.01)
+        assert not waiter.done()
+        gate.looked(gate.look_started())
+        await asyncio.wait_for(waiter, 1)
+        assert not gate.closed and gate.jumps == 1
+
+    asyncio.run(main())

@@ -28,6 +28,7 @@ from functools import partial
 from steptail.collector.cluster.discovery import Discovery
 from steptail.collector.live.detect import Detectors
 from steptail.collector.live.follower import RunFollower, RunStatus
+from steptail.collector.live.read_gate import ReadGate
 from steptail.collector.live.sink import RunSink
 from steptail.collector.notify.collector_events import CollectorEvents
 from steptail.collector.notify.health import Health
@@ -57,6 +58,7 @@ class RunAssembly:
     lake: object | None = None  # collector.live.lake_feed.LakeWriter
     replica: str | None = None
     lose: Callable[[str, str], None] | None = None
+    read_gate: ReadGate | None = None  # with replicas: reads wait after a pause (collector.live.read_gate)
 
     async def __call__(self, jobset: str, run: str, status: RunStatus, health: Health | None,
                        on_detectors: Callable[[Detectors], None] = lambda d: None) -> RunFollower:
@@ -88,7 +90,7 @@ class RunAssembly:
             raw=RawLog(plan.config.raw, run) if plan.config.raw else None, on_event=plan.on_event))
         # the follower: process 0's pods, from discovery, read into the model
         return RunFollower(run, jobset, plan.target, self.discovery, model, sink, detectors, plan.config,
-                           status, health, on_event=plan.on_event)
+                           status, health, on_event=plan.on_event, read_gate=self.read_gate)
 
 
 def claim_and_load(store: Store, run: str, jobset: str, namespace: str, append: bool,

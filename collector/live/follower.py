@@ -24,6 +24,7 @@ from steptail.collector.cluster.discovery import Discovery, PodInfo, reason_of, 
 from steptail.collector.cluster.kubectl import KubeTarget
 from steptail.collector.live.detect import Detectors
 from steptail.collector.live.prefetch import Prefetch
+from steptail.collector.live.read_gate import ReadGate
 from steptail.collector.live.sink import RunSink
 from steptail.collector.live.spare import SpareRead
 from steptail.collector.live.watchdog import Pace, Watchdog
@@ -245,8 +246,11 @@ def _stepped_back(after_ns: int, first_ns: int, since_ns: int, reason: str) -> l
 class RunFollower:
     def __init__(self, run: str, jobset: str, target: KubeTarget, discovery: Discovery,
                  model: RunModel, sink: RunSink, detectors: Detectors, cfg: FollowConfig,
-                 status: RunStatus, health: Health | None = None, on_event: events.Hook | None = None) -> None:
+                 status: RunStatus, health: Health | None = None, on_event: events.Hook | None = None,
+                 read_gate: ReadGate | None = None) -> None:
         self.run, self.jobset, self.target = run, jobset, target
+        # with replicas: after a pause of this process, no new read before its ownership is known
+        self.read_gate = read_gate
         self.discovery, self.model, self.sink = discovery, model, sink
         self.detectors, self.cfg, self.status = detectors, cfg, status
         # kubectl and API reads of this run: failing until a read delivers again
@@ -353,6 +357,7 @@ class RunFollower:
                 await self._drain(old)
                 if stream_key(old, old.restart_count) not in self.finished:
                     # lines in order: the new pod's wait until the old one is read or gone, held
+                    await self._may_read()
                     self._prefetch_newest(newest)
                     return
         if newest.deleting:  # restart in progress, replacement not listed yet
@@ -507,6 +512,7 @@ class RunFollower:
         argv, since, skipping = self._follow_argv(pod, key)
         self._reading(pod)
         self._set_state("following", pod)
+        await self._may_read()
         self._stream_started = time.monotonic()
         proc = (spare and spare.take(argv)) or await kubectl.spawn(argv, self.env)
         long = kubectl.LongLine(self.cfg.max_line_bytes)
@@ -547,7 +553,7 @@ class RunFollower:
                     if probe is None and quiet >= watchdog.next_check:
                         probe = asyncio.create_task(self._pod_has_unread(pod, key))
                         probe_line, probe_at = last_line, time.monotonic()
-                        if delivered:  # it may hang: its re-read goes out now, not after the look
+                        if delivered and not self._paused():  # it may hang: its re-read goes out now
                             ahead = await SpareRead.open(self._follow_argv(pod, key)[0], self.env)
                     if probe is None or not probe.done():
                         continue
@@ -645,6 +651,14 @@ class RunFollower:
         self.detectors.reconnect(reason)
         self.sink.add_reconnect(stream, reason)
 
+    async def _may_read(self) -> None:
+        """Before any new read of a pod (collector.live.read_gate)."""
+        if self.read_gate is not None:
+            await self.read_gate.wait()
+
+    def _paused(self) -> bool:
+        return self.read_gate is not None and self.read_gate.closed
+
     def _container_runs(self, pod: PodInfo) -> bool:
         cur = self.discovery.pods.get(pod.uid)
         return not (cur is None or cur.deleting or cur.restart_count != pod.restart_count
@@ -664,6 +678,7 @@ class RunFollower:
 
     async def _newest_line(self, pod: PodInfo) -> bytes | None:
         """The pod's newest log line (b"" for an empty file), None when it cannot be asked."""
+        await self._may_read()
         self.probes += 1
         self._look_wait = None
         try:
@@ -780,6 +795,7 @@ class RunFollower:
 
     async def _read_once(self, argv: list[str], key: str, check: _Overlap) -> tuple[int | None, str]:
         """A non-follow read of one stream into the model (kubectl.run_once)."""
+        await self._may_read()
         def overlong() -> None:
             self.model.bad_line("line longer than 2 MiB")
 
@@ -803,6 +819,7 @@ class RunFollower:
         argv = self.target.logs_argv(pod.name, pod.container, since_ns=since, previous=previous,
                                      limit_bytes=1 << 20)
         try:
+            await self._may_read()
             await kubectl.run_once(argv, self.env, see, self.cfg.drain_timeout)
         except Exception as exc:  # noqa: BLE001 - unknown start: skip from the cursor
             log.debug("%s: start of the line with no end unknown: %s", self.run, exc)

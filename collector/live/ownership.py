@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
+from steptail.collector.live.read_gate import ReadGate
 from steptail.storage.db import Store
 from steptail.storage.replicas import Leases, NotOwner, Replica, Survey, run_key
 
@@ -191,6 +192,7 @@ class Ownership:
         # its own thread: a heartbeat never waits behind the runs' commits in the default pool
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ownership")
         self.failing: str | None = None
+        self.gate = ReadGate()  # after a pause, reads wait for the next look (collector.live.read_gate)
 
     @property
     def backend_pid(self) -> int:

@@ -119,7 +119,7 @@ class Supervisor:
                                    plan.config.parquet_every)
         self.assembly = RunAssembly(store, plan, self.discovery, self.collector_events, self.lake,
                                     self.ownership.replica if self.ownership is not None else None,
-                                    self._lose_soon)
+                                    self._lose_soon, self.ownership.gate if self.ownership is not None else None)
         # the runbook's rules on the live JobSets: their objects watched beside the pods
         self.objects = self.runbook = self._runbook_task = None
         if plan.policy is not None:
@@ -336,7 +336,15 @@ class Supervisor:
         re-reads them from the pod, if the pod still holds them)."""
         own, health = self.ownership, self.ownership_health
         backoff = INTERVAL
+        ticker = asyncio.create_task(own.gate.tick_forever(), name="read gate")
+        try:
+            await self._balance_until_stopped(own, health, backoff)
+        finally:
+            ticker.cancel()
+
+    async def _balance_until_stopped(self, own: Ownership, health: Health, backoff: float) -> None:
         while not self.stopping.is_set():
+            started = own.gate.look_started()
             try:
                 # a list, not a generator: discovery adds candidates while the heartbeat is awaited
                 wanted = [r for r in self.candidates if not self.status[r].done]
@@ -358,11 +366,13 @@ class Supervisor:
                     continue
                 for run in taken:
                     await self._lose(run, "another replica took it while the ownership connection was down")
+                own.gate.looked(started)  # its locks taken back: the runs still here are its own
                 continue
             health.ok()
             backoff = INTERVAL
             for run in moves.lost:
                 await self._lose(run, "its lock fell (the ownership connection was lost)")
+            own.gate.looked(started)
             if moves.take:
                 names = ", ".join(moves.take[:10]) + (", …" if len(moves.take) > 10 else "")
                 rlog.info("replica %s took %d runs (%s): %d of %d owned here", own.replica, len(moves.take),
