@@ -1,6 +1,7 @@
 """Ingest speed and memory against grep, on one generated process-0 log of the samples' shape.
 
-    python benchmarks/ingest.py --json [--size-mb 420] [--pg ADMIN_URL] [--baseline REV [--rounds 3]]
+    python benchmarks/ingest.py --json [--size-mb 420] [--pg ADMIN_URL] [--baseline REV [--rounds 3]
+                                [--candidate REV2]]
 
 Generates (once, cached in benchmarks/.cache/) a --timestamps log with restarts, then in one
 run times `grep -F -e LOSS-PARTS -e REQUIRED_RBF FILE` (output drained through a pipe, best
@@ -17,7 +18,8 @@ can beat `grep_seconds / store_floor_seconds` (`ratio_grep_over_store_floor`).
 --baseline REV: the same ingest by steptail as of git revision REV (its tree from `git archive`,
 imported ahead of this checkout; the built C scan copied when REV's parsers/_steady.c is this
 one), in the same run: `--rounds` pairs, this checkout and REV in turn, each into a fresh store;
-medians and `ratio_ingest_over_baseline` (this / REV: above 1, slower)."""
+medians and `ratio_ingest_over_baseline` (this / REV: above 1, slower). --candidate REV2: REV2
+in place of this checkout (one change's own cost, between two revisions of history)."""
 
 from __future__ import annotations
 
@@ -122,11 +124,11 @@ if __name__ == "__main__":
 """
 
 
-def baseline_tree(rev: str, work: Path) -> tuple[list[str], dict[str, str]]:
+def baseline_tree(rev: str, work: Path, name: str = "baseline") -> tuple[list[str], dict[str, str]]:
     """The command and environment that run `steptail` as of git revision `rev`: its tree laid
     out as the installed package (steptail/ with runs, parsers, storage… inside), imported ahead
     of this checkout's editable install. Run from a folder other than the repository root."""
-    src, pkg = work / "baseline-src", work / "baseline-pkg"
+    src, pkg = work / f"{name}-src", work / f"{name}-pkg"
     src.mkdir()
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
@@ -164,16 +166,18 @@ def time_ingest(path: Path, work: Path, db: str | None = None, cmd: list[str] | 
     return {"seconds": seconds, "peak_rss_mb": peak_tree / 2**20, "result": json.loads(out)}
 
 
-def compare(log: Path, work: Path, rev: str, rounds: int, db) -> dict:
-    """This checkout's ingest and `rev`'s in turn, `rounds` pairs, each into a fresh store (and
-    Parquet folder, removed after): medians, pair ratios, and whether both stored the same."""
+def compare(log: Path, work: Path, rev: str, rounds: int, db, candidate: str | None = None) -> dict:
+    """This checkout's ingest (or `candidate`'s) and `rev`'s in turn, `rounds` pairs, each into a
+    fresh store (and Parquet folder, removed after): medians, pair ratios, and whether both
+    stored the same."""
     cmd, env = baseline_tree(rev, work)
+    now_cmd, now_env = baseline_tree(candidate, work, "candidate") if candidate else (None, None)
     now, base, ratios = [], [], []
     results = {}
     for i in range(rounds):
         for who in ("now", "base"):
             tag = f"-{who}{i}"
-            got = time_ingest(log, work, db(), *((cmd, env) if who == "base" else (None, None)), tag=tag)
+            got = time_ingest(log, work, db(), *((cmd, env) if who == "base" else (now_cmd, now_env)), tag=tag)
             (now if who == "now" else base).append(got["seconds"])
             results[who] = got["result"]
             for leftover in work.glob(f"{log.stem}{tag}*"):
@@ -182,6 +186,7 @@ def compare(log: Path, work: Path, rev: str, rounds: int, db) -> dict:
     keys = ("lines", "loss_parts", "required_rbf", "pod_steps", "incarnations", "bad_lines", "flagged")
     return {
         "baseline": rev,
+        "candidate": candidate or "this checkout",
         "rounds": rounds,
         "ingest_seconds_median": round(statistics.median(now), 2),
         "baseline_ingest_seconds_median": round(statistics.median(base), 2),
@@ -240,6 +245,7 @@ def main() -> None:
     ap.add_argument("--baseline", metavar="REV", help="also time the ingest of steptail as of this git revision, "
                     "in turn with this checkout's (e.g. the commit before a change)")
     ap.add_argument("--rounds", type=int, default=3, help="with --baseline: pairs of ingests (default 3)")
+    ap.add_argument("--candidate", metavar="REV2", help="with --baseline: REV2 timed instead of this checkout")
     ap.add_argument("--pg", metavar="ADMIN_URL",
                     help="ingest into a scratch database on this PostgreSQL server instead of SQLite "
                          "(e.g. postgresql+psycopg://postgres@127.0.0.1:5432/postgres)")
@@ -263,7 +269,7 @@ def main() -> None:
             full = time_ingest(log, work, db())
             small = time_ingest(quarter, work, db())
             floor = None if args.pg else store_floor(work / f"{log.stem}.db", work)
-            versus = compare(log, work, args.baseline, args.rounds, db) if args.baseline else None
+            versus = compare(log, work, args.baseline, args.rounds, db, args.candidate) if args.baseline else None
     report = {
         "store": "postgresql" if args.pg else "sqlite",
         "file_mb": round(log.stat().st_size / 2**20, 1),

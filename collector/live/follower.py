@@ -260,6 +260,10 @@ class RunFollower:
         self.health.recovery = self.health.recovery or self.recovery
         # what process 0 prints: failing while a stream delivers only lines no parser can read
         self.content = Health("stream content", run, detectors.metrics, status)
+        # each failure told once, at its source: these hear it (collector.notify.health)
+        self.health.subscribe("follower", self._failure_heard)
+        self.content.subscribe("follower", lambda kind, reason: detectors.failure(UNREADABLE_LOG, reason),
+                               each=False)
         for h in (self.health, self.content):  # their failures are collector events, not findings
             h.events = h.events or detectors.collector_events
         # the latest failure that kept this follower from reading (kind, reason), until a read
@@ -968,7 +972,6 @@ class RunFollower:
                       f"({window[2]} bytes) in {now - window[0]:.0f} s unreadable (binary output or an unknown "
                       "encoding)")
             self.content.fail("unreadable", reason)
-            self.detectors.failure(UNREADABLE_LOG, reason)
         self._unreadable = [now, 0, 0, 0]  # the next window
 
     def _gap(self, key: str, start_ns: int | None, end_ns: int | None, reason: str, caused: bool = False) -> str:
@@ -1023,17 +1026,18 @@ class RunFollower:
             self._reopen = key  # the API's failure, not the pod's: the retry goes straight to the log
         await self._report(kind, reason)
 
-    def failed(self, kind: str, reason: str) -> None:
-        """A failure that kept this run from being read (the supervisor's too): the cause of
-        what the next read finds lost."""
-        self._cause = (kind, reason)
+    def _failure_heard(self, kind: str, reason: str) -> None:
+        """A failure of this run's reads (the supervisor's too, on the same Health): the run's
+        detectors hear it, and, unless it is a line skipped, it is the cause of what the next
+        read finds lost."""
+        if kind != "line_too_long":
+            self._cause = (kind, reason)
+        self.detectors.failure(kind, reason)
 
     async def _report(self, kind: str, reason: str, retry_after: float | None = None) -> None:
         """One failure: counted, its cause kept, then the back-off — the wait a throttled answer
         named (Retry-After; kubectl's 429 after its own retries: kubectl.THROTTLED_WAIT_S), never
         our doubling on top of it."""
-        if kind != "line_too_long":
-            self.failed(kind, reason)
         if retry_after is None:
             retry_after = kubectl.throttled_wait(reason)
         self.health.fail(kind, reason, retry_after=retry_after)  # counted; logged when it starts or changes kind
@@ -1041,9 +1045,7 @@ class RunFollower:
             # the stretch skipped is its own stream gap, recorded with this reason: the event it
             # opened lost steps should a gap finding name it
             self.detectors.caused(reason, book.latest(self.run))
-        self.status.last_error = f"{kind}: {reason}"
         self._set_state(f"failing ({kind})")
-        self.detectors.failure(kind, reason)
         await self._back_off(self.health.backoff(self._retry_cap()))
 
     def _retry_cap(self) -> float:

@@ -138,7 +138,7 @@ class LakeFeed:
         self.writer, self.run = writer, run
         self.health = Health("parquet", run)
         self.files = 0
-        self._on_failure = on_failure
+        self.health.subscribe("detectors", on_failure, each=False)  # told when a spell starts
 
     @property
     def behind(self) -> bool:
@@ -169,8 +169,8 @@ class LakeFeed:
         reason = self.writer.failed.get(self.run)
         if reason is None:
             self.health.ok()
-        elif self.health.fail("parquet", reason):
-            self._on_failure("parquet", reason)
+        else:
+            self.health.fail("parquet", reason)
 
     def compact(self) -> None:
         self.writer.compact(self.run)

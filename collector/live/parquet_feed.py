@@ -35,7 +35,7 @@ class ParquetFeed:
         self.health = Health("parquet", run)
         self.behind = False  # rows dropped after a failure: catch_up rewrites them from SQL
         self.snapshots_due = False  # findings, stream gaps or reconnects committed since the last write
-        self._on_failure = on_failure
+        self.health.subscribe("detectors", on_failure, each=False)  # told when a spell starts
 
     def catch_up(self) -> str | None:
         """Rows a killed collector committed but never wrote here go here now; the reason if
@@ -103,5 +103,4 @@ class ParquetFeed:
         self.behind = True
         self.rows = {t: [] for t in ROW_TABLES}
         reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-        if self.health.fail("parquet", reason):
-            self._on_failure("parquet", reason)
+        self.health.fail("parquet", reason)

@@ -101,6 +101,8 @@ class RunSink:
         # a full buffer and Parquet failing are collector events (health), not findings of the run
         book = getattr(detectors, "collector_events", None)
         self.buffer_health.events = book
+        self.buffer_health.subscribe("detectors", lambda kind, reason: detectors.failure("buffer_full", reason),
+                                     each=False)
         if self.parquet is not None:
             self.parquet.health.events = book
             self.error = self.parquet.catch_up()
@@ -126,8 +128,7 @@ class RunSink:
             return False
         reason = (f"{waiting} rows wait for the store (bound {self.buffer_rows}): reading paused until a "
                   "commit succeeds; lines written meanwhile wait in the pod's log")
-        if self.buffer_health.fail("full", reason):
-            self.detectors.failure("buffer_full", reason)
+        self.buffer_health.fail("full", reason)
         return True
 
     def add_gap(self, gap: StreamGap) -> None:

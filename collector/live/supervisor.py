@@ -481,12 +481,9 @@ class Supervisor:
                     kind, reason, trace = "kubectl_missing", str(exc), None
                 else:
                     kind, reason, trace = "collector", f"collector error: {exc!r}"[:300], exc
-                health.fail(kind, reason, exc_info=trace)  # logged (with the traceback) once per state
-                status.last_error = reason
+                # logged (with the traceback) once per state; the follower, if built, hears it
+                health.fail(kind, reason, exc_info=trace)
                 self._set_state(run, "restarting after an error")
-                if follower is not None:
-                    follower.failed(kind, reason)
-                    follower.detectors.failure(kind, reason)
                 backoff.fail(kind)
                 await asyncio.sleep(backoff.delay(RESTART_MAX))
 

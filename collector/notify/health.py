@@ -3,8 +3,10 @@ store writes. A source is ok or failing with a kind (auth, forbidden, network, d
 …) and a reason, the API's or kubectl's own words.
 
 One log line when a failure starts or changes kind and one when it clears, never one per
-retry; every failure is counted by kind (the run's status, for the summary) and reaches
-Prometheus (errors by kind, the up gauges)."""
+retry; every failure is counted by kind (the run's status, for the summary, with its last
+error) and reaches Prometheus (errors by kind, the up gauges). A failure is told here once,
+where it happens: whatever else must know (the run's detectors, the follower's cause of the
+next gap) subscribes to the source (`Health.subscribe`), never told beside it."""
 
 from __future__ import annotations
 
@@ -183,8 +185,16 @@ class Health:
         # the collector's events (collector.notify.collector_events.CollectorEvents): told when a
         # failure starts, changes kind, repeats and clears; set by whoever wires the source
         self.events = None
+        # name -> (callable(kind, reason), at every failure or only when a spell starts/changes kind)
+        self.listeners: dict[str, tuple[Callable[[str, str], None], bool]] = {}
         if metrics is not None:
             metrics.up(run, source, source != "discovery")  # discovery is up once pods are listed
+
+    def subscribe(self, name: str, listener: Callable[[str, str], None], each: bool = True) -> None:
+        """`listener(kind, reason)` told of this source's failures: every one (`each`), or only
+        when a spell starts or its kind changes. One per name (a run's follower built again
+        replaces its own)."""
+        self.listeners[name] = (listener, each)
 
     @property
     def name(self) -> str:
@@ -203,6 +213,7 @@ class Health:
         if self.status is not None:
             self.status.failures += 1
             self.status.errors[kind] = self.status.errors.get(kind, 0) + 1
+            self.status.last_error = f"{kind}: {reason}"
         if self.metrics is not None:
             self.metrics.error(self.run, self.source, kind)
         previous, self.failing = self.failing, (kind, reason)
@@ -210,7 +221,11 @@ class Health:
         self._backoff.fail(kind, retry_after)
         if self.recovery is not None:
             self.recovery.fail(self)
-        if previous is not None and previous[0] == kind:
+        started = previous is None or previous[0] != kind
+        for listener, each in list(self.listeners.values()):
+            if each or started:
+                listener(kind, reason)
+        if not started:
             self._tell("failed_again", self.run, self.source)
             return False
         self._tell("changed", self.run, self.source, kind, reason)
