@@ -51,6 +51,9 @@ GRACE = 3.0  # a run unheld this long is taken regardless of the fair share
 # more than its next look (INTERVAL) and a reconnect.
 HANDOVER_WAIT = 2.0
 HUNG_AFTER = 5.0  # a live replica's heartbeat unchanged this long (seen looking steadily): ended
+# a hung replica ended here is remembered this long (its runs taken without HANDOVER_WAIT);
+# by then it has resumed and re-registered, or its row is gone
+ENDED_MEMORY = 60.0
 COOLDOWN = 10.0  # a run given back is not taken again by the same replica for this long
 # A replica cut off without a close (a lost node) is found by the server's TCP keepalives
 # (about 4 + 2 x 2 s); one whose process hangs is ended after IDLE_TIMEOUT without a heartbeat.
@@ -234,7 +237,7 @@ class Ownership:
             for run in unknown:
                 self.holders[run] = (last[run], None) if run in last else ("", None)
         for name, when in list(self.ended.items()):
-            if now - when > 60.0:
+            if now - when > ENDED_MEMORY:
                 del self.ended[name]
         fell = fallen(candidates, survey, self.holders, self.ended)
         moves = plan_moves(candidates, self.owned, survey, self.backend_pid, self.unheld_since,
