@@ -173,7 +173,7 @@ class Cursor:
     Bound: at most REMEMBER_LINES lines, from the oldest stamped REMEMBER_SECONDS before the
     mark's second or later (remember_from). `top_ns`: the latest stamp read; after a clock
     stepped back it lies after the mark, and a re-read's line stamped between the two may be a
-    line read before (collector.live.follower._Overlap waits for a line that tells).
+    line read before (collector.live.overlap.Overlap waits for a line that tells).
 
     A line stamped far ahead of the mark and of the wall clock (a clock jump) does not move
     the mark: one line stamped 2099 would otherwise have the server filter out every later
@@ -895,7 +895,7 @@ class RunModel:
     def recorded(self, ts_ns: int | None, line: bytes) -> bool | None:
         """Whether `line` is a record line (or a start-up or checkpoint line) read before, by
         its identity; None for any other line (noise: nothing tells). For the follower's
-        overlap check (collector.live.follower._Overlap)."""
+        overlap check (collector.live.overlap.Overlap)."""
         if ts_ns is None or len(line) > MAX_LINE:
             return None
         item = parse_stamped(line, ts_ns)

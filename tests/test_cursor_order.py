@@ -282,7 +282,7 @@ def test_a_re_read_after_a_rotation_and_a_clock_stepped_back_opens_both_windows(
     it): a stream gap for each window."""
     import time
 
-    from steptail.collector.live.follower import _Overlap
+    from steptail.collector.live.overlap import Overlap
 
     lines = log(60, stepped(30, 15 * S))
     at = next(i for i, ln in enumerate(lines) if b"LOSS-PARTS step=25 " in ln)
@@ -297,7 +297,7 @@ def test_a_re_read_after_a_rotation_and_a_clock_stepped_back_opens_both_windows(
     since = floor_second(cursor.since_ns)
     first = next(ln for ln in lines if b"LOSS-PARTS step=36 " in ln)  # steps 25-35 rotated away
     assert since <= line_ts(first) < mark
-    gaps = _Overlap(cursor.since_ns, None, cursor).see(line_ts(first), first)
+    gaps = Overlap(cursor.since_ns, None, cursor).see(line_ts(first), first)
     assert len(gaps) == 2 and gaps[0][0] == mark and gaps[1][1] == line_ts(first)
     assert all("clock stepped back" in g[2] for g in gaps)
     lost = [line_ts(ln) for ln in lines if any(b"step=%d " % n in ln for n in range(25, 36))]

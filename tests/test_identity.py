@@ -25,7 +25,7 @@ from test_follow_support import scenario as follow_scenario
 from test_poison_lines import T0, ingest_file, write
 
 from steptail.collector.live.detect import Detectors
-from steptail.collector.live.follower import _Overlap
+from steptail.collector.live.overlap import Overlap
 from steptail.collector.live.sink import RunSink
 from steptail.parsers import format_ns
 from steptail.parsers.fast import line_ts
@@ -228,10 +228,10 @@ def read_up_to(lines: list[bytes], cut: int) -> RunModel:
     return model
 
 
-def gaps_of(model: RunModel, served: list[bytes]) -> tuple[_Overlap, list[tuple]]:
+def gaps_of(model: RunModel, served: list[bytes]) -> tuple[Overlap, list[tuple]]:
     """The follower's overlap check over a read from the cursor's mark serving `served`."""
     cursor = model.cursors[KEY]
-    check, gaps = _Overlap(cursor.since_ns, None, cursor, model.recorded), []
+    check, gaps = Overlap(cursor.since_ns, None, cursor, model.recorded), []
     for line in served:
         gaps += check.see(line_ts(line), line)
         model.feed(line, stream=KEY)
