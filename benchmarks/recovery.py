@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from steptail.collector.cluster.kubectl import KubeTarget  # noqa: E402
-from steptail.collector.live import follower as follower_mod  # noqa: E402
 from steptail.collector.live.follower import FollowConfig  # noqa: E402
+from steptail.collector.live.stream_lines import StreamLines  # noqa: E402
 from steptail.collector.live.supervisor import Plan, Supervisor  # noqa: E402
 from steptail.simcluster.cluster import SimCluster  # noqa: E402
 from steptail.storage.db import open_store  # noqa: E402
@@ -54,13 +54,13 @@ reads: list[tuple[int, int | None]] = []  # (wall ns, kubelet stamp) of every li
 
 
 def _record_reads() -> None:
-    feed = follower_mod.RunFollower._feed
+    feed = StreamLines.feed
 
     def timed(self, line, ts_ns, key, check):
         reads.append((time.time_ns(), ts_ns))
         return feed(self, line, ts_ns, key, check)
 
-    follower_mod.RunFollower._feed = timed
+    StreamLines.feed = timed
 
 
 def run_case(name: str, workdir: Path) -> dict:

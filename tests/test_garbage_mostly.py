@@ -22,7 +22,7 @@ from test_follow_support import (
     scenario,
 )
 
-from steptail.collector.live.follower import readable
+from steptail.collector.live.stream_lines import readable
 
 pytestmark = pytest.mark.timeout(150)
 

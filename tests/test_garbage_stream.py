@@ -20,7 +20,7 @@ from test_follow_support import (
     scenario,
 )
 
-from steptail.collector.live.follower import readable
+from steptail.collector.live.stream_lines import readable
 from steptail.collector.notify.metrics import Metrics
 
 pytestmark = pytest.mark.timeout(120)

@@ -9,13 +9,14 @@ than its own pace is checked against the pod's newest line (collector.live.watch
 pod holds lines the stream did not deliver (kubelet rotation hang) the stream is killed
 and re-opened with `--since-time`; the model's cursor drops the overlap. When a re-read does
 not reach back to the last line read, the lines in between are gone: a stream gap is
-recorded."""
+recorded. What is done with each line read (the overlap check, the model, stream gaps, the
+streams read to their end) is collector.live.stream_lines; this module decides what to read
+and when, and reads it."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from dataclasses import dataclass, field
 
@@ -28,15 +29,14 @@ from steptail.collector.live.prefetch import Prefetch
 from steptail.collector.live.read_gate import ReadGate
 from steptail.collector.live.sink import RunSink
 from steptail.collector.live.spare import SpareRead
-from steptail.collector.live.watchdog import Pace, Watchdog
+from steptail.collector.live.stream_lines import StreamLines, stream_key
+from steptail.collector.live.watchdog import Watchdog
 from steptail.collector.notify import events
 from steptail.collector.notify.health import Health
 from steptail.parsers.fast import line_ts
 from steptail.parsers.timestamps import format_ns
-from steptail.runs.findings import UNREAD_TAIL, UNREADABLE_LOG
-from steptail.runs.model import POD_STREAM, Cursor, RunModel
+from steptail.runs.model import Cursor, RunModel
 from steptail.runs.rows import LOSS_PARTS
-from steptail.runs.stream_gap import StreamGap
 
 log = logging.getLogger("steptail.follow")
 
@@ -90,18 +90,6 @@ def _upper(ns: int | None) -> int | None:
     return None if ns is None else ns + 1_000_000_000
 
 
-def stream_key(pod: PodInfo, restart_count: int) -> str:
-    return f"{pod.uid}/{pod.container}/{restart_count}"
-
-
-# A follower failure as the cause on the gap it left (collector.cluster.kubectl.classify's
-# and reason_of's kinds); any other: "could not read the log (<kind>)".
-CAUSES = {
-    "auth": "could not authenticate",
-    "forbidden": "was denied access (403)",
-    "server_error": "got server errors from the Kubernetes API",
-    "network": "could not reach the Kubernetes API",
-}
 # Longest back-off while a pod being deleted holds unread lines: its grace period is all the
 # time left to read it, and a burst of 5xx answers queued behind an auth lapse (fourteen 503s,
 # shared with other reads) outlasted the 5.6 s left at one retry each 0.5 s (seed 306): a
@@ -115,23 +103,6 @@ RUNNING_RETRY_S = 1.0
 # nothing yet is not judged hung before that much time, at the API's latest pace
 OPEN_REQUESTS = 1
 PAUSE_S = 1.0  # a sleep this much longer than asked: the process was not running (SIGSTOP, starved)
-# Bytes no text line holds (tab, CR and ESC of colours and progress bars are fine).
-_CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f]")
-
-
-def readable(line: bytes) -> bool:
-    """Whether a line is text steptail could read: UTF-8 without control bytes."""
-    if _CONTROL.search(line) is not None:
-        return False
-    if line.isascii():
-        return True
-    try:
-        line.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
 
 
 class RunFollower:
@@ -149,29 +120,17 @@ class RunFollower:
         # one health for everything that talks to the cluster: a recovery anywhere ends our back-off
         self.recovery = discovery.recovery
         self.health.recovery = self.health.recovery or self.recovery
-        # what process 0 prints: failing while a stream delivers only lines no parser can read
-        self.content = Health("stream content", run, detectors.metrics, status)
         # each failure told once, at its source: these hear it (collector.notify.health)
         self.health.subscribe("follower", self._failure_heard)
-        self.content.subscribe("follower", lambda kind, reason: detectors.failure(UNREADABLE_LOG, reason),
-                               each=False)
-        for h in (self.health, self.content):  # their failures are collector events, not findings
-            h.events = h.events or detectors.collector_events
-        # the latest failure that kept this follower from reading (kind, reason), until a read
-        # shows whether lines were lost meanwhile: the stream gap it finds then names it as cause
-        self._cause: tuple[str, str] | None = None
-        # the window being judged while unreadable lines come: [monotonic start, unreadable lines,
-        # their bytes, readable lines]; None while everything reads
-        self._unreadable: list | None = None
+        self.health.events = self.health.events or detectors.collector_events  # not findings
         self.env = target.env()
-        # streams read to their end (saved with the cursors: known again after a restart)
-        self.finished: set[str] = {k for k, c in model.cursors.items() if c.done}
+        # every line read goes here: the overlap checks, stream gaps, streams read to their end
+        self.lines = StreamLines(run, model, sink, detectors, status, self.health, cfg.unreadable_after)
         self._looked_for_vanished = False
         self.known: dict[str, PodInfo] = {}  # every process-0 pod seen, by uid
         # pods a fresh read found deleted: the watch's view may list them for seconds more (while
         # it fails, e.g. after 503s); they are not read again nor their gap recorded on every pass
         self.gone: set[str] = set()
-        self._skip: dict[str, int] = {}  # stream -> read from here: a line with no end before it
         self._hurried: set[str] = set()  # deleting pods a back-off was cut short for (once each)
         self._stream_started = 0.0
         # the stream to re-open at once, without reading its pod first (hung, ended while its
@@ -179,8 +138,6 @@ class RunFollower:
         self._reopen: str | None = None
         self._prefetch: Prefetch | None = None  # the newest pod read while an older one drains
         self._spare: SpareRead | None = None  # the re-read opened beside a look at a hung stream
-        self._pending_check: dict[str, Overlap] = {}  # stream -> unresolved re-read check
-        self.pace = Pace()  # the writer's pace, for the hang watchdog
         self.probes = 0  # non-follow reads of a quiet pod's newest line
         self._round_trip = 0.0  # seconds the latest probe took: the API's pace now
         self._look_wait: float | None = None  # the Retry-After of the latest look refused, if it named one
@@ -192,7 +149,6 @@ class RunFollower:
         self._heard_stamp: int | None = None
         self.pauses = 0  # times the collector was found not running (a jump of the loop's clock)
         self.on_event = on_event
-        self.raw = sink.raw  # follow --raw: the lines as read
         self.hosts: int | None = None  # the JobSet's host count, once its object is read (runbook_live)
 
     def _reading(self, pod: PodInfo) -> None:
@@ -230,14 +186,14 @@ class RunFollower:
     async def _pass(self) -> None:
         if not self._looked_for_vanished and self.discovery.listed:
             self._looked_for_vanished = True
-            self._vanished_while_away()
+            self.lines.vanished_while_away({p.uid for p in self.discovery.pods.values()})
         pods = [p for p in self.discovery.process0(self.jobset) if p.uid not in self.gone]
         for p in pods:
             self.known[p.uid] = p
         live = {p.uid for p in pods}
         # pods gone from the API that were never read to the end
         for uid, p in sorted(self.known.items(), key=lambda kv: kv[1].order):
-            if uid not in live and stream_key(p, p.restart_count) not in self.finished:
+            if uid not in live and stream_key(p, p.restart_count) not in self.lines.finished:
                 await self._drain(p, gone=True)
         if not pods:
             # one state per pass: setting "waiting" then "discovery failed" made it flap twice a second
@@ -248,9 +204,9 @@ class RunFollower:
             return
         newest = pods[-1]
         for old in pods[:-1]:
-            if stream_key(old, old.restart_count) not in self.finished:
+            if stream_key(old, old.restart_count) not in self.lines.finished:
                 await self._drain(old)
-                if stream_key(old, old.restart_count) not in self.finished:
+                if stream_key(old, old.restart_count) not in self.lines.finished:
                     # lines in order: the new pod's wait until the old one is read or gone, held
                     await self._may_read()
                     self._prefetch_newest(newest)
@@ -299,7 +255,7 @@ class RunFollower:
             self._set_state(f"pending: {pod.reason}", pod)
             await self.discovery.wait_change(1.0)
             return
-        if key in self.finished:
+        if key in self.lines.finished:
             if self.cfg.until_done and pod.reason == "Completed":
                 await self._finish(pod)
                 return
@@ -343,7 +299,7 @@ class RunFollower:
                 # The container ended. An EOF does not prove the log was read to its end (a stream
                 # hung on a rotated file ends too): one non-follow read from the cursor settles it.
                 await self._drain(fresh or pod, gone=fresh is None)
-                if fresh is not None and key in self.finished:
+                if fresh is not None and key in self.lines.finished:
                     self.known[fresh.uid] = fresh
                     if self.cfg.until_done and fresh.reason == "Completed" and not fresh.deleting:
                         await self._finish(fresh)
@@ -373,7 +329,7 @@ class RunFollower:
                 return
             self._prefetch.cancel()  # another container by now: its own read begins when its turn comes
             self._prefetch = None
-        if pod.state != "running" or pod.deleting or key in self.finished or key in self.model.cursors:
+        if pod.state != "running" or pod.deleting or key in self.lines.finished or key in self.model.cursors:
             return
         log.info("%s: reading pod %s while %s", self.run, pod.name, "an older pod is drained")
         argv = self.target.logs_argv(pod.name, pod.container, follow=True)
@@ -390,11 +346,11 @@ class RunFollower:
             return True
         if not await self._same_container(pod):  # opened just as the container restarted: not ours
             return False
-        since, skipping = self._read_since(key)
-        check = self._check_for(key, since, pod, skipping)
+        since, skipping = self.lines.read_since(key)
+        check = self.lines.check_for(key, since, pod, skipping)
         self._reading(pod)
         for line in lines:
-            self._feed(line, line_ts(line), key, check)
+            self.lines.feed(line, line_ts(line), key, check)
         log.info("%s: %d lines of pod %s read while the older pod was drained, recorded now",
                  self.run, len(lines), pod.name)
         return True
@@ -412,15 +368,15 @@ class RunFollower:
         proc = (spare and spare.take(argv)) or await kubectl.spawn(argv, self.env)
         long = kubectl.LongLine(self.cfg.max_line_bytes)
         err_task = asyncio.create_task(proc.stderr.read())
-        check = self._check_for(key, since, pod, skipping)
+        check = self.lines.check_for(key, since, pod, skipping)
         outcome, why = "eof", ""
         last_line = time.monotonic()
         delivered = False  # a line came on this stream (kubectl was answered)
         refused_at = self.recovery.generation  # recoveries seen when a look at the pod last failed
         # a first read of the stream: nothing to compare its first line with, so the pod is
         # asked once whether the container is still the one the stream was opened for
-        unverified = self._mark_since(key) is None
-        watchdog = Watchdog(self.pace, self.cfg.silence)
+        unverified = self.lines.mark_since(key) is None
+        watchdog = Watchdog(self.lines.pace, self.cfg.silence)
         probe: asyncio.Task | None = None
         ahead: SpareRead | None = None  # the re-read opened beside the look, kept if the stream hangs
         try:
@@ -509,7 +465,7 @@ class RunFollower:
                     outcome = "moved"  # opened just as the container restarted: those lines are not ours
                     break
                 unverified = False
-                self._feed(line, ts_ns, key, check)
+                self.lines.feed(line, ts_ns, key, check)
                 if ts_ns is not None:  # after the feed: its step (if any) is the detectors' first
                     self._heard_stamp = ts_ns
                 if self.sink.full(self.model):  # the store is away and the buffer at its bound
@@ -593,10 +549,10 @@ class RunFollower:
             self._prefetch = None
         if gone:
             self.gone.add(pod.uid)
-        if key in self.finished:
+        if key in self.lines.finished:
             return  # read to its end, or its gap recorded, already
         if pod.state == "waiting" and key not in self.model.cursors:
-            self._read_to_end(key)  # it never ran: nothing to read
+            self.lines.read_to_end(key)  # it never ran: nothing to read
             return
         if not await self._catch_up_previous(pod) and not gone:
             return
@@ -620,11 +576,11 @@ class RunFollower:
             return
         if code == 0:
             self.health.ok()
-            self._read_to_end(key)
+            self.lines.read_to_end(key)
             return
         kind, reason = kubectl.classify(err) if code is not None else ("timeout", err)
         if kind == kubectl.NOT_FOUND or gone:
-            self._unread_tail(key, pod.name, since, _upper(pod.finished_ns),
+            self.lines.unread_tail(key, pod.name, since, _upper(pod.finished_ns),
                               f"pod {pod.name} deleted before its log was read to the end ({reason})")
             self.known.pop(pod.uid, None)
             return
@@ -636,8 +592,8 @@ class RunFollower:
         started); read again from the pod's newest line (`newest`, asked beside it) when the
         first read missed it, stamped before the read's start."""
         while True:
-            since, skipping = self._read_since(key)
-            check = self._check_for(key, since, pod, skipping)
+            since, skipping = self.lines.read_since(key)
+            check = self.lines.check_for(key, since, pod, skipping)
             self._reading(pod)
             argv = self.target.logs_argv(pod.name, pod.container, since_ns=since)
             code, err = await self._read_once(argv, key, check)
@@ -654,22 +610,22 @@ class RunFollower:
         False while that is not done (the new container must wait: lines stay in order)."""
         prefix = f"{pod.uid}/{pod.container}/"
         seen = [int(k[len(prefix):]) for k in self.model.cursors if k.startswith(prefix)]
-        older = [rc for rc in seen if rc < pod.restart_count and f"{prefix}{rc}" not in self.finished]
-        if not seen and pod.restart_count > 0 and f"{prefix}{pod.restart_count - 1}" not in self.finished:
+        older = [rc for rc in seen if rc < pod.restart_count and f"{prefix}{rc}" not in self.lines.finished]
+        if not seen and pod.restart_count > 0 and f"{prefix}{pod.restart_count - 1}" not in self.lines.finished:
             older = [pod.restart_count - 1]  # first sight of a restarted pod: its previous container first
         if not older:
             return True
         rc = max(older)
         key = f"{prefix}{rc}"
-        since, skipping = self._read_since(key)
+        since, skipping = self.lines.read_since(key)
         if rc != pod.restart_count - 1:
             # the container we read restarted more than once since: --previous is a later one
-            self._gap(key, since, _upper(pod.previous_finished_ns),
+            self.lines.gap(key, since, _upper(pod.previous_finished_ns),
                       f"container restarted {pod.restart_count - rc} times between reads")
-            self._read_to_end(key)
+            self.lines.read_to_end(key)
             return True
         # --previous serves the container before the current one: its start is lastState's
-        check = self._check_for(key, since, None, skipping, started_ns=pod.previous_started_ns)
+        check = self.lines.check_for(key, since, None, skipping, started_ns=pod.previous_started_ns)
         argv = self.target.logs_argv(pod.name, pod.container, previous=True, since_ns=since)
         self._set_state("reading previous container", pod)
         code, err = await self._read_once(argv, key, check)
@@ -678,12 +634,12 @@ class RunFollower:
             return False
         if code == 0:
             self.health.ok()
-            self._read_to_end(key)
+            self.lines.read_to_end(key)
             return True
         kind, reason = kubectl.classify(err) if code is not None else ("timeout", err)
         if kind in (kubectl.NOT_FOUND, kubectl.NO_PREVIOUS):
-            self._gap(key, since, _upper(pod.previous_finished_ns), f"previous container unreadable: {reason}")
-            self._read_to_end(key)
+            self.lines.gap(key, since, _upper(pod.previous_finished_ns), f"previous container unreadable: {reason}")
+            self.lines.read_to_end(key)
             return True
         await self._report(kind, f"reading --previous of {pod.name}: {reason}")
         return False
@@ -694,7 +650,7 @@ class RunFollower:
         def overlong() -> None:
             self.model.bad_line("line longer than 2 MiB")
 
-        return await kubectl.run_once(argv, self.env, lambda ln: self._feed(ln, line_ts(ln), key, check),
+        return await kubectl.run_once(argv, self.env, lambda ln: self.lines.feed(ln, line_ts(ln), key, check),
                                       self.cfg.drain_timeout, max_line=self.cfg.max_line_bytes,
                                       on_overlong=overlong)
 
@@ -704,7 +660,7 @@ class RunFollower:
         starts up to a second early). The API's sinceTime has whole seconds, so the rest of
         that second is skipped too: a stream gap, a bad line, a failure (logged, counted, a
         finding) that clears with the next line read."""
-        since, _ = self._read_since(key)
+        since, _ = self.lines.read_since(key)
         start: list[int | None] = [None]
 
         def see(line: bytes) -> None:
@@ -723,180 +679,15 @@ class RunFollower:
         reason = (f"a line with no end from {format_ns(base)}: {why}; the read stopped, the log read again "
                   f"from {format_ns(skip_to)}")
         self.model.bad_line(reason)
-        self._gap(key, base, skip_to, reason)
-        self._skip[key] = skip_to
+        self.lines.gap(key, base, skip_to, reason)
+        self.lines.skip[key] = skip_to
         await self._report("line_too_long", reason)
 
-    def _read_to_end(self, key: str) -> None:
-        self.finished.add(key)
-        self.model.finish_stream(key)
-
-    def _vanished_while_away(self) -> None:
-        """Streams this run was reading when the collector stopped, whose pods were deleted
-        before it came back (a JobSet restart with a short grace): what they held after the
-        last line read is lost — a stream gap and an unread_tail finding, never silence."""
-        listed = {p.uid for p in self.discovery.pods.values()}
-        # the pod that was being read is the current incarnation's (lines are read in order)
-        name = self.model.current.pod if self.model.current is not None else None
-        for key, cursor in sorted(self.model.cursors.items()):
-            uid = key.split("/", 1)[0]
-            if key in self.finished or uid in listed or not POD_STREAM.fullmatch(key):
-                continue
-            pod = f"pod {name} (uid {uid})" if name else f"the pod with uid {uid}"
-            reason = f"{pod} was deleted while the collector was down: its log after the last line read is lost"
-            self._unread_tail(key, name, cursor.hwm_ns, None, reason)
-
-    def _unread_tail(self, key: str, pod: str | None, start_ns: int | None, end_ns: int | None,
-                     reason: str) -> None:
-        """A stream whose pod went before its log was read to the end: what it held after the
-        last line read is lost. A stream gap over that window, and an unread_tail finding
-        placed after the last step read from the stream (the steps lost after it are unknown
-        by number, so not counted as missing steps; they are lost all the same); the stream is
-        done."""
-        reason = self._gap(key, start_ns, end_ns, reason, caused=True)
-        cur = self.model.current
-        # the incarnation the stream's lines went to: the model's current one when that is
-        # this pod's (lines are read in order: a deleted pod is read before its replacement)
-        read = self.model.cursors.get(key)
-        at = None
-        if read is not None and read.hwm_ns is not None and cur is not None and cur.pod == pod:
-            at = (cur.number, cur.last_step)
-        window = (f"lines from {format_ns(start_ns) if start_ns else 'its start'} to "
-                  f"{format_ns(end_ns) if end_ns else 'its end'} lost")
-        self.detectors.failure(UNREAD_TAIL, f"{reason}: {window}", at)
-        self._cause = None
-        self._read_to_end(key)
-
     # ------------------------------------------------------------------------ lines
-    def _since(self, key: str) -> int | None:
-        """`--since-time` of the next read of `key`: a little before the cursor's mark, the
-        stamp of the latest line read, which follows a clock stepped back (Cursor.since_ns: a
-        later since would have the server filter out new lines stamped before it). Each read of
-        a stream starts here, so the cursor is told a re-read begins: its first lines may
-        repeat what was read (runs.model.Cursor)."""
-        cursor = self.model.cursors.get(key)
-        if cursor is None:
-            return None
-        cursor.new_read()
-        return cursor.since_ns
-
-    def _mark_since(self, key: str) -> int | None:
-        """Where a re-read of `key` would start (no read begins: the cursor is not told)."""
-        cursor = self.model.cursors.get(key)
-        return cursor.since_ns if cursor is not None else None
-
     def _follow_argv(self, pod: PodInfo, key: str) -> tuple[list[str], int | None, bool]:
         """The follow read of the stream from where it is to be read (_read_since)."""
-        since, skipping = self._read_since(key)
+        since, skipping = self.lines.read_since(key)
         return self.target.logs_argv(pod.name, pod.container, follow=True, since_ns=since), since, skipping
-
-    def _read_since(self, key: str) -> tuple[int | None, bool]:
-        """Where a read of the stream starts: the cursor, or past a line with no end (True)."""
-        since, skip = self._since(key), self._skip.get(key)
-        if skip is not None and (since is None or skip > since):
-            return skip, True
-        return since, False
-
-    def _check_for(self, key: str, since: int | None, pod: PodInfo | None = None,
-                   skipping: bool = False, started_ns: int | None = None) -> Overlap:
-        """The overlap check of a read from `since`; `started_ns`: the start of the container
-        read, when not the pod's current one (a head rotated away is lost from there)."""
-        if skipping:  # the window skipped is a recorded gap already: nothing to check
-            check = Overlap(None)
-            check.resolved = True
-            return check
-        check = self._pending_check.get(key)
-        if check is not None:
-            check.asked = False  # a new read: its container is checked again
-        if check is None or check.hwm_ns != since:
-            if pod is not None and key == stream_key(pod, pod.restart_count):
-                started_ns = pod.started_ns
-            check = self._pending_check[key] = Overlap(since, started_ns, self.model.cursors.get(key),
-                                                         self.model.recorded)
-        return check
-
-    def _feed(self, line: bytes, ts_ns: int | None, key: str, check: Overlap) -> None:
-        """One line and its kubelet timestamp (parsers.fast.line_ts), read once for the pace,
-        the overlap check and the model."""
-        if self.health.failing is not None:  # a read delivers: whatever failed works again
-            self.health.ok()
-        if not readable(line):
-            self._unreadable_line(line, False)
-        elif self._unreadable is not None:
-            self._unreadable_line(line, True)
-        self.pace.see(ts_ns)
-        for start, end, reason in check.see(ts_ns, line):
-            self._gap(key, start, end, reason, caused=True)
-        if check.resolved:
-            self._pending_check.pop(key, None)
-            self._cause = None  # this read shows what the failure lost, if anything
-        self.model.counters.lines += 1
-        self.status.lines += 1
-        if self.raw is not None:  # as read: the sink writes it before the rows it makes commit
-            self.raw.add(key, line, ts_ns, self.model.pod)
-        self.model.feed_stamped(line, ts_ns, stream=key)
-
-    def _unreadable_line(self, line: bytes, ok: bool) -> None:
-        """A line while unreadable ones come (binary garbage, or text in an encoding steptail
-        cannot read), counted in windows of `unreadable_after` seconds from the first: a window
-        mostly unreadable is a failure (one warning line, the errors metric and the up gauge)
-        until a window mostly readable. Judged by the majority, not by any readable line: 0.7 %
-        of random byte "lines" are short valid UTF-8, and ended every spell (issue 34)."""
-        now = time.monotonic()
-        window = self._unreadable
-        if window is None:
-            window = self._unreadable = [now, 0, 0, 0]
-        if ok:
-            window[3] += 1
-        else:
-            window[1] += 1
-            window[2] += len(line)
-        if now - window[0] < self.cfg.unreadable_after:
-            return
-        if window[1] <= window[3]:  # mostly readable: the spell is over
-            self._unreadable = None
-            if self.content.failing is not None:
-                self.content.ok()  # logs the end of a spell that was reported
-            return
-        if self.content.failing is None:
-            reason = (f"process 0 prints nothing steptail can read: {window[1]} of {window[1] + window[3]} lines "
-                      f"({window[2]} bytes) in {now - window[0]:.0f} s unreadable (binary output or an unknown "
-                      "encoding)")
-            self.content.fail("unreadable", reason)
-        self._unreadable = [now, 0, 0, 0]  # the next window
-
-    def _gap(self, key: str, start_ns: int | None, end_ns: int | None, reason: str, caused: bool = False) -> str:
-        """A stream gap (its reason returned). `caused`: found by a read after the stream could
-        not be read; the reason then names the collector's fault that kept it from being read —
-        this follower's last failure, else a collector event of the run or pod discovery open
-        within the gap's window — and that event is told should a gap finding follow."""
-        now = time.time_ns()
-        if start_ns is None:  # nothing read from this stream: lost from its start
-            start_ns = 0
-        end_ns = end_ns if end_ns is not None else now
-        if caused:
-            why, event = self._cause_of(start_ns, end_ns)
-            if why:
-                reason += why
-                self.detectors.caused(reason, event)
-        self.sink.add_gap(StreamGap(key, start_ns, end_ns, reason, now))
-        self.status.gaps += 1
-        log.warning("%s: stream gap on %s: %s", self.run, key, reason)
-        return reason
-
-    def _cause_of(self, start_ns: int, end_ns: int) -> tuple[str, object]:
-        """The collector's fault behind a gap found from start_ns to end_ns, as words for its
-        reason, and its collector event (None if not known)."""
-        book = self.detectors.collector_events
-        if self._cause is not None:
-            kind, reason = self._cause
-            what = CAUSES.get(kind, f"could not read the log ({kind})")
-            return f"; meanwhile the collector {what}: {reason}", book.latest(self.run) if book is not None else None
-        event = book.overlapping(self.run, start_ns, end_ns) if book is not None else None
-        if event is None:
-            return "", None
-        who = "pod discovery" if not event.run else f"the collector's {event.source}"
-        return f"; meanwhile {who} was failing ({event.kind}): {event.reason}", event
 
     # ------------------------------------------------------------------------ failures
     async def _failed(self, pod: PodInfo, key: str, code: int | None, err: str) -> None:
@@ -909,7 +700,7 @@ class RunFollower:
             fresh = await self._fresh(pod)
             if fresh is None:  # the pod is gone: what it held after our last line is lost
                 self.gone.add(pod.uid)
-                self._unread_tail(key, pod.name, self._since(key), _upper(pod.finished_ns),  # the read ends
+                self.lines.unread_tail(key, pod.name, self.lines.since(key), _upper(pod.finished_ns),  # the read ends
                                   f"pod {pod.name} deleted before its log was read to the end ({reason})")
                 self.known.pop(pod.uid, None)
                 return
@@ -922,7 +713,7 @@ class RunFollower:
         detectors hear it, and, unless it is a line skipped, it is the cause of what the next
         read finds lost."""
         if kind != "line_too_long":
-            self._cause = (kind, reason)
+            self.lines.cause = (kind, reason)
         self.detectors.failure(kind, reason)
 
     async def _report(self, kind: str, reason: str, retry_after: float | None = None) -> None:
@@ -943,7 +734,7 @@ class RunFollower:
         """The longest back-off now: RUNNING_RETRY_S while a process-0 container of this run
         runs with its log not read to the end (its lines can rotate away), else backoff_max."""
         for p in self.discovery.process0(self.jobset):
-            if p.state == "running" and stream_key(p, p.restart_count) not in self.finished:
+            if p.state == "running" and stream_key(p, p.restart_count) not in self.lines.finished:
                 return min(RUNNING_RETRY_S, self.cfg.backoff_max)
         return self.cfg.backoff_max
 
@@ -961,7 +752,7 @@ class RunFollower:
                 log.debug("%s: the cluster answers again: retrying now, not after the back-off", self.run)
                 return
             for p in self.discovery.process0(self.jobset):
-                if p.deleting and stream_key(p, p.restart_count) not in self.finished:
+                if p.deleting and stream_key(p, p.restart_count) not in self.lines.finished:
                     if p.uid not in self._hurried:
                         self._hurried.add(p.uid)
                         log.info("%s: pod %s is being deleted: reading it now, not after the back-off",

@@ -23,7 +23,7 @@ import logging
 import time
 
 from steptail.collector.cluster.jobsets import jobset_failed
-from steptail.collector.live.follower import stream_key
+from steptail.collector.live.stream_lines import stream_key
 from steptail.runs.state import COMPLETED, FAILED, HEARTBEAT_S, JOBSET_FAILED
 from steptail.storage import run_outcome
 from steptail.storage.run_files import ARCHIVE_MANIFEST, run_files
@@ -154,7 +154,7 @@ class RunEnds:
         st = rb.states.get(jobset) if rb is not None else None
         archiving = st is not None and st.archiving is not None and not st.archiving.done()
         read_out = follower is not None and bool(follower.known) and all(
-            stream_key(p, p.restart_count) in follower.finished for p in follower.known.values())
+            stream_key(p, p.restart_count) in follower.lines.finished for p in follower.known.values())
         if jobset in self.deleted or (outcome == JOBSET_FAILED and read_out and not archiving):
             status.done = True  # the follower's loop ends at its next pass; the supervisor then stops it
             if outcome == COMPLETED:
