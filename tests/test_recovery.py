@@ -267,3 +267,27 @@ def test_a_hung_stream_whose_looks_are_throttled_is_re_read_at_once(make_simclus
     r = assert_exactly_once(sim, db, "r")
     assert len(r["got"]) == steps, f"lost {_lost(r, steps)}"
     assert not [k for k, _ in findings(db, "r") if k in ("gap", "head_gap")]
+
+
+@pytest.mark.timeout(150)
+def test_a_resumed_stream_is_re_read_beside_the_read_of_its_pod(make_simcluster, tmp_path):
+    """The collector stops and starts again (as a replica taking a run over does) while every
+    read of a pod is answered 6 s late. The stream it was reading is re-read at once from the
+    saved cursor, its pod read beside it: before, the pod was read first and the log only
+    after its answer, two slow round trips in series (chaos seed 1021: a run taken over while
+    the API was slow went unread past the takeover's bound)."""
+    steps, delay = 400, 6.0
+    sim = make_simcluster(scenario(
+        rate=20, jobsets=[{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": steps, "checkpoint_period": 1000}}]))
+    db = str(tmp_path / "s.db")
+    with pytest.raises(TimeoutError):
+        follow_sim(sim, db, silence=DEFAULT_SILENCE, timeout=2.0)  # stopped mid-run
+    assert any(x.follow for x in sim.log_reads), "the first follow read nothing"
+    sim.slow_api(seconds=40, delay=delay, path="/pods/")
+    resumed_at = time.time()
+    follow_sim(sim, db, silence=DEFAULT_SILENCE, timeout=90)
+    r = assert_exactly_once(sim, db, "r")
+    assert len(r["got"]) == steps, f"lost {_lost(r, steps)}"
+    first = min(x.asked for x in sim.log_reads if x.asked >= resumed_at)
+    # the pod's answer alone takes `delay`: a log read asked sooner did not wait for it
+    assert first - resumed_at < delay - 1.0, f"the log was asked {first - resumed_at:.1f} s after the restart"

@@ -136,6 +136,10 @@ class RunFollower:
         # the stream to re-open at once, without reading its pod first (hung, ended while its
         # container ran, or refused): the pod is read beside the re-read, not before it
         self._reopen: str | None = None
+        # the streams a resumed model was reading (the collector restarted, or this replica took
+        # the run over): the first read of the current one is a re-read too, its pod read beside
+        # it — pod then log in series under a slow API left a taken-over run unread for seconds
+        self._resumed: set[str] = {k for k, c in model.cursors.items() if not c.done}
         self._prefetch: Prefetch | None = None  # the newest pod read while an older one drains
         self._spare: SpareRead | None = None  # the re-read opened beside a look at a hung stream
         self.probes = 0  # non-follow reads of a quiet pod's newest line
@@ -228,8 +232,10 @@ class RunFollower:
 
     async def _follow_pod(self, pod: PodInfo, spare: SpareRead | None) -> None:
         reopen, self._reopen = self._reopen, None
+        resumed, self._resumed = self._resumed, set()  # the first read after a resume only
         verify = None
-        if reopen == stream_key(pod, pod.restart_count) and self._container_runs(pod):
+        key = stream_key(pod, pod.restart_count)
+        if (reopen == key or key in resumed) and self._container_runs(pod):
             # A re-read of the stream we were reading: opened first, the pod read beside it (a
             # slow API made pod-then-log 6.3 s in series, and a rotation took the lines). A
             # container restarted meanwhile is caught by the pod read or the re-read's first line.
