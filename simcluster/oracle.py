@@ -15,10 +15,11 @@ reads the store only through steptail.storage's read functions and holds it to:
   did not start (a fork, or rows of two trainer incarnations in one: "false incarnations");
 - no critical finding the truth does not contain ("false critical");
 - with replicas: no pod followed by two accounts at once, every run whose owner was killed,
-  stopped or cut off followed again within TAKEOVER_SECONDS of some replica running (all of
-  them stopped at once, none can take anything over). A replica resumed after a freeze
-  (SIGSTOP) has RESUME_GRACE to close the streams it held before its runs were taken over: only
-  its own process can close them, and it learns of the loss at its first look after resuming.
+  stopped or cut off followed again within TAKEOVER_SECONDS of some replica running while the
+  API served logs (all of them stopped at once, or an API outage: none can take anything over).
+  A replica resumed after a freeze (SIGSTOP) has RESUME_GRACE to close the streams it held
+  before its runs were taken over: only its own process can close them, and it learns of the
+  loss at its first look after resuming.
 
 Store rows are matched to the trainer's (incarnation, step) by the z_loss each printed (random
 per incarnation and step; the kubelet stamp as a fallback), never by incarnation number: the
@@ -483,19 +484,24 @@ def _judge_replicas(obs: Observation, v: Verdict) -> None:
             # followed again: a read (any replica's, the resumed one's too; a stream, or a plain
             # read of a pod that ended meanwhile) after the loss
             again = [max(s, lost_at) for s, e, u in reads[pod] if e > lost_at + 0.5 or s > lost_at]
-            # the clock runs only while some replica runs: all stopped or killed at once, none
-            # can take anything over
-            late = _running_time(obs.running, lost_at, min(again)) if again else math.inf
+            # the clock runs only while some replica runs and the API serves logs: all stopped
+            # or killed at once, or the API serving none (the outages servable windows leave
+            # out), none can take anything over
+            late = _running_time(obs.running, lost_at, min(again), obs.unavailable) if again else math.inf
             if late > TAKEOVER_SECONDS:
                 v.offend("slow_takeover", f"pod {pod}: its owner {account} was lost at "
                          f"{lost_at - obs.started:.1f} s; followed again after {late:.1f} s"
                          + (f" of replicas running ({min(again) - lost_at:.1f} s in all)" if again else ""))
 
 
-def _running_time(running: dict[str, list[tuple[float, float]]], t0: float, t1: float) -> float:
-    """Seconds between t0 and t1 during which at least one replica ran (not stopped or killed)."""
+def _running_time(running: dict[str, list[tuple[float, float]]], t0: float, t1: float,
+                  outages: list[tuple[float, float]] = ()) -> float:
+    """Seconds between t0 and t1 during which at least one replica ran (not stopped or killed)
+    and the API was not out (`outages`: it served no log to anyone)."""
     total, end = 0.0, t0
-    for a, b in sorted((max(a, t0), min(b, t1)) for spans in running.values() for a, b in spans):
+    clipped = [(max(a, t0), min(b, t1)) for spans in running.values() for a, b in spans]
+    spans = _minus([(a, b) for a, b in clipped if b > a], list(outages))  # (a span after t1 adds nothing)
+    for a, b in sorted(spans):
         if b > end:
             total += b - max(a, end)
             end = b

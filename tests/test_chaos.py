@@ -219,12 +219,13 @@ def test_a_resumed_replica_has_one_look_to_close_what_it_held_and_no_more():
 def test_a_takeover_is_timed_from_when_a_replica_runs():
     """b stops at 10 s holding pod p (written to until 40 s); a is stopped from 11 s to 18 s:
     nobody could take p then. Followed again at 26 s: 1 + 8 s of a running, no offence; at
-    29 s, 12 s: slow. With a running all along, 26 s is 16 s late. A plain read counts too."""
+    29 s, 12 s: slow. With a running all along, 26 s is 16 s late. A plain read counts too, and
+    an API outage stops the clock."""
     from types import SimpleNamespace
 
     from steptail.simcluster.oracle import Observation, Verdict, _judge_replicas
 
-    def judged(again_at: float, a_stopped: bool, plain: bool = False) -> int:
+    def judged(again_at: float, a_stopped: bool, plain: bool = False, outages=()) -> int:
         reads = [SimpleNamespace(follow=True, pod="p", start=1.0, end=12.0, user="b"),
                  SimpleNamespace(follow=not plain, pod="p", start=again_at, end=again_at + 0.2 if plain else 40.0,
                                  user="a")]
@@ -232,7 +233,7 @@ def test_a_takeover_is_timed_from_when_a_replica_runs():
         truth = SimpleNamespace(incarnation=1, step=1, pod="p", timestamp="1970-01-01T00:00:40Z")
         obs = Observation(schedule={}, truths={"j": [truth]}, started=0.0, collector=[(0.0, 40.0)],
                           log_reads=reads, running=running, owner_lost=[(10.0, "b")], ended=40.0,
-                          written={("j", 1, 1): 40.0})
+                          written={("j", 1, 1): 40.0}, unavailable=list(outages))
         v = Verdict(0)
         _judge_replicas(obs, v)
         return v.counts["slow_takeover"]
@@ -242,6 +243,12 @@ def test_a_takeover_is_timed_from_when_a_replica_runs():
     assert judged(26.0, a_stopped=False) == 1
     # a pod that ended meanwhile is read to its end by a plain read, not followed: that counts
     assert judged(26.0, a_stopped=True, plain=True) == 0
+    # the API serving no log (an auth lapse, 11-15 s) stops the clock as a stopped replica does
+    # (chaos seed 1021: 3.4 s of auth lapse counted as takeover time); outages while the clock
+    # is stopped anyway, or after the read, change nothing
+    assert judged(24.0, a_stopped=False) == 1
+    assert judged(24.0, a_stopped=False, outages=[(11.0, 15.0)]) == 0
+    assert judged(29.0, a_stopped=True, outages=[(12.0, 17.0), (30.0, 35.0)]) == 1
 
 
 def test_a_queued_burst_of_refusals_ends_when_its_last_one_is_answered():
