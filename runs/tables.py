@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 TYPES = ("int32", "int", "int64", "float", "text", "bool", "ts_ns", "float_list", "float_map", "json")
+JSON_TYPES = frozenset({"float_list", "float_map", "json"})  # a JSON value (text in Parquet, JSONB in PostgreSQL)
 SQL, PARQUET, LAKE = "sql", "parquet", "lake"
 
 

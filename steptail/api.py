@@ -131,14 +131,8 @@ class Steptail:
             raise ValueError(f"parts must be 'columns' or 'dict', not {parts!r}")
         run = self._known(run)
         rows = self._lineage(run, lineage, reads.iter_loss_parts(self.store, run, incarnation, from_step, to_step))
-        frame = _frame({
-            "incarnation": ([r[0] for r in rows], "int64"),
-            "step": ([r[1] for r in rows], "int64"),
-            "ts": ([r[2] for r in rows], "ns"),
-            "ce": ([r[3] for r in rows], "float64"),
-            "ce_raw": ([r[4] for r in rows], "string"),
-        })
-        stored = [r[5] for r in rows]
+        frame = _declared_scalars(tables.LOSS_PARTS, rows)
+        stored = [r[_at(tables.LOSS_PARTS, "parts")] for r in rows]
         if parts == "dict":
             frame["parts"] = _series(stored, object)
             return frame
@@ -152,14 +146,11 @@ class Steptail:
         per_layer (a list of floats per row), program. `lineage` as for steps()."""
         run = self._known(run)
         rows = self._lineage(run, lineage, reads.iter_required_rbf(self.store, run, incarnation, from_step, to_step))
-        return _frame({
-            "incarnation": ([r[0] for r in rows], "int64"),
-            "step": ([r[1] for r in rows], "int64"),
-            "ts": ([r[2] for r in rows], "ns"),
-            "max": ([r[3] for r in rows], "float64"),
-            "per_layer": ([[float(_NONFINITE.get(v, v)) for v in r[4]] for r in rows], object),
-            "program": ([r[5] for r in rows], "string"),
-        })
+        frame = _declared_scalars(tables.REQUIRED_RBF, rows)
+        at = _at(tables.REQUIRED_RBF, "per_layer")
+        frame.insert(frame.columns.get_loc("max") + 1, "per_layer",
+                     _series([[float(_NONFINITE.get(v, v)) for v in r[at]] for r in rows], object))
+        return frame
 
     def findings(self, run: str | None = None) -> pd.DataFrame:
         """Stored findings (what `check` and `follow` recorded) of `run`, or of every run:
@@ -375,6 +366,19 @@ def _declared(table: tables.Table, names: tuple[str, ...], rows) -> pd.DataFrame
         values = [bool(r[i]) for r in rows] if col.type == "bool" else [r[i] for r in rows]
         out[col.parquet_name] = (values, kind)
     return _frame(out)
+
+
+def _declared_scalars(table: tables.Table, rows) -> pd.DataFrame:
+    """The columns of a step table's reads.iter_* rows (the table's columns but the run) that
+    are not JSON, typed by the declaration."""
+    names = table.names[1:]
+    scalar = [i for i, name in enumerate(names) if table.col(name).type not in tables.JSON_TYPES]
+    return _declared(table, tuple(names[i] for i in scalar), [tuple(r[i] for i in scalar) for r in rows])
+
+
+def _at(table: tables.Table, name: str) -> int:
+    """Where column `name` is in a reads.iter_* row of `table` (its columns but the run)."""
+    return table.names.index(name) - 1
 
 
 def _frame(columns: dict[str, tuple[list, object]]) -> pd.DataFrame:

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from steptail.storage import step_columns as sc
+
+# `steps --json`'s fields (storage.step_columns), nested ones spread in place: parts after
+# LOSS-PARTS' other fields, layers last.
+RECORD_HEAD = (*sc.KEY_FIELDS, *(n for n, c in sc.FIELDS if c in sc.LOSS_COLS and c.type not in sc.JSON_TYPES))
+RECORD_TAIL = tuple(n for n, c in sc.FIELDS if c in sc.RBF_COLS and c.type not in sc.JSON_TYPES)
 # The steps frame's fixed columns (steptail.api): a loss part must not overwrite one.
-STEP_COLUMNS = ("incarnation", "step", "ts", "ce", "ce_raw")
-# `steps --json`'s fields, nested ones spread in place: parts after ce_raw, layers last.
-RECORD_HEAD = ("incarnation", "step", "ts", "ce", "ce_raw")
-RECORD_TAIL = ("rbf_max", "rbf_program")
+STEP_COLUMNS = RECORD_HEAD
 LAYER = "rbf_layer_{}"
 
 

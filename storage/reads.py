@@ -12,6 +12,7 @@ from steptail.runs import gaps
 from steptail.runs.lineage import survivor_bounds
 from steptail.runs.rows import FINDINGS, TABLES
 from steptail.runs.state import UNKNOWN, RunState
+from steptail.storage import step_columns as sc
 from steptail.storage.db import Store
 from steptail.storage.run_outcome import states
 
@@ -93,21 +94,20 @@ def run_location(store: Store, run: str) -> tuple[str | None, str | None]:
     return (row[0], row[1]) if row else (None, None)
 
 
-_STEPS = """
-SELECT l.incarnation, l.step, l.ts_ns, l.ce, l.ce_raw, l.parts,
-       r.max AS rbf_max, r.per_layer AS rbf_per_layer, r.program AS rbf_program
+_STEPS = f"""
+SELECT l.incarnation, l.step, l.ts_ns, {sc.columns(sc.LOSS_COLS, "l")}, {sc.columns(sc.RBF_COLS, "r")}
 FROM loss_parts l LEFT JOIN required_rbf r
   ON r.run = l.run AND r.incarnation = l.incarnation AND r.step = l.step
 WHERE l.run = :run AND l.step >= :lo AND l.step <= :hi
   AND (l.incarnation > :ai OR (l.incarnation = :ai AND l.step > :as_))
 UNION ALL
-SELECT r.incarnation, r.step, r.ts_ns, NULL, NULL, NULL, r.max, r.per_layer, r.program
+SELECT r.incarnation, r.step, r.ts_ns, {sc.nulls(sc.LOSS_COLS)}, {sc.columns(sc.RBF_COLS, "r")}
 FROM required_rbf r
 WHERE r.run = :run AND r.step >= :lo AND r.step <= :hi
   AND (r.incarnation > :ai OR (r.incarnation = :ai AND r.step > :as_)) AND NOT EXISTS (
   SELECT 1 FROM loss_parts l WHERE l.run = r.run AND l.incarnation = r.incarnation AND l.step = r.step)
 ORDER BY 1, 2
-"""
+"""  # the columns from the tables' declarations (storage.step_columns)
 _BIG = 2**31 - 1
 
 
@@ -125,19 +125,14 @@ def iter_steps(store: Store, run: str, lo: int | None = None, hi: int | None = N
     if limit is not None:
         sql += " LIMIT :limit OFFSET :offset"
         params |= {"limit": limit, "offset": offset}
+    fields = tuple(enumerate(sc.FIELDS, start=3))
     with store.engine.connect() as conn:
         for row in conn.execute(sa.text(sql), params):
-            yield {
-                "incarnation": row.incarnation,
-                "step": row.step,
-                "ts": format_ns(row.ts_ns) if row.ts_ns is not None else None,
-                "ce": row.ce,
-                "ce_raw": row.ce_raw,
-                "parts": json_value(row.parts) if row.parts is not None else {},
-                "rbf_max": row.rbf_max,
-                "rbf_per_layer": json_value(row.rbf_per_layer) if row.rbf_per_layer is not None else None,
-                "rbf_program": row.rbf_program,
-            }
+            step = {"incarnation": row[0], "step": row[1], "ts": format_ns(row[2]) if row[2] is not None else None}
+            for i, (name, col) in fields:
+                value = row[i]
+                step[name] = sc.ABSENT[name] if value is None else json_value(value) if col.type in sc.JSON_TYPES else value
+            yield step
 
 
 def _step_filter(incarnation: int | None, lo: int | None, hi: int | None) -> tuple[str, dict]:
@@ -153,23 +148,25 @@ def iter_loss_parts(store: Store, run: str, incarnation: int | None = None, lo: 
                     hi: int | None = None) -> Iterator[tuple]:
     """(incarnation, step, ts_ns, ce, ce_raw, parts) per LOSS-PARTS row, in log order; parts
     as stored (non-finite values are the words "nan", "inf", "-inf")."""
-    where, params = _step_filter(incarnation, lo, hi)
-    sql = ("SELECT incarnation, step, ts_ns, ce, ce_raw, parts FROM loss_parts WHERE run = :run"
-           f"{where} ORDER BY incarnation, step")
-    with store.engine.connect() as conn:
-        for row in conn.execute(sa.text(sql), {"run": run, **params}):
-            yield (row.incarnation, row.step, row.ts_ns, row.ce, row.ce_raw, json_value(row.parts))
+    yield from _rows_of(store, "loss_parts", sc.LOSS_COLS, run, incarnation, lo, hi)
 
 
 def iter_required_rbf(store: Store, run: str, incarnation: int | None = None, lo: int | None = None,
                       hi: int | None = None) -> Iterator[tuple]:
     """(incarnation, step, ts_ns, max, per_layer, program) per REQUIRED_RBF row, in log order."""
+    yield from _rows_of(store, "required_rbf", sc.RBF_COLS, run, incarnation, lo, hi)
+
+
+def _rows_of(store: Store, table: str, cols: tuple, run: str, incarnation: int | None, lo: int | None,
+             hi: int | None) -> Iterator[tuple]:
+    """(incarnation, step, ts_ns, *cols) of a step table's rows, in log order, JSON decoded."""
     where, params = _step_filter(incarnation, lo, hi)
-    sql = ("SELECT incarnation, step, ts_ns, max, per_layer, program FROM required_rbf"
+    sql = (f"SELECT incarnation, step, ts_ns, {sc.columns(cols)} FROM {table}"
            f" WHERE run = :run{where} ORDER BY incarnation, step")
+    decode = tuple(c.type in sc.JSON_TYPES for c in cols)
     with store.engine.connect() as conn:
         for row in conn.execute(sa.text(sql), {"run": run, **params}):
-            yield (row.incarnation, row.step, row.ts_ns, row.max, json_value(row.per_layer), row.program)
+            yield (*row[:3], *(json_value(v) if j and v is not None else v for v, j in zip(row[3:], decode, strict=True)))
 
 
 

@@ -3,6 +3,8 @@ build on each store, the row column orders and the Parquet schemas."""
 
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 import pytest
 import sqlalchemy as sa
@@ -70,3 +72,33 @@ def test_rows_and_parquet_take_the_declaration():
 def test_a_bad_type_is_refused_where_it_is_declared():
     with pytest.raises(ValueError, match="unknown type"):
         tables.Col("x", "integer")
+
+
+def test_the_step_reads_carry_every_declared_column(store, samples):
+    """A step as read (`steps --json`, the API's pages, reads.iter_loss_parts/iter_required_rbf)
+    is its LOSS-PARTS and REQUIRED_RBF columns as declared, with no list of its own: each read
+    row is the table's row as stored (`SELECT *`, but the run), each step's fields the
+    declared columns (REQUIRED_RBF's prefixed `rbf_`)."""
+    from store_fixtures import ingest_sample
+
+    from steptail.storage import api_reads, reads
+
+    ingest_sample(store, samples, "r", "resume-gap")
+    for table, read in ((tables.LOSS_PARTS, reads.iter_loss_parts), (tables.REQUIRED_RBF, reads.iter_required_rbf)):
+        with store.engine.connect() as conn:
+            stored = conn.execute(sa.text(f"SELECT * FROM {table.name} WHERE run = 'r' ORDER BY incarnation, step")).all()
+        got = list(read(store, "r"))
+        assert got and len(got) == len(stored)
+        assert all(len(row) == len(table.names) - 1 for row in got)
+        json_at = [i for i, name in enumerate(table.names[1:]) if table.col(name).type in tables.JSON_TYPES]
+        for mine, theirs in zip(got, stored, strict=True):
+            theirs = tuple(theirs)[1:]
+            assert [v for i, v in enumerate(mine) if i not in json_at] == [v for i, v in enumerate(theirs) if i not in json_at]
+            assert all(reads.json_value(theirs[i]) == mine[i] for i in json_at)
+    own = [c.name for c in tables.LOSS_PARTS.cols[4:]] + [f"rbf_{c.name}" for c in tables.REQUIRED_RBF.cols[4:]]
+    want = ["incarnation", "step", "ts", *own]
+    steps = list(reads.iter_steps(store, "r"))
+    assert all(list(s) == want for s in steps)
+    with store.engine.connect() as conn:
+        page = json.loads(api_reads.steps_json(api_reads.step_rows(conn, "r", None, None, 0, 10_000, None)))
+    assert [list(s) for s in page] == [want] * len(steps)

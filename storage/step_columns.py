@@ -1,0 +1,36 @@
+"""A step as the reads return it (`steps --json`, the HTTP API's steps, reads.iter_steps): its
+LOSS-PARTS row and the REQUIRED_RBF row of the same step, joined on the key, derived from the
+two tables' declarations (runs/tables.py). A column declared there is a field here, in the
+select lists and in the JSON, with no list to edit (REQUIRED_RBF's fields prefixed `rbf_`)."""
+
+from __future__ import annotations
+
+from steptail.runs.tables import JSON_TYPES, LOSS_PARTS, REQUIRED_RBF, Col
+
+# What both rows share: the run and the step's key, and the kubelet stamp (REQUIRED_RBF's is
+# shown when the step has no LOSS-PARTS row)
+SHARED = ("run", "incarnation", "step", "ts_ns")
+KEY_FIELDS = ("incarnation", "step", "ts")
+assert LOSS_PARTS.names[:4] == REQUIRED_RBF.names[:4] == SHARED  # a row is its key, then its own columns
+
+LOSS_COLS: tuple[Col, ...] = tuple(c for c in LOSS_PARTS.cols if c.name not in SHARED)
+RBF_COLS: tuple[Col, ...] = tuple(c for c in REQUIRED_RBF.cols if c.name not in SHARED)
+# every field of a step, in order: (its name, its column)
+FIELDS: tuple[tuple[str, Col], ...] = (
+    *((c.name, c) for c in LOSS_COLS), *((f"rbf_{c.name}", c) for c in RBF_COLS))
+KEYS: tuple[str, ...] = (*KEY_FIELDS, *(name for name, _ in FIELDS))
+# a step with no such row: a map of parts is empty, anything else unknown
+ABSENT = {name: {} if col.type == "float_map" else None for name, col in FIELDS}
+
+
+def columns(cols: tuple[Col, ...], alias: str = "", json_text: bool = False) -> str:
+    """`cols` as a select list (`l.ce, l.parts`); the JSON ones as the store's text when
+    `json_text` (a JSONB value is an object on PostgreSQL)."""
+    prefix = f"{alias}." if alias else ""
+    return ", ".join(f"CAST({prefix}{c.name} AS TEXT)" if json_text and c.type in JSON_TYPES else f"{prefix}{c.name}"
+                     for c in cols)
+
+
+def nulls(cols: tuple[Col, ...]) -> str:
+    """A NULL per column: the other table's half of a row that has only one."""
+    return ", ".join("NULL" for _ in cols)
