@@ -125,14 +125,10 @@ def iter_steps(store: Store, run: str, lo: int | None = None, hi: int | None = N
     if limit is not None:
         sql += " LIMIT :limit OFFSET :offset"
         params |= {"limit": limit, "offset": offset}
-    fields = tuple(enumerate(sc.FIELDS, start=3))
     with store.engine.connect() as conn:
         for row in conn.execute(sa.text(sql), params):
-            step = {"incarnation": row[0], "step": row[1], "ts": format_ns(row[2]) if row[2] is not None else None}
-            for i, (name, col) in fields:
-                value = row[i]
-                step[name] = sc.ABSENT[name] if value is None else json_value(value) if col.type in sc.JSON_TYPES else value
-            yield step
+            yield {"incarnation": row[0], "step": row[1], "ts": format_ns(row[2]) if row[2] is not None else None,
+                   **sc.own(row[3:], sc.FIELDS)}
 
 
 def _step_filter(incarnation: int | None, lo: int | None, hi: int | None) -> tuple[str, dict]:

@@ -5,6 +5,9 @@ select lists and in the JSON, with no list to edit (REQUIRED_RBF's fields prefix
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+
 from steptail.runs.tables import JSON_TYPES, LOSS_PARTS, REQUIRED_RBF, Col
 
 # What both rows share: the run and the step's key, and the kubelet stamp (REQUIRED_RBF's is
@@ -15,9 +18,10 @@ assert LOSS_PARTS.names[:4] == REQUIRED_RBF.names[:4] == SHARED  # a row is its 
 
 LOSS_COLS: tuple[Col, ...] = tuple(c for c in LOSS_PARTS.cols if c.name not in SHARED)
 RBF_COLS: tuple[Col, ...] = tuple(c for c in REQUIRED_RBF.cols if c.name not in SHARED)
-# every field of a step, in order: (its name, its column)
-FIELDS: tuple[tuple[str, Col], ...] = (
-    *((c.name, c) for c in LOSS_COLS), *((f"rbf_{c.name}", c) for c in RBF_COLS))
+# each table's own fields of a step, in order: (its name, its column)
+LOSS_FIELDS: tuple[tuple[str, Col], ...] = tuple((c.name, c) for c in LOSS_COLS)
+RBF_FIELDS: tuple[tuple[str, Col], ...] = tuple((f"rbf_{c.name}", c) for c in RBF_COLS)
+FIELDS = (*LOSS_FIELDS, *RBF_FIELDS)
 KEYS: tuple[str, ...] = (*KEY_FIELDS, *(name for name, _ in FIELDS))
 # a step with no such row: a map of parts is empty, anything else unknown
 ABSENT = {name: {} if col.type == "float_map" else None for name, col in FIELDS}
@@ -34,3 +38,14 @@ def columns(cols: tuple[Col, ...], alias: str = "", json_text: bool = False) -> 
 def nulls(cols: tuple[Col, ...]) -> str:
     """A NULL per column: the other table's half of a row that has only one."""
     return ", ".join("NULL" for _ in cols)
+
+
+def own(values: Sequence, fields: tuple[tuple[str, Col], ...]) -> dict:
+    """A row's own columns (`values`, in `fields`' order) as a step's fields: JSON decoded (a
+    store or a batch may hold its text), ABSENT for NULL."""
+    return {name: ABSENT[name] if v is None else _decoded(v) if col.type in JSON_TYPES else v
+            for (name, col), v in zip(fields, values, strict=True)}
+
+
+def _decoded(value):
+    return json.loads(value) if isinstance(value, str) else value

@@ -7,13 +7,12 @@ and a row read back later compare equal."""
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
 
 from steptail.parsers.timestamps import format_ns
-from steptail.runs.rows import LOSS_PARTS, REQUIRED_RBF
+from steptail.storage import step_columns as sc
 
 log = logging.getLogger("steptail.follow")
 Hook = Callable[[dict], None]
@@ -33,24 +32,15 @@ def _ts(ts_ns: int | None) -> str | None:
     return None if ts_ns is None else format_ns(ts_ns)
 
 
-def _json(value):
-    return json.loads(value) if isinstance(value, str) else value
-
-
 def committed_rows(hook: Hook | None, batch) -> None:
-    """LOSS-PARTS rows as `step` events, REQUIRED_RBF rows as `rbf` events."""
+    """LOSS-PARTS rows as `step` events, REQUIRED_RBF rows as `rbf` events: the run, the step's
+    key and its fields as `steps --json` has them (storage.step_columns)."""
     if hook is None:
         return
-    lp, rbf = LOSS_PARTS, REQUIRED_RBF
-    for row in batch.loss_parts:
-        parts = row[lp.PARTS]
-        emit(hook, {"event": "step", "run": row[lp.RUN], "incarnation": row[lp.INCARNATION], "step": row[lp.STEP],
-                    "ts": _ts(row[lp.TS_NS]), "ce": row[lp.CE], "ce_raw": row[lp.CE_RAW],
-                    "parts": _json(parts) if parts is not None else {}})
-    for row in batch.required_rbf:
-        emit(hook, {"event": "rbf", "run": row[rbf.RUN], "incarnation": row[rbf.INCARNATION], "step": row[rbf.STEP],
-                    "ts": _ts(row[rbf.TS_NS]), "rbf_max": row[rbf.MAX], "rbf_per_layer": _json(row[rbf.PER_LAYER]),
-                    "rbf_program": row[rbf.PROGRAM]})
+    for event, rows, fields in (("step", batch.loss_parts, sc.LOSS_FIELDS), ("rbf", batch.required_rbf, sc.RBF_FIELDS)):
+        for row in rows:  # run, incarnation, step, ts_ns, then the table's own columns
+            emit(hook, {"event": event, "run": row[0], "incarnation": row[1], "step": row[2], "ts": _ts(row[3]),
+                        **sc.own(row[4:], fields)})
 
 
 def committed_gaps(hook: Hook | None, run: str, gaps) -> None:
