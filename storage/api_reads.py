@@ -136,8 +136,8 @@ def steps_json(rows: list[tuple], fields: tuple[str, ...] | None = None) -> byte
 
 def _field(i: int, name: str, col) -> object:
     """How field `name` (at `i` of a step_rows row) is made, with its page's JSON reader."""
-    if col.type in sc.JSON_TYPES:
-        absent = sc.ABSENT[name]
+    if col.type in sc.JSON_TYPES:  # (an empty map shared by the rows of a page: dumped, never kept)
+        absent = sc.absent(col)
         return lambda r, as_json: absent if r[i] is None else as_json(r[i])
     return lambda r, _: r[i]
 

@@ -23,8 +23,14 @@ LOSS_FIELDS: tuple[tuple[str, Col], ...] = tuple((c.name, c) for c in LOSS_COLS)
 RBF_FIELDS: tuple[tuple[str, Col], ...] = tuple((f"rbf_{c.name}", c) for c in RBF_COLS)
 FIELDS = (*LOSS_FIELDS, *RBF_FIELDS)
 KEYS: tuple[str, ...] = (*KEY_FIELDS, *(name for name, _ in FIELDS))
-# a step with no such row: a map of parts is empty, anything else unknown
-ABSENT = {name: {} if col.type == "float_map" else None for name, col in FIELDS}
+# one name, one column: a select list's column is known by its name alone (api_reads)
+assert not {c.name for c in LOSS_COLS} & {c.name for c in RBF_COLS}
+
+
+def absent(col: Col):
+    """A field of a step that has no such row: a map of parts is empty (a new one each time:
+    a caller may fill it), anything else unknown."""
+    return {} if col.type == "float_map" else None
 
 
 def columns(cols: tuple[Col, ...], alias: str = "", json_text: bool = False) -> str:
@@ -42,8 +48,8 @@ def nulls(cols: tuple[Col, ...]) -> str:
 
 def own(values: Sequence, fields: tuple[tuple[str, Col], ...]) -> dict:
     """A row's own columns (`values`, in `fields`' order) as a step's fields: JSON decoded (a
-    store or a batch may hold its text), ABSENT for NULL."""
-    return {name: ABSENT[name] if v is None else _decoded(v) if col.type in JSON_TYPES else v
+    store or a batch may hold its text), `absent` for NULL."""
+    return {name: absent(col) if v is None else _decoded(v) if col.type in JSON_TYPES else v
             for (name, col), v in zip(fields, values, strict=True)}
 
 
