@@ -15,8 +15,8 @@ from steptail.storage import step_columns as sc
 
 # `steps --json`'s fields (storage.step_columns), nested ones spread in place: parts after
 # LOSS-PARTS' other fields, layers last.
-RECORD_HEAD = (*sc.KEY_FIELDS, *(n for n, c in sc.FIELDS if c in sc.LOSS_COLS and c.type not in sc.JSON_TYPES))
-RECORD_TAIL = tuple(n for n, c in sc.FIELDS if c in sc.RBF_COLS and c.type not in sc.JSON_TYPES)
+RECORD_HEAD = (*sc.KEY_FIELDS, *(n for n, c in sc.LOSS_FIELDS if c.type not in sc.JSON_TYPES))
+RECORD_TAIL = tuple(n for n, c in sc.RBF_FIELDS if c.type not in sc.JSON_TYPES)
 # The steps frame's fixed columns (steptail.api): a loss part must not overwrite one.
 STEP_COLUMNS = RECORD_HEAD
 LAYER = "rbf_layer_{}"

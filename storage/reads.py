@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 import sqlalchemy as sa
@@ -15,15 +14,11 @@ from steptail.runs.state import UNKNOWN, RunState
 from steptail.storage import step_columns as sc
 from steptail.storage.db import Store
 from steptail.storage.run_outcome import states
+from steptail.storage.step_columns import json_value
 
 
 class UnknownRun(LookupError):
     """The store holds no run of that name (the message names the run and the store)."""
-
-
-def json_value(value):
-    """A JSON column's value: SQLite hands back the stored text, PostgreSQL (JSONB) objects."""
-    return json.loads(value) if isinstance(value, str) else value
 
 
 def list_runs(store: Store) -> list[dict]:

@@ -49,9 +49,10 @@ def nulls(cols: tuple[Col, ...]) -> str:
 def own(values: Sequence, fields: tuple[tuple[str, Col], ...]) -> dict:
     """A row's own columns (`values`, in `fields`' order) as a step's fields: JSON decoded (a
     store or a batch may hold its text), `absent` for NULL."""
-    return {name: absent(col) if v is None else _decoded(v) if col.type in JSON_TYPES else v
+    return {name: absent(col) if v is None else json_value(v) if col.type in JSON_TYPES else v
             for (name, col), v in zip(fields, values, strict=True)}
 
 
-def _decoded(value):
+def json_value(value):
+    """A JSON column's value: SQLite (and a batch) hands back the text, PostgreSQL (JSONB) objects."""
     return json.loads(value) if isinstance(value, str) else value
