@@ -248,6 +248,26 @@ def test_a_clock_stepped_back_after_the_stream_hung_is_read_back_to(make_simclus
 
 
 @pytest.mark.timeout(150)
+def test_a_deleting_pod_whose_clock_stepped_back_is_read_back_to(make_simcluster, tmp_path):
+    """As above, but the container does not exit: the JobSet restarts (its pod deleting, an
+    8 s grace) before the hang is seen. The drain of a deleting pod did not look at its newest
+    line, so --since-time filtered out everything stamped after the step back (chaos seed 1185:
+    the preempted pod's traceback, servable 8.8 s, never read). The look goes beside the drain
+    of a deleting pod too: steps 192-193 and the traceback are read."""
+    sim = make_simcluster(scenario(
+        {"action": "rotate", "at_step": 190},
+        {"action": "clock_step", "at_step": 191, "seconds": -20.0},
+        {"action": "restart_jobset", "at_step": 193, "grace_seconds": 8.0},
+        rate=20, jobsets=[{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": 260, "checkpoint_period": 50}}]))
+    db = str(tmp_path / "s.db")
+    follow_sim(sim, db, silence=DEFAULT_SILENCE, timeout=90)
+    r = assert_exactly_once(sim, db, "r")
+    assert {(1, s) for s in range(1, 194)} <= r["got"], f"lost {sorted({(1, s) for s in range(1, 194)} - r['got'])}"
+    assert {(2, s) for s in range(151, 261)} <= r["got"]
+    assert not r["lost"]
+
+
+@pytest.mark.timeout(150)
 def test_a_hung_stream_whose_looks_are_throttled_is_re_read_at_once(make_simcluster, tmp_path):
     """Nine 429s with `Retry-After: 1` (API Priority and Fairness) wait on pods/log while the
     stream is open; then the log rotates (the stream hangs) and rotates again 12 s later. Each

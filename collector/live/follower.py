@@ -565,11 +565,12 @@ class RunFollower:
         self._set_state("draining old pod", pod)
         cursor = self.model.cursors.get(key)
         newest, read_at = None, 0
-        if not gone and not pod.deleting and cursor is not None:
+        if not gone and cursor is not None:
             # The pod's newest line, asked beside the read (one round trip, not two in series):
             # unread and stamped before where the read starts, the node clock stepped back since
             # the last line read and --since-time filtered out the lines after the step: read
-            # again, reaching back to it (Cursor.seen; seed 402).
+            # again, reaching back to it (Cursor.seen; seed 402). A deleting pod too: its log
+            # is served until the grace period ends (seed 1185).
             newest = asyncio.create_task(self._newest_line(pod))
             read_at = cursor.read_at_ns
         try:
