@@ -327,20 +327,30 @@ def _justified_critical(schedule: dict, truth: list) -> set[str]:
 def worst_recovery(obs: Observation) -> float:
     """Longest wait, after a fault ended while following, until the store gained rows of the
     run again; counted only where the trainer wrote a step afterwards that was then recorded,
-    in seconds the API refused no log read (_readable)."""
+    from the fault's end or, when no step was written yet, from the first one written after it
+    that had to be recorded (a trainer quiet for 40 s after a fault is not 40 s of recovery: seed 1185), in seconds
+    the API refused no log read (_readable)."""
     if not obs.samples:
         return 0.0
     worst, refusals = 0.0, _refusals(obs)
     for te, run in _ended_while_following(obs):
         before = _count_at(obs.samples, te, run)
-        later = [t for t in obs.truths.get(run, [])
-                 if obs.written.get((run, t.incarnation, t.step), _ns(t.timestamp) / 1e9) > te]
+        later = [w for t in obs.truths.get(run, [])
+                 if (w := obs.written.get((run, t.incarnation, t.step), _ns(t.timestamp) / 1e9)) > te
+                 and _must_be_read(obs, (run, t.incarnation, t.step))]
         if not later or max(_count_at(obs.samples, math.inf, run), 0) <= before:
             continue
         grown = next((t for t, c in obs.samples if t >= te and c.get(run, 0) > before), None)
         if grown is not None:
-            worst = max(worst, _readable(refusals, te, grown))
+            worst = max(worst, _readable(refusals, min(max(te, min(later)), grown), grown))
     return worst
+
+
+def _must_be_read(obs: Observation, key: tuple[str, int, int]) -> bool:
+    """Whether the API served the step's line long enough that it must be recorded
+    (SERVABLE_SECONDS; not a head rotated away as it was written); unknown: yes."""
+    spans = obs.servable.get(key)
+    return spans is None or any(b is None or b - a >= SERVABLE_SECONDS for a, b in spans)
 
 
 def _ended_while_following(obs: Observation):

@@ -191,6 +191,27 @@ def test_the_oracle_measures_read_recovery_and_the_worst_unrecorded_step():
     assert worst_read_recovery(obs) == 0.0
 
 
+def test_the_oracle_times_row_recovery_from_a_step_there_was_to_record():
+    """A fault ends at 2 s; the trainer is quiet until 30 s, writes a head rotated away at once,
+    and a step at 40 s that is recorded at 41 s: 1 s of recovery, not 39 (seed 1185). A step
+    written just after the fault and recorded as late is 39.5 s."""
+    from types import SimpleNamespace
+
+    from steptail.simcluster.oracle import Observation, worst_recovery
+
+    schedule = {"faults": [{"at": 1.0, "action": "rotate", "jobset": "a", "kind": "rotation_hang"}],
+                "jobsets": [{"name": "a"}], "chaos": {"seed": 0}}
+    truth = [SimpleNamespace(incarnation=1, step=s, timestamp="1970-01-01T00:00:00Z") for s in (1, 2)]
+    obs = Observation(schedule=schedule, truths={"a": truth}, started=0.0, collector=[(0.0, 60.0)],
+                      samples=[(0.5, {"a": 0}), (20.0, {"a": 0}), (41.0, {"a": 1}), (50.0, {"a": 1})],
+                      written={("a", 1, 1): 30.0, ("a", 1, 2): 40.0},
+                      servable={("a", 1, 1): [(30.0, 30.00002)], ("a", 1, 2): [(40.0, None)]})
+    assert worst_recovery(obs) == pytest.approx(1.0)
+    obs.written[("a", 1, 2)] = 1.5  # written just after the fault and left unread until 41 s
+    obs.servable[("a", 1, 2)] = [(1.5, None)]
+    assert worst_recovery(obs) == pytest.approx(41.0 - 1.5)
+
+
 def test_a_resumed_replica_has_one_look_to_close_what_it_held_and_no_more():
     """Replica b froze at 10 s holding pod p; a took p over at 16 s; b resumed at 20 s. b's
     old stream still open 0.3 s after it resumed is its first look (RESUME_GRACE), not a
