@@ -140,6 +140,26 @@ def test_a_hung_stream_is_re_read_beside_the_look_at_its_pod(make_simcluster, tm
 
 
 @pytest.mark.timeout(150)
+def test_a_stream_whose_file_rotated_while_quiet_is_re_read_before_new_lines(make_simcluster, tmp_path):
+    """The log rotates right after step 30 and the trainer is quiet for 6 s (the stream hangs on
+    the old file); step 31 is written and its file rotated at once. The looks at the pod found
+    its current file empty and vouched for nothing: the stream stayed on the old file, and step
+    31 went with the second rotation (chaos seed 1185: 9 s before a quiet trainer's next lines
+    were read). An empty current file, when the stream delivered lines, is a rotation since: the
+    stream is re-read at once, on the new file, and reads step 31 before it rotates away."""
+    steps = 60
+    sim = make_simcluster(scenario(
+        {"action": "rotate", "at_step": 30},
+        {"action": "stall", "at_step": 30, "seconds": 6.0},
+        {"action": "rotate", "at_step": 31},
+        rate=20, jobsets=[{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": steps, "checkpoint_period": 1000}}]))
+    db = str(tmp_path / "s.db")
+    follow_sim(sim, db, silence=DEFAULT_SILENCE, timeout=90)
+    r = assert_exactly_once(sim, db, "r")
+    assert len(r["got"]) == steps, f"lost {_lost(r, steps)}"
+
+
+@pytest.mark.timeout(150)
 def test_a_log_read_is_one_request(make_simcluster, tmp_path):
     """`kubectl logs` asks for the API's discovery documents (cold cache) and the pod before
     its log, in series: under a 2 s-slow API its first line came after 12.2 s, not one round

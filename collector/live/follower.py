@@ -408,7 +408,7 @@ class RunFollower:
                             break
                         continue
                     if probe is None and quiet >= watchdog.next_check:
-                        probe = asyncio.create_task(self._pod_has_unread(pod, key))
+                        probe = asyncio.create_task(self._pod_has_unread(pod, key, delivered))
                         probe_line, probe_at = last_line, time.monotonic()
                         if delivered and not self._paused():  # it may hang: its re-read goes out now
                             ahead = await SpareRead.open(self._follow_argv(pod, key)[0], self.env)
@@ -521,13 +521,21 @@ class RunFollower:
         return not (cur is None or cur.deleting or cur.restart_count != pod.restart_count
                     or cur.state != "running")
 
-    async def _pod_has_unread(self, pod: PodInfo, key: str) -> bool | None:
+    async def _pod_has_unread(self, pod: PodInfo, key: str, delivered: bool) -> bool | None:
         """Whether the pod's newest log line is one this stream has not delivered (the stream
-        hangs on a rotated file); None when the pod cannot be asked."""
+        hangs on a rotated file); None when the pod cannot be asked. `delivered`: the stream
+        delivered a line before the look."""
         newest = await self._newest_line(pod)
+        if newest == b"" and delivered:
+            # The current file is empty, yet this stream delivered lines: they were in a file
+            # rotated since, and kubelet sends nothing more on it. Hung, though nothing is unread
+            # yet: re-read now, on the new file, and its first lines come as they are written
+            # (seed 1185: a quiet trainer's next lines waited one more look, 9 s, and a rotation
+            # right after them would have taken them).
+            return True
         if not newest:
-            # Unknowable, or the current file is empty: it just rotated, and the stream may hang
-            # on the file before it. Unknown, not quiet: asked again soon (a quiet confirmed
+            # Unknowable, or the current file is empty and this stream delivered nothing: it may
+            # hang on the file before it. Unknown, not quiet: asked again soon (a quiet confirmed
             # doubles the wait, and the next rotation took the lines written meanwhile: seed 402).
             return None
         cursor = self.model.cursors.get(key)
