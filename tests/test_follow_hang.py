@@ -52,7 +52,7 @@ def test_a_container_quiet_for_60s_is_not_a_hang(make_simcluster, tmp_path):
     assert not reconnects(db, "r")
     log_requests = [p for _, p, _ in sim.requests if p.split("?")[0].endswith("/log")]
     # one follow stream, the probes of the quiet minute (at most one per 5 s), nothing else
-    assert sup.followers["r"].probes <= 60 / 5
+    assert sup.followers["r"].read.probes <= 60 / 5
     assert len(log_requests) <= 1 + 60 / 5, log_requests
 
 

@@ -4,14 +4,17 @@ the run model.
 
 One loop per run. Each pass looks at the JobSet's process-0 pods (oldest attempt first):
 old pods are drained (a non-follow read from the last timestamp) before the newest one is
-followed; an in-place container restart is caught up with `--previous`. A stream quieter
-than its own pace is checked against the pod's newest line (collector.live.watchdog); when the
-pod holds lines the stream did not deliver (kubelet rotation hang) the stream is killed
-and re-opened with `--since-time`; the model's cursor drops the overlap. When a re-read does
-not reach back to the last line read, the lines in between are gone: a stream gap is
-recorded. What is done with each line read (the overlap check, the model, stream gaps, the
-streams read to their end) is collector.live.stream_lines; this module decides what to read
-and when, and reads it."""
+followed; an in-place container restart is caught up with `--previous`. A follow read that
+ends "silent" (hung on a rotated file, as its watchdog found) is re-opened at once with
+`--since-time`; the model's cursor drops the overlap. When a re-read does not reach back to
+the last line read, the lines in between are gone: a stream gap is recorded. Failures are
+reported once and backed off, never past a recovery or a deleting pod's grace period.
+
+This module is the policy: what to read and when (which pod, drain or follow, handover to a
+new pod, back-off). How a read is done — a follow read and its watchdog, a drain's read, a
+look at the pod — is collector.live.stream_read; what is done with each line read (the
+overlap check, the model, stream gaps, the streams read to their end) is
+collector.live.stream_lines."""
 
 from __future__ import annotations
 
@@ -24,13 +27,12 @@ from steptail.collector.cluster import kubectl
 from steptail.collector.cluster.discovery import Discovery, PodInfo, reason_of, retry_after
 from steptail.collector.cluster.kubectl import KubeTarget
 from steptail.collector.live.detect import Detectors
-from steptail.collector.live.overlap import Overlap
 from steptail.collector.live.prefetch import Prefetch
 from steptail.collector.live.read_gate import ReadGate
 from steptail.collector.live.sink import RunSink
 from steptail.collector.live.spare import SpareRead
 from steptail.collector.live.stream_lines import StreamLines, stream_key
-from steptail.collector.live.watchdog import Watchdog
+from steptail.collector.live.stream_read import StreamReader
 from steptail.collector.notify import events
 from steptail.collector.notify.health import Health
 from steptail.parsers.fast import line_ts
@@ -99,9 +101,6 @@ DELETING_RETRY_S = 0.1
 # second a rotation can take. Five 503s in a row waited 0.25 + … + 8 s (16-25 s unread, up
 # to 135 steps lost, issue 33); a retry a second costs one log request.
 RUNNING_RETRY_S = 1.0
-# A read is one request (collector.cluster.kubectl: the raw log read): a stream that delivered
-# nothing yet is not judged hung before that much time, at the API's latest pace
-OPEN_REQUESTS = 1
 PAUSE_S = 1.0  # a sleep this much longer than asked: the process was not running (SIGSTOP, starved)
 
 
@@ -111,8 +110,6 @@ class RunFollower:
                  status: RunStatus, health: Health | None = None, on_event: events.Hook | None = None,
                  read_gate: ReadGate | None = None) -> None:
         self.run, self.jobset, self.target = run, jobset, target
-        # with replicas: after a pause of this process, no new read before its ownership is known
-        self.read_gate = read_gate
         self.discovery, self.model, self.sink = discovery, model, sink
         self.detectors, self.cfg, self.status = detectors, cfg, status
         # kubectl and API reads of this run: failing until a read delivers again
@@ -132,7 +129,6 @@ class RunFollower:
         # it fails, e.g. after 503s); they are not read again nor their gap recorded on every pass
         self.gone: set[str] = set()
         self._hurried: set[str] = set()  # deleting pods a back-off was cut short for (once each)
-        self._stream_started = 0.0
         # the stream to re-open at once, without reading its pod first (hung, ended while its
         # container ran, or refused): the pod is read beside the re-read, not before it
         self._reopen: str | None = None
@@ -141,19 +137,12 @@ class RunFollower:
         # it — pod then log in series under a slow API left a taken-over run unread for seconds
         self._resumed: set[str] = {k for k, c in model.cursors.items() if not c.done}
         self._prefetch: Prefetch | None = None  # the newest pod read while an older one drains
-        self._spare: SpareRead | None = None  # the re-read opened beside a look at a hung stream
-        self.probes = 0  # non-follow reads of a quiet pod's newest line
-        self._round_trip = 0.0  # seconds the latest probe took: the API's pace now
-        self._look_wait: float | None = None  # the Retry-After of the latest look refused, if it named one
-        # What bounds the stall clock (it counts quiet up to it only): the monotonic time of the
-        # latest look that found nothing unread, and the stamp of the latest line fed. A line
-        # vouches for the trainer up to its own stamp, not up to when it arrived: a re-read's
-        # backlog arrives late, and its arrival is no quiet of the trainer's.
-        self._heard: float | None = None
-        self._heard_stamp: int | None = None
         self.pauses = 0  # times the collector was found not running (a jump of the loop's clock)
         self.on_event = on_event
         self.hosts: int | None = None  # the JobSet's host count, once its object is read (runbook_live)
+        # how each stream is read (a follow read and its watchdog, a drain's read, a look at the pod)
+        self.read = StreamReader(run, target, discovery, model, sink, self.lines, cfg, self.recovery, self.known,
+                                 self._reading, self._set_state, read_gate)
 
     def _reading(self, pod: PodInfo) -> None:
         """The model files what follows under `pod`; an incarnation its lines open records
@@ -179,8 +168,8 @@ class RunFollower:
         finally:
             if self._prefetch is not None:
                 self._prefetch.cancel()
-            if self._spare is not None:
-                await self._spare.stop()
+            if self.read.spare is not None:
+                await self.read.spare.stop()
             flusher.cancel()
             try:
                 await flusher
@@ -212,7 +201,7 @@ class RunFollower:
                 await self._drain(old)
                 if stream_key(old, old.restart_count) not in self.lines.finished:
                     # lines in order: the new pod's wait until the old one is read or gone, held
-                    await self._may_read()
+                    await self.read.may_read()
                     self._prefetch_newest(newest)
                     return
         if newest.deleting:  # restart in progress, replacement not listed yet
@@ -223,7 +212,7 @@ class RunFollower:
 
     # ------------------------------------------------------------------------ following
     async def _follow(self, pod: PodInfo) -> None:
-        spare, self._spare = self._spare, None  # opened by the last read, if it hung
+        spare, self.read.spare = self.read.spare, None  # opened by the last read, if it hung
         try:
             await self._follow_pod(pod, spare)
         finally:
@@ -235,7 +224,7 @@ class RunFollower:
         resumed, self._resumed = self._resumed, set()  # the first read after a resume only
         verify = None
         key = stream_key(pod, pod.restart_count)
-        if (reopen == key or key in resumed) and self._container_runs(pod):
+        if (reopen == key or key in resumed) and self.read.container_runs(pod):
             # A re-read of the stream we were reading: opened first, the pod read beside it (a
             # slow API made pod-then-log 6.3 s in series, and a rotation took the lines). A
             # container restarted meanwhile is caught by the pod read or the re-read's first line.
@@ -278,7 +267,7 @@ class RunFollower:
         if self._prefetch is not None and not await self._feed_prefetched(pod, key):
             return
         try:
-            outcome, code, err = await self._stream(pod, key, verify, spare)
+            outcome, code, err = await self.read.follow(pod, key, verify, spare)
         finally:
             if verify is not None and not verify.done():
                 verify.cancel()
@@ -298,7 +287,7 @@ class RunFollower:
             self._reopen = key
             return
         if code == 0:
-            if time.monotonic() - self._stream_started < 1.0:
+            if time.monotonic() - self.read.started < 1.0:
                 await asyncio.sleep(0.5)  # a server that ends every stream at once: no busy loop
             fresh = await self._fresh(pod)
             if fresh is None or (fresh.restart_count == pod.restart_count and fresh.state == "terminated"):
@@ -314,17 +303,6 @@ class RunFollower:
                 self._reopen = key
             return
         await self._failed(pod, key, code, err)
-
-    def _moved(self, pod: PodInfo, verify: asyncio.Task | None) -> bool:
-        """The pod read beside a re-read (`verify`) shows another container than the one read:
-        the stream stops, the next pass reads the pod afresh (a failed read proves nothing)."""
-        if verify is None or not verify.done() or verify.cancelled() or verify.exception() is not None:
-            return False
-        fresh = verify.result()
-        if fresh is None or fresh.uid != pod.uid:
-            return False  # gone: the stream ends by itself, and the next pass drains what is left
-        self.known[pod.uid] = fresh
-        return fresh.restart_count != pod.restart_count
 
     def _prefetch_newest(self, pod: PodInfo) -> None:
         """Read the newest pod now, its lines held (collector.live.prefetch) until the older pod
@@ -350,7 +328,7 @@ class RunFollower:
         lines = await prefetch.take()
         if prefetch.key != key or not lines:
             return True
-        if not await self._same_container(pod):  # opened just as the container restarted: not ours
+        if not await self.read.same_container(pod):  # opened just as the container restarted: not ours
             return False
         since, skipping = self.lines.read_since(key)
         check = self.lines.check_for(key, since, pod, skipping)
@@ -360,141 +338,6 @@ class RunFollower:
         log.info("%s: %d lines of pod %s read while the older pod was drained, recorded now",
                  self.run, len(lines), pod.name)
         return True
-
-    async def _stream(self, pod: PodInfo, key: str, verify: asyncio.Task | None = None,
-                      spare: SpareRead | None = None) -> tuple[str, int | None, str]:
-        """One follow read; returns (eof|silent|exit, exit code, stderr). `verify`: a read
-        of the pod begun beside a re-read (_follow); `spare`: the re-read opened beside the look
-        that found the last read hung (collector.live.spare)."""
-        argv, since, skipping = self._follow_argv(pod, key)
-        self._reading(pod)
-        self._set_state("following", pod)
-        await self._may_read()
-        self._stream_started = time.monotonic()
-        proc = (spare and spare.take(argv)) or await kubectl.spawn(argv, self.env)
-        long = kubectl.LongLine(self.cfg.max_line_bytes)
-        err_task = asyncio.create_task(proc.stderr.read())
-        check = self.lines.check_for(key, since, pod, skipping)
-        outcome, why = "eof", ""
-        last_line = time.monotonic()
-        delivered = False  # a line came on this stream (kubectl was answered)
-        refused_at = self.recovery.generation  # recoveries seen when a look at the pod last failed
-        # a first read of the stream: nothing to compare its first line with, so the pod is
-        # asked once whether the container is still the one the stream was opened for
-        unverified = self.lines.mark_since(key) is None
-        watchdog = Watchdog(self.lines.pace, self.cfg.silence)
-        probe: asyncio.Task | None = None
-        ahead: SpareRead | None = None  # the re-read opened beside the look, kept if the stream hangs
-        try:
-            while True:
-                try:
-                    # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancel that
-                    # meets a completed read, and the follower would outlive its shutdown
-                    async with asyncio.timeout(0.25):
-                        line = await proc.stdout.readline()
-                except TimeoutError:
-                    quiet = time.monotonic() - last_line
-                    if ahead is not None and probe is None:  # the look found no hang
-                        await ahead.stop()
-                        ahead = None
-                    if self._moved(pod, verify):
-                        outcome = "moved"
-                        break
-                    if watchdog.refused and self.recovery.generation != refused_at:
-                        watchdog.next_check = quiet  # the cluster answers again: look now
-                    if not self._container_runs(pod):
-                        if quiet >= 1.0:  # the container ended: do not wait for a slow EOF
-                            outcome = "silent"
-                            break
-                        continue
-                    if probe is None and quiet >= watchdog.next_check:
-                        probe = asyncio.create_task(self._pod_has_unread(pod, key, delivered))
-                        probe_line, probe_at = last_line, time.monotonic()
-                        if delivered and not self._paused():  # it may hang: its re-read goes out now
-                            ahead = await SpareRead.open(self._follow_argv(pod, key)[0], self.env)
-                    if probe is None or not probe.done():
-                        continue
-                    unread, probe = probe.result(), None
-                    self._round_trip = time.monotonic() - probe_at
-                    if probe_line != last_line:
-                        continue  # lines arrived meanwhile: the stream lives
-                    opening = watchdog.threshold() + OPEN_REQUESTS * self._round_trip
-                    if unread and not delivered and quiet < opening:
-                        # not answered yet under a slow API: killing it would only start over
-                        watchdog.next_check = opening
-                        continue
-                    if unread or (unread is None and quiet >= self.cfg.silence):
-                        outcome = "silent"  # hung (or unknowable for too long): re-open
-                        self._spare, ahead = ahead, None
-                        break
-                    if unread is None and self._look_wait is not None and delivered:
-                        # The look was throttled (429, Retry-After) at a stream quiet past its pace:
-                        # re-read now rather than look again after the wait and re-read after that
-                        # (chaos seed 1001: nine 429s cost a look and a back-off each, 15 s).
-                        # kubectl waits out Retry-After by itself, the pod is read beside it
-                        # (_follow), and a quiet stream that was not hung costs one reconnect.
-                        outcome = "silent"
-                        self._spare, ahead = ahead, None
-                        break
-                    if unread is None:  # the pod could not be asked: ask again soon, vouch for nothing
-                        watchdog.unknown(quiet, self._look_wait)
-                        refused_at = self.recovery.generation
-                        continue
-                    watchdog.quiet_confirmed(quiet)
-                    self._heard = max(self._heard or probe_at, probe_at)  # the quiet is the trainer's
-                    continue
-                except ValueError:  # over the reader's limit: the rest of it arrives as a fragment
-                    if long.grew():  # a line with no end: what follows only continues it
-                        outcome, why = "oversized", long.why
-                        break
-                    if long.first:
-                        self.model.bad_line("line longer than 2 MiB")
-                    continue
-                if not line:
-                    break
-                tail = long.bytes > 0  # the end of an over-long line, or a line after it
-                long.ended()
-                last_line = time.monotonic()
-                if ahead is not None and (probe is None or probe.done()):  # the stream lives: no re-read
-                    await ahead.stop()
-                    ahead = None
-                if not delivered:
-                    delivered = True
-                    self.recovery.answered()  # kubectl was answered: every other wait ends
-                self.sink.delivering(True)
-                watchdog.reset()
-                ts_ns = line_ts(line)
-                if tail and ts_ns is None:
-                    continue  # the over-long line's end, not a line of its own
-                if self._moved(pod, verify) or (
-                        (unverified or check.would_gap(ts_ns)) and not await self._same_container(pod)):
-                    outcome = "moved"  # opened just as the container restarted: those lines are not ours
-                    break
-                unverified = False
-                self.lines.feed(line, ts_ns, key, check)
-                if ts_ns is not None:  # after the feed: its step (if any) is the detectors' first
-                    self._heard_stamp = ts_ns
-                if self.sink.full(self.model):  # the store is away and the buffer at its bound
-                    outcome = "paused"
-                    break
-        finally:
-            if probe is not None:
-                probe.cancel()
-            if ahead is not None:
-                await ahead.stop()
-            await kubectl.stop(proc)  # by PID, on every exit path (cancel included)
-        err = ""
-        if err_task.done() or outcome != "silent":
-            try:  # a cancel of this task must propagate: only the timeout is ours to absorb
-                async with asyncio.timeout(1.0):
-                    err = (await err_task).decode("utf-8", "replace")
-            except TimeoutError:
-                err = ""
-        if not err_task.done():
-            err_task.cancel()
-        if outcome in ("silent", "moved", "paused", "oversized"):
-            return outcome, None, why
-        return ("eof" if proc.returncode == 0 else "exit"), proc.returncode, err
 
     async def _wait_for_room(self) -> None:
         """Read nothing more until a commit makes room in the sink (RunSink.full): the lines
@@ -507,52 +350,6 @@ class RunFollower:
         self.status.reconnects += 1
         self.detectors.reconnect(reason)
         self.sink.add_reconnect(stream, reason)
-
-    async def _may_read(self) -> None:
-        """Before any new read of a pod (collector.live.read_gate)."""
-        if self.read_gate is not None:
-            await self.read_gate.wait()
-
-    def _paused(self) -> bool:
-        return self.read_gate is not None and self.read_gate.closed
-
-    def _container_runs(self, pod: PodInfo) -> bool:
-        cur = self.discovery.pods.get(pod.uid)
-        return not (cur is None or cur.deleting or cur.restart_count != pod.restart_count
-                    or cur.state != "running")
-
-    async def _pod_has_unread(self, pod: PodInfo, key: str, delivered: bool) -> bool | None:
-        """Whether the pod's newest log line is one this stream has not delivered (the stream
-        hangs on a rotated file); None when the pod cannot be asked. `delivered`: the stream
-        delivered a line before the look."""
-        newest = await self._newest_line(pod)
-        if newest == b"" and delivered:
-            # The current file is empty, yet this stream delivered lines: they were in a file
-            # rotated since, and kubelet sends nothing more on it. Hung, though nothing is unread
-            # yet: re-read now, on the new file, and its first lines come as they are written
-            # (seed 1185: a quiet trainer's next lines waited one more look, 9 s, and a rotation
-            # right after them would have taken them).
-            return True
-        if not newest:
-            # Unknowable, or the current file is empty and this stream delivered nothing: it may
-            # hang on the file before it. Unknown, not quiet: asked again soon (a quiet confirmed
-            # doubles the wait, and the next rotation took the lines written meanwhile: seed 402).
-            return None
-        cursor = self.model.cursors.get(key)
-        return cursor is None or not cursor.seen(line_ts(newest), newest)
-
-    async def _newest_line(self, pod: PodInfo) -> bytes | None:
-        """The pod's newest log line (b"" for an empty file), None when it cannot be asked."""
-        await self._may_read()
-        self.probes += 1
-        self._look_wait = None
-        try:
-            newest = await self.discovery.last_log_line(pod.name, pod.container)
-        except Exception as exc:  # noqa: BLE001 - unknowable: the caller falls back to --silence
-            log.debug("%s: probe of %s failed: %s", self.run, pod.name, exc)
-            self._look_wait = retry_after(exc)  # the server said when to ask again: then, not later
-            return None
-        return newest.rstrip(b"\r\n").rpartition(b"\n")[2]
 
     # ------------------------------------------------------------------------ draining
     async def _drain(self, pod: PodInfo, gone: bool = False) -> None:
@@ -579,7 +376,7 @@ class RunFollower:
             # the last line read and --since-time filtered out the lines after the step: read
             # again, reaching back to it (Cursor.seen; seed 402). A deleting pod too: its log
             # is served until the grace period ends (seed 1185).
-            newest = asyncio.create_task(self._newest_line(pod))
+            newest = asyncio.create_task(self.read.newest_line(pod))
             read_at = cursor.read_at_ns
         try:
             code, err, since = await self._drain_reads(pod, key, cursor, newest, read_at)
@@ -611,7 +408,7 @@ class RunFollower:
             check = self.lines.check_for(key, since, pod, skipping)
             self._reading(pod)
             argv = self.target.logs_argv(pod.name, pod.container, since_ns=since)
-            code, err = await self._read_once(argv, key, check)
+            code, err = await self.read.read_once(argv, key, check)
             if newest is None:
                 return code, err, since
             line, newest = await newest, None
@@ -643,7 +440,7 @@ class RunFollower:
         check = self.lines.check_for(key, since, None, skipping, started_ns=pod.previous_started_ns)
         argv = self.target.logs_argv(pod.name, pod.container, previous=True, since_ns=since)
         self._set_state("reading previous container", pod)
-        code, err = await self._read_once(argv, key, check)
+        code, err = await self.read.read_once(argv, key, check)
         if code == kubectl.OVERSIZED:
             await self._oversized(pod, key, err, previous=True)
             return False
@@ -658,16 +455,6 @@ class RunFollower:
             return True
         await self._report(kind, f"reading --previous of {pod.name}: {reason}")
         return False
-
-    async def _read_once(self, argv: list[str], key: str, check: Overlap) -> tuple[int | None, str]:
-        """A non-follow read of one stream into the model (kubectl.run_once)."""
-        await self._may_read()
-        def overlong() -> None:
-            self.model.bad_line("line longer than 2 MiB")
-
-        return await kubectl.run_once(argv, self.env, lambda ln: self.lines.feed(ln, line_ts(ln), key, check),
-                                      self.cfg.drain_timeout, max_line=self.cfg.max_line_bytes,
-                                      on_overlong=overlong)
 
     async def _oversized(self, pod: PodInfo, key: str, why: str, previous: bool = False) -> None:
         """A read stopped inside a line with no end: the next read starts after it. Its
@@ -685,7 +472,7 @@ class RunFollower:
         argv = self.target.logs_argv(pod.name, pod.container, since_ns=since, previous=previous,
                                      limit_bytes=1 << 20)
         try:
-            await self._may_read()
+            await self.read.may_read()
             await kubectl.run_once(argv, self.env, see, self.cfg.drain_timeout)
         except Exception as exc:  # noqa: BLE001 - unknown start: skip from the cursor
             log.debug("%s: start of the line with no end unknown: %s", self.run, exc)
@@ -699,10 +486,6 @@ class RunFollower:
         await self._report("line_too_long", reason)
 
     # ------------------------------------------------------------------------ lines
-    def _follow_argv(self, pod: PodInfo, key: str) -> tuple[list[str], int | None, bool]:
-        """The follow read of the stream from where it is to be read (_read_since)."""
-        since, skipping = self.lines.read_since(key)
-        return self.target.logs_argv(pod.name, pod.container, follow=True, since_ns=since), since, skipping
 
     # ------------------------------------------------------------------------ failures
     async def _failed(self, pod: PodInfo, key: str, code: int | None, err: str) -> None:
@@ -777,20 +560,6 @@ class RunFollower:
             if (left := deadline - time.monotonic()) > 0:
                 await self.discovery.wait_change(left)
 
-    async def _same_container(self, pod: PodInfo) -> bool:
-        """Whether the container we meant to read is still the pod's current one. A log read
-        names no container instance: a stream opened just after an in-place restart serves the
-        new container. Asked at the first line of a stream's first read (a restart between the
-        pod read and the stream's opening would file the new container's lines as the old
-        one's, and the old one would never be read) and when a re-read would otherwise record
-        a gap. The stream was resolved before its first line came: a pod still at the same
-        restartCount after that line proves the line the old container's."""
-        try:
-            fresh = await self.discovery.get_pod(pod.name)
-        except Exception:  # noqa: BLE001 - cannot tell: keep reading, a gap gets recorded
-            return True
-        return fresh is not None and fresh.uid == pod.uid and fresh.restart_count == pod.restart_count
-
     async def _fresh(self, pod: PodInfo) -> PodInfo | None:
         try:
             return await self.discovery.get_pod(pod.name)
@@ -802,7 +571,7 @@ class RunFollower:
         if self.on_event is not None and (state, pod_name) != (self.status.state, self.status.pod):
             events.state_changed(self.on_event, self.run, state, pod_name)
         self.status.state = state
-        if state != "following":  # stalls are judged only while a stream delivers (_stream sets it)
+        if state != "following":  # stalls are judged only while a stream delivers (StreamReader.follow sets it)
             self.sink.delivering(False)
         if pod is not None:
             self.status.pod = pod.name
@@ -821,8 +590,8 @@ class RunFollower:
                 self.detectors.paused()
                 log.warning("%s: the collector was not running for %.1f s (stopped or starved): that time "
                          "is not judged as the trainer's", self.run, late)
-            looked = None if self._heard is None else time.time_ns() - int((now - self._heard) * 1e9)
-            self.detectors.heard(looked, self._heard_stamp)
+            looked = None if self.read.heard is None else time.time_ns() - int((now - self.read.heard) * 1e9)
+            self.detectors.heard(looked, self.read.heard_stamp)
             # shielded: a commit in flight at shutdown completes before the final flush
             await asyncio.shield(self._flush())
 
