@@ -29,6 +29,21 @@ def _lost(r: dict, steps: int) -> list[int]:
     return sorted(set(range(1, steps + 1)) - {s for _, s in r["got"]})
 
 
+def _one_trainer(*faults: dict, steps: int, checkpoint_period: int = 1000) -> dict:
+    """One JobSet of one host writing `steps` steps at 20 lines/s, with `faults`."""
+    return scenario(*faults, rate=20, jobsets=[
+        {"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": steps, "checkpoint_period": checkpoint_period}}])
+
+
+def _every_step_once(sim, tmp_path, steps: int, timeout: float) -> tuple[dict, str]:
+    """Followed to the end: every step recorded once (assert_exactly_once), none lost."""
+    db = str(tmp_path / "s.db")
+    follow_sim(sim, db, silence=DEFAULT_SILENCE, timeout=timeout)
+    r = assert_exactly_once(sim, db, "r")
+    assert len(r["got"]) == steps, f"lost {_lost(r, steps)}"
+    return r, db
+
+
 def test_a_source_working_again_ends_every_wait():
     """Discovery's failing spell clears: a watch thread's back-off ends at once, and every
     listener (the followers' wait) is woken; a failure of one source alone wakes nobody."""
@@ -83,11 +98,11 @@ def test_six_503s_on_log_reads_then_a_rotation_lose_nothing(make_simcluster, tmp
     steps/s; the log rotates 10 s later. Today the back-off doubles to 8 s (about 16 s unread)
     and the rotation takes every line written since the stream ended."""
     steps = 320
-    sim = make_simcluster(scenario(
+    sim = make_simcluster(_one_trainer(
         {"action": "eof_streams", "at_step": 40},
         {"action": "fail_next", "at_step": 40, "n": 6, "code": 503, "path": "/log"},
         {"action": "rotate", "at_step": 240},
-        rate=20, jobsets=[{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": steps, "checkpoint_period": 1000}}]))
+        steps=steps))
     db = str(tmp_path / "s.db")
     sup = follow_sim(sim, db, silence=DEFAULT_SILENCE, timeout=90)
     assert [o for o in sim.truth.unavailable() if o.kind == "fail_next"][0].to_ns is not None  # all 6 answered
@@ -104,15 +119,12 @@ def test_a_hung_stream_under_a_slow_api_is_re_read_before_its_pod_is_read(make_s
     the re-read is kubectl alone (its pod GET and its log GET: 8 s), not the follower's pod
     read first (4 s more, 18 s in all, and the second rotation took ~300 steps)."""
     steps = 520
-    sim = make_simcluster(scenario(
+    sim = make_simcluster(_one_trainer(
         {"action": "rotate", "at_step": 100},
         {"action": "slow_api", "at_step": 100, "seconds": 20, "delay": 4.0, "path": "/pods/"},
         {"action": "rotate", "at_step": 420},
-        rate=20, jobsets=[{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": steps, "checkpoint_period": 1000}}]))
-    db = str(tmp_path / "s.db")
-    follow_sim(sim, db, silence=DEFAULT_SILENCE, timeout=120)
-    r = assert_exactly_once(sim, db, "r")
-    assert len(r["got"]) == steps, f"lost {_lost(r, steps)}"
+        steps=steps))
+    r, db = _every_step_once(sim, tmp_path, steps, timeout=120)
     assert not [k for k, _ in findings(db, "r") if k in ("gap", "head_gap")]
 
 
@@ -124,15 +136,12 @@ def test_a_hung_stream_is_re_read_beside_the_look_at_its_pod(make_simcluster, tm
     long (chaos seed 1195). The re-read now goes out with the look: 2 s of quiet + one 2 s
     round trip."""
     steps = 400
-    sim = make_simcluster(scenario(
+    sim = make_simcluster(_one_trainer(
         {"action": "slow_api", "at_step": 100, "seconds": 30, "delay": 2.0, "path": "/log"},
         {"action": "rotate", "at_step": 150},
         {"action": "rotate", "at_step": 280},
-        rate=20, jobsets=[{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": steps, "checkpoint_period": 1000}}]))
-    db = str(tmp_path / "s.db")
-    follow_sim(sim, db, silence=DEFAULT_SILENCE, timeout=90)
-    r = assert_exactly_once(sim, db, "r")
-    assert len(r["got"]) == steps, f"lost {_lost(r, steps)}"
+        steps=steps))
+    r, db = _every_step_once(sim, tmp_path, steps, timeout=90)
     looks = [x.asked for x in sim.log_reads if not x.follow]
     rereads = [x.asked for x in sim.log_reads if x.follow][1:]
     assert rereads and all(any(abs(f - look) < 0.5 for look in looks) for f in rereads[:2]), (
@@ -148,15 +157,12 @@ def test_a_stream_whose_file_rotated_while_quiet_is_re_read_before_new_lines(mak
     were read). An empty current file, when the stream delivered lines, is a rotation since: the
     stream is re-read at once, on the new file, and reads step 31 before it rotates away."""
     steps = 60
-    sim = make_simcluster(scenario(
+    sim = make_simcluster(_one_trainer(
         {"action": "rotate", "at_step": 30},
         {"action": "stall", "at_step": 30, "seconds": 6.0},
         {"action": "rotate", "at_step": 31},
-        rate=20, jobsets=[{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": steps, "checkpoint_period": 1000}}]))
-    db = str(tmp_path / "s.db")
-    follow_sim(sim, db, silence=DEFAULT_SILENCE, timeout=90)
-    r = assert_exactly_once(sim, db, "r")
-    assert len(r["got"]) == steps, f"lost {_lost(r, steps)}"
+        steps=steps))
+    r, db = _every_step_once(sim, tmp_path, steps, timeout=90)
 
 
 @pytest.mark.timeout(150)
@@ -166,13 +172,10 @@ def test_a_log_read_is_one_request(make_simcluster, tmp_path):
     trip. Every read (the follow, its re-read after a rotation, the drain) is the raw read of
     pods/log alone, with the query `kubectl logs --timestamps` sends."""
     steps = 120
-    sim = make_simcluster(scenario(
+    sim = make_simcluster(_one_trainer(
         {"action": "rotate", "at_step": 40},
-        rate=20, jobsets=[{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": steps, "checkpoint_period": 1000}}]))
-    db = str(tmp_path / "s.db")
-    follow_sim(sim, db, silence=DEFAULT_SILENCE, timeout=60)
-    r = assert_exactly_once(sim, db, "r")
-    assert len(r["got"]) == steps, f"lost {_lost(r, steps)}"
+        steps=steps))
+    r, db = _every_step_once(sim, tmp_path, steps, timeout=60)
     paths = [p for _, p, _ in sim.requests]
     # kubectl's discovery documents (/api, /apis, /api/v1, /apis/GROUP/VERSION); /version once,
     # kubectl's first contact with a server (cached in ~/.kube/cache after)
@@ -191,11 +194,11 @@ def test_the_new_pod_is_read_while_the_old_one_s_drain_fails(make_simcluster, tm
     head gap); now it is read meanwhile and its lines are recorded once the old pod is done.
     The old pod's unread tail is a loss the API caused: a stream gap and unread_tail."""
     steps = 260
-    sim = make_simcluster(scenario(
+    sim = make_simcluster(_one_trainer(
         {"action": "fail_next", "at_step": 150, "n": 16, "code": 503, "path": "sinceTime"},
         {"action": "restart_jobset", "at_step": 150, "grace_seconds": 6.0},
         {"action": "rotate", "at_step": 170},
-        rate=20, jobsets=[{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": steps, "checkpoint_period": 100}}]))
+        steps=steps, checkpoint_period=100))
     db = str(tmp_path / "s.db")
     follow_sim(sim, db, silence=DEFAULT_SILENCE, timeout=90)
     r = assert_exactly_once(sim, db, "r")
@@ -213,11 +216,11 @@ def test_a_refused_read_of_the_new_pod_is_tried_again(make_simcluster, tmp_path)
     second, so the ten are used up long before the rotation (4 s apart from it under load once
     made it lose steps 101-120), and the rotation takes nothing of the new pod."""
     steps = 300
-    sim = make_simcluster(scenario(
+    sim = make_simcluster(_one_trainer(
         {"action": "fail_next", "at_step": 150, "n": 10, "code": 503, "path": "/log"},
         {"action": "restart_jobset", "at_step": 150, "grace_seconds": 12.0},
         {"action": "rotate", "at_step": 260},
-        rate=20, jobsets=[{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": steps, "checkpoint_period": 100}}]))
+        steps=steps, checkpoint_period=100))
     db = str(tmp_path / "s.db")
     follow_sim(sim, db, silence=DEFAULT_SILENCE, timeout=90)
     r = assert_exactly_once(sim, db, "r")
@@ -234,10 +237,10 @@ def test_a_container_that_ended_while_its_stream_hung_is_read_to_its_end(make_si
     opened again, over and over: the last steps never read (chaos seed 1001, unflagged). Now a
     container that ended is read once to its end, without -f."""
     steps = 200
-    sim = make_simcluster(scenario(
+    sim = make_simcluster(_one_trainer(
         {"action": "rotate", "at_step": 195},
         {"action": "slow_api", "at_step": 195, "seconds": 60, "delay": 1.5, "path": "/log"},
-        rate=20, jobsets=[{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": steps, "checkpoint_period": 1000}}]))
+        steps=steps))
     db = str(tmp_path / "s.db")
     sup = follow_sim(sim, db, silence=DEFAULT_SILENCE, timeout=45)
     r = assert_exactly_once(sim, db, "r")
@@ -257,14 +260,11 @@ def test_a_clock_stepped_back_after_the_stream_hung_is_read_back_to(make_simclus
     filtered out every line stamped after the step: steps 193-200 lost, in no gap (chaos seed
     402). The pod's newest line, looked at first, shows the step: the read reaches back."""
     steps = 200
-    sim = make_simcluster(scenario(
+    sim = make_simcluster(_one_trainer(
         {"action": "rotate", "at_step": 190},
         {"action": "clock_step", "at_step": 192, "seconds": -20.0},
-        rate=20, jobsets=[{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": steps, "checkpoint_period": 1000}}]))
-    db = str(tmp_path / "s.db")
-    follow_sim(sim, db, silence=DEFAULT_SILENCE, timeout=60)
-    r = assert_exactly_once(sim, db, "r")
-    assert len(r["got"]) == steps, f"lost {_lost(r, steps)}"
+        steps=steps))
+    r, db = _every_step_once(sim, tmp_path, steps, timeout=60)
 
 
 @pytest.mark.timeout(150)
@@ -296,11 +296,11 @@ def test_a_hung_stream_whose_looks_are_throttled_is_re_read_at_once(make_simclus
     1001). A refused look at a stream quiet past its threshold re-opens it at once: kubectl waits
     out Retry-After by itself, and the pod is looked at beside it, each look honouring it."""
     steps = 480
-    sim = make_simcluster(scenario(
+    sim = make_simcluster(_one_trainer(
         {"action": "fail_next", "at_step": 40, "n": 9, "code": 429, "path": "/log", "retry_after": 1},
         {"action": "rotate", "at_step": 100},
         {"action": "rotate", "at_step": 340},
-        rate=20, jobsets=[{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": steps, "checkpoint_period": 1000}}]))
+        steps=steps))
     db = str(tmp_path / "s.db")
     follow_sim(sim, db, silence=DEFAULT_SILENCE, timeout=120)
     assert [o for o in sim.truth.unavailable() if o.kind == "fail_next"][0].to_ns is not None  # all 9 answered
@@ -317,8 +317,8 @@ def test_a_resumed_stream_is_re_read_beside_the_read_of_its_pod(make_simcluster,
     after its answer, two slow round trips in series (chaos seed 1021: a run taken over while
     the API was slow went unread past the takeover's bound)."""
     steps, delay = 400, 6.0
-    sim = make_simcluster(scenario(
-        rate=20, jobsets=[{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": steps, "checkpoint_period": 1000}}]))
+    sim = make_simcluster(_one_trainer(
+        steps=steps))
     db = str(tmp_path / "s.db")
     with pytest.raises(TimeoutError):
         follow_sim(sim, db, silence=DEFAULT_SILENCE, timeout=2.0)  # stopped mid-run
