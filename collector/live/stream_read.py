@@ -77,10 +77,12 @@ class StreamReader:
         return fresh.restart_count != pod.restart_count
 
     async def follow(self, pod: PodInfo, key: str, verify: asyncio.Task | None = None,
-                      spare: SpareRead | None = None) -> tuple[str, int | None, str]:
-        """One follow read; returns (eof|silent|exit, exit code, stderr). `verify`: a read
-        of the pod begun beside a re-read (_follow); `spare`: the re-read opened beside the look
-        that found the last read hung (collector.live.spare)."""
+                     spare: SpareRead | None = None) -> tuple[str, int | None, str]:
+        """One follow read; returns (outcome, exit code, stderr or why): eof or exit (kubectl
+        ended), silent (hung, re-open), moved (another container), paused (the sink is full),
+        oversized (a line with no end). `verify`: a read of the pod begun beside a re-read
+        (RunFollower._follow_pod); `spare`: the re-read opened beside the look that found the
+        last read hung (collector.live.spare)."""
         argv, since, skipping = self.follow_argv(pod, key)
         self.reading(pod)
         self.set_state("following", pod)
