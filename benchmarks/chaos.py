@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -50,8 +51,15 @@ def one_seed(seed: int, args, work: Path):
                              kinds=ISSUE19_KINDS if args.kinds == "issue19" else None)
     if args.replicas or args.pg:
         with scratch_database(PG_ADMIN, "steptail_chaos_bench") as db:
-            return run_schedule(schedule, db, work / f"seed{seed}", echo=echo)[0]
-    return run_schedule(schedule, f"sqlite:///{work / f'seed{seed}.db'}", work / f"seed{seed}", echo=echo)[0]
+            verdict = run_schedule(schedule, db, work / f"seed{seed}", echo=echo)[0]
+    else:
+        verdict = run_schedule(schedule, f"sqlite:///{work / f'seed{seed}.db'}", work / f"seed{seed}", echo=echo)[0]
+    if not verdict.ok and args.keep:
+        # the followers' logs and the simulator's state of a failing seed outlive the scratch dir
+        kept = Path(args.keep) / f"seed{seed}"
+        shutil.copytree(work / f"seed{seed}", kept, dirs_exist_ok=True)
+        echo(f"seed {seed}: its followers' logs kept in {kept}")
+    return verdict
 
 
 def table(total: dict) -> str:
@@ -80,6 +88,8 @@ def main() -> None:
     ap.add_argument("--kinds", choices=["all", "issue19"], default="all",
                     help="fault kinds drawn: all (default, with issue 33's) or issue19 (the schedules before them)")
     ap.add_argument("--json", action="store_true", help="one JSON object (verdicts and the table) on stdout")
+    ap.add_argument("--keep", metavar="DIR", help="copy a failing seed's work dir (its followers' logs, the "
+                    "simulator's state) to DIR/seedN")
     args = ap.parse_args()
     t0 = time.time()
     seeds = range(args.first, args.first + args.seeds)
