@@ -120,7 +120,6 @@ class RunFollower:
         # each failure told once, at its source: these hear it (collector.notify.health)
         self.health.subscribe("follower", self._failure_heard)
         self.health.events = self.health.events or detectors.collector_events  # not findings
-        self.env = target.env()
         # every line read goes here: the overlap checks, stream gaps, streams read to their end
         self.lines = StreamLines(run, model, sink, detectors, status, self.health, cfg.unreadable_after)
         self._looked_for_vanished = False
@@ -317,7 +316,7 @@ class RunFollower:
             return
         log.info("%s: reading pod %s while %s", self.run, pod.name, "an older pod is drained")
         argv = self.target.logs_argv(pod.name, pod.container, follow=True)
-        self._prefetch = Prefetch(key, argv, self.env)
+        self._prefetch = Prefetch(key, argv, self.read.env)
 
     async def _feed_prefetched(self, pod: PodInfo, key: str) -> bool:
         """The lines read ahead of `pod` (its stream `key`) into the model, as a first read;
@@ -473,7 +472,7 @@ class RunFollower:
                                      limit_bytes=1 << 20)
         try:
             await self.read.may_read()
-            await kubectl.run_once(argv, self.env, see, self.cfg.drain_timeout)
+            await kubectl.run_once(argv, self.read.env, see, self.cfg.drain_timeout)
         except Exception as exc:  # noqa: BLE001 - unknown start: skip from the cursor
             log.debug("%s: start of the line with no end unknown: %s", self.run, exc)
         base = start[0] or since or time.time_ns()
