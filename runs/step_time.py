@@ -1,12 +1,15 @@
 """Step time per incarnation, as the detectors see it, and the `step_time_regression` finding's
 decision and words (docs/goodput.md, docs/verdicts.md).
 
-A step's time is its `completed step` line's `seconds:`, never more than the interval from the
-line of the step before (as runs.goodput counts it); for an incarnation whose lines carry no
+A step's time is its `completed step` line's `seconds:`; for an incarnation whose lines carry no
 `seconds` at all, the interval between consecutive LOSS-PARTS stamps. The first step of an
-incarnation (compilation) and the step after a checkpoint save are left out. Decided once per
-incarnation, over its first DECIDE_AT such steps (so the verdict does not depend on how rows are
-cut into batches), or at the end of the data over all of them when it has fewer."""
+incarnation (compilation) and the step after a checkpoint save are left out. Stamps are read over
+WINDOW steps at a time: lines that reach the kubelet in a burst (buffered stdout, a lagging pipe)
+share a stamp, so one step's own interval says nothing, while a window's mean does. The median of
+`seconds` is capped by the median window of its lines' stamps, so a trainer clock unlike the
+kubelet's cannot fake a regression. Decided once per incarnation, over its first DECIDE_AT such
+steps (so the verdict does not depend on how rows are cut into batches), or at the end of the data
+over all of them when it has fewer."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from statistics import median
 
 DECIDE_AT = 20  # steady steps an incarnation's median is decided on
 MIN_STEPS = 3  # fewer steady steps than this: no median (not evaluable)
+WINDOW = 5  # steps whose stamp intervals are averaged together (a burst of lines shares a stamp)
 WARN_RATIO, CRITICAL_RATIO = 1.5, 5.0
 LISTED = 6  # differing Config params named in the detail, at most
 
@@ -24,7 +28,8 @@ class IncTimes:
 
     def __init__(self) -> None:
         self.seconds = array("d")
-        self.stamps = array("d")
+        self.stamps = array("d")  # LOSS-PARTS stamp intervals of steady steps
+        self.pod_stamps = array("d")  # and of `completed step` lines, which cap `seconds`
         self.has_seconds = False  # a `completed step` line with seconds was seen
         self.first_pod: int | None = None
         self.first_loss: int | None = None
@@ -37,12 +42,11 @@ class IncTimes:
         if self.first_pod is None:
             self.first_pod = step
         last, self.last_pod = self.last_pod, ((step, ts) if ts is not None else None)
+        if self._steady(step, last, ts):
+            self.pod_stamps.append((ts - last[1]) / 1e9)
         if seconds is None:
             return
         self.has_seconds = True
-        if last is not None and ts is not None and step > last[0] and ts >= last[1]:
-            # no step outlasts the lines around it (as runs.goodput counts it)
-            seconds = min(seconds, (ts - last[1]) / 1e9 / (step - last[0]))
         if step != self.first_pod and step - 1 not in self.saves:
             self.seconds.append(seconds)
 
@@ -52,8 +56,13 @@ class IncTimes:
         if ts is None:
             return
         last, self.last = self.last, (step, ts)
-        if last is not None and step == last[0] + 1 and ts >= last[1] and step - 1 not in self.saves:
+        if self._steady(step, last, ts):
             self.stamps.append((ts - last[1]) / 1e9)
+
+    def _steady(self, step: int, last: tuple[int, int] | None, ts: int | None) -> bool:
+        """The interval from `last` to this line is one steady step's."""
+        return last is not None and ts is not None and step == last[0] + 1 and ts >= last[1] \
+            and step - 1 not in self.saves
 
     def samples(self) -> array:
         return self.seconds if self.has_seconds else self.stamps
@@ -63,9 +72,28 @@ class IncTimes:
         return not self.decided and len(self.samples()) >= DECIDE_AT
 
     def median(self, first: int | None = None) -> float | None:
-        values = self.samples()
-        values = values if first is None else values[:first]
-        return median(values) if len(values) >= MIN_STEPS else None
+        if not self.has_seconds:
+            return windowed_median(self.stamps[:first])
+        values = self.seconds[:first]
+        if len(values) < MIN_STEPS:
+            return None
+        cap = windowed_median(self.pod_stamps[:first])
+        return median(values) if cap is None else min(median(values), cap)
+
+
+def windowed_median(intervals: array) -> float | None:
+    """The median over runs of WINDOW consecutive intervals of their mean (one mean of all when
+    fewer): a burst's near-zero intervals and the long one before it average out, and one slow
+    step (a stall) lifts at most WINDOW of the means, not the median."""
+    if len(intervals) < MIN_STEPS:
+        return None
+    width = min(WINDOW, len(intervals))
+    total = sum(intervals[:width])
+    means = [total / width]
+    for i in range(width, len(intervals)):
+        total += intervals[i] - intervals[i - width]
+        means.append(total / width)
+    return median(means)
 
 
 def severity_of(ratio: float) -> str | None:

@@ -8,7 +8,7 @@ import random
 from datetime import timedelta
 
 import pytest
-from goodput_logs import timed_log
+from goodput_logs import bursty_log, timed_log
 
 from steptail.collector.offline.files import open_source
 from steptail.collector.offline.ingest import ingest
@@ -86,6 +86,15 @@ def test_seconds_beyond_the_stamps_are_no_regression(store, tmp_path):
     head, tail = text.split("Restoring checkpoint from step 150.", 1)
     claimed = head + "Restoring checkpoint from step 150." + tail.replace("seconds: 10.000", "seconds: 60.000")
     assert ingested(store, tmp_path, "claims", claimed) == []
+
+
+@pytest.mark.parametrize("seconds", [True, False])
+@pytest.mark.parametrize("burst", [2, 3, 5])
+def test_steps_stamped_in_bursts_are_no_faster(store, tmp_path, burst, seconds):
+    """An incarnation whose lines reached the kubelet a few steps at a time (near-zero intervals,
+    then a long one) steps as fast as the next, stamped step by step: no regression. Read step by
+    step, the first incarnation's median interval is ~0 s and the second looks 10^5x slower."""
+    assert ingested(store, tmp_path, f"burst{burst}", bursty_log(burst, seconds)) == []
 
 
 @pytest.mark.parametrize(("slow", "severity"), [(10.0, None), (20.0, "warning"), (60.0, "critical")])
