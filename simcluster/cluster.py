@@ -218,11 +218,12 @@ class SimCluster:
 
     def _on_step(self, js: JobSetState, step: int) -> None:
         """`at_step` faults fire right after the step is written, the first time it is reached
-        (with `faults_wait_for_reader`: once a response served it, the trainer held till then)."""
-        wait = self.scenario.faults_wait_for_reader
+        (with `faults_wait_for_reader`, or the fault's own `wait_for_reader`: once a response served
+        it, the trainer held till then)."""
         for f in list(self._pending_faults):
             if f.at_step == step and (f.jobset in (None, js.spec.name)):
                 self._pending_faults.remove(f)
+                wait = self.scenario.faults_wait_for_reader if f.wait_for_reader is None else f.wait_for_reader
                 if wait > 0 and not self._p0_served(js):
                     self._waiting.append((f, js, time.monotonic() + wait))
                     js.stalled_until = math.inf

@@ -197,6 +197,7 @@ class FaultSpec:
     at_step: int | None = None  # right after the trainer wrote this step
     jobset: str | None = None
     params: dict = field(default_factory=dict)
+    wait_for_reader: float | None = None  # this at_step fault's own faults_wait_for_reader
 
     @classmethod
     def from_dict(cls, d: dict) -> FaultSpec:
@@ -211,7 +212,11 @@ class FaultSpec:
         if at is None and at_step is None:
             raise ValueError(f"fault {action!r} needs `at` (seconds) or `at_step`")
         jobset = d.pop("jobset", None)
-        return cls(action, None if at is None else float(at), at_step, jobset, d)
+        wait = d.pop("wait_for_reader", None)
+        if wait is not None and (at_step is None or not isinstance(wait, (int, float))):
+            raise ValueError(f"fault {action!r}: `wait_for_reader` is seconds, on an `at_step` fault")
+        return cls(action, None if at is None else float(at), at_step, jobset, d,
+                   None if wait is None else float(wait))
 
 
 @dataclass

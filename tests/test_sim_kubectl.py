@@ -368,6 +368,28 @@ def test_a_fault_waits_for_the_reader(make_simcluster, reader):
     sim = make_simcluster({**FAST, "rate": 20, "faults_wait_for_reader": 3 if not reader else 60,
                            "jobsets": [{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": 100}}],
                            "faults": [{"action": "set_rate", "at_step": 10, "steps_per_second": 20}]})
+    _assert_held(sim, reader)
+
+
+@pytest.mark.parametrize("reader", [False, True])
+def test_one_fault_waits_for_the_reader(make_simcluster, reader):
+    """The same, asked by the fault alone (`wait_for_reader`): the scenario's other faults keep
+    their timing."""
+    sim = make_simcluster({**FAST, "rate": 20, "jobsets": [{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": 100}}],
+                           "faults": [{"action": "set_rate", "at_step": 10, "steps_per_second": 20,
+                                       "wait_for_reader": 3 if not reader else 60}]})
+    _assert_held(sim, reader)
+
+
+def test_wait_for_reader_is_seconds_on_an_at_step_fault():
+    from steptail.simcluster.scenario import FaultSpec
+
+    for bad in ({"at": 3, "wait_for_reader": 5}, {"at_step": 3, "wait_for_reader": "5"}):
+        with pytest.raises(ValueError, match="`wait_for_reader` is seconds, on an `at_step` fault"):
+            FaultSpec.from_dict({"action": "stall", "seconds": 1, **bad})
+
+
+def _assert_held(sim, reader: bool) -> None:
     f = Follower(sim, sim.process0()) if reader else None
     try:
         held, written = _held_then_applied(sim, timeout=30)
