@@ -25,6 +25,7 @@ from itertools import repeat
 NS = 1e9
 BLOCK = 256  # steps per block: a live commit recomputes at most a block's rows per incarnation
 US = 1_000_000
+BURST_NS = 1_000_000  # lines stamped closer than 1 ms came in one burst: their own interval is no step's
 
 
 def q(value: float) -> str:
@@ -59,13 +60,23 @@ def block_state(rows: list[tuple], prev: tuple | None, first: int | None, starte
     phase: list[list] = []
     save_iv: list[list] = []
     prev_step, prev_ts = prev if prev is not None else (None, None)
+    # a step's `seconds` are capped by the interval from the line before it, unless that line
+    # came in one burst with it (stamps under BURST_NS apart: a buffered stdout, a lagging pipe):
+    # then from the line before the burst, shared by the steps since (the j-th step of a burst
+    # is capped at 1/j of the burst's interval, never below an honest step's own time)
+    anchor_step, anchor_ts = prev_step, prev_ts
     seg, last_seg = 0, len(segs) - 1
     s, next_cut = segs[0], (segs[1][0] if last_seg else None)
     for step, ts, secs, tflops, tokens in rows:
+        if ts is None or prev_ts is None or not 0 <= ts - prev_ts < BURST_NS:
+            anchor_step, anchor_ts = prev_step, prev_ts
+        if secs is not None and ts is not None and anchor_ts is not None and step > anchor_step:
+            cap = (ts - anchor_ts) / NS / (step - anchor_step)  # per step: steps lost between ran too
+            if secs > cap >= 0:
+                secs = cap  # no step outlasts the lines around it (a trainer clock unlike the kubelet's)
         if ts is not None and prev_ts is not None and step > prev_step:
-            interval = (ts - prev_ts) / NS / (step - prev_step)  # per step: steps lost between ran too
-            if secs is None or secs > interval >= 0:
-                secs = interval  # no step outlasts the lines around it (a trainer clock unlike the kubelet's)
+            if secs is None:  # stamps only: the intervals add up to the time, bursts or not
+                secs = (ts - prev_ts) / NS / (step - prev_step)
             if step - 1 in saves and prev_step == step - 1:
                 save_iv.append([step - 1, (ts - prev_ts) / NS])
         elif step == first and secs is not None and ts is not None and started_ns is not None:

@@ -9,7 +9,7 @@ import math
 import aiohttp
 import pytest
 from click.testing import CliRunner
-from goodput_logs import EXPECTED, EXPECTED_INCARNATIONS, EXPECTED_RESTARTS, timed_log
+from goodput_logs import EXPECTED, EXPECTED_INCARNATIONS, EXPECTED_RESTARTS, bursty_log, timed_log
 
 import steptail
 from steptail.cli import main
@@ -138,6 +138,18 @@ def test_seconds_beyond_the_stamps_count_the_stamps(store, tmp_path):
     for key in ("wall_s", "productive_s", "replayed_s", "recovery_s", "checkpoint_s", "goodput"):
         assert close(g[key], EXPECTED[key]), (key, g[key])
     assert [i["median_step_s"] for i in g["incarnations"]] == pytest.approx([10.0, 10.0, 20.0], rel=0.01)
+
+
+@pytest.mark.parametrize("burst", [1, 3, 5])
+def test_steps_stamped_in_bursts_count_their_seconds(store, tmp_path, burst):
+    """Lines that reach the kubelet a few steps at a time (one stamp, microseconds apart) are
+    each a 10 s step, as their `seconds` say: the cap is the interval from the line before the
+    burst, shared by its steps, not each line's ~0 s own interval (a burst of k counted 1 step)."""
+    ingest_text(store, f"burst{burst}", tmp_path / "burst.log", bursty_log(burst))
+    g = run_goodput(store, f"burst{burst}")
+    # 60 steps each; the first of each is compilation, counted at the median: 10 s a step
+    assert close(g["productive_s"], 1200.0), g["productive_s"]
+    assert [i["median_step_s"] for i in g["incarnations"]] == pytest.approx([10.0, 10.0])
 
 
 def test_metrics_gauges_and_their_cache(store, tmp_path):
