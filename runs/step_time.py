@@ -18,6 +18,7 @@ from statistics import median
 
 DECIDE_AT = 20  # steady steps an incarnation's median is decided on
 MIN_STEPS = 3  # fewer steady steps than this: no median (not evaluable)
+RESOLUTION_S = 0.01  # step times the stamps can compare (a pipe's delay and bursts are ms)
 WINDOW = 5  # steps whose stamp intervals are averaged together (a burst of lines shares a stamp)
 WARN_RATIO, CRITICAL_RATIO = 1.5, 5.0
 LISTED = 6  # differing Config params named in the detail, at most
@@ -94,6 +95,13 @@ def windowed_median(intervals: array) -> float | None:
         total += intervals[i] - intervals[i - width]
         means.append(total / width)
     return median(means)
+
+
+def regression_severity(med: float, prev_med: float) -> str | None:
+    """severity_of(med / prev_med); None when the earlier median is under RESOLUTION_S: lines
+    are stamped as the runtime reads the container's pipe, milliseconds late and in bursts, so
+    a ratio over a step of a few milliseconds measures the pipe, not the trainer."""
+    return severity_of(med / prev_med) if prev_med >= RESOLUTION_S else None
 
 
 def severity_of(ratio: float) -> str | None:

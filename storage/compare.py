@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 
 from steptail.runs.findings import STEP_TIME_REGRESSION
-from steptail.runs.step_time import config_diff, control_detail, severity_of
+from steptail.runs.step_time import config_diff, control_detail, regression_severity
 from steptail.storage import plots
 from steptail.storage.db import Store
 from steptail.storage.goodput import timing_on
@@ -148,7 +148,7 @@ def step_time_vs_control(conn: sa.Connection, arm: str, control: str) -> dict | 
         sides.append((inc["incarnation"], inc["median_step_s"], config))
     (inc, med, config), (c_inc, c_med, c_config) = sides
     ratio = med / c_med
-    severity = severity_of(ratio)
+    severity = regression_severity(med, c_med)
     diff = config_diff(c_config, config)
     return {
         "kind": STEP_TIME_REGRESSION if severity else None, "severity": severity, "incarnation": inc,

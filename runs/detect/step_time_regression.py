@@ -8,7 +8,13 @@ from operator import itemgetter
 from steptail.runs.detect.base import Detector, IncView
 from steptail.runs.findings import NO_STEP, STEP_TIME_REGRESSION
 from steptail.runs.rows import CHECKPOINTS, LOSS_PARTS, POD_METRICS
-from steptail.runs.step_time import DECIDE_AT, IncTimes, config_diff, regression_detail, severity_of
+from steptail.runs.step_time import (
+    DECIDE_AT,
+    IncTimes,
+    config_diff,
+    regression_detail,
+    regression_severity,
+)
 
 
 class StepTimeRegression(Detector):
@@ -54,7 +60,7 @@ class StepTimeRegression(Detector):
             return
         prev, prev_times = max(earlier, key=itemgetter(0))
         prev_med = prev_times.median()
-        severity = severity_of(med / prev_med) if prev_med > 0 else None
+        severity = regression_severity(med, prev_med)
         if severity is None:
             return
         incs = self.engine.incarnations()
