@@ -1,25 +1,26 @@
 """Step time per incarnation, as the detectors see it, and the `step_time_regression` finding's
 decision and words (docs/goodput.md, docs/verdicts.md).
 
-A step's time is its `completed step` line's `seconds:`; for an incarnation whose lines carry no
-`seconds` at all, the interval between consecutive LOSS-PARTS stamps. The first step of an
-incarnation (compilation) and the step after a checkpoint save are left out. Stamps are read over
-WINDOW steps at a time: lines that reach the kubelet in a burst (buffered stdout, a lagging pipe)
-share a stamp, so one step's own interval says nothing, while a window's mean does. The median of
-`seconds` is capped by the median window of its lines' stamps, so a trainer clock unlike the
-kubelet's cannot fake a regression. Decided once per incarnation, over its first DECIDE_AT such
-steps (so the verdict does not depend on how rows are cut into batches), or at the end of the data
-over all of them when it has fewer."""
+A step's time is its `completed step` line's `seconds:`, never more than the interval from the
+line before it, as runs.goodput counts it (so a trainer clock unlike the kubelet's cannot fake a
+regression); for an incarnation whose lines carry no `seconds` at all, the interval between
+consecutive LOSS-PARTS stamps. Lines stamped under BURST_NS apart reached the kubelet in one
+burst (a buffered stdout, a lagging pipe): their own interval is no step's, so the steps of a
+burst share the interval from the line before it. The first step of an incarnation
+(compilation) and the step after a checkpoint save are left out. Decided once per incarnation,
+over its first DECIDE_AT such steps (so the verdict does not depend on how rows are cut into
+batches), or at the end of the data over all of them when it has fewer."""
 
 from __future__ import annotations
 
 from array import array
 from statistics import median
 
+from steptail.runs.goodput import BURST_NS
+
 DECIDE_AT = 20  # steady steps an incarnation's median is decided on
 MIN_STEPS = 3  # fewer steady steps than this: no median (not evaluable)
 RESOLUTION_S = 0.01  # step times the stamps can compare (a pipe's delay and bursts are ms)
-WINDOW = 5  # steps whose stamp intervals are averaged together (a burst of lines shares a stamp)
 WARN_RATIO, CRITICAL_RATIO = 1.5, 5.0
 LISTED = 6  # differing Config params named in the detail, at most
 
@@ -29,13 +30,15 @@ class IncTimes:
 
     def __init__(self) -> None:
         self.seconds = array("d")
-        self.stamps = array("d")  # LOSS-PARTS stamp intervals of steady steps
-        self.pod_stamps = array("d")  # and of `completed step` lines, which cap `seconds`
+        self.stamps = array("d")  # LOSS-PARTS stamp intervals of steady steps, bursts shared out
         self.has_seconds = False  # a `completed step` line with seconds was seen
         self.first_pod: int | None = None
         self.first_loss: int | None = None
         self.last: tuple[int, int] | None = None  # (step, ts_ns) of the latest stamped LOSS-PARTS
-        self.last_pod: tuple[int, int] | None = None  # and of the latest stamped `completed step` line
+        self.anchor: tuple[int, int] | None = None  # and of the one before its burst
+        self.burst: list[int] = []  # the steps of the latest burst, whose interval is not known yet
+        self.last_pod: tuple[int, int] | None = None  # (step, ts_ns) of the latest `completed step` line
+        self.pod_anchor: tuple[int, int] | None = None  # and of the one before its burst
         self.saves: set[int] = set()
         self.decided = False
 
@@ -43,11 +46,15 @@ class IncTimes:
         if self.first_pod is None:
             self.first_pod = step
         last, self.last_pod = self.last_pod, ((step, ts) if ts is not None else None)
-        if self._steady(step, last, ts):
-            self.pod_stamps.append((ts - last[1]) / 1e9)
+        if not _in_burst(last, step, ts):
+            self.pod_anchor = last
         if seconds is None:
             return
         self.has_seconds = True
+        anchor = self.pod_anchor
+        if anchor is not None and ts is not None and step > anchor[0] and ts >= anchor[1]:
+            # no step outlasts the lines around it (as runs.goodput counts it)
+            seconds = min(seconds, (ts - anchor[1]) / 1e9 / (step - anchor[0]))
         if step != self.first_pod and step - 1 not in self.saves:
             self.seconds.append(seconds)
 
@@ -57,13 +64,29 @@ class IncTimes:
         if ts is None:
             return
         last, self.last = self.last, (step, ts)
-        if self._steady(step, last, ts):
-            self.stamps.append((ts - last[1]) / 1e9)
+        if _in_burst(last, step, ts):
+            self.burst.append(step)
+            return
+        self._close_burst(last)
+        if last is not None and step == last[0] + 1 and ts >= last[1]:
+            self.anchor, self.burst = last, [step]
+        else:
+            self.anchor, self.burst = None, []  # not the next step, or stamped before it: no interval
 
-    def _steady(self, step: int, last: tuple[int, int] | None, ts: int | None) -> bool:
-        """The interval from `last` to this line is one steady step's."""
-        return last is not None and ts is not None and step == last[0] + 1 and ts >= last[1] \
-            and step - 1 not in self.saves
+    def close(self) -> None:
+        """The end of the data: the latest burst is complete."""
+        self._close_burst(self.last)
+
+    def _close_burst(self, end: tuple[int, int] | None) -> None:
+        """The latest burst's steps (its last line `end`), each the burst's interval shared out,
+        as steady samples."""
+        anchor, burst, self.burst = self.anchor, self.burst, []
+        if anchor is None or not burst or end is None:
+            return
+        per = (end[1] - anchor[1]) / 1e9 / len(burst)
+        for step in burst:
+            if step - 1 not in self.saves:
+                self.stamps.append(per)
 
     def samples(self) -> array:
         return self.seconds if self.has_seconds else self.stamps
@@ -73,28 +96,14 @@ class IncTimes:
         return not self.decided and len(self.samples()) >= DECIDE_AT
 
     def median(self, first: int | None = None) -> float | None:
-        if not self.has_seconds:
-            return windowed_median(self.stamps[:first])
-        values = self.seconds[:first]
-        if len(values) < MIN_STEPS:
-            return None
-        cap = windowed_median(self.pod_stamps[:first])
-        return median(values) if cap is None else min(median(values), cap)
+        values = self.samples()
+        values = values if first is None else values[:first]
+        return median(values) if len(values) >= MIN_STEPS else None
 
 
-def windowed_median(intervals: array) -> float | None:
-    """The median over runs of WINDOW consecutive intervals of their mean (one mean of all when
-    fewer): a burst's near-zero intervals and the long one before it average out, and one slow
-    step (a stall) lifts at most WINDOW of the means, not the median."""
-    if len(intervals) < MIN_STEPS:
-        return None
-    width = min(WINDOW, len(intervals))
-    total = sum(intervals[:width])
-    means = [total / width]
-    for i in range(width, len(intervals)):
-        total += intervals[i] - intervals[i - width]
-        means.append(total / width)
-    return median(means)
+def _in_burst(last: tuple[int, int] | None, step: int, ts: int | None) -> bool:
+    """This line came in one burst with `last`, the line of the step before it."""
+    return last is not None and ts is not None and step == last[0] + 1 and 0 <= ts - last[1] < BURST_NS
 
 
 def regression_severity(med: float, prev_med: float) -> str | None:

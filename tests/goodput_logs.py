@@ -89,10 +89,11 @@ def timed_log(fsdp3: int = 4, slow: float = 20.0) -> str:
     return "\n".join(out) + "\n"
 
 
-def bursty_log(burst: int, seconds: bool = True) -> str:
+def bursty_log(burst: int, seconds: bool = True, stalls: tuple[int, ...] = ()) -> str:
     """Two incarnations of 10 s steps on one mesh: the first's lines reach the kubelet `burst`
     steps at a time (one stamp, microseconds apart, as a buffered stdout or a lagging pipe hands
-    them over), the second's as each step ends. `seconds`: `completed step` lines carry them."""
+    them over), the second's as each step ends. `seconds`: `completed step` lines carry them;
+    `stalls`: steps of the second whose lines come 60 s late (and every later one with them)."""
     out: list[str] = []
     for inc, (first, last) in enumerate(((1, 60), (61, 120)), start=1):
         t0 = 0.0 if inc == 1 else 700.0
@@ -101,7 +102,7 @@ def bursty_log(burst: int, seconds: bool = True) -> str:
         if inc == 2:
             out.append(_line(t0, "Restoring checkpoint from step 60."))
         for n in range(first, last + 1):
-            ends = t0 + 10 * (n - first + 1)
+            ends = t0 + 10 * (n - first + 1) + 60 * sum(1 for x in stalls if inc == 2 and x <= n)
             at = ends if inc == 2 else t0 + 10 * (-(-(n - first + 1) // burst) * burst) + 1e-5 * n
             out.append(_line(at, f"LOSS-PARTS step={n} ce=3.5 z_loss=1e-04 moe_lb=0.01 total=3.51 weights=1048576"))
             fields = [f"completed step: {n}"] + (["seconds: 10.000"] if seconds else [])

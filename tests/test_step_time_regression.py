@@ -88,6 +88,13 @@ def test_seconds_beyond_the_stamps_are_no_regression(store, tmp_path):
     assert ingested(store, tmp_path, "claims", claimed) == []
 
 
+@pytest.mark.parametrize("seconds", [True, False])
+def test_two_stalls_in_the_first_steps_are_no_regression(store, tmp_path, seconds):
+    """Steps 65 and 72 of incarnation 2 wait 60 s each: two of its first 20 intervals, not its
+    median (a window of steps averaged together would have carried them into most windows)."""
+    assert ingested(store, tmp_path, "stalls", bursty_log(1, seconds, stalls=(65, 72))) == []
+
+
 def test_steps_of_a_few_milliseconds_are_not_compared():
     """Under 10 ms a step's stamps measure the runtime's pipe (read late, in bursts), not the
     trainer: CI's chaos seed 106 read a 33 ms trainer's catch-up burst as 4 ms steps."""

@@ -44,6 +44,7 @@ class StepTimeRegression(Detector):
 
     def finish(self) -> None:
         for n in sorted(self.times):  # an incarnation that never reached DECIDE_AT steady steps
+            self.times[n].close()
             if not self.times[n].decided:
                 self._decide(n)
 
