@@ -28,6 +28,11 @@ US = 1_000_000
 BURST_NS = 1_000_000  # lines stamped closer than 1 ms came in one burst: their own interval is no step's
 
 
+def same_burst(prev_ts: int | None, ts: int | None) -> bool:
+    """A line stamped under BURST_NS after the one before: both reached the kubelet in one burst."""
+    return ts is not None and prev_ts is not None and 0 <= ts - prev_ts < BURST_NS
+
+
 def q(value: float) -> str:
     """A value to 4 significant figures, as a histogram key: medians are over these (the log
     prints seconds to the millisecond; 4 figures keeps every histogram small)."""
@@ -68,7 +73,7 @@ def block_state(rows: list[tuple], prev: tuple | None, first: int | None, starte
     seg, last_seg = 0, len(segs) - 1
     s, next_cut = segs[0], (segs[1][0] if last_seg else None)
     for step, ts, secs, tflops, tokens in rows:
-        if ts is None or prev_ts is None or not 0 <= ts - prev_ts < BURST_NS:
+        if not same_burst(prev_ts, ts):
             anchor_step, anchor_ts = prev_step, prev_ts
         if secs is not None and ts is not None and anchor_ts is not None and step > anchor_step:
             cap = (ts - anchor_ts) / NS / (step - anchor_step)  # per step: steps lost between ran too

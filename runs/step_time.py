@@ -4,9 +4,9 @@ decision and words (docs/goodput.md, docs/verdicts.md).
 A step's time is its `completed step` line's `seconds:`, never more than the interval from the
 line before it, as runs.goodput counts it (so a trainer clock unlike the kubelet's cannot fake a
 regression); for an incarnation whose lines carry no `seconds` at all, the interval between
-consecutive LOSS-PARTS stamps. Lines stamped under BURST_NS apart reached the kubelet in one
-burst (a buffered stdout, a lagging pipe): their own interval is no step's, so the steps of a
-burst share the interval from the line before it. The first step of an incarnation
+consecutive LOSS-PARTS stamps. Lines stamped under 1 ms apart (runs.goodput.same_burst)
+reached the kubelet in one burst (a buffered stdout, a lagging pipe): their own interval is no
+step's, so the steps of a burst share the interval from the line before it. The first step of an incarnation
 (compilation) and the step after a checkpoint save are left out. Decided once per incarnation,
 over its first DECIDE_AT such steps (so the verdict does not depend on how rows are cut into
 batches), or at the end of the data over all of them when it has fewer."""
@@ -16,7 +16,7 @@ from __future__ import annotations
 from array import array
 from statistics import median
 
-from steptail.runs.goodput import BURST_NS
+from steptail.runs.goodput import same_burst
 
 DECIDE_AT = 20  # steady steps an incarnation's median is decided on
 MIN_STEPS = 3  # fewer steady steps than this: no median (not evaluable)
@@ -46,7 +46,7 @@ class IncTimes:
         if self.first_pod is None:
             self.first_pod = step
         last, self.last_pod = self.last_pod, ((step, ts) if ts is not None else None)
-        if not _in_burst(last, step, ts):
+        if not same_burst(last[1] if last is not None else None, ts):  # as runs.goodput anchors its cap
             self.pod_anchor = last
         if seconds is None:
             return
@@ -103,7 +103,7 @@ class IncTimes:
 
 def _in_burst(last: tuple[int, int] | None, step: int, ts: int | None) -> bool:
     """This line came in one burst with `last`, the line of the step before it."""
-    return last is not None and ts is not None and step == last[0] + 1 and 0 <= ts - last[1] < BURST_NS
+    return last is not None and step == last[0] + 1 and same_burst(last[1], ts)
 
 
 def regression_severity(med: float, prev_med: float) -> str | None:
