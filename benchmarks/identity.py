@@ -1,4 +1,4 @@
-"""Memory and cost of the run model's record identities (runs.model.Identities, issue 33).
+"""Memory and cost of the run model's record identities (runs.identities.Identities, issue 33).
 
     python benchmarks/identity.py --json [--steps 100000] [--pg ADMIN_URL]
 
@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from steptail.runs.model import IDENTITY_TABLES, Identities  # noqa: E402
+from steptail.runs.identities import IDENTITY_TABLES, Identities  # noqa: E402
 from steptail.runs.rows import COLUMNS  # noqa: E402
 from steptail.storage.db import open_store  # noqa: E402
 from steptail.storage.scratch import scratch_database  # noqa: E402

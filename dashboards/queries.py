@@ -9,7 +9,8 @@ their own line instead of zig-zagging back over the first recording."""
 from __future__ import annotations
 
 from steptail.runs import state as st
-from steptail.runs.findings import CRITICAL, NONFINITE_CE, RESUME_MISMATCH, STEP1_CE_GATE, Settings
+from steptail.runs.detect import Settings
+from steptail.runs.findings import CRITICAL, NONFINITE_CE, RESUME_MISMATCH, STEP1_CE_GATE
 
 # Finding kinds written by the detectors (steptail.runs.findings.KINDS). A step-1 gate that could
 # not run for want of a reference is a warning, not a failed gate. "divergence" also matches

@@ -601,7 +601,7 @@ static PyObject *steady(PyObject *Py_UNUSED(self), PyObject *args) {
     }
     const Entry *lastx = &all.e[all.n - 1];
     /* the lines stamped from 4 s before the last line's second on: what the dedupe cursor
-       remembers (runs.model.remember_from); stamps rise, so they end the block */
+       remembers (runs.cursor.remember_from); stamps rise, so they end the block */
     Py_ssize_t from = all.n;
     if (lastx->has_ts) {
         int64_t since = lastx->ts - (int64_t)(((lastx->ts % 1000000000) + 1000000000) % 1000000000)

@@ -226,7 +226,7 @@ def _steady_py(block: bytes) -> Steady | None:
     if not found:
         return None
     first, last = found[0][2][ROW_TS], found[-1][2][ROW_TS]
-    since = None if last is None else last - last % 10**9 - 4 * 10**9  # runs.model.remember_from
+    since = None if last is None else last - last % 10**9 - 4 * 10**9  # runs.cursor.remember_from
     at_last = [line for _, _, row, line in found if since is not None and row[ROW_TS] >= since]
     before = [row[ROW_TS] for _, _, row, _ in found if since is not None and row[ROW_TS] < since]
     loss, rbf, pod = (tuple(zip(*rows, strict=True)) for rows in columns[:3])  # pickles lighter

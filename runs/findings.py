@@ -76,28 +76,15 @@ NO_INCARNATION = 0
 
 
 def knob(default: float, flag: str, help: str):
-    """A detector setting a command can change: its one default, its option and help (the
-    commands' options are made from these: steptail/commands/_detect_options.py)."""
+    """A detector setting a command can change: its one default, its option and help, declared
+    in the detector's module (runs/detect; the commands' options are made from these:
+    steptail/commands/_detect_options.py)."""
     return field(default=default, metadata={"flag": flag, "help": help})
 
 
-@dataclass
-class Settings:
-    """The detectors' settings; each knob declared once, here."""
-
-    stall_k: float = knob(3.0, "--stall-k", "Stall: no step for longer than k x the median step time.")
-    stall_min_intervals: int = 5  # step intervals needed before the median means anything
-    # and never a stall under this: stamps written in a burst make the median ~0 s, and then
-    # any ordinary step would be "k x" it
-    stall_min_seconds: float = 1.0
-    gate_tolerance: float = knob(1e-3, "--gate-tolerance", "Step-1 CE gate: largest allowed |ce - reference|.")
-    resume_tolerance: float = knob(1e-4, "--resume-tolerance",
-                                   "Resume mismatch: largest allowed |replayed ce - first recording|.")
-
-    @classmethod
-    def knobs(cls) -> list:
-        """The settings a command's options set (dataclasses.Field, with flag and help)."""
-        return [f for f in fields(cls) if "flag" in f.metadata]
+def knobs(settings_class) -> list:
+    """The settings a command's options set (dataclasses.Field, with flag and help)."""
+    return [f for f in fields(settings_class) if "flag" in f.metadata]
 
 
 @dataclass

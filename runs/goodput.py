@@ -47,7 +47,8 @@ def block_of(step: int) -> int:
 def block_state(rows: list[tuple], prev: tuple | None, first: int | None, started_ns: int | None,
                 saves: set[int], cuts: Iterable[int] = ()) -> dict:
     """The state of one block: `rows` its (step, ts_ns, seconds, tflops, tokens) in step order,
-    `prev` the (step, ts_ns) of the incarnation's stored step before them (None if none),
+    `prev` the (step, ts_ns) of the incarnation's stored step before them (None if none), or
+    the previous block's "end" (that and the (step, ts_ns) of the line before its burst),
     `first` the incarnation's first step, `saves` its checkpoint-save steps (those just before
     a row matter), `cuts` the first steps of later incarnations: the non-phase sums are kept
     per segment starting at each, so the replayed part is a sum of whole segments.
@@ -64,12 +65,12 @@ def block_state(rows: list[tuple], prev: tuple | None, first: int | None, starte
     tfls: list[float] = []
     phase: list[list] = []
     save_iv: list[list] = []
-    prev_step, prev_ts = prev if prev is not None else (None, None)
+    prev_step, prev_ts = prev[:2] if prev is not None else (None, None)
     # a step's `seconds` are capped by the interval from the line before it, unless that line
     # came in one burst with it (stamps under BURST_NS apart: a buffered stdout, a lagging pipe):
     # then from the line before the burst, shared by the steps since (the j-th step of a burst
     # is capped at 1/j of the burst's interval, never below an honest step's own time)
-    anchor_step, anchor_ts = prev_step, prev_ts
+    anchor_step, anchor_ts = prev[2:] if prev is not None and len(prev) == 4 else (prev_step, prev_ts)
     seg, last_seg = 0, len(segs) - 1
     s, next_cut = segs[0], (segs[1][0] if last_seg else None)
     for step, ts, secs, tflops, tokens in rows:
@@ -109,7 +110,9 @@ def block_state(rows: list[tuple], prev: tuple | None, first: int | None, starte
         prev_step, prev_ts = step, ts
     return {"n": len(rows), "t0": min(stamps) if stamps else None, "t1": max(stamps) if stamps else None,
             "hist": _hist(times), "tok": _hist(toks), "tfl": _hist(tfls),
-            "segs": segs, "phase": phase, "saves": save_iv, "cuts": bounds}
+            "segs": segs, "phase": phase, "saves": save_iv, "cuts": bounds,
+            # the next block's `prev`: a burst that goes on across the edge keeps its anchor
+            "end": [prev_step, prev_ts, anchor_step, anchor_ts]}
 
 
 def _hist(values: list[float]) -> dict[str, int]:
@@ -403,7 +406,7 @@ class RunTiming:
             for b in sorted(by_block):
                 rows = by_block[b]
                 out[n][b] = block_state(rows, prev, firsts[n], inc.started_ns, inc.saves, cuts)
-                prev = (rows[-1][0], rows[-1][1])
+                prev = tuple(out[n][b]["end"])
         return out
 
     def facts(self) -> tuple[list[IncFacts], BlocksFrom]:

@@ -6,8 +6,8 @@ An incarnation is one start of the trainer. A new one begins at a trainer start-
 restore line or on a new stream; a step going back without such evidence is held until the
 next step decides (RunModel._decide). Every (run, incarnation, step) is emitted at most once,
 and every record line at most once: a record line whose kubelet stamp and step were recorded
-for the run is a repeat however long ago (Identities, filled from the store's rows on a
-resume); a replay is an earlier step with a new stamp. A per-stream cursor (Cursor) drops the
+for the run is a repeat however long ago (runs.identities, filled from the store's rows on a
+resume); a replay is an earlier step with a new stamp. A per-stream cursor (runs.cursor) drops the
 lines of the last seconds read again, before they are parsed, and holds nothing back.
 
 One line cannot cost the others: a step that jumps absurdly is flagged (`step_jump`) and
@@ -21,9 +21,6 @@ import json
 import math
 import re
 import time
-from array import array
-from bisect import bisect_right
-from collections import deque
 from dataclasses import dataclass, field, replace
 from itertools import repeat
 
@@ -52,11 +49,13 @@ from steptail.parsers.fast import (
 from steptail.parsers.line import MAX_LINE, message
 from steptail.parsers.numbers import parse_unsigned
 from steptail.parsers.records import ItemKind, to_json
+from steptail.runs.cursor import JUMPS_KEPT, ClockJump, Cursor, line_digest
 from steptail.runs.findings import (  # NO_STEP: a flag not tied to a step
     CLOCK_JUMP,
     NO_STEP,
     STEP_JUMP,
 )
+from steptail.runs.identities import KIND_OF, LOSS, MAX_HOLE, POD, RBF, Identities
 from steptail.runs.rows import INCARNATION, ROW_TABLES, RUN, TABLES
 
 BAD_SAMPLES = 5
@@ -68,13 +67,11 @@ FLAG_KINDS = frozenset({STEP_JUMP, CLOCK_JUMP})
 # resume: a resume goes back, and is a new incarnation).
 STEP_JUMP_FACTOR = 1000
 STEP_JUMP_MIN = 10**6
-JUMPS_KEPT = 256  # digests of clock-jumped lines a cursor remembers; beyond, such lines are bad
-JUMPED = "clock:"  # prefix of those digests where the cursor is saved (cursors.at_hwm)
-# A node clock stepped ahead and staying there, not one bad stamp: this many lines in a row that
-# far ahead, their stamps going on together over at least JUMP_CONFIRM_NS (one stamp repeated is
-# no clock). The mark then moves to them: the server filters a re-read by the node's stamps.
-JUMP_CONFIRM_LINES = 8
-JUMP_CONFIRM_NS = 10**9
+# Steps ahead of the last, in less time than 1/SPEED_LIMIT of the run's median step would take
+# them: a lone line, not a gap (a gap's steps were run, and took their time). Far above any real
+# speed-up (the simulator's rates span 1000x): an odd line is printed within its step's burst.
+SPEED_LIMIT = 10_000
+TOO_FAST = ", sooner than the steps between could run"
 # A followed pod's stream key (collector.live.follower.stream_key): pod uid/container/restart count.
 # Two such keys are two container instances, so two starts of the trainer.
 POD_STREAM = re.compile(r"[0-9a-f-]{8,}/[^/]+/\d+")
@@ -109,447 +106,6 @@ class Incarnation:
             self.restored_from, self.process_index, self.process_count, self.pod,
             self.image, self.image_id, self.topology, self.hosts, self.container_started_ns,
         )
-
-
-def line_digest(line: bytes) -> str:
-    return hashlib.blake2b(line, digest_size=8).hexdigest()
-
-
-class ClockJump:
-    """`Cursor.admit`'s answer for a new line stamped more than CLOCK_JUMP_NS behind the line
-    before it, or ahead of the mark and of the wall clock. It is read as if stamped at
-    `read_ns`, the line before's time (None when there is none); `tracked` False: the cursor
-    could not remember it."""
-
-    __slots__ = ("stamped_ns", "read_ns", "tracked")
-
-    def __init__(self, stamped_ns: int, read_ns: int | None, tracked: bool = True) -> None:
-        self.stamped_ns, self.read_ns, self.tracked = stamped_ns, read_ns, tracked
-
-
-SECOND_NS = 10**9
-# What a cursor remembers of the lines it read (digests, in log order): at most the last
-# REMEMBER_LINES lines, from the oldest stamped REMEMBER_SECONDS before the mark's second or
-# later: the lines a re-read from the mark serves first (see Cursor). Whether a record line was
-# recorded before, however long ago, is not the cursor's to guess: the run's record identities
-# tell (Identities).
-REMEMBER_LINES = 20_000
-REMEMBER_SECONDS = 4  # parsers/block.py and parsers/_steady.c hand the cursor as many
-# A re-read starts this long before the mark: a node clock stepped back by up to this while the
-# stream was down still has its new lines served (the re-read's older lines are repeats).
-SINCE_MARGIN_NS = 3 * SECOND_NS
-TOP = "top:"  # saved in at_hwm: the latest stamp read, when after the mark (a clock stepped back)
-# saved in at_hwm of the stream that fed the last step of incarnation N ("steps:N"): a model
-# resumed from the store knows it (RunModel._step_stream: a step going back on it is held)
-STEPS = "steps:"
-FORGOT = "forgot:"  # what older versions saved in at_hwm (the hold they had): ignored
-
-
-def floor_second(ns: int) -> int:
-    """What kubectl sends as --since-time for `ns`: the whole second, truncated."""
-    return ns - ns % SECOND_NS
-
-
-def remember_from(hwm_ns: int) -> int:
-    """The oldest stamp of the lines a cursor at `hwm_ns` remembers."""
-    return floor_second(hwm_ns) - REMEMBER_SECONDS * SECOND_NS
-
-
-class Cursor:
-    """What one stream read: the mark (the stamp of the latest line read, what the next
-    re-read asks for as `since`) and the digests of the lines read lately.
-
-    A re-read from S (kubectl truncates --since-time to the second; kubelet serves the current
-    file's lines stamped >= S, in log order) first repeats lines read before, then goes on
-    with new ones. A line whose digest the cursor remembers is a repeat; every other line is
-    taken, whatever its stamp: stamps do go back (containerd stamps stdout and stderr apart,
-    NTP steps clocks back). The cursor holds nothing back and guesses nothing: a record line
-    taken that was recorded before, however long ago (a re-read reaching back past what the
-    cursor remembers, a saved log holding a block twice, a file ingested again), is a repeat by
-    its identity (Identities: its stamp and step, per kind), which the model checks; a noise
-    line needs no exactly-once. The mark follows the latest line, back too: a re-read from an
-    old mark after a clock step back would have the server filter out the new lines.
-
-    Bound: at most REMEMBER_LINES lines, from the oldest stamped REMEMBER_SECONDS before the
-    mark's second or later (remember_from). `top_ns`: the latest stamp read; after a clock
-    stepped back it lies after the mark, and a re-read's line stamped between the two may be a
-    line read before (collector.live.overlap.Overlap waits for a line that tells).
-
-    A line stamped far ahead of the mark and of the wall clock (a clock jump) does not move
-    the mark: one line stamped 2099 would otherwise have the server filter out every later
-    line. It is remembered by digest (saved in at_hwm with the JUMPED prefix). Lines that go on
-    from it (JUMP_CONFIRM_LINES in a row, their stamps advancing over JUMP_CONFIRM_NS) are the
-    node's clock stepped ahead: the mark moves to them (`ahead`). A line far behind the line
-    before it is a clock jump too (flagged), but the mark follows it.
-
-    `done`: the stream was read to its end (a follower that starts again knows which streams
-    of pods gone meanwhile are complete). `steps`: the incarnation whose last step this stream
-    fed, saved for a model resumed from the store."""
-
-    __slots__ = ("hwm_ns", "_recent", "_known", "last_ns", "jumped", "done", "behind_ns", "read_at_ns",
-                 "top_ns", "ahead", "steps")
-
-    def __init__(self, hwm_ns: int | None = None, at_hwm: set[str] | None = None, done: bool = False) -> None:
-        self.hwm_ns = hwm_ns
-        self.done = done
-        self.jumped: set[str] = set()  # digests of lines taken across a clock jump
-        self.steps: int | None = None
-        top = hwm_ns
-        entries = []
-        for d in at_hwm or ():
-            if d.startswith(JUMPED):
-                self.jumped.add(d[len(JUMPED):])
-            elif d.startswith(TOP):
-                top = max(top or 0, int(d[len(TOP):]))
-            elif d.startswith(STEPS):
-                self.steps = int(d[len(STEPS):])
-            elif d.startswith(FORGOT):
-                continue
-            elif ":" in d:
-                ts, _, digest = d.partition(":")
-                entries.append((int(ts), digest))
-            elif hwm_ns is not None:  # saved before stamps were: the lines at the mark
-                entries.append((hwm_ns, d))
-        # Log order, as far as stamps tell: lines stamped after the mark were read before a clock
-        # stepped back; the line at the mark (the last one read) last.
-        entries.sort(key=lambda e: (hwm_ns is None or e[0] <= hwm_ns, e[0]))
-        self._recent: deque[tuple[int, str]] = deque(entries)  # (ts_ns, digest) in log order
-        self._known: dict[str, int] = {}  # digest -> how many of _recent
-        for ts, d in entries:
-            self._known[d] = self._known.get(d, 0) + 1
-            if top is None or ts > top:
-                top = ts
-        self.top_ns = top
-        # Time of the line before, in this read (a file, a stream): what a clock jump is
-        # measured from. Not saved: a new read starts without one.
-        self.last_ns: int | None = None
-        # The stamp of a line the pod holds, unread, stamped before the mark (a probe's answer,
-        # `seen`): the clock stepped back; the next re-read must reach back to it.
-        self.behind_ns: int | None = None
-        self.read_at_ns = time.time_ns()  # wall clock when the mark last moved
-        self.ahead: list[tuple[int, str]] = []  # (ts, digest) of the clock-jumped lines in a row, lately
-
-    @property
-    def at_hwm(self) -> set[str]:
-        """What is saved with the mark: the lines a re-read from it repeats ("ts:digest"),
-        clock-jumped lines, the latest stamp read if after the mark, the incarnation whose last
-        step the stream fed."""
-        hwm = self.hwm_ns
-        out = {JUMPED + d for d in self.jumped}
-        if self.steps is not None:
-            out.add(f"{STEPS}{self.steps}")
-        if hwm is None:
-            return out
-        oldest = remember_from(hwm)
-        out.update(f"{ts}:{d}" for ts, d in self._recent if ts >= oldest)
-        if self.top_ns is not None and self.top_ns > hwm:
-            out.add(f"{TOP}{self.top_ns}")
-        return out
-
-    def copy(self) -> Cursor:
-        """A snapshot, for a batch written on another thread while reading goes on."""
-        return Cursor(self.hwm_ns, self.at_hwm, self.done)
-
-    @property
-    def since_ns(self) -> int | None:
-        """Where the next re-read starts (kubectl --since-time): SINCE_MARGIN_NS before the mark,
-        or before an unread line the pod holds stamped earlier than that."""
-        if self.hwm_ns is None:
-            return None
-        since = self.hwm_ns - SINCE_MARGIN_NS
-        return since if self.behind_ns is None else min(since, self.behind_ns - SINCE_MARGIN_NS)
-
-    def new_read(self) -> None:
-        """The next line starts a new read (a re-read, another file): no line before it to
-        measure a clock jump from."""
-        self.last_ns = None
-
-    def knows(self, line: bytes) -> bool:
-        """Whether this line is one the cursor remembers reading."""
-        digest = line_digest(line.rstrip(b"\r\n"))
-        return digest in self._known or digest in self.jumped
-
-    def seen(self, ts_ns: int | None, line: bytes, read_at_ns: int | None = None) -> bool:
-        """Whether this line was read. A line not read stamped before the mark (the follower
-        asks about the pod's newest line) is evidence the clock stepped back: the next re-read
-        reaches back to it (since_ns), else the server would filter out the lines after it.
-        `read_at_ns`: when the mark last moved before the pod was asked (asked beside a read)."""
-        if ts_ns is None:
-            return False
-        if self.knows(line):
-            return True
-        if self.hwm_ns is not None and ts_ns < self.hwm_ns:
-            # the step back happened after the last line read: its first line is stamped at most
-            # the time since then before this one
-            behind = ts_ns - max(0, time.time_ns() - (read_at_ns or self.read_at_ns))
-            self.behind_ns = behind if self.behind_ns is None else min(self.behind_ns, behind)
-        return False
-
-    def admit(self, ts_ns: int | None, line: bytes) -> bool | ClockJump:
-        """True for a new line, False for a repeat, a ClockJump (true) for a new line whose
-        timestamp cannot be trusted to order it."""
-        if ts_ns is None:
-            return True
-        digest = line_digest(line.rstrip(b"\r\n"))
-        if digest in self._known or digest in self.jumped:
-            return False
-        hwm = self.hwm_ns
-        if hwm is not None and ts_ns - hwm > CLOCK_JUMP_NS and ts_ns - time.time_ns() > CLOCK_JUMP_NS or \
-                hwm is None and ts_ns - time.time_ns() > CLOCK_JUMP_NS:
-            # Ahead of the mark and of the wall clock: a genuine pause (a restart after hours
-            # in a queue) lands in the past, a broken clock does not.
-            jump = self._jump(ts_ns, digest)
-            return True if self._clock_stepped(ts_ns, digest) else jump
-        self.ahead = []
-        last = self.last_ns
-        self.hwm_ns = self.last_ns = ts_ns
-        self.behind_ns, self.read_at_ns = None, time.time_ns()
-        self._remember(ts_ns, digest)
-        if last is not None and last - ts_ns > CLOCK_JUMP_NS:
-            # Far behind the line before: flagged, read as if stamped at it. The mark follows
-            # (a clock stepped back: a re-read from the old mark would not serve the lines
-            # after it; a lone bad stamp: the next line moves it back).
-            return ClockJump(ts_ns, last)
-        return True
-
-    def _remember(self, ts_ns: int, digest: str) -> None:
-        recent, known = self._recent, self._known
-        recent.append((ts_ns, digest))
-        if self.top_ns is None or ts_ns > self.top_ns:
-            self.top_ns = ts_ns
-        known[digest] = known.get(digest, 0) + 1
-        oldest = remember_from(self.hwm_ns) if self.hwm_ns is not None else ts_ns
-        while len(recent) > REMEMBER_LINES or recent[0][0] < oldest:
-            _, d = recent.popleft()
-            n = known.pop(d) - 1
-            if n:
-                known[d] = n
-
-    def forget(self, line: bytes) -> None:
-        """Forget one line read (a snapshot that must not hold it)."""
-        digest = line_digest(line.rstrip(b"\r\n"))
-        self.jumped.discard(digest)
-        if digest in self._known:
-            self._recent = deque(e for e in self._recent if e[1] != digest)
-            del self._known[digest]
-
-    def take_steady(self, last_ts: int, tail: list[bytes]) -> None:
-        """A steady block taken whole (stamps rising from past the mark): `tail`, its lines
-        stamped from remember_from(last_ts) on, is what the cursor remembers of it."""
-        self.behind_ns, self.read_at_ns = None, time.time_ns()
-        self.hwm_ns = self.last_ns = last_ts
-        for line in tail:
-            self._remember(line_ts(line) or last_ts, line_digest(line.rstrip(b"\r\n")))
-
-    def _clock_stepped(self, ts_ns: int, digest: str) -> bool:
-        """Whether this clock-jumped line confirms the node's clock stepped ahead (see the class):
-        then the mark and the lines remembered move to the new clock, the line is read as it is."""
-        ahead = self.ahead
-        if ahead and ts_ns < ahead[-1][0] - JUMP_CONFIRM_NS:
-            ahead.clear()  # not going on from the line before: another stamp, not one clock
-        ahead.append((ts_ns, digest))
-        if len(ahead) < JUMP_CONFIRM_LINES or ahead[-1][0] - ahead[0][0] < JUMP_CONFIRM_NS:
-            del ahead[:-JUMPS_KEPT]
-            return False
-        self.hwm_ns = self.last_ns = ts_ns
-        self.behind_ns, self.read_at_ns = None, time.time_ns()
-        for ts, d in ahead:
-            self.jumped.discard(d)
-            self._remember(ts, d)
-        self.ahead = []
-        return True
-
-    def _jump(self, ts_ns: int, digest: str) -> ClockJump:
-        if len(self.jumped) >= JUMPS_KEPT:
-            return ClockJump(ts_ns, None, tracked=False)
-        self.jumped.add(digest)
-        return ClockJump(ts_ns, self.last_ns if self.last_ns is not None else self.hwm_ns)
-
-
-# Record kinds of Identities (the step tables, in runs.rows.STEP_TABLES order).
-LOSS, RBF, POD = 0, 1, 2
-IDENTITY_TABLES = ("loss_parts", "required_rbf", "pod_metrics")
-_KIND_OF = {ItemKind.LOSS: LOSS, ItemKind.RBF: RBF, ItemKind.POD: POD}
-HOLE = -(2**63)  # the stamp slot of a step not recorded, between two recorded ones
-MAX_HOLE = 64  # steps missing within a segment; a longer jump starts a new one
-
-
-class _Stamps:
-    """One kind's records of one incarnation: each recorded step's stamp, in step order (a
-    kind's steps only rise within an incarnation). Segments of consecutive steps, one 8-byte
-    stamp a step: `firsts[i]` the first step of `segs[i]`."""
-
-    __slots__ = ("firsts", "segs", "odd")
-
-    def __init__(self) -> None:
-        self.firsts: list[int] = []
-        self.segs: list[array] = []
-        self.odd: dict[int, int] | None = None  # a step recorded below the last one (never, by the model)
-
-    def add(self, step: int, ts: int) -> None:
-        firsts, segs = self.firsts, self.segs
-        if segs:
-            seg = segs[-1]
-            nxt = firsts[-1] + len(seg)
-            if nxt <= step <= nxt + MAX_HOLE:
-                if step > nxt:
-                    seg.extend(repeat(HOLE, step - nxt))
-                seg.append(ts)
-                return
-            if step < nxt:
-                if self.odd is None:
-                    self.odd = {}
-                self.odd[step] = ts
-                return
-        firsts.append(step)
-        segs.append(array("q", (ts,)))
-
-    def extend(self, steps, stamps) -> None:
-        """Steps strictly rising (a steady block's column), their stamps."""
-        segs = self.segs
-        if segs and steps[0] == self.firsts[-1] + len(segs[-1]) and steps[-1] - steps[0] == len(steps) - 1:
-            segs[-1].extend(stamps)  # consecutive, going on from the last: the common case
-            return
-        add = self.add
-        for step, ts in zip(steps, stamps, strict=True):
-            add(step, ts)
-
-    def stamp(self, step: int) -> int | None:
-        """The stamp of `step`, if recorded."""
-        i = bisect_right(self.firsts, step) - 1
-        if i >= 0:
-            k = step - self.firsts[i]
-            seg = self.segs[i]
-            if k < len(seg) and seg[k] != HOLE:
-                return seg[k]
-        return None if self.odd is None else self.odd.get(step)
-
-    def first_ns(self) -> int | None:
-        return self.segs[0][0] if self.segs else None
-
-    def nbytes(self) -> int:
-        return sum(s.buffer_info()[1] * s.itemsize for s in self.segs)
-
-
-class Identities:
-    """Which lines of a run were recorded, however long ago: a record line (LOSS-PARTS,
-    REQUIRED_RBF, `completed step`) by its kind, step and kubelet stamp (what the store's step
-    rows hold: storage.sql.load_model fills this from them), per incarnation; the trainer's
-    start-up lines and checkpoint lines (the lines that open an incarnation or are its evidence)
-    by their stamps. A line stamped after every stamp here (`top_ns`) is new, at no cost: that
-    is nearly every line. One stamp per record, 8 bytes (benchmarks/identity.py).
-
-    A start-up line read again is known by its stamp and text, or lies within a recorded
-    incarnation's start-up: from the line that opened it (incarnations.started_ns) to its first
-    record; so does a config line read again."""
-
-    __slots__ = ("kinds", "top_ns", "starts", "marks", "quarantined")
-
-    def __init__(self) -> None:
-        self.kinds: tuple[dict[int, _Stamps], ...] = ({}, {}, {})  # per kind: incarnation -> stamps
-        self.top_ns: int | None = None  # the latest stamp here
-        self.starts: dict[int, int] = {}  # incarnation -> started_ns, of those that read their start-up
-        self.marks: set[tuple] = set()  # ("start", digest, ts) and (checkpoint kind, step, ts) of lines read
-        self.quarantined: set[tuple] = set()  # (kind, step, ts) of record lines kept out (flagged once)
-
-    def _top(self, ts: int) -> None:
-        if self.top_ns is None or ts > self.top_ns:
-            self.top_ns = ts
-
-    def add(self, kind: int, inc: int, step: int, ts: int | None) -> None:
-        if ts is None:
-            return  # no stamp, no identity (an unstamped file is deduplicated whole)
-        stamps = self.kinds[kind].get(inc)
-        if stamps is None:
-            stamps = self.kinds[kind][inc] = _Stamps()
-        stamps.add(step, ts)
-        if self.top_ns is None or ts > self.top_ns:
-            self.top_ns = ts
-
-    def extend(self, kind: int, inc: int, steps, stamps) -> None:
-        """A steady block's column of one kind (steps rising, stamps non-decreasing, all set)."""
-        if not steps or stamps[0] is None:
-            return
-        rows = self.kinds[kind].get(inc)
-        if rows is None:
-            rows = self.kinds[kind][inc] = _Stamps()
-        rows.extend(steps, stamps)
-        self._top(stamps[-1])
-
-    def known(self, kind: int, step: int, ts: int | None) -> bool:
-        """Whether this record (kind, step, stamp) was recorded, in any incarnation, or kept
-        out (quarantined: flagged once)."""
-        top = self.top_ns
-        if ts is None or top is None or ts > top:
-            return False
-        if self.quarantined and (kind, step, ts) in self.quarantined:
-            return True
-        for stamps in self.kinds[kind].values():
-            if stamps.stamp(step) == ts:
-                return True
-        return False
-
-    def any_known(self, kind: int, steps, stamps) -> bool:
-        """Whether any row of a steady block's column (stamps non-decreasing) was recorded."""
-        top = self.top_ns
-        if top is None or not steps or stamps[0] is None or stamps[0] > top:
-            return False
-        known = self.known
-        for step, ts in zip(steps, stamps, strict=True):
-            if ts > top:
-                return False
-            if known(kind, step, ts):
-                return True
-        return False
-
-    def bad(self, digest: str, ts: int) -> bool:
-        """A bad line by its identity (bad_line_digest, its stamp): True when it was counted
-        before, however long ago (a saved log ingested again: its cursor remembers ~4 s),
-        else remembered now."""
-        key = ("bad", digest, ts)
-        if key in self.marks:
-            return True
-        self.mark(key)
-        return False
-
-    def quarantine(self, table: str, step, ts) -> None:
-        """A record line kept out of its table (quarantine): read again, it is a repeat."""
-        if table in IDENTITY_TABLES and isinstance(step, int) and isinstance(ts, int):
-            self.quarantined.add((IDENTITY_TABLES.index(table), step, ts))
-            self._top(ts)
-
-    def mark(self, key: tuple) -> None:
-        """A start-up line ("start", digest, ts) or a checkpoint line (kind, step, ts) read."""
-        self.marks.add(key)
-        self._top(key[-1])
-
-    def marked(self, key: tuple) -> bool:
-        top = self.top_ns
-        return top is not None and key[-1] <= top and key in self.marks
-
-    def start_repeat(self, ts: int, digest: str | None = None) -> bool:
-        """Whether a start-up line stamped `ts` (`digest`: line_digest of the line) was read
-        before: it is a line read (its stamp and text), or it lies within a recorded
-        incarnation's start-up (from its opening line to its first record: what the store tells)."""
-        top = self.top_ns
-        if top is None or ts > top:
-            return False
-        if digest is not None and ("start", digest, ts) in self.marks:
-            return True
-        for inc, started in self.starts.items():
-            if started <= ts:
-                first = self.first_record_ns(inc)
-                if first is not None and ts <= first:
-                    return True
-        return False
-
-    def first_record_ns(self, inc: int) -> int | None:
-        firsts = [ts for kind in self.kinds if (s := kind.get(inc)) is not None and (ts := s.first_ns()) is not None]
-        return min(firsts) if firsts else None
-
-    def nbytes(self) -> int:
-        """Bytes of the stamps held (the arrays' buffers)."""
-        return sum(s.nbytes() for kind in self.kinds for s in kind.values())
 
 
 @dataclass
@@ -756,8 +312,8 @@ class RunModel:
         """A fast-path item across a clock jump: read as if stamped at the line before, flagged.
         (An item's fields after its ts_ns are the _loss/_rbf/_pod arguments after theirs.)"""
         kind, step = item[ITEM_KIND], item[ITEM_STEP]
-        if self.ids.known(_KIND_OF[kind], step, jump.stamped_ns) or \
-                jump.read_ns is not None and self.ids.known(_KIND_OF[kind], step, jump.read_ns):
+        if self.ids.known(KIND_OF[kind], step, jump.stamped_ns) or \
+                jump.read_ns is not None and self.ids.known(KIND_OF[kind], step, jump.read_ns):
             self.counters.duplicates += 1  # recorded before (as stamped, or as read then): no jump
             return
         if not jump.tracked:
@@ -805,6 +361,8 @@ class RunModel:
             steps = cols[ROW_STEP]
             if last is not None and steps[0] <= last:
                 return False
+            if (last is not None and steps[0] != last + 1) or steps[-1] - steps[0] != len(steps) - 1:
+                return False  # steps skipped: a gap, or a lone line ahead (_too_fast), the lines decide
             # Steps rise inside a block: no span above STEP_JUMP_MIN, no absurd jump in it; past
             # the configured steps, only one step at a time (what _absurd lets through).
             ref = self._step_ref(cur, last)
@@ -900,7 +458,7 @@ class RunModel:
             return None
         item = parse_stamped(line, ts_ns)
         if item is not None:
-            return self.ids.known(_KIND_OF[item[ITEM_KIND]], item[ITEM_STEP], ts_ns)
+            return self.ids.known(KIND_OF[item[ITEM_KIND]], item[ITEM_STEP], ts_ns)
         record = parse_message(message(line, True))
         if not isinstance(record, (LossParts, RequiredRbf, PodStep, TrainerStart, Checkpoint)):
             return None
@@ -978,6 +536,10 @@ class RunModel:
             if ts_ns is not None and self.ids.start_repeat(ts_ns, digest):
                 self.counters.duplicates += 1  # read before: it opens nothing
                 return
+            if self._late_head(ts_ns):  # this incarnation's own start-up, read after its steps
+                if digest is not None:
+                    self.ids.mark(("start", digest, ts_ns))
+                return
             self.settle()  # a step held back before a start-up line: no steps continued from it
             cur = self.current
             if cur is None or cur.last_step is not None:
@@ -1008,7 +570,11 @@ class RunModel:
                     return
                 self.ids.mark(key)
             cur = self._ensure(ts_ns)
-            if rec.kind == "restore":
+            if rec.kind == "restore" and self._late_head(ts_ns):
+                if cur.restored_from is None:  # its own restore, read late: no evidence of a restart
+                    cur.restored_from = rec.step
+                    self._touch(cur)
+            elif rec.kind == "restore":
                 self.settle()
                 self._evidence = True
                 cur.restored_from = rec.step
@@ -1031,6 +597,10 @@ class RunModel:
                 self._absurd(step, cur, last):
             self._step_jump("loss_parts", (self.run, cur.number if cur else 0, step, ts_ns, ce, ce_raw, parts_json),
                             cur, last, line)
+            return
+        if cur is not None and self._too_fast(LOSS, cur, last, step, ts_ns):
+            self._step_jump("loss_parts", (self.run, cur.number, step, ts_ns, ce, ce_raw, parts_json), cur, last,
+                            line, TOO_FAST)
             return
         if cur is not None and cur.last_step is not None:
             if step <= cur.last_step:
@@ -1061,6 +631,19 @@ class RunModel:
         if ts_ns is not None:
             self.ids.add(LOSS, cur.number, step, ts_ns)
 
+    def _late_head(self, ts_ns: int | None) -> bool:
+        """A start-up or restore line of the current incarnation's own container read after its
+        steps (its head rotated away unread, then served again): stamped after the container
+        started and before the first step read. A restart writes after its steps; this line,
+        taken for one, opened a false incarnation (chaos seed 66)."""
+        cur = self.current
+        if ts_ns is None or cur is None or cur.last_step is None or self._stream != self._step_stream:
+            return False
+        loss = self.ids.kinds[LOSS].get(cur.number)
+        first = None if loss is None else loss.first_ns()
+        started = cur.container_started_ns
+        return started is not None and first is not None and started <= ts_ns < first
+
     def _late(self, kind: int, cur: Incarnation, last: int, step: int, ts_ns: int | None) -> bool:
         """Whether a record going back to `step` (not recorded) is a late line of `cur`, not a
         replay: stamped before the kind's last step of `cur`, and between the stamps of the
@@ -1077,7 +660,14 @@ class RunModel:
         below = next((t for s in range(step - 1, step - 2 - MAX_HOLE, -1) if (t := stamps.stamp(s)) is not None), None)
         above = next((t for s in range(step + 1, min(last, step + 1 + MAX_HOLE) + 1)
                       if (t := stamps.stamp(s)) is not None), None)
-        return below is not None and below < ts_ns and above is not None and ts_ns < above
+        if above is None or ts_ns >= above:
+            return False
+        if below is None and (first := stamps.first_step()) is not None and step < first:
+            # below the first step recorded (a head rotated away unread, served again): a line of
+            # this container, stamped after it started, is late; a restart writes after (seed 66)
+            started = cur.container_started_ns
+            return started is not None and started <= ts_ns
+        return below is not None and below < ts_ns
 
     def _rbf(self, ts_ns, step, mx, per_layer_json, program, line=None) -> None:
         ids = self.ids
@@ -1091,11 +681,15 @@ class RunModel:
             self._step_jump("required_rbf", (self.run, cur.number, step, ts_ns, mx, per_layer_json, program),
                             cur, cur.last_rbf, line)
             return
+        if self._too_fast(RBF, cur, last, step, ts_ns):
+            self._step_jump("required_rbf", (self.run, cur.number, step, ts_ns, mx, per_layer_json, program),
+                            cur, last, line, TOO_FAST)
+            return
         if cur.last_rbf is not None and step <= cur.last_rbf:
             if self._pending is not None and step >= self._pending.step:
                 self._pending.held.append((self._rbf, (ts_ns, step, mx, per_layer_json, program, line)))
                 return
-            if not self._late(RBF, cur, cur.last_rbf, step, ts_ns):
+            if not self._late(RBF, cur, cur.last_rbf, step, ts_ns) and not self._beside_loss(RBF, cur, step):
                 self.counters.duplicates += 1
                 return
         else:
@@ -1117,12 +711,16 @@ class RunModel:
             row = (self.run, cur.number, step, ts_ns, seconds, tflops, tokens, total_weights, loss, extra_json)
             self._step_jump("pod_metrics", row, cur, cur.last_pod_step, line)
             return
+        if self._too_fast(POD, cur, last, step, ts_ns):
+            row = (self.run, cur.number, step, ts_ns, seconds, tflops, tokens, total_weights, loss, extra_json)
+            self._step_jump("pod_metrics", row, cur, last, line, TOO_FAST)
+            return
         if cur.last_pod_step is not None and step <= cur.last_pod_step:
             if self._pending is not None and step >= self._pending.step:
                 self._pending.held.append(
                     (self._pod, (ts_ns, step, seconds, tflops, tokens, total_weights, loss, line, extra_json)))
                 return
-            if not self._late(POD, cur, cur.last_pod_step, step, ts_ns):
+            if not self._late(POD, cur, cur.last_pod_step, step, ts_ns) and not self._beside_loss(POD, cur, step):
                 self.counters.duplicates += 1
                 return
         else:
@@ -1133,6 +731,35 @@ class RunModel:
         self.counters.pod_steps += 1
         if ts_ns is not None:
             ids.add(POD, cur.number, step, ts_ns)
+
+    def _too_fast(self, kind: int, cur: Incarnation, last: int | None, step: int, ts_ns: int | None) -> bool:
+        """Whether `step`, ahead of the kind's `last`, came sooner than the steps between could
+        run: LOSS-PARTS step 1000 stamped with step 5 is a lone line (it forked the run at 6),
+        while steps lost to a rotation were run and took their time. Needs stamps and two
+        steps of the incarnation to know its pace; without them, or stamped before the last,
+        not judged."""
+        if last is None or step <= last + 1 or ts_ns is None or cur.last_step is None:
+            return False  # no step skipped (the common case), or nothing to measure by
+        stamps = self.ids.kinds[kind].get(cur.number)
+        pace = self.ids.kinds[LOSS].get(cur.number)
+        since = None if stamps is None else stamps.stamp(last)
+        step_ns = None if pace is None else pace.step_ns(cur.last_step)
+        if since is None or not step_ns:
+            return False
+        elapsed = ts_ns - since
+        # stamped before the last: a node clock stepped back (NTP), not a measure of anything
+        return 0 <= elapsed and elapsed * SPEED_LIMIT < (step - last - 1) * step_ns
+
+    def _beside_loss(self, kind: int, cur: Incarnation, step: int) -> bool:
+        """A record of `kind` behind the kind's own last step, yet at the step LOSS-PARTS is on
+        (or the next) with no record of its kind there: the kind's last step was a lone line
+        ahead of the run (a `completed step: 1000` after step 1 cost steps 2-60 their rows,
+        the fuzz test found). A replay's record meets a row of its kind already there."""
+        at = cur.last_step
+        if at is None or not at <= step <= at + 1:
+            return False
+        stamps = self.ids.kinds[kind].get(cur.number)
+        return stamps is None or stamps.stamp(step) is None
 
     def _step_ref(self, cur: Incarnation | None, last: int | None) -> int | None:
         """The step a new one of a kind is measured against: the kind's last, else the
@@ -1157,10 +784,11 @@ class RunModel:
             return True
         return ref is not None and step > ref * STEP_JUMP_FACTOR and step > ref + STEP_JUMP_MIN
 
-    def _step_jump(self, table: str, row: tuple, cur: Incarnation | None, last: int | None, line) -> None:
+    def _step_jump(self, table: str, row: tuple, cur: Incarnation | None, last: int | None, line,
+                   why: str = "") -> None:
         """Flag and quarantine a row whose step jumped absurdly: not a step, not a restart."""
         step, ref = row[TABLES[table].STEP], self._step_ref(cur, last)
-        after = f"after step {ref}" if ref is not None else "as the first step"
+        after = (f"after step {ref}" if ref is not None else "as the first step") + why
         planned = f" (the run is configured for {self.planned_steps} steps)" if self.planned_steps else ""
         what = f"step {step} {after}{planned}"
         self._flag(STEP_JUMP, step, f"{what}: not recorded as a step nor taken for a restart; "

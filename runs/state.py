@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from steptail.parsers import format_ns
+from steptail.runs.detect.stall import StallSettings
 
 LIVE, STALLED, ENDED, FAILED, INGESTED, UNKNOWN = "live", "stalled", "ended", "failed", "ingested", "unknown"
 STATES = (LIVE, STALLED, ENDED, FAILED, INGESTED, UNKNOWN)
@@ -29,7 +30,7 @@ ADMITTED = (LIVE, STALLED)  # the workload is still admitted: stopping it applie
 COMPLETED, JOBSET_FAILED = "completed", "failed"
 OUTCOMES = (COMPLETED, JOBSET_FAILED)
 
-STALL_K = 3.0  # the detectors' default (runs.findings.Settings.stall_k)
+STALL_K = StallSettings.stall_k  # the detectors' default: stalled after k x the median step time
 MIN_STALL_S = 30.0  # below this a quiet spell is the store's and the clocks' lag, not the run's
 HEARTBEAT_S = 10.0  # how often a collector says it still follows its runs (runs.followed_ns)
 FOLLOWED_NS = 60 * 10**9  # a heartbeat this recent: the run is followed now (6 beats missed: not)

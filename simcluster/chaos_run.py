@@ -36,6 +36,10 @@ SAMPLE_EVERY = 0.25  # seconds between two looks at the store's row counts
 # after every JobSet is done, rows unchanged this long ends the run: longer than the oracle's
 # SERVABLE_SECONDS, so a step it requires had that long to arrive after the last write
 SETTLE = 5.5
+# ... or this long, once the oracle already passes with every step still served recorded: the
+# awaited end came (nothing left to read), the rest of SETTLE would only wait
+QUIET = 2.0
+LOOK_EVERY = 1.0  # seconds between two early looks by the oracle (each reads the store)
 
 
 def account(i: int) -> str:
@@ -214,6 +218,7 @@ def run_schedule(schedule: dict, db_url: str, workdir: Path, *, timeout: float |
         deadline = t0 + timeout
         settled_since, last_counts = None, None
         settled = False
+        next_look = 0.0
         while time.time() < deadline:
             now = time.time() - t0
             while events and events[0]["at"] <= now:
@@ -225,11 +230,18 @@ def run_schedule(schedule: dict, db_url: str, workdir: Path, *, timeout: float |
                     followers[i].cont() if action == "cont" else followers[i].start()
             if not events and not later and _all_done(sim):
                 counts = sampler.last()
-                if counts != last_counts:
+                quiet = time.time() - settled_since if counts == last_counts else None
+                if quiet is None:
                     settled_since, last_counts = time.time(), counts
-                elif time.time() - settled_since >= SETTLE:
+                elif quiet >= SETTLE:
                     settled = True
                     break
+                elif quiet >= QUIET and time.time() >= next_look:
+                    next_look = time.time() + LOOK_EVERY
+                    if _nothing_left(_observe(sim, schedule, followers, t0, sampler, owner_lost, time.time()),
+                                     db_url):
+                        settled = True
+                        break
             time.sleep(0.1)
     finally:
         for f in followers:
@@ -237,28 +249,11 @@ def run_schedule(schedule: dict, db_url: str, workdir: Path, *, timeout: float |
         sampler.stop()
         if driver is not None:
             driver.stop()
-        ended = time.time()
-        truths = {js["name"]: sim.truth(js["name"]) for js in schedule["jobsets"]}
-        servable, written, reads = _line_truth(sim, schedule)
-        log_reads = sim.log_reads if len(followers) > 1 else []
-        faults = sim.truth.unavailable()
-        unavailable = _outages(faults, ended)
-        burst_ends = [None if o.to_ns is None else o.to_ns / 1e9 for o in faults if o.kind == "fail_next"]
+        obs = _observe(sim, schedule, followers, t0, sampler, owner_lost, time.time())
         sim.stop_thread()
         if proxy is not None:
             proxy.stop()
-    spans = sorted((s, e) for f in followers for s, e in f.spans)
-    obs = Observation(schedule=schedule, truths=truths, started=t0, collector=spans,
-                      samples=sampler.samples, log_reads=log_reads, owner_lost=owner_lost, ended=ended,
-                      servable=servable, written=written, unavailable=unavailable, reads=reads,
-                      burst_ends=burst_ends,
-                      running={account(f.index): [(a, min(b, ended)) for a, b in f.spans] for f in followers},
-                      resumed={account(f.index): list(f.resumes) for f in followers})
-    store = open_store(db_url)
-    try:
-        verdict = judge(obs, store)
-    finally:
-        store.dispose()
+    verdict = _verdict(obs, db_url)
     if echo is not None:
         echo(verdict.line())
         if not settled:
@@ -268,6 +263,42 @@ def run_schedule(schedule: dict, db_url: str, workdir: Path, *, timeout: float |
             for o in verdict.offending:
                 echo("  " + o)
     return verdict, obs
+
+
+def _observe(sim: SimCluster, schedule: dict, followers: list[Follower], t0: float, sampler: Sampler,
+             owner_lost: list, ended: float) -> Observation:
+    """What the run saw up to `ended` (the simulator's truth, when the collectors ran)."""
+    truths = {js["name"]: sim.truth(js["name"]) for js in schedule["jobsets"]}
+    servable, written, reads = _line_truth(sim, schedule)
+    faults = sim.truth.unavailable()
+    return Observation(
+        schedule=schedule, truths=truths, started=t0,
+        collector=sorted((a, min(b, ended)) for f in followers for a, b in f.spans),
+        samples=list(sampler.samples), log_reads=list(sim.log_reads) if len(followers) > 1 else [],
+        owner_lost=list(owner_lost), ended=ended, servable=servable, written=written,
+        unavailable=_outages(faults, ended), reads=reads,
+        burst_ends=[None if o.to_ns is None else o.to_ns / 1e9 for o in faults if o.kind == "fail_next"],
+        running={account(f.index): [(a, min(b, ended)) for a, b in f.spans] for f in followers},
+        resumed={account(f.index): list(f.resumes) for f in followers})
+
+
+def _verdict(obs: Observation, db_url: str, create: bool = True) -> Verdict:
+    """The oracle's verdict on `obs` against the store."""
+    store = open_store(db_url, create=create)
+    try:
+        return judge(obs, store)
+    finally:
+        store.dispose()
+
+
+def _nothing_left(obs: Observation, db_url: str) -> bool:
+    """Whether the oracle passes now with every step still served recorded: the collector has
+    nothing left to read, and waiting out the rest of SETTLE would change nothing it judges."""
+    try:
+        verdict = _verdict(obs, db_url, create=False)
+    except Exception:  # noqa: BLE001 - the store is away or a read failed mid-fault: look again later
+        return False
+    return verdict.ok and verdict.counts["unread_at_end"] == 0
 
 
 def _replica_event(ev: dict, followers: list[Follower], db_url: str, owner_lost: list,

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
-from steptail.runs.findings import Finding, Settings, sort_key
+from steptail.runs.detect import Settings
+from steptail.runs.findings import Finding, sort_key
 from steptail.runs.policy import stop_worthy
 from steptail.runs.reference import Reference
 from steptail.storage.db import Store

@@ -13,9 +13,10 @@ from collections import Counter
 
 import sqlalchemy as sa
 
+from steptail.runs.detect import Settings
 from steptail.runs.detectors import FindingEngine
 from steptail.runs.evaluable import not_evaluable
-from steptail.runs.findings import STEP1_CE_GATE, Finding, Settings, is_live_kind, sort_key
+from steptail.runs.findings import STEP1_CE_GATE, Finding, is_live_kind, sort_key
 from steptail.runs.model import FLAG_KINDS, Batch
 from steptail.runs.rows import FINDINGS
 from steptail.runs.stream_gap import StreamGap

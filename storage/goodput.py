@@ -143,8 +143,7 @@ def _recompute(conn: sa.Connection, run: str, inc: int, blocks: set[int], spans:
         pr = {**p, "lo": lo, "hi": hi}
         olds = dict(conn.execute(_BLOCKS_IN, {**p, "b0": b0, "b1": b1}).fetchall())
         rows = conn.execute(_BLOCK_ROWS, pr).fetchall()
-        prev = conn.execute(_PREV, pr).first()
-        prev = None if prev is None else tuple(prev)
+        prev = _prev(conn, p, lo)
         saves = {s for (s,) in conn.execute(_BLOCK_SAVES, {**p, "lo": max(lo - 1, LOWEST), "hi": hi - 1})}
         at = 0
         for b in range(b0, b1 + 1):
@@ -160,7 +159,7 @@ def _recompute(conn: sa.Connection, run: str, inc: int, blocks: set[int], spans:
                     drops.append({**p, "b": b})
                 continue
             state = gp.block_state(mine, prev, first, started, saves, later)
-            prev = tuple(mine[-1][:2])
+            prev = tuple(state["end"])
             gp.add(agg, state)
             puts.append({**p, "b": b, "state": json.dumps(state, separators=(",", ":"))})
     if drops:
@@ -169,6 +168,17 @@ def _recompute(conn: sa.Connection, run: str, inc: int, blocks: set[int], spans:
         conn.execute(_PUT_BLOCK, puts)
     agg["started_ns"] = started
     conn.execute(_PUT_AGG, {**p, "state": json.dumps(agg, separators=(",", ":"))})
+
+
+def _prev(conn: sa.Connection, p: dict, lo: int) -> tuple | None:
+    """The incarnation's stored step before `lo`, with the anchor of its burst when its block
+    kept one (runs.goodput.block_state's "end"; a store from before has none: the step alone)."""
+    row = conn.execute(_PREV, {**p, "lo": lo}).first()
+    if row is None:
+        return None
+    state = conn.execute(_BLOCK, {**p, "b": gp.block_of(row[0])}).scalar()
+    end = json.loads(state).get("end") if state is not None else None
+    return tuple(end) if end is not None and end[0] == row[0] else tuple(row)
 
 
 def _runs_of(blocks: set[int]) -> list[tuple[int, int]]:

@@ -18,12 +18,11 @@ from itertools import chain
 
 import sqlalchemy as sa
 
+from steptail.runs.cursor import Cursor
+from steptail.runs.identities import IDENTITY_TABLES, Identities
 from steptail.runs.model import (
     BAD_LINE,
-    IDENTITY_TABLES,
     Batch,
-    Cursor,
-    Identities,
     Incarnation,
     RunModel,
     planned_steps,
@@ -321,7 +320,7 @@ def load_model(conn: sa.Connection, run: str) -> RunModel:
 
 
 def load_identities(conn: sa.Connection, run: str) -> Identities:
-    """The run's record identities as the store holds them (runs.model.Identities): every step
+    """The run's record identities as the store holds them (runs.identities.Identities): every step
     row's (incarnation, step, stamp), in step order; the checkpoint lines' stamps; the start-up
     of each incarnation that read its start-up lines."""
     ids = Identities()

@@ -123,6 +123,11 @@ ISSUE33: dict[int, tuple[dict, tuple[str, ...], str]] = {
            "1: an old block served again as the JobSet restarted held steps 30-37, once rotated away "
            "unread: a step going back, the next going on from it: taken for a replay, a false "
            "incarnation 2 (8 rows)"),
+    # found by the 200-seed benchmark of 2026-12-06 (main 1ed9370); failed on cd61e26 too
+    66: (BENCH20, ("sqlite",),
+         "1: a JobSet restart whose new pod's head rotated away unread (incarnation 2 read from step "
+         "30), then its oldest lines served again: its own start-up line, read after its steps, was "
+         "taken for a restart: a false incarnation 3 with 29 rows, steps 31-35 filed there, 52-54 missed"),
     306: (ISSUE33_ARGS, ("sqlite",),
           "2: auth lapses then 5xx bursts, 503s on logs, a slow API over rotations: steps servable "
           ">= 5 s missed, 27.7 s from a fault's end to the next line read"),

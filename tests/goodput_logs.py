@@ -89,18 +89,18 @@ def timed_log(fsdp3: int = 4, slow: float = 20.0) -> str:
     return "\n".join(out) + "\n"
 
 
-def bursty_log(burst: int, seconds: bool = True, stalls: tuple[int, ...] = ()) -> str:
-    """Two incarnations of 10 s steps on one mesh: the first's lines reach the kubelet `burst`
-    steps at a time (one stamp, microseconds apart, as a buffered stdout or a lagging pipe hands
-    them over), the second's as each step ends. `seconds`: `completed step` lines carry them;
-    `stalls`: steps of the second whose lines come 60 s late (and every later one with them)."""
+def bursty_log(burst: int, seconds: bool = True, stalls: tuple[int, ...] = (), steps: int = 60) -> str:
+    """Two incarnations of 10 s steps on one mesh: the first's `steps` lines reach the kubelet
+    `burst` steps at a time (one stamp, microseconds apart, as a buffered stdout or a lagging
+    pipe hands them over), the second's 60 as each step ends. `seconds`: `completed step` lines
+    carry them; `stalls`: steps of the second whose lines come 60 s late (and every later one)."""
     out: list[str] = []
-    for inc, (first, last) in enumerate(((1, 60), (61, 120)), start=1):
-        t0 = 0.0 if inc == 1 else 700.0
+    for inc, (first, last) in enumerate(((1, steps), (steps + 1, steps + 60)), start=1):
+        t0 = 0.0 if inc == 1 else 10.0 * steps + 100
         out.append(_line(t0, "Jax distributed system initialized! process_index=0 process_count=32"))
         out.append(_line(t0, "Config param ici_fsdp_parallelism: 8"))
         if inc == 2:
-            out.append(_line(t0, "Restoring checkpoint from step 60."))
+            out.append(_line(t0, f"Restoring checkpoint from step {steps}."))
         for n in range(first, last + 1):
             ends = t0 + 10 * (n - first + 1) + 60 * sum(1 for x in stalls if inc == 2 and x <= n)
             at = ends if inc == 2 else t0 + 10 * (-(-(n - first + 1) // burst) * burst) + 1e-5 * n

@@ -27,12 +27,15 @@ from test_page import STEPTAIL, _ingest, chromium, needs_chromium, tab  # noqa: 
 from steptail.cli import main
 from steptail.collector.live.follower import RunStatus
 from steptail.collector.live.view import run_state, severity_text, summary
+from steptail.collector.notify.channel import Channel
 from steptail.collector.notify.collector_events import CollectorEvents
+from steptail.collector.notify.events import attach
 from steptail.collector.notify.health import Health
 from steptail.collector.notify.metrics import Metrics, MetricsServer
 from steptail.http.server import serve
 from steptail.live_view import rows
-from steptail.runs.findings import COLLECTOR_FAULTS, Finding, Settings
+from steptail.runs.detect import Settings
+from steptail.runs.findings import COLLECTOR_FAULTS, Finding
 from steptail.storage.collector_events import read_events, record_events
 from steptail.storage.db import open_store
 
@@ -167,8 +170,9 @@ def test_a_head_lost_while_discovery_was_refused_names_discovery(make_simcluster
 # ---- the parts, without a cluster ----------------------------------------------------------------
 
 def test_events_start_clear_and_are_stored_on_both_stores(db_url):
-    metrics, streamed = Metrics(), []
-    book = CollectorEvents(metrics, on_event=streamed.append)  # follow -o ndjson's lines
+    metrics, streamed, channel = Metrics(), [], Channel()
+    attach(channel, streamed.append)  # follow -o ndjson's lines
+    book = CollectorEvents(metrics, channel)
     follower = Health("follower", "r", metrics)
     follower.events = book
     discovery = Health("discovery", "", metrics)

@@ -115,7 +115,7 @@ def test_stderr_is_classified_and_secrets_masked(stderr, kind):
 def test_follow_passes_detector_settings_to_the_live_engine(store):
     """`follow --reference-ce/--stall-k…` reach the same engine `check` uses."""
     from steptail.collector.live.detect import Detectors
-    from steptail.runs.findings import Settings
+    from steptail.runs.detect import Settings
 
     det = Detectors("r", store, settings=Settings(stall_k=7.0), reference_ce={1: 3.5})
     assert det.engine.settings.stall_k == 7.0 and det.engine.reference_ce == {1: 3.5}

@@ -22,7 +22,8 @@ from steptail.collector.live.detect import Detectors
 from steptail.collector.live.sink import RunSink
 from steptail.parsers import format_ns
 from steptail.parsers.fast import line_ts
-from steptail.runs.model import JUMP_CONFIRM_LINES, RunModel, floor_second, line_digest
+from steptail.runs.cursor import JUMP_CONFIRM_LINES, floor_second, line_digest
+from steptail.runs.model import RunModel
 from steptail.storage.findings import check_run
 from steptail.storage.reads import iter_loss_parts
 from steptail.storage.sql import load_model

@@ -1,4 +1,4 @@
-"""The detector options: made from runs.findings.Settings, so each knob's default and help are
+"""The detector options: made from runs.detect.Settings, so each knob's default and help are
 declared once and every command that runs the detectors offers the same ones."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from steptail.commands._detect_options import Detection
-from steptail.runs.findings import Settings
+from steptail.runs.detect import Settings
 
 COMMANDS = ("check", "ingest", "reparse", "archive", "follow")
 STEPTAIL = str(Path(sys.executable).parent / "steptail")

@@ -45,7 +45,7 @@ def test_a_new_rule_is_one_module_the_engine_asks_on_every_path():
 
 
 def test_the_built_in_rules_are_plug_ins_too():
-    """Without them the engine still judges every step (gaps, stalls…) and nothing else."""
+    """Without them the engine still finds the gaps between steps, and no rule."""
     lines = LogBuilder(step_seconds=1.0).start(ici_context_parallelism=4, context_parallel_load_balance="true")
     for s in (1, 2, 3, 5):
         lines.step(s, 2.0)

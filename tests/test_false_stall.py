@@ -17,7 +17,7 @@ import time
 import pytest
 from test_follow_support import assert_exactly_once, findings, follow_sim, scenario
 
-from steptail.runs.findings import Settings
+from steptail.runs.detect import Settings
 
 pytestmark = pytest.mark.timeout(150)
 CLI = [sys.executable, "-c", "from steptail.cli import main; main()"]

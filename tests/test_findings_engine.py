@@ -11,8 +11,9 @@ from click.testing import CliRunner
 from findings_logs import SEC, T0, LogBuilder, feed_engine, keys, store_lines
 
 from steptail.cli import main
+from steptail.runs.detect import Settings
 from steptail.runs.detectors import FindingEngine
-from steptail.runs.findings import Finding, Settings
+from steptail.runs.findings import Finding
 from steptail.runs.reference import ReferenceError, load_reference
 from steptail.runs.stream_gap import StreamGap
 from steptail.storage.findings import check_run, save_findings

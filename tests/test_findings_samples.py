@@ -117,7 +117,7 @@ def test_gap_alerted_when_the_next_step_arrives(samples):
 
 
 def test_resume_tolerance_is_configurable(samples):
-    from steptail.runs.findings import Settings
+    from steptail.runs.detect import Settings
 
     engine, _ = feed_engine("rm", sample_lines(samples / "resume-mismatch.log"),
                             settings=Settings(resume_tolerance=0.06))

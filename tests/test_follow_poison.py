@@ -36,3 +36,22 @@ def test_poison_lines_in_a_followed_stream_cost_only_themselves(make_simcluster,
     assert "step_jump" in {kind for kind, _ in findings(db_url, "r")}
     st = sup.status["r"]
     assert st.done and st.last_step == 120 and st.failures == 0, st.errors  # no commit refused
+
+
+@pytest.mark.parametrize(("at_step", "line", "odd"), [
+    (40, "LOSS-PARTS step=5000 ce=2.5", 5000),  # ahead, printed with step 40: no run steps so fast
+    (120, "LOSS-PARTS step=60 ce=9.5", 60),  # back, and the log ends: no step goes on from it
+], ids=["ahead", "back at the end"])
+def test_one_odd_loss_line_forks_nothing_on_the_live_path(make_simcluster, db_url, at_step, line, odd):
+    """Before: the line ahead opened a false incarnation at step 41 (and a 4959-step gap); the
+    line going back at the end was held for a next step that never came, and dropped unflagged."""
+    sim = make_simcluster(scenario({"action": "write_lines", "at_step": at_step, "lines": [PREFIX + line]},
+                                   jobsets=[{"name": "olmo3-sft", "hosts": 1,
+                                             "trainer": {"steps": 120, "checkpoint_period": 1000}}]))
+    follow_sim(sim, db_url)
+    r = assert_exactly_once(sim, db_url, "r")
+    assert len(r["got"]) == 120 and not r["gaps"]
+    assert rows(db_url, "SELECT COUNT(*) FROM incarnations WHERE run = :r", "r") == [(1,)]
+    assert [d for k, d in findings(db_url, "r") if k == "step_jump"][0].startswith(f"step {odd} after step ")
+    assert "gap" not in {kind for kind, _ in findings(db_url, "r")}
+    assert rows(db_url, "SELECT kind, step FROM quarantine WHERE run = :r", "r") == [("loss_parts", odd)]

@@ -36,7 +36,7 @@ def follow_sim(sim, db: str, jobsets: dict[str, str] | None = None, *, silence: 
                expect_runs: int = 1, timeout: float = 60.0, raw: str | None = None, settings=None,
                metrics=None, **config) -> Supervisor:
     """Follow until every run is done (process 0 completed), bounded by `timeout`. `settings`:
-    the detectors' (runs.findings.Settings); `config`: more FollowConfig fields."""
+    the detectors' (runs.detect.Settings); `config`: more FollowConfig fields."""
     store = open_store(db)
     target = KubeTarget(sim.scenario.namespace, sim.account, str(sim.kubeconfig_path))
     plan = Plan(target, jobsets if jobsets is not None else {"olmo3-sft": "r"}, follow_all=follow_all,

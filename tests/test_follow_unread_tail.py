@@ -42,3 +42,40 @@ def test_a_pod_deleted_unread_while_following_is_a_gap_and_an_unread_tail_findin
     inc, first, last, detail = tails[0]
     assert (inc, first, last) == (1, read, read) and first != NO_STEP  # after the last step read
     assert "deleted before its log was read to the end" in detail and "lost" in detail
+
+
+def test_a_tail_rotated_away_unread_before_the_container_ended_is_a_gap(make_simcluster, tmp_path):
+    """Chaos seed 103 in CI (a loaded machine): the stream hangs on a rotation at step 100,
+    steps 101-160 come fast, the file holding them rotates as the last is written and the
+    container ends. The current file is empty: the re-read of the ended container returns no
+    line at all, so nothing in it could say it did not reach back to the last line read."""
+    sim = make_simcluster(scenario(
+        {"action": "rotate", "at_step": 100},
+        {"action": "set_rate", "at_step": 100, "steps_per_second": 400},
+        {"action": "rotate", "at_step": 160},
+        rate=20, jobsets=[{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": 160, "checkpoint_period": 50}}]))
+    db = str(tmp_path / "s.db")
+    follow_sim(sim, db, timeout=90)
+    r = assert_exactly_once(sim, db, "r")  # every lost step lies inside a recorded stream gap
+    lost = sorted(s for _, s in {(t.incarnation, t.step) for t in r["truth"]} - r["got"])
+    read = max(s for _, s in r["got"])
+    assert lost == list(range(read + 1, 161)), lost  # the tail, never served
+    tails = [(f[2], f[3], f[4], f[5]) for f in read_store(db, list_findings, "r") if f[1] == UNREAD_TAIL]
+    assert len(tails) == 1, "a tail lost unread is a finding, not silence"
+    inc, first, last, detail = tails[0]
+    assert (inc, first, last) == (1, read, read)  # after the last step read
+    assert "served no line" in detail and "rotated away" in detail
+    assert [reason for *_, reason in r["gaps"] if "served no line" in reason]
+
+
+def test_an_ended_container_whose_last_line_read_is_still_served_has_no_unread_tail(make_simcluster, tmp_path):
+    """The other side: a stream hung on a rotation, the container ends with lines in its
+    current file. Its last read serves them: the loss (if any) is an ordinary rotation gap."""
+    sim = make_simcluster(scenario(
+        {"action": "rotate", "at_step": 100},
+        rate=20, jobsets=[{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": 120, "checkpoint_period": 50}}]))
+    db = str(tmp_path / "s.db")
+    follow_sim(sim, db, timeout=90)
+    r = assert_exactly_once(sim, db, "r")
+    assert len(r["got"]) == 120
+    assert not [f for f in read_store(db, list_findings, "r") if f[1] == UNREAD_TAIL]

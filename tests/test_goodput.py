@@ -152,6 +152,15 @@ def test_steps_stamped_in_bursts_count_their_seconds(store, tmp_path, burst):
     assert [i["median_step_s"] for i in g["incarnations"]] == pytest.approx([10.0, 10.0])
 
 
+def test_a_burst_across_a_block_edge_counts_its_seconds(store, tmp_path):
+    """Goodput is kept in blocks of 256 steps: a burst that goes on across an edge (steps
+    253-259 in bursts of 7) keeps the line before it as its anchor in the next block too, so
+    the `seconds` of its steps there are not capped at their microsecond intervals."""
+    ingest_text(store, "edge", tmp_path / "edge.log", bursty_log(7, steps=300))
+    g = run_goodput(store, "edge")
+    assert close(g["productive_s"], 3600.0), g["productive_s"]  # 360 steps of 10 s
+
+
 def test_metrics_gauges_and_their_cache(store, tmp_path):
     from steptail.http.metrics import StoreCollector
     from steptail.storage.goodput import GoodputCache

@@ -9,7 +9,7 @@ import json
 import random
 
 import pytest
-from goodput_logs import EXPECTED, timed_log
+from goodput_logs import EXPECTED, bursty_log, timed_log
 
 from steptail.runs import goodput as gp
 from steptail.runs.model import Batch, RunModel
@@ -31,7 +31,8 @@ def both(store, run: str) -> tuple[dict, dict]:
 
 
 def logs(samples) -> dict[str, list[bytes]]:
-    out = {"timed": timed_log().encode().splitlines(keepends=True)}
+    out = {"timed": timed_log().encode().splitlines(keepends=True),
+           "bursty": bursty_log(7, steps=100).encode().splitlines(keepends=True)}  # bursts across block edges
     for name in SAMPLES:
         out[name] = (samples / f"{name}.log").read_bytes().splitlines(keepends=True)
     return out
@@ -55,7 +56,7 @@ def test_the_state_kept_at_commit_is_the_full_recomputation(store, samples, ever
         commit_every(store, run, lines, every)
         stored, full = both(store, run)
         assert stored == full, name
-        assert (stored["replayed_s"] > 0) == (name not in ("clean-300", "cp4-lb-nan")), name
+        assert (stored["replayed_s"] > 0) == (name not in ("clean-300", "cp4-lb-nan", "bursty")), name
     stored, _ = both(store, f"timed-{every}")
     for key, want in EXPECTED.items():
         assert stored[key] == pytest.approx(want, rel=0.01), key

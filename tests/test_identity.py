@@ -1,5 +1,5 @@
 """Exactly once by identity (issue 33): a record line whose kubelet stamp and text were
-recorded for the run is a repeat however long ago (runs.model.Identities: each step row's
+recorded for the run is a repeat however long ago (runs.identities.Identities: each step row's
 stamp, per kind and incarnation; start-up and checkpoint lines by their stamps); a replay is an
 earlier step with a new stamp. Stamps going back lose nothing, and the cursor holds nothing
 back: no hold to outlive a node clock stepped back. A model resumed from the store
@@ -21,6 +21,7 @@ from test_cursor_order import KEY, S, floor_second
 from test_cursor_order import follow as follow_lines
 from test_follow_support import assert_exactly_once, follow_sim
 from test_follow_support import findings as stored_findings
+from test_follow_support import read as read_store
 from test_follow_support import scenario as follow_scenario
 from test_poison_lines import T0, ingest_file, write
 
@@ -29,9 +30,14 @@ from steptail.collector.live.overlap import Overlap
 from steptail.collector.live.sink import RunSink
 from steptail.parsers import format_ns
 from steptail.parsers.fast import line_ts
-from steptail.runs.findings import Settings
-from steptail.runs.model import LOSS, Cursor, Identities, RunModel
+from steptail.parsers.timestamps import parse_rfc3339
+from steptail.runs.cursor import Cursor
+from steptail.runs.detect import Settings
+from steptail.runs.identities import LOSS, Identities
+from steptail.runs.model import RunModel
+from steptail.runs.rows import FINDINGS
 from steptail.storage.findings import check_run
+from steptail.storage.reads import list_findings
 from steptail.storage.sql import load_model
 
 STEP_TABLES = ("loss_parts", "required_rbf", "pod_metrics")
@@ -315,7 +321,15 @@ def test_follow_a_clock_stepped_back_then_a_rotation(make_simcluster, db_url, se
     seen = assert_exactly_once(sim, db_url, "r")  # what was lost lies in a stream gap
     kinds = {k for k, _ in stored_findings(db_url, "r")}
     assert len(seen["got"]) == STEPPED, (len(seen["got"]), kinds)
-    assert not kinds & {"stall", "step_jump", "resume_mismatch", "head_gap"}, stored_findings(db_url, "r")
+    assert not kinds & {"step_jump", "resume_mismatch", "head_gap"}, stored_findings(db_url, "r")
+    # A stall is false unless the simulator itself paused that long: a starved writer thread on a
+    # loaded machine stamps a real pause (CI: step 686 stamped 6.6 s after 685), and is one
+    stamps = {(t.incarnation, t.step): parse_rfc3339(t.timestamp) for t in seen["truth"]}
+    for f in read_store(db_url, list_findings, "r"):
+        if f[FINDINGS.KIND] == "stall":
+            inc, step = f[FINDINGS.INCARNATION], f[FINDINGS.FIRST_STEP]
+            paused = (stamps[(inc, step)] - stamps[(inc, step - 1)]) / 1e9
+            assert paused >= 5.0, (paused, f[FINDINGS.DETAIL])
 
 
 # -- a model resumed from the store holds a step going back -------------------------------------

@@ -17,8 +17,10 @@ import sqlalchemy as sa
 from steptail.collector.offline.files import open_source
 from steptail.collector.offline.ingest import ingest
 from steptail.parsers import format_ns
+from steptail.runs.detect import DETECTORS, Settings
+from steptail.runs.detect.missing_rbf import MissingRbf, Owed
+from steptail.runs.detect.stall import Stall
 from steptail.runs.detectors import FindingEngine
-from steptail.runs.findings import Settings
 from steptail.runs.model import Batch
 from steptail.simcluster.trainer import Trainer
 from steptail.storage import sql as sql_module
@@ -159,14 +161,22 @@ def test_an_ingest_done_again_writes_nothing_new(store, tmp_path):
     assert list_findings(store, "big") == findings
 
 
+class RbfByRow(MissingRbf):
+    def _steady(self, inc, rows) -> int:
+        return 0
+
+
 class RowByRow(FindingEngine):
-    """The engine without its steady path: every row through _loss and _rbf."""
+    """The engine without its steady path: every row through _loss and MissingRbf.rbf."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, detectors=tuple(RbfByRow if d is MissingRbf else d for d in DETECTORS), **kwargs)
 
     def _steady_losses(self, inc, rows) -> int:
         return 0
 
-    def _steady_rbfs(self, inc, rows) -> int:
-        return 0
+    def detector(self, cls):
+        return super().detector(RbfByRow if cls is MissingRbf else cls)
 
 
 def test_findings_of_the_samples_are_those_row_by_row(store, samples, monkeypatch):
@@ -242,10 +252,11 @@ def _run(cls, batches: list[Batch], settings: Settings) -> tuple:
     engine = cls("r", settings, {1: 2.0}, clock=clock)
     outs = [[(f.key, f.last_step, f.detail, f.detected_ns) for f in engine.observe(b)] for b in batches]
     outs.append([(f.key, f.last_step, f.detail) for f in engine.finish()])
-    state = {n: (i.last_step, i.last_ts, i.last_rbf, list(i.pending_rbf), sorted(i.rbf_steps))
+    owed = engine.detector(MissingRbf).owed
+    state = {n: (i.last_step, i.last_ts, (o := owed.get(n, Owed())).last, list(o.pending), sorted(o.seen))
              for n, i in engine._incs.items()}
     return outs, sorted((k, vars(f)) for k, f in engine.findings.items()), state, len(calls), \
-        engine._median.value(), engine._max_step
+        engine.detector(Stall).median.value(), engine._max_step
 
 
 @pytest.mark.parametrize("seed", range(40))

@@ -12,6 +12,7 @@ import pytest
 from test_cursor_order import KEY, S, follow, log
 from test_poison_lines import T0, findings, ingest_file, quarantined, rows, write
 
+from steptail.parsers import format_ns
 from steptail.runs.model import RunModel
 from steptail.storage.findings import check_run
 from steptail.storage.reads import iter_loss_parts
@@ -101,3 +102,70 @@ def test_evidence_opens_the_incarnation_at_once():
     model.feed(b"2026-11-30T04:01:00Z I1130 checkpointing.py:1] Restoring checkpoint from step 2.", stream="uid2/jax/0")
     model.feed(log(3, lambda n, k: CLOCK(n, k) + 60 * S)[7], stream="uid2/jax/0")  # step 3 again
     assert [(r[1], r[2]) for r in model.take().loss_parts] == [(3, 3)] and not model.batch.flags
+
+
+AHEAD = {"loss_parts": b"I1130 train_sft.py:301] LOSS-PARTS step=1000 ce=9.000000",
+         "required_rbf": b"I1130 train.py:1333] REQUIRED_RBF step=1000 max=1.0 per_layer=[1.0] program=normal",
+         "pod_metrics": b"I1130 metric_logger.py:210] completed step: 1000, seconds: 1.0, total_weights: 1, loss: 1.0"}
+
+
+@pytest.mark.parametrize("table", sorted(AHEAD))
+def test_one_line_far_ahead_forks_nothing(store, tmp_path, table):
+    """Step 1000 printed 1 ms after step 50's lines: no run steps 949 times in a moment.
+    Before: a LOSS-PARTS line so opened a false incarnation at step 51 and a 949-step gap."""
+    lines = log(100, CLOCK)
+    at = next(i for i, ln in enumerate(lines) if b"LOSS-PARTS step=51 " in ln)
+    lines = lines[:at] + [b"2026-11-30T04:00:50.001Z " + AHEAD[table]] + lines[at:]
+    ingest_file(store, "i", write(tmp_path / "i.log", lines))
+    follow(store, "f", lines, rereads=(at + 1, at + 2, at + 4))
+    for run in ("i", "f"):
+        assert [(i, s) for i, s, _ in loss(store, run)] == [(1, n) for n in range(1, 101)]
+        for t in ("required_rbf", "pod_metrics"):
+            assert table_steps(store, run, t) == [(1, n) for n in range(1, 101)]
+        (inc, step, detail), = findings(store, run, "step_jump")
+        assert (inc, step) == (1, 1000) and "sooner than the steps between could run" in detail
+        assert [(k, s) for k, s, _, _ in quarantined(store, run)] == [(table, 1000)]
+        kinds = {f.kind: f.severity for f in check_run(store, run)}
+        assert "gap" not in kinds and "critical" not in kinds.values(), kinds
+
+
+# 1 s a step, then 1000x faster from step 31 (the simulator's rates span as much)
+SPED_UP = lambda n, k: CLOCK(n, k) if n <= 30 else T0 + 30 * S + (n - 30) * S // 1000 + k * 1000  # noqa: E731
+
+
+@pytest.mark.parametrize("clock", [CLOCK, SPED_UP], ids=["steady", "sped up 1000x"])
+def test_steps_lost_to_a_rotation_are_a_gap_not_a_lone_line(store, tmp_path, clock):
+    """The other side: steps 31-70 missing from the log, the rest stamped as they ran."""
+    lines = [ln for ln in log(100, clock) if not any(b"step=%d " % n in ln or b"step: %d," % n in ln
+                                                    for n in range(31, 71))]
+    ingest_file(store, "g", write(tmp_path / "g.log", lines))
+    assert [s for _, s, _ in loss(store, "g")] == [*range(1, 31), *range(71, 101)]
+    assert not findings(store, "g", "step_jump") and not quarantined(store, "g")
+    assert [(f.kind, f.first_step, f.last_step) for f in check_run(store, "g") if f.kind == "gap"] == [("gap", 31, 70)]
+
+
+def test_an_incarnation_s_own_head_read_after_its_steps_opens_nothing():
+    """The new pod's head rotated away unread (read from step 30), then its oldest lines served
+    again: its start-up, its restore line and steps 21-29, stamped after the container started
+    and before step 30. Before: the start-up line was taken for a restart, a false incarnation
+    (chaos seed 66). A line stamped after the steps still opens one."""
+    restart = lambda n, k: CLOCK(n, k) + 100 * S  # noqa: E731
+    first, second = log(40, CLOCK), log(60, restart)
+    with_restore = [second[0], format_ns(restart(20, 9)).encode() + b" I1130 Restoring checkpoint from step 20."]
+    head = with_restore + second[1 + 3 * 20:1 + 3 * 29]  # start-up, restore, steps 21-29
+    model = RunModel("r")
+    model.pod = "pod-1"
+    for line in first:
+        model.feed(line, stream="uid1/jax/0")
+    model.pod = "pod-2"
+    model.ran_on("pod-2", container_started_ns=restart(0, 0) - S)
+    for line in [*second[1 + 3 * 29:], *head]:  # steps 30-60, then the head served again
+        model.feed(line, stream="uid2/jax/0")
+    batch = model.take()
+    loss_steps = sorted((r[1], r[2]) for r in batch.loss_parts)
+    assert loss_steps == [(1, n) for n in range(1, 41)] + [(2, n) for n in range(21, 61)]
+    assert sorted(batch.incarnations) == [1, 2] and model.current.restored_from == 20
+    assert not [f for f in batch.flags if f[0] == "r"]  # nothing flagged
+    # a start-up stamped after the steps read: a restart (evidence), a new incarnation
+    model.feed(format_ns(restart(61, 0)).encode() + b" " + second[0].split(b" ", 1)[1], stream="uid2/jax/0")
+    assert model.count == 3

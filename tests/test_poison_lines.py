@@ -447,6 +447,23 @@ def test_the_steady_path_takes_no_jump_whole(odd):
     assert steady == ref and ref[-2] == 1 and taken.count(True) >= 2
 
 
+@pytest.mark.parametrize("gap", [False, True], ids=["lone line ahead", "steps lost"])
+def test_the_steady_path_decides_a_step_ahead_as_the_lines_do(gap):
+    """Step 1000 right after step 25 (a lone line, quarantined) or steps 26-40 missing (a gap,
+    recorded): blocks cut at and around it give what line by line gives."""
+    lines = good_log()
+    at = len(startup()) + 3 * 25
+    if gap:
+        lines = lines[:at] + lines[at + 3 * 15:]
+    else:
+        lines = lines[:at] + [stamp(T0 + 25 * 10**9) + b"LOSS-PARTS step=1000 ce=1.5"] + lines[at:]
+    # cut at step starts (a block starting mid-step goes back to its step's stamp: line by line)
+    cuts = [0, at - 30, at, at + 42, len(lines)] if gap else [0, at - 30, at, at + 1, at + 40, len(lines)]
+    ref, steady, taken = both_paths(lines, cuts)
+    assert steady == ref and ref[-2] == (0 if gap else 1) and taken.count(True) >= 2
+    assert ref[0][-1][2] == STEPS and len(ref[0]) == STEPS - (15 if gap else 0)
+
+
 def test_the_steady_path_past_the_configured_steps():
     """A run that goes on past its configured steps is taken whole; a jump beyond them is not."""
     lines = good_log(config_steps=100)
@@ -496,3 +513,26 @@ def test_fuzz_hostile_lines_never_cost_a_good_step(tmp_path_factory, hostile, ch
     assert {(n, ce(n)) for n in range(1, 61)} <= {(s, c) for _, s, c in got["loss"]}
     assert {n for n in range(1, 61)} <= {s for _, s, _ in got["rbf"]}
     assert {n for n in range(1, 61)} <= {s for _, s in got["pod"]}
+
+
+AHEAD = {"pod": b"completed step: 1000, seconds: 1.0, total_weights: 1, loss: 1.0",
+         "rbf": b"REQUIRED_RBF step=1000 max=1.0 per_layer=[1.0] program=p"}
+
+
+@pytest.mark.parametrize("chunk", [5, 40])
+@pytest.mark.parametrize("kind", sorted(AHEAD))
+def test_a_record_far_ahead_costs_no_good_row(tmp_path, kind, chunk):
+    """Found by the fuzz test above: a well-formed `completed step: 1000` right after step 1
+    made steps 2-60 look behind their kind's last step, and cost them their pod rows."""
+    store = open_store(f"sqlite:///{tmp_path / 'f.db'}")
+    try:
+        ahead = stamp(T0 + 10**9) + AHEAD[kind]
+        lines = startup() + [ln for n in range(1, 61) for ln in step_lines(n) + ([ahead] if n == 1 else [])]
+        model, _ = follow_lines(store, "r", lines, chunk=chunk)
+        got = recorded(store, "r")
+        assert {(n, ce(n)) for n in range(1, 61)} <= {(s, c) for _, s, c in got["loss"]}
+        assert {n for n in range(1, 61)} <= {s for _, s, _ in got["rbf"]}
+        assert {n for n in range(1, 61)} <= {s for _, s in got["pod"]}
+        assert got["incarnations"] == [(1,)] and model.counters.duplicates == 0
+    finally:
+        store.dispose()

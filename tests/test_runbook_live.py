@@ -197,10 +197,15 @@ def test_each_rule_broken_by_a_live_jobset_is_a_finding_of_its_run(make_simclust
 
 
 def test_a_resume_on_another_image_is_a_finding_of_that_incarnation(make_simcluster, db_url, tmp_path):  # noqa: F811
-    sim = make_simcluster(base(rate=20, grace_seconds=4, jobsets=[js("olmo3-sft", trainer={"steps": 120})]))
+    # held at step 30 until the test restarts it: on a loaded machine (CI, 2026-12-06) the 120
+    # steps were done before the restart came, and only incarnation 1 was stored
+    sim = make_simcluster(base(rate=20, grace_seconds=4, jobsets=[js("olmo3-sft", trainer={"steps": 120})],
+                               faults=[{"at_step": 30, "action": "stall", "seconds": 600}]))
     proc = follow_started(sim, db_url, "--until-done", "--raw", str(tmp_path / "raw"))
+    sim.wait_step(30)  # the stall fired (once): the resumed steps below 30 do not stall again
     sim.set_image("olmo3-sft", image=OTHER_IMAGE)  # the restart's pods run another image
     sim.restart_jobset("olmo3-sft")
+    sim.stall("olmo3-sft", seconds=0)  # the new pods step again
     ended(proc)
     incs = query(db_url, "SELECT incarnation, image, image_id FROM incarnations WHERE run = 'olmo3-sft'"
                          " ORDER BY incarnation")
@@ -223,10 +228,15 @@ def test_a_resume_on_another_image_is_a_finding_of_that_incarnation(make_simclus
 
 
 def test_a_suspended_jobset_still_admitted_is_a_finding(make_simcluster, db_url):  # noqa: F811
+    # held at step 30 while the test suspends it, as the resume test above (120 steps can be
+    # done before a loaded machine's test acts)
     sim = make_simcluster(base(rate=20, jobsets=[js("olmo3-sft", trainer={"steps": 120}),
-                                                 js("other", trainer={"steps": 120})]))
+                                                 js("other", trainer={"steps": 120})],
+                               faults=[{"at_step": 30, "action": "stall", "seconds": 600, "jobset": "olmo3-sft"}]))
     proc = follow_started(sim, db_url, "--until-done")
+    sim.wait_step(30, "olmo3-sft")
     sim.suspend("olmo3-sft")  # admitted: Kueue keeps it running, nothing stops
+    sim.stall("olmo3-sft", seconds=0)
     err = ended(proc)
     assert findings(db_url) == {"olmo3-sft": {("rule:suspend", 0)}}, err
     (detail,), = query(db_url, "SELECT detail FROM findings WHERE kind = 'rule:suspend'")

@@ -23,7 +23,7 @@ from store_fixtures import PG_ADMIN
 from steptail.collector.live.detect import Detectors
 from steptail.collector.live.sink import RunSink
 from steptail.parsers import format_ns
-from steptail.runs.findings import Settings
+from steptail.runs.detect import Settings
 from steptail.runs.model import RunModel
 from steptail.simcluster.trainer import Trainer
 from steptail.storage.db import SCHEMA_HEAD, StoreError, open_store

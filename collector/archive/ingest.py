@@ -10,7 +10,7 @@ from pathlib import Path
 from steptail.collector.archive.job import ArchiveResult
 from steptail.collector.offline.ingest import IngestResult, Origin, ingest_paths
 from steptail.parsers.timestamps import parse_rfc3339
-from steptail.runs.findings import Settings
+from steptail.runs.detect import Settings
 from steptail.storage.db import Store
 from steptail.storage.run_files import ARCHIVE_MANIFEST, RunFile, record_file
 from steptail.storage.sources import kubernetes_source

@@ -76,7 +76,7 @@ class RunAssembly:
             status.last_error, reference = str(exc), None
         detectors = await asyncio.to_thread(
             partial(Detectors, run, store, plan.alerts, plan.metrics, plan.settings, reference,
-                    on_event=plan.on_event, collector_events=self.collector_events))
+                    channel=plan.channel, collector_events=self.collector_events))
         on_detectors(detectors)
         status.findings = detectors.verdicts  # the live view's counts by severity and stall
         # the sink: SQL, then the detectors, then Parquet (catching up what a killed collector left);
@@ -87,10 +87,10 @@ class RunAssembly:
             kubernetes_source(ns, jobset), plan.append, status=status,
             fence=(lambda conn: fence(conn, run, epoch)) if owned else None,
             on_lost=(lambda exc: self.lose(run, str(exc))) if owned and self.lose is not None else None,
-            raw=RawLog(plan.config.raw, run) if plan.config.raw else None, on_event=plan.on_event))
+            raw=RawLog(plan.config.raw, run) if plan.config.raw else None, channel=plan.channel))
         # the follower: process 0's pods, from discovery, read into the model
         return RunFollower(run, jobset, plan.target, self.discovery, model, sink, detectors, plan.config,
-                           status, health, on_event=plan.on_event, read_gate=self.read_gate)
+                           status, health, read_gate=self.read_gate)
 
 
 def claim_and_load(store: Store, run: str, jobset: str, namespace: str, append: bool,

@@ -13,15 +13,15 @@ import threading
 import time
 from dataclasses import dataclass
 
-from steptail.collector.notify import events
 from steptail.collector.notify.alerts import Alerter
+from steptail.collector.notify.channel import Channel, FindingsCommitted
 from steptail.collector.notify.metrics import Metrics
+from steptail.runs.detect import Settings
 from steptail.runs.detectors import FindingEngine
 from steptail.runs.findings import (
     UNREAD_TAIL,
     UNREADABLE_LOG,
     Finding,
-    Settings,
 )
 from steptail.runs.gaps import GAP, HEAD_GAP
 from steptail.storage.db import Store
@@ -61,7 +61,7 @@ def _seed_metrics(metrics: Metrics, store: Store, run: str) -> None:
 class Detectors:
     def __init__(self, run: str, store: Store | None = None, alerts: Alerter | None = None,
                  metrics: Metrics | None = None, settings: Settings | None = None,
-                 reference_ce: dict[int, float] | None = None, on_event: events.Hook | None = None,
+                 reference_ce: dict[int, float] | None = None, channel: Channel | None = None,
                  collector_events=None) -> None:
         self.run = run
         self.metrics = metrics
@@ -81,7 +81,7 @@ class Detectors:
         self.heard_ns: int | None = None
         self.heard_stamp_ns: int | None = None
         self._paused = False
-        self.on_event = on_event
+        self.channel = channel  # findings as they commit (collector.notify.channel)
         self._lock = threading.Lock()
         # the collector's events (collector.notify.collector_events.CollectorEvents), and the stream
         # gaps the follower recorded with one of them as their cause: a gap finding naming such a
@@ -175,8 +175,9 @@ class Detectors:
                 self.alerts.record(conn, findings)
 
     async def committed(self, findings: list) -> None:
-        """After the commit: remember and alert (publishing wakes the delivery worker; it never
-        waits on the network)."""
+        """After the commit: remember, tell the channel, and alert (publishing wakes the
+        delivery worker; it never waits on the network). The alerts are this class's own, not a
+        listener's: their webhook deliveries commit with the findings (save)."""
         if not findings:
             return
         self.flagged += findings
@@ -186,7 +187,8 @@ class Detectors:
                 for reason, ev in self._caused:
                     if reason in f.detail:
                         self.collector_events.lost(ev)
-        events.committed_findings(self.on_event, findings)
+        if self.channel is not None:
+            self.channel.emit(FindingsCommitted(self.run, findings))
         if self.alerts is not None:
             try:
                 await self.alerts.publish(findings, recorded=True)

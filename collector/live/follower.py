@@ -27,17 +27,19 @@ from steptail.collector.cluster import kubectl
 from steptail.collector.cluster.discovery import Discovery, PodInfo, reason_of, retry_after
 from steptail.collector.cluster.kubectl import KubeTarget
 from steptail.collector.live.detect import Detectors
+from steptail.collector.live.overlap import Overlap
 from steptail.collector.live.prefetch import Prefetch
 from steptail.collector.live.read_gate import ReadGate
 from steptail.collector.live.sink import RunSink
 from steptail.collector.live.spare import SpareRead
 from steptail.collector.live.stream_lines import StreamLines, stream_key
 from steptail.collector.live.stream_read import StreamReader
-from steptail.collector.notify import events
+from steptail.collector.notify.channel import Channel, StateChanged
 from steptail.collector.notify.health import Health
 from steptail.parsers.fast import line_ts
 from steptail.parsers.timestamps import format_ns
-from steptail.runs.model import Cursor, RunModel
+from steptail.runs.cursor import Cursor
+from steptail.runs.model import RunModel
 from steptail.runs.rows import LOSS_PARTS
 
 log = logging.getLogger("steptail.follow")
@@ -85,6 +87,15 @@ class RunStatus:
     done: bool = False
     # the run's findings by key, latest state (collector.live.detect.Detectors.verdicts)
     findings: dict = field(default_factory=dict, repr=False)
+    channel: Channel | None = field(default=None, repr=False, compare=False)  # told each state change
+
+    def set_state(self, state: str, pod: str | None = None) -> None:
+        """The run's state (and pod, when given): a change is told once, here, whoever makes it
+        (its follower, or the supervisor restarting it)."""
+        pod = self.pod if pod is None else pod
+        if self.channel is not None and (state, pod) != (self.state, self.pod):
+            self.channel.emit(StateChanged(self.run, state, pod))
+        self.state, self.pod = state, pod
 
 
 def _upper(ns: int | None) -> int | None:
@@ -102,12 +113,13 @@ DELETING_RETRY_S = 0.1
 # to 135 steps lost, issue 33); a retry a second costs one log request.
 RUNNING_RETRY_S = 1.0
 PAUSE_S = 1.0  # a sleep this much longer than asked: the process was not running (SIGSTOP, starved)
+PAUSE_LOOK_S = 0.25  # how often the pause watch wakes: a short sleep, so a stop always falls inside one
 
 
 class RunFollower:
     def __init__(self, run: str, jobset: str, target: KubeTarget, discovery: Discovery,
                  model: RunModel, sink: RunSink, detectors: Detectors, cfg: FollowConfig,
-                 status: RunStatus, health: Health | None = None, on_event: events.Hook | None = None,
+                 status: RunStatus, health: Health | None = None,
                  read_gate: ReadGate | None = None) -> None:
         self.run, self.jobset, self.target = run, jobset, target
         self.discovery, self.model, self.sink = discovery, model, sink
@@ -137,7 +149,6 @@ class RunFollower:
         self._resumed: set[str] = {k for k, c in model.cursors.items() if not c.done}
         self._prefetch: Prefetch | None = None  # the newest pod read while an older one drains
         self.pauses = 0  # times the collector was found not running (a jump of the loop's clock)
-        self.on_event = on_event
         self.hosts: int | None = None  # the JobSet's host count, once its object is read (runbook_live)
         # how each stream is read (a follow read and its watchdog, a drain's read, a look at the pod)
         self.read = StreamReader(run, target, discovery, model, sink, self.lines, cfg, self.recovery, self.known,
@@ -161,6 +172,7 @@ class RunFollower:
     # ------------------------------------------------------------------------ main loop
     async def run_forever(self) -> None:
         flusher = asyncio.create_task(self._flush_loop())
+        watch = asyncio.create_task(self._pause_watch())
         try:
             while not self.status.done:
                 await self._pass()
@@ -169,11 +181,12 @@ class RunFollower:
                 self._prefetch.cancel()
             if self.read.spare is not None:
                 await self.read.spare.stop()
-            flusher.cancel()
-            try:
-                await flusher
-            except asyncio.CancelledError:
-                pass
+            for task in (flusher, watch):
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
 
     async def _pass(self) -> None:
         if not self._looked_for_vanished and self.discovery.listed:
@@ -378,7 +391,7 @@ class RunFollower:
             newest = asyncio.create_task(self.read.newest_line(pod))
             read_at = cursor.read_at_ns
         try:
-            code, err, since = await self._drain_reads(pod, key, cursor, newest, read_at)
+            code, err, since, check = await self._drain_reads(pod, key, cursor, newest, read_at)
         finally:
             if newest is not None:
                 newest.cancel()
@@ -387,7 +400,7 @@ class RunFollower:
             return
         if code == 0:
             self.health.ok()
-            self.lines.read_to_end(key)
+            self.lines.read_ended(key, check, pod.name, _upper(pod.finished_ns))
             return
         kind, reason = kubectl.classify(err) if code is not None else ("timeout", err)
         if kind == kubectl.NOT_FOUND or gone:
@@ -398,9 +411,9 @@ class RunFollower:
         await self._report(kind, f"draining {pod.name}: {reason}")
 
     async def _drain_reads(self, pod: PodInfo, key: str, cursor: Cursor | None, newest: asyncio.Task | None,
-                           read_at: int) -> tuple[int | None, str, int | None]:
+                           read_at: int) -> tuple[int | None, str, int | None, Overlap]:
         """The drain's read from the cursor (kubectl's exit code, its error, where the read
-        started); read again from the pod's newest line (`newest`, asked beside it) when the
+        started, its overlap check); read again from the pod's newest line (`newest`, asked beside it) when the
         first read missed it, stamped before the read's start."""
         while True:
             since, skipping = self.lines.read_since(key)
@@ -409,12 +422,12 @@ class RunFollower:
             argv = self.target.logs_argv(pod.name, pod.container, since_ns=since)
             code, err = await self.read.read_once(argv, key, check)
             if newest is None:
-                return code, err, since
+                return code, err, since, check
             line, newest = await newest, None
             if code != 0 or not line or since is None or cursor.seen(line_ts(line), line, read_at):
-                return code, err, since  # read again only when the clock stepped back behind it
+                return code, err, since, check  # read again only when the clock stepped back behind it
             if cursor.since_ns is None or cursor.since_ns >= since:
-                return code, err, since
+                return code, err, since, check
 
     async def _catch_up_previous(self, pod: PodInfo) -> bool:
         """After an in-place restart, read the rest of the container we were following.
@@ -445,7 +458,7 @@ class RunFollower:
             return False
         if code == 0:
             self.health.ok()
-            self.lines.read_to_end(key)
+            self.lines.read_ended(key, check, pod.name, _upper(pod.previous_finished_ns))
             return True
         kind, reason = kubectl.classify(err) if code is not None else ("timeout", err)
         if kind in (kubectl.NOT_FOUND, kubectl.NO_PREVIOUS):
@@ -566,29 +579,30 @@ class RunFollower:
             return self.discovery.pods.get(pod.uid)
 
     def _set_state(self, state: str, pod: PodInfo | None = None) -> None:
-        pod_name = pod.name if pod is not None else self.status.pod
-        if self.on_event is not None and (state, pod_name) != (self.status.state, self.status.pod):
-            events.state_changed(self.on_event, self.run, state, pod_name)
-        self.status.state = state
+        self.status.set_state(state, pod.name if pod is not None else None)
         if state != "following":  # stalls are judged only while a stream delivers (StreamReader.follow sets it)
             self.sink.delivering(False)
-        if pod is not None:
-            self.status.pod = pod.name
         if state == "following":
             self.status.last_error = None if self.health.failing is None else self.status.last_error
 
     # ------------------------------------------------------------------------ committing
-    async def _flush_loop(self) -> None:
+    async def _pause_watch(self) -> None:
+        """Its own task, doing nothing but sleep: the flush loop spends most of its time in a
+        commit, and a stop that fell inside one went unseen (CI, 2026-12-06)."""
         while True:
             before = time.monotonic()
-            await asyncio.sleep(self.cfg.flush_interval)
-            now = time.monotonic()
-            late = now - before - self.cfg.flush_interval
+            await asyncio.sleep(PAUSE_LOOK_S)
+            late = time.monotonic() - before - PAUSE_LOOK_S
             if late >= PAUSE_S:  # the loop's clock jumped: this process was stopped or starved
                 self.pauses += 1
                 self.detectors.paused()
                 log.warning("%s: the collector was not running for %.1f s (stopped or starved): that time "
-                         "is not judged as the trainer's", self.run, late)
+                            "is not judged as the trainer's", self.run, late)
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.flush_interval)
+            now = time.monotonic()
             looked = None if self.read.heard is None else time.time_ns() - int((now - self.read.heard) * 1e9)
             self.detectors.heard(looked, self.read.heard_stamp)
             # shielded: a commit in flight at shutdown completes before the final flush
@@ -605,6 +619,7 @@ class RunFollower:
 
     async def _finish(self, pod: PodInfo) -> None:
         """Process 0 completed: end-of-data checks, everything committed, done."""
+        self.model.settle()  # the log ended: a step still held back has no step after it (as ingest)
         self.detectors.finish()
         await self.final_flush()
         self.status.done = True

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from steptail.runs.model import Cursor
+from steptail.runs.cursor import Cursor
 
 
 class Overlap:
@@ -75,6 +75,16 @@ class Overlap:
             return False
         self.asked = True
         return True
+
+    def unanswered(self) -> int | None:
+        """After the last read of an ended container: where its lost tail starts (the mark),
+        when this re-read served no line at all, else None. A re-read serves the last line read
+        while that line's file is current (it starts a little before it), so none means the file
+        rotated after it, and whatever the container wrote after it went with it (chaos seed
+        103: the last file rotated as the last step was written, the current one stayed empty)."""
+        if self.resolved or self.hwm_ns is None or self.first_ns is not None:
+            return None
+        return self._mark()
 
     def see(self, ts_ns: int | None, line: bytes) -> list[tuple[int, int, str]]:
         """The gaps (start, end, reason) this line opens: found at most once per read."""

@@ -15,7 +15,7 @@ import time
 
 from steptail.collector.live.lake_feed import LakeFeed, LakeWriter
 from steptail.collector.live.parquet_feed import ParquetFeed
-from steptail.collector.notify import events
+from steptail.collector.notify.channel import Channel, GapsCommitted, RowsCommitted
 from steptail.collector.notify.health import Health
 from steptail.runs.model import Batch, RunModel
 from steptail.runs.rows import LOSS_PARTS, POD_METRICS
@@ -50,10 +50,10 @@ class RunSink:
     def __init__(self, store: Store, run: str, parquet_root: str | LakeWriter | None, detectors,
                  parquet_every: float = 30.0, jobset: str | None = None, namespace: str | None = None,
                  source: str | None = None, append: bool = False, *, status=None, fence=None,
-                 on_lost=None, raw: RawLog | None = None, on_event: events.Hook | None = None):
+                 on_lost=None, raw: RawLog | None = None, channel: Channel | None = None):
         """`detectors` (their metrics, if any, count the store's failures; `status` the run's);
         with replicas `fence(conn)` raises NotOwner once another replica took the run, and
-        `on_lost(exc)` is told; `raw`: follow --raw's log; `on_event`: rows and gaps as they commit."""
+        `on_lost(exc)` is told; `raw`: follow --raw's log; `channel`: rows and gaps as they commit."""
         self.store, self.run = store, run
         self.sql = SqlSink(store)
         self.detectors = detectors
@@ -78,7 +78,7 @@ class RunSink:
         self._retry_delay = 0.0
         self._unsaved: list = []  # findings of a commit that failed: the engine will not raise them again
         self.last_loss: tuple | None = None  # last LOSS-PARTS row committed
-        self.on_event = on_event  # committed rows and gaps, as they commit
+        self.channel = channel  # committed rows and gaps, as they commit (collector.notify.channel)
         self.step_seconds: float | None = None  # from the last per-pod step line
         self._lock = asyncio.Lock()
         # replicas (collector.live.ownership): each commit first checks the run is still ours; when it
@@ -186,9 +186,10 @@ class RunSink:
                     model.counters.bad(f"store refused a {table} row (quarantined): {why}")
                 for b, committed_gaps in todo:
                     b = b.without(r for _, r, _ in refused) if refused else b
-                    if self.on_event is not None:
-                        events.committed_rows(self.on_event, b)
-                        events.committed_gaps(self.on_event, self.run, committed_gaps)
+                    if self.channel is not None:
+                        self.channel.emit(RowsCommitted(self.run, b))
+                        if committed_gaps:
+                            self.channel.emit(GapsCommitted(self.run, committed_gaps))
                     written += len(b)
                     if b.loss_parts:
                         self.committed_steps += len(b.loss_parts)

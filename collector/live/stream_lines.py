@@ -114,6 +114,18 @@ class StreamLines:
         self.cause = None
         self.read_to_end(key)
 
+    def read_ended(self, key: str, check: Overlap, pod: str, end_ns: int | None) -> None:
+        """The last read of an ended container `pod` (stream `key`) is done, `check` its
+        overlap check: the stream is read to its end, unless that read served no line at all
+        (Overlap.unanswered) — then what came after the last line read is an unread tail."""
+        mark = check.unanswered()
+        if mark is None:
+            self.read_to_end(key)
+            return
+        self.unread_tail(key, pod, mark, end_ns,
+                         f"the last read of pod {pod}'s ended container served no line, not even the last one "
+                         "read: the file holding it was rotated away, with whatever the container wrote after it")
+
     def read_to_end(self, key: str) -> None:
         self.finished.add(key)
         self.model.finish_stream(key)
@@ -123,7 +135,7 @@ class StreamLines:
         stamp of the latest line read, which follows a clock stepped back (Cursor.since_ns: a
         later since would have the server filter out new lines stamped before it). Each read of
         a stream starts here, so the cursor is told a re-read begins: its first lines may
-        repeat what was read (runs.model.Cursor)."""
+        repeat what was read (runs.cursor.Cursor)."""
         cursor = self.model.cursors.get(key)
         if cursor is None:
             return None

@@ -27,12 +27,13 @@ from steptail.collector.live.lake_feed import LakeWriter
 from steptail.collector.live.ownership import INTERVAL, LOOK_TIMEOUT, OUTAGE_RETRY_MAX, Ownership
 from steptail.collector.live.run_end import RunEnds
 from steptail.collector.live.runbook_live import RunbookLive, RunTarget
-from steptail.collector.notify import events
 from steptail.collector.notify.alerts import Alerter
+from steptail.collector.notify.channel import Channel
 from steptail.collector.notify.collector_events import CollectorEvents
 from steptail.collector.notify.health import Backoff, Health
 from steptail.collector.notify.metrics import Metrics
-from steptail.runs.findings import NO_STEP, UNSAFE_NAME, WARNING, Finding, Settings
+from steptail.runs.detect import Settings
+from steptail.runs.findings import NO_STEP, UNSAFE_NAME, WARNING, Finding
 from steptail.storage.db import Store
 from steptail.storage.lake import Lake, is_lake
 from steptail.storage.sources import SourceConflict
@@ -64,9 +65,9 @@ class Plan:
     # seconds a pod list refused (401/403) or an unreachable API may last from start-up before
     # giving up: that is a configuration error (RBAC, credentials, address), not an outage
     give_up: float = 30.0
-    # called with each step, rbf row, stream gap and finding once committed, and each follower
-    # state change (collector.notify.events); None costs nothing
-    on_event: events.Hook | None = None
+    # the live path's events: rows, stream gaps and findings once committed, each run's state
+    # changes, the collector's events (collector.notify.channel; `follow -o ndjson` listens)
+    channel: Channel = field(default_factory=Channel)
     # bounds on what a namespace can make us do: runs known (--all; beyond, one line and
     # steptail_errors_total{source="discovery",reason="max_runs"}) and pods per list request
     max_runs: int = 100
@@ -85,7 +86,7 @@ class Supervisor:
         self.discovery = Discovery(plan.target, plan.selector if plan.follow_all else None, plan.metrics,
                                    plan.page_size)
         # the collector's own faults (each spell of a source failing): health, never a run's findings
-        self.collector_events = CollectorEvents(plan.metrics, plan.on_event)
+        self.collector_events = CollectorEvents(plan.metrics, plan.channel)
         self.discovery.health.events = self.collector_events
         self._events_health = Health("collector events store")  # saving them: one line per spell
         self.discovery.on_refused = self._refused
@@ -311,13 +312,13 @@ class Supervisor:
         if self.ownership is None:
             await self.add(jobset, run)
             return
-        self.status.setdefault(run, RunStatus(run, jobset, state="not owned yet"))
+        self.status.setdefault(run, RunStatus(run, jobset, state="not owned yet", channel=self.plan.channel))
         self._look_now.set()
 
     async def add(self, jobset: str, run: str) -> None:
         if run in self.tasks:
             return
-        status = self.status[run] = RunStatus(run, jobset)
+        status = self.status[run] = RunStatus(run, jobset, channel=self.plan.channel)
         if self.plan.metrics is not None:  # the run's counters at 0 from now: increase() sees the first
             self.plan.metrics.run_started(run, status)
         self.health[run] = Health("follower", run, self.plan.metrics, status)
@@ -488,10 +489,7 @@ class Supervisor:
                 await asyncio.sleep(backoff.delay(RESTART_MAX))
 
     def _set_state(self, run: str, state: str) -> None:
-        status = self.status[run]
-        if state != status.state:
-            events.state_changed(self.plan.on_event, run, state, status.pod)
-        status.state = state
+        self.status[run].set_state(state)
 
 
 def _replicated_job_labels(jobset: dict) -> list[dict]:

@@ -16,7 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from steptail.collector.notify import events
+from steptail.collector.notify.channel import Channel, CollectorEventTold
 from steptail.runs.findings import AUTH_FAILURE, PARQUET_FAILURE, STREAM_FAILURE
 from steptail.storage.collector_events import as_dict, record_events
 
@@ -65,9 +65,9 @@ class CollectorEvents:
     """Every event of this collector, the open one per (run, source), and those not stored yet.
     Told from the event loop and from threads (Parquet writes): one lock."""
 
-    def __init__(self, metrics=None, on_event=None) -> None:
+    def __init__(self, metrics=None, channel: Channel | None = None) -> None:
         self.metrics = metrics  # collector.notify.metrics.Metrics
-        self.on_event = on_event  # `follow -o ndjson`: a `collector_event` line when one starts, clears, lost steps
+        self.channel = channel  # told when one starts, clears, lost steps (collector.notify.channel)
         self.events: list[CollectorEvent] = []
         self._open: dict[tuple[str, str], CollectorEvent] = {}
         self._dirty: dict[int, CollectorEvent] = {}  # id() -> event changed since the last save
@@ -130,8 +130,8 @@ class CollectorEvents:
         self._emit(ev)
 
     def _emit(self, ev: CollectorEvent | None) -> None:
-        if ev is not None and self.on_event is not None:
-            events.emit(self.on_event, {"event": "collector_event", **ev.to_dict()})
+        if ev is not None and self.channel is not None:
+            self.channel.emit(CollectorEventTold(ev.to_dict()))
 
     # -- read ------------------------------------------------------------------------------------
     def open_events(self) -> list[CollectorEvent]:

@@ -1,6 +1,7 @@
-"""What `follow -o ndjson` streams: one dict per thing that happened, built where it happens
-(rows committed, a stream gap committed, a finding committed, a follower's state changed)
-and handed to Plan.on_event. Nothing is built when no one listens (the hook is None).
+"""What `follow -o ndjson` streams: one dict per event of the live path's channel
+(collector.notify.channel: rows committed, a stream gap committed, a finding committed, a
+run's state changed, a collector event told), built when the event comes; `attach` subscribes
+the stream's hook. Nothing is built when no one listens.
 
 Step and rbf events carry the fields of `steps --json` (plus run), so a line from the stream
 and a row read back later compare equal."""
@@ -11,6 +12,14 @@ import logging
 import time
 from collections.abc import Callable
 
+from steptail.collector.notify.channel import (
+    Channel,
+    CollectorEventTold,
+    FindingsCommitted,
+    GapsCommitted,
+    RowsCommitted,
+    StateChanged,
+)
 from steptail.parsers.timestamps import format_ns
 from steptail.storage import step_columns as sc
 
@@ -30,6 +39,15 @@ def emit(hook: Hook | None, event: dict) -> None:
 
 def _ts(ts_ns: int | None) -> str | None:
     return None if ts_ns is None else format_ns(ts_ns)
+
+
+def attach(channel: Channel, hook: Hook) -> None:
+    """`hook` handed a dict for every event of the channel that `follow -o ndjson` streams."""
+    channel.subscribe(RowsCommitted, lambda e: committed_rows(hook, e.batch))
+    channel.subscribe(GapsCommitted, lambda e: committed_gaps(hook, e.run, e.gaps))
+    channel.subscribe(FindingsCommitted, lambda e: committed_findings(hook, e.findings))
+    channel.subscribe(StateChanged, lambda e: state_changed(hook, e.run, e.state, e.pod))
+    channel.subscribe(CollectorEventTold, lambda e: emit(hook, {"event": "collector_event", **e.event}))
 
 
 def committed_rows(hook: Hook | None, batch) -> None:

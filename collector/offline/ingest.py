@@ -41,7 +41,7 @@ from steptail.collector.offline.files import (
 )
 from steptail.parsers.block import line_by_line, parse_block
 from steptail.parsers.records import BlockKind
-from steptail.runs.findings import Settings
+from steptail.runs.detect import Settings
 from steptail.runs.model import Batch, Counters, RunModel
 from steptail.runs.names import check_run_name
 from steptail.storage.db import DatabaseFailure, Store, failure_reason, open_store

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from steptail.collector.offline.files import open_source
 from steptail.collector.offline.ingest import Ingest, IngestError, IngestResult, Origin
-from steptail.runs.findings import Settings
+from steptail.runs.detect import Settings
 from steptail.runs.names import check_run_name
 from steptail.storage.db import Store
 from steptail.storage.durable import file_sha256

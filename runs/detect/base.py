@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from steptail.parsers.numbers import parse_integer
-from steptail.runs.findings import Finding, Settings
+from steptail.runs.findings import Finding
 from steptail.runs.gaps import StepGap
 
 CP_PARAM = "ici_context_parallelism"
@@ -25,12 +25,9 @@ class IncView:
     lb_checked: bool = False
     last_step: int | None = None
     last_ts: int | None = None
-    last_rbf: int | None = None
     saved: int | None = None  # highest checkpoint saved
     saves: set[int] = field(default_factory=set)  # steps that saved a checkpoint
-    rbf_steps: set[int] = field(default_factory=set)
-    pending_rbf: deque[int] = field(default_factory=deque)  # LOSS-PARTS steps awaiting REQUIRED_RBF
-    closed: bool = False
+    closed: bool = False  # a later incarnation began
     first_read: int | None = None  # first step of a head not read, when the load-balance rule could not run
 
 
@@ -38,7 +35,7 @@ class Engine(Protocol):
     """What a detector may use of the engine that runs it."""
 
     run: str
-    settings: Settings
+    settings: Any  # runs.detect.Settings: each plug-in reads the knobs its module declares
     reference_ce: dict[int, float]
     findings: dict[tuple, Finding]  # every finding so far, by key
 
@@ -46,6 +43,11 @@ class Engine(Protocol):
              now_ns: int | None = None) -> Finding | None: ...
 
     def changed(self, f: Finding) -> None: ...  # a finding handed out before, changed
+
+    # one more step of a range finding (opened when not adjacent); note(f.extra) keeps the
+    # detector's state on it, describe(f) writes its detail
+    def grow(self, kind: str, inc: int, step: int, severity: str, describe: Callable[[Finding], str],
+             note: Callable[[dict], None] | None = None) -> None: ...
 
     def incarnations(self) -> dict[int, IncView]: ...
 
@@ -57,6 +59,16 @@ class Engine(Protocol):
 
     @property
     def step1_seen(self) -> bool: ...
+
+    @property
+    def current(self) -> int: ...  # the newest incarnation's number (0: none yet)
+
+    @property
+    def arrival_ns(self) -> int | None: ...  # the engine's clock when the latest step was observed
+
+
+def take_nothing() -> None:
+    """Nothing to do when the engine takes a steady run of steps."""
 
 
 class Detector:
@@ -74,6 +86,40 @@ class Detector:
 
     def first_step(self, inc: IncView, step: int) -> None:
         """`inc`'s first LOSS-PARTS step (the engine's max_step: its predecessors')."""
+
+    def step(self, inc: IncView, step: int, ts: int | None) -> None:
+        """A new LOSS-PARTS step of `inc` after its first, in log order (inc.last_step and
+        inc.last_ts: the step before; a gap between them is already judged)."""
+
+    def loss(self, inc: IncView, step: int, ce: float | None, raw: str) -> None:
+        """A new LOSS-PARTS step of `inc` (its first too), after the gap and stall rules
+        (ce None: not finite; raw: the token the log printed)."""
+
+    def recorded(self, inc: IncView, step: int) -> None:
+        """A new LOSS-PARTS step of `inc` (its first too), once the step's own rules judged it
+        (inc.last_step: still the step before)."""
+
+    def steady(self, inc: IncView, steps: list[int], stamps: list[int | None],
+               ces: list[float | None]) -> Callable[[], None] | None:
+        """The bulk path: consecutive new steps of `inc` (not step 1, none recorded before)
+        that the engine would take at once. None: one of them needs this
+        detector row by row (step); else what to do when the engine takes them, which must
+        leave the state step() would have and find nothing."""
+        return take_nothing
+
+    def after_losses(self, inc: IncView, rows: dict[str, list]) -> None:
+        """A batch's rows of `inc` by table, once its LOSS-PARTS rows were judged."""
+
+    def closed(self, inc: IncView) -> None:
+        """A later incarnation began: `inc` logs nothing more."""
+
+    def alone_first(self, left: int) -> int:
+        """How many of `left` rows to judge one by one before the bulk path is tried again."""
+        return 0
+
+    def tick(self, now_ns: int, running: bool, heard_ns: int | None, heard_stamp_ns: int | None) -> None:
+        """Live, from the clock: the follower reads the stream (`running`) and knows nothing
+        was held back up to `heard_ns` (wall time) or its latest line's stamp (heard_stamp_ns)."""
 
     def unread_head(self, inc: IncView, gap: StepGap, step: int, head: str) -> None:
         """`inc`'s log was read from `step` on, its start-up unread: the rules whose input was

@@ -3,10 +3,17 @@ warning when it cannot run — no reference with context parallelism on, or step
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from steptail.runs.detect.base import CP_PARAM, Detector, IncView, context_parallelism, fmt_ce
 from steptail.runs.evaluable import mark as mark_not_evaluable
-from steptail.runs.findings import CRITICAL, STEP1_CE_GATE, WARNING
+from steptail.runs.findings import CRITICAL, STEP1_CE_GATE, WARNING, knob
 from steptail.runs.gaps import StepGap
+
+
+@dataclass
+class GateSettings:
+    gate_tolerance: float = knob(1e-3, "--gate-tolerance", "Step-1 CE gate: largest allowed |ce - reference|.")
 
 
 class Step1Gate(Detector):

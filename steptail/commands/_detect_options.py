@@ -1,5 +1,5 @@
 """Detector settings shared by `check`, `ingest`, `reparse`, `archive` (offline) and `follow`
-(live): one set of options, made from runs.findings.Settings (each knob's default and help
+(live): one set of options, made from runs.detect.Settings (each knob's default and help
 declared there, once), handed to the command as one `Detection`."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from steptail.commands._common import fail
-from steptail.runs.findings import Settings
+from steptail.runs.detect import Settings
 from steptail.runs.reference import ReferenceError, load_reference, reference_for
 
 REFERENCE_HELP = ("HF reference CE of step 1, a JSON/CSV file of step -> ce, or a directory of <run>.json / "

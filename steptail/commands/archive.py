@@ -91,7 +91,7 @@ class Archive:
     detection: Detection
     lake: bool = False  # validated: --parquet names a table location
     target: object = None  # validated: the KubeTarget
-    settings: object = None  # validated: runs.findings.Settings
+    settings: object = None  # validated: runs.detect.Settings
     reference: object = None  # validated: the run's reference CE
 
     @property

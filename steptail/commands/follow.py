@@ -145,7 +145,7 @@ class Follow:
     archive_dir: str | None
     log_format: str
     detection: Detection
-    settings: object = None  # validated: runs.findings.Settings
+    settings: object = None  # validated: runs.detect.Settings
     reference: object = None  # validated: the reference CE (per run, or a folder of them)
     target: object = None  # validated: the KubeTarget
     policy: object = None  # validated: the runbook's rules (runs.runbook.Policy), None with --no-rules
@@ -221,9 +221,11 @@ class Follow:
             config=FollowConfig(silence=self.silence, until_done=self.until_done,
                                 parquet_every=self.parquet_every, raw=self.raw),
             give_up=self.give_up, max_runs=self.max_runs, page_size=self.list_page_size,
-            on_event=events.put if events is not None else None,
             policy=self.policy, archive=self._archiver(store) if self.archive_dir else None,
         )
+        if events is not None:  # every event of the live path's channel, as an ndjson line
+            from steptail.collector.notify.events import attach
+            attach(plan.channel, events.put)
         view = output.console.is_terminal and not self.no_view and not output.machine
         from steptail.live_view import table
         try:
