@@ -22,7 +22,9 @@ from aiohttp import web
 from steptail.collector.live.detect import Detectors
 from steptail.collector.notify.alerts import Alerter
 from steptail.collector.notify.metrics import Metrics
+from steptail.collector.notify.webhooks import DeliveryWorker
 from steptail.runs.findings import Finding
+from steptail.storage.outbox import MemoryOutbox
 
 pytestmark = pytest.mark.timeout(120)
 ROOT = Path(__file__).resolve().parent.parent
@@ -261,3 +263,17 @@ async def test_two_collectors_on_one_store_send_each_finding_once(store):
         await second.close()
     assert sorted(rec.accepted) == sorted(ids(found))
     assert sum(first.sent.values()) + sum(second.sent.values()) == 20
+
+
+async def test_a_worker_cancelled_as_it_is_woken_stops():
+    """close() cancels the worker while a send that just ended wakes it: asyncio.wait_for on
+    Python 3.11 returned the wake and swallowed the cancel, the worker went on polling and
+    close() waited on it forever (CI, 2026-12-06: a 120 s timeout)."""
+    worker = DeliveryWorker(MemoryOutbox(), ["http://127.0.0.1:9/hook"], poll=5.0)
+    worker.start()
+    await asyncio.sleep(0.05)  # asleep until woken or the next poll
+    worker.wake()
+    worker._task.cancel()
+    done, _ = await asyncio.wait([worker._task], timeout=2.0)
+    assert done, "the worker swallowed its cancel"
+    assert worker._task.cancelled()

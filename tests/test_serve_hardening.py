@@ -259,8 +259,11 @@ async def test_follow_sends_to_webhooks_from_file_and_env_and_kubectl_sees_no_se
     base = f"http://127.0.0.1:{runner.addresses[0][1]}/hook"
     hooks = tmp_path / "hooks"
     hooks.write_text(f"{base}/file?token=file-secret\n")
+    # held at step 60 until a kubectl was seen: on a loaded machine the 120 steps could be done
+    # before follow started, its one short kubectl gone between two looks (seen 2026-12-06)
     sim = make_simcluster({"rate": 50, "jobsets": [{"name": "olmo3-sft", "hosts": 2,
-                                                    "trainer": {"steps": 120, "nan_steps": [30]}}]})
+                                                    "trainer": {"steps": 120, "nan_steps": [30]}}],
+                           "faults": [{"at_step": 60, "action": "stall", "seconds": 600}]})
     db = tmp_path / "f.db"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STEPTAIL_", "CLOUDSDK_"))}
     env |= {"STEPTAIL_DB": str(db), "STEPTAIL_SERVE_TOKEN": "serve-secret",
@@ -270,9 +273,14 @@ async def test_follow_sends_to_webhooks_from_file_and_env_and_kubectl_sees_no_se
         "--alert-webhook-file", str(hooks), "--until-done", "--no-view", "--silence", "1", cwd=ROOT, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     kubectl_envs: list[dict] = []
+    release_by = time.monotonic() + 60
+    held = True
     try:
         communicate = asyncio.ensure_future(proc.communicate())
         while not communicate.done():
+            if held and (kubectl_envs or time.monotonic() > release_by):
+                sim.stall("olmo3-sft", seconds=0)  # the trainer steps on to its end
+                held = False
             for p in psutil.process_iter(["name", "cmdline"]):
                 try:
                     if p.info["name"] == "kubectl" and str(sim.kubeconfig_path) in " ".join(p.info["cmdline"] or []):

@@ -86,7 +86,8 @@ async def _read(target: KubeTarget, task: LogTask, final: Path, pool: ThreadPool
         log = await loop.run_in_executor(pool, GzipLog, final)
         while True:
             try:
-                chunk = await asyncio.wait_for(proc.stdout.read(CHUNK), IDLE_TIMEOUT)
+                async with asyncio.timeout(IDLE_TIMEOUT):  # not wait_for: on 3.11 it can swallow a cancel
+                    chunk = await proc.stdout.read(CHUNK)
             except TimeoutError:
                 log.abort()
                 return None, ("timeout", f"kubectl sent nothing for {IDLE_TIMEOUT:.0f} s")

@@ -557,7 +557,8 @@ class Discovery:
     async def wait_change(self, timeout: float) -> None:
         changed = self.changed
         try:
-            await asyncio.wait_for(changed.wait(), timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: on 3.11 it can swallow a cancel
+                await changed.wait()
         except TimeoutError:
             pass
 

@@ -211,7 +211,8 @@ async def stop(proc: asyncio.subprocess.Process, timeout: float = 5.0) -> int | 
     if proc.returncode is None:
         kill_group(proc.pid)
     try:
-        await asyncio.wait_for(proc.wait(), timeout)
+        async with asyncio.timeout(timeout):  # not wait_for: on 3.11 it can swallow a cancel
+            await proc.wait()
     except TimeoutError:
         pass
     LIVE.pop(proc.pid, None)

@@ -108,7 +108,8 @@ class RunbookLive:
                 log.warning("runbook rules on the live JobSets: %s", exc)
             self.wake.clear()
             try:
-                await asyncio.wait_for(self.wake.wait(), INTERVAL)
+                async with asyncio.timeout(INTERVAL):  # not wait_for: on 3.11 it can swallow a cancel
+                    await self.wake.wait()
             except TimeoutError:
                 pass
 

@@ -119,7 +119,8 @@ class DeliveryWorker:
                 await asyncio.sleep(0.05)
 
         try:
-            await asyncio.wait_for(drained(), timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: on 3.11 it can swallow a cancel
+                await drained()
         except TimeoutError:
             return False
         return True
@@ -217,7 +218,10 @@ class DeliveryWorker:
         if wait <= 0:
             return
         try:
-            await asyncio.wait_for(self._wake.wait(), wait)
+            # not wait_for: on 3.11 a wake set as close() cancels this task swallowed the
+            # cancel, and close() waited on a worker that never stopped (CI, 2026-12-06)
+            async with asyncio.timeout(wait):
+                await self._wake.wait()
         except TimeoutError:
             pass
 
