@@ -15,6 +15,7 @@ table (and when stderr is not the terminal, it goes to stderr itself)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
@@ -87,7 +88,13 @@ class StderrHandler(logging.StreamHandler):
         try:
             from rich.text import Text
 
-            console.print(Text(self.format(record)), soft_wrap=True, highlight=False)
+            # Under the Live's lock for the whole print: rich takes it only to place the cursor,
+            # and a refresh from its thread between that and this line's drawing of the view
+            # (a view that grew a row) left a frame behind and overwrote a line (CI, 2026-12-06).
+            lives = getattr(console, "_live_stack", None)
+            lock = getattr(lives[0], "_lock", None) if lives else None
+            with lock if lock is not None else contextlib.nullcontext():
+                console.print(Text(self.format(record)), soft_wrap=True, highlight=False)
         except Exception:  # noqa: BLE001 - as StreamHandler.emit: a log line never raises
             self.handleError(record)
 
