@@ -43,7 +43,9 @@ FOUND = {
          "step read, step 1 in no gap finding",
     106: "4: head lost to rotation, no gap finding; B: head-rotated restart merged; 1: missed after an auth lapse; "
          "then (s105) a restart's replay from a checkpoint below the previous container's last step, "
-         "unread, in no head gap; --previous read first with its head rotated away: no stream gap",
+         "unread, in no head gap; --previous read first with its head rotated away: no stream gap; then (CI, "
+         "under load) the reader fell behind, steps 41-195 rotated away, the pod pre-empted: its last read served "
+         "the pre-emption notice alone, a stream gap with no step after it and no finding",
     109: "4: head lost to a double rotation: stream gap, no gap finding",
     110: "1: 500 x5 on pod lists as follow starts (late, after a restart): backs off past the run; "
          "lost steps of the new pod without a stream gap",

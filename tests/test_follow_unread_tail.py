@@ -79,3 +79,28 @@ def test_an_ended_container_whose_last_line_read_is_still_served_has_no_unread_t
     r = assert_exactly_once(sim, db, "r")
     assert len(r["got"]) == 120
     assert not [f for f in read_store(db, list_findings, "r") if f[1] == UNREAD_TAIL]
+
+
+def test_a_tail_rotated_away_before_a_preemption_notice_is_an_unread_tail(make_simcluster, tmp_path):
+    """Chaos seed 106 in CI (a loaded machine): the stream hangs on a rotation at step 100,
+    steps 101-160 come fast and their file rotates away; the JobSet is pre-empted at step 160,
+    its notice the only lines of the current file. The old pod's last read serves that notice:
+    the re-read finds the rotation gap, but no step after it bounds a gap finding — the lost
+    tail is an unread_tail finding after the last step read, not a silent stream gap."""
+    sim = make_simcluster(scenario(
+        {"action": "rotate", "at_step": 100},
+        {"action": "set_rate", "at_step": 100, "steps_per_second": 400},
+        {"action": "rotate", "at_step": 160},
+        {"action": "restart_jobset", "at_step": 160, "grace_seconds": 5.0},
+        rate=20, jobsets=[{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": 200, "checkpoint_period": 50}}]))
+    db = str(tmp_path / "s.db")
+    follow_sim(sim, db, timeout=90)
+    r = assert_exactly_once(sim, db, "r")  # every lost step lies inside a recorded stream gap
+    lost = sorted(s for i, s in {(t.incarnation, t.step) for t in r["truth"]} - r["got"] if i == 1)
+    read = max(s for i, s in r["got"] if i == 1)
+    assert lost == list(range(read + 1, 161)), lost  # the first pod's tail, never served
+    tails = [(f[2], f[3], f[4], f[5]) for f in read_store(db, list_findings, "r") if f[1] == UNREAD_TAIL]
+    assert len(tails) == 1, "a tail lost in a rotation is a finding, not silence"
+    inc, first, last, detail = tails[0]
+    assert (inc, first, last) == (1, read, read)  # after the last step read
+    assert "no step was read after it" in detail

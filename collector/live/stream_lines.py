@@ -69,6 +69,10 @@ class StreamLines:
         self.finished: set[str] = {k for k, c in model.cursors.items() if c.done}
         self.skip: dict[str, int] = {}  # stream -> read from here: a line with no end before it
         self._pending_check: dict[str, Overlap] = {}  # stream -> unresolved re-read check
+        # stream -> the latest gap a re-read found in it, and where the run was then (the
+        # incarnation, its last step): a container that ends with no step read after that gap
+        # lost its tail in it (chaos seed 106)
+        self._gap_before: dict[str, tuple[object, int | None, str]] = {}
         # the latest failure that kept the follower from reading (kind, reason), until a read
         # shows whether lines were lost meanwhile: the stream gap it finds then names it as cause
         self.cause: tuple[str, str] | None = None
@@ -120,11 +124,28 @@ class StreamLines:
         (Overlap.unanswered) — then what came after the last line read is an unread tail."""
         mark = check.unanswered()
         if mark is None:
+            self._tail_in_gap(key, pod)
             self.read_to_end(key)
             return
         self.unread_tail(key, pod, mark, end_ns,
                          f"the last read of pod {pod}'s ended container served no line, not even the last one "
                          "read: the file holding it was rotated away, with whatever the container wrote after it")
+
+    def _tail_in_gap(self, key: str, pod: str) -> None:
+        """The container read to its end: when the latest gap a re-read found in it came
+        after its last step read (the lines served after the gap held no step: a pre-emption
+        notice, the last lines of a log the reader fell behind), the steps written after that
+        step went with the rotated file — an unread tail, its gap finding (no later step can
+        bound it; their number is unknown), never a silent stream gap."""
+        found = self._gap_before.pop(key, None)
+        cur = self.model.current
+        if found is None or cur is None or cur.pod != pod:
+            return
+        inc, last, reason = found
+        if inc is cur and last is not None and cur.last_step == last:
+            self.detectors.failure(UNREAD_TAIL, f"{reason}; no step was read after it before the container "
+                                                "ended: the steps it wrote after that one were in the lost lines",
+                                   (cur.number, last))
 
     def read_to_end(self, key: str) -> None:
         self.finished.add(key)
@@ -183,7 +204,9 @@ class StreamLines:
             self._unreadable_line(line, True)
         self.pace.see(ts_ns)
         for start, end, reason in check.see(ts_ns, line):
-            self.gap(key, start, end, reason, caused=True)
+            reason = self.gap(key, start, end, reason, caused=True)
+            cur = self.model.current
+            self._gap_before[key] = (cur, cur.last_step if cur is not None else None, reason)
         if check.resolved:
             self._pending_check.pop(key, None)
             self.cause = None  # this read shows what the failure lost, if anything
