@@ -111,7 +111,8 @@ class Incarnation:
 @dataclass
 class _Pending:
     """A LOSS-PARTS step going back with no evidence of a restart, and the REQUIRED_RBF and pod
-    lines of its steps read after it (function, arguments), until the next step decides."""
+    lines of its steps read after it (function, arguments), until the next step decides; or
+    (`ahead`) a step skipping steps sooner than they could run (_soon)."""
 
     ts_ns: int | None
     step: int
@@ -122,6 +123,7 @@ class _Pending:
     held: list = field(default_factory=list)
     stream: str = "log"
     cursor: Cursor | None = None
+    ahead: bool = False
 
 
 @dataclass
@@ -602,6 +604,10 @@ class RunModel:
             self._step_jump("loss_parts", (self.run, cur.number, step, ts_ns, ce, ce_raw, parts_json), cur, last,
                             line, TOO_FAST)
             return
+        if cur is not None and last is not None and step > last + 1 and not self._evidence and \
+                self._stream == self._step_stream and self._soon(cur, last, step, ts_ns):
+            self._hold(_Pending(ts_ns, step, ce, ce_raw, parts_json, line, ahead=True))
+            return
         if cur is not None and cur.last_step is not None:
             if step <= cur.last_step:
                 if not self._evidence and self._stream == self._step_stream:
@@ -621,6 +627,16 @@ class RunModel:
             self._touch(cur)
         cur.last_step = step
         self._record_loss(cur, ts_ns, step, ce, ce_raw, parts_json)
+
+    def _soon(self, cur: Incarnation, last: int, step: int, ts_ns: int | None) -> bool:
+        """Whether LOSS-PARTS `step`, skipping steps after `last`, came sooner than the steps it
+        skips take at the run's pace: a lone line a few steps ahead (half a step after step 50,
+        step 53) or a run that sped up after a gap — the next step tells (_decide). Steps lost
+        to a rotation were run and took their time: not held. Without stamps, not judged."""
+        stamps = self.ids.kinds[LOSS].get(cur.number)
+        since = None if stamps is None or ts_ns is None else stamps.stamp(last)
+        step_ns = None if since is None else stamps.step_ns(last)
+        return bool(step_ns) and 0 <= ts_ns - since < (step - last - 1) * step_ns
 
     def _record_loss(self, cur: Incarnation, ts_ns, step, ce, ce_raw, parts_json) -> None:
         self.batch.incarnations[cur.number] = cur
@@ -826,6 +842,15 @@ class RunModel:
         incarnation opens at the held step, rows in order. Else the held line was a lone
         out-of-sequence line: quarantined and flagged."""
         p, cur = self._pending, self.current
+        if p.ahead:
+            self._pending = None
+            if cur.last_step < step < p.step:  # the run goes on below it: a lone line ahead
+                self._lone(p, cur, "ahead of the run, the next step going on below it")
+            else:
+                self._evidence, self._step_stream = False, p.stream
+                cur.last_step = p.step
+                self._record_loss(cur, p.ts_ns, p.step, p.ce, p.ce_raw, p.parts_json)
+            return
         if cur is not None and cur.last_step is not None and p.step < step <= cur.last_step:
             self._pending = None
             self._open(p.ts_ns)
@@ -837,17 +862,26 @@ class RunModel:
 
     def settle(self) -> None:
         """Decide a held step with no step after it (the log ended, a start-up or restore
-        line came): a lone out-of-sequence line, quarantined and flagged (a warning)."""
+        line came): a step going back is a lone out-of-sequence line, quarantined and flagged
+        (a warning); a step ahead is recorded (nothing says it is not the run's)."""
         p, self._pending = self._pending, None
         if p is None:
             return
         cur = self.current
+        if p.ahead:
+            cur.last_step = p.step
+            self._record_loss(cur, p.ts_ns, p.step, p.ce, p.ce_raw, p.parts_json)
+            return
+        self._lone(p, cur, "with no restart evidence and no step going on from it")
+
+    def _lone(self, p: _Pending, cur: Incarnation | None, why: str) -> None:
+        """A held step decided a lone out-of-sequence line: quarantined and flagged."""
         inc, last = (cur.number, cur.last_step) if cur is not None else (0, None)
-        what = f"step {p.step} after step {last}, with no restart evidence and no step going on from it"
+        what = f"step {p.step} after step {last}, {why}"
         self._flag(STEP_JUMP, p.step, f"{what}: not recorded as a step nor taken for a restart; "
                    f"line: {_text(p.line) if p.line is not None else p.step}")
         row = (self.run, inc, p.step, p.ts_ns, p.ce, p.ce_raw, p.parts_json)
-        self.batch.quarantine.append(quarantine_row("loss_parts", row, f"step_back: {what}"))
+        self.batch.quarantine.append(quarantine_row("loss_parts", row, f"{'step_ahead' if p.ahead else 'step_back'}: {what}"))
         self.ids.quarantine("loss_parts", p.step, p.ts_ns)
         self.counters.duplicates += len(p.held)
 

@@ -129,6 +129,49 @@ def test_one_line_far_ahead_forks_nothing(store, tmp_path, table):
         assert "gap" not in kinds and "critical" not in kinds.values(), kinds
 
 
+@pytest.mark.parametrize("jump", [2, 5])
+def test_one_line_a_few_steps_ahead_forks_nothing(store, tmp_path, jump):
+    """LOSS-PARTS step 50+jump printed half a step after step 50's lines: too few steps ahead to
+    be too fast, yet sooner than the steps it skips could run. Held until the next step decides:
+    step 51 goes on with the run below it, so it is a lone line. Before: it was recorded, step 51
+    was then held as a step going back and step 52 made it a restart — a false incarnation 2."""
+    lines = log(100, CLOCK)
+    at = next(i for i, ln in enumerate(lines) if b"LOSS-PARTS step=51 " in ln)
+    odd = format_ns(CLOCK(50, 0) + S // 2).encode() + b" " + ODD.replace(b"step=50", b"step=%d" % (50 + jump))
+    lines = lines[:at] + [odd] + lines[at:]
+    ingest_file(store, "i", write(tmp_path / "i.log", lines))
+    follow(store, "f", lines, rereads=(at + 1, at + 2, at + 3, at + 5))
+    for run in ("i", "f"):
+        assert [(i, s) for i, s, _ in loss(store, run)] == [(1, n) for n in range(1, 101)]
+        assert "9.000000" not in {ce for *_, ce in loss(store, run)}  # the run's own step 50+jump
+        for t in ("required_rbf", "pod_metrics"):
+            assert table_steps(store, run, t) == [(1, n) for n in range(1, 101)]
+        assert [(i, s) for i, s, _ in findings(store, run, "step_jump")] == [(1, 50 + jump)]
+        assert [(k, s) for k, s, _, _ in quarantined(store, run)] == [("loss_parts", 50 + jump)]
+        kinds = {f.kind: f.severity for f in check_run(store, run)}
+        assert "gap" not in kinds and "critical" not in kinds.values(), kinds
+
+
+def test_a_step_ahead_that_the_next_goes_on_from_is_recorded_at_once_in_order(store, tmp_path):
+    """The other side of holding a step ahead: steps 51-52 lost, step 53 half a step after 50
+    (the run sped up), 54 going on from it: every step read recorded, a gap of 51-52, nothing
+    flagged; a log ending on a held step records it (nothing says it is not the run's)."""
+    lines = [ln for ln in log(100, CLOCK) if b"step=51 " not in ln and b"step=52 " not in ln
+             and b"step: 51," not in ln and b"step: 52," not in ln]
+    at = next(i for i, ln in enumerate(lines) if b"LOSS-PARTS step=53 " in ln)
+    lines[at] = format_ns(CLOCK(50, 0) + S // 2).encode() + b" " + lines[at].split(b" ", 1)[1]
+    ingest_file(store, "g", write(tmp_path / "g.log", lines))
+    follow(store, "h", lines, rereads=(at + 1, at + 2, at + 3, at + 5))
+    ending = log(30, CLOCK) + [format_ns(CLOCK(30, 0) + S // 2).encode() + b" " + ODD.replace(b"step=50", b"step=33")]
+    ingest_file(store, "e", write(tmp_path / "e.log", ending))
+    for run in ("g", "h"):
+        assert [s for _, s, _ in loss(store, run)] == [*range(1, 51), *range(53, 101)]
+        assert not findings(store, run, "step_jump") and not quarantined(store, run)
+        assert [(f.kind, f.first_step, f.last_step) for f in check_run(store, run) if f.kind == "gap"] == [("gap", 51, 52)]
+    assert [s for _, s, _ in loss(store, "e")] == [*range(1, 31), 33]
+    assert not quarantined(store, "e")
+
+
 # 1 s a step, then 1000x faster from step 31 (the simulator's rates span as much)
 SPED_UP = lambda n, k: CLOCK(n, k) if n <= 30 else T0 + 30 * S + (n - 30) * S // 1000 + k * 1000  # noqa: E731
 
