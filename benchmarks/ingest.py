@@ -17,7 +17,7 @@ can beat `grep_seconds / store_floor_seconds` (`ratio_grep_over_store_floor`).
 
 --baseline REV: the same ingest by steptail as of git revision REV (its tree from `git archive`,
 imported ahead of this checkout; the built C scan copied when REV's parsers/_steady.c is this
-one), in the same run: `--rounds` pairs, this checkout and REV in turn, each into a fresh store;
+one, else REV's own built with -O2 as pyproject.toml builds it), in the same run: `--rounds` pairs, this checkout and REV in turn, each into a fresh store;
 medians and `ratio_ingest_over_baseline` (this / REV: above 1, slower). --candidate REV2: REV2
 in place of this checkout (one change's own cost, between two revisions of history)."""
 
@@ -124,6 +124,29 @@ if __name__ == "__main__":
 """
 
 
+# REV's C scan built as pyproject.toml builds this one's (setuptools, -O2): a baseline whose scan
+# differs is timed with its own scan, not the Python fallback
+BUILD_SCAN = """from setuptools import Extension, setup
+setup(name="scan", ext_modules=[Extension("_steady", ["_steady.c"], extra_compile_args=["-O2"])],
+      script_args=["build_ext", "--inplace", "-q"])
+"""
+
+
+def _build_scan(src: Path, dest: Path) -> bool:
+    """Build `src`/_steady.c into `dest` (True), or say why not (False: the Python scan runs)."""
+    where = src.parent / "scan-build"  # alone: the parsers' own modules (numbers.py) shadow the stdlib's
+    where.mkdir()
+    shutil.copy2(src / "_steady.c", where)
+    (where / "build_scan.py").write_text(BUILD_SCAN)
+    done = subprocess.run([sys.executable, "build_scan.py"], cwd=where, capture_output=True, text=True)
+    built = sorted(where.glob("_steady*.so"))
+    if done.returncode != 0 or not built:
+        print(f"building the baseline's C scan failed: {done.stderr.strip()[-300:]}", file=sys.stderr)
+        return False
+    shutil.copy2(built[0], dest)
+    return True
+
+
 def baseline_tree(rev: str, work: Path, name: str = "baseline") -> tuple[list[str], dict[str, str]]:
     """The command and environment that run `steptail` as of git revision `rev`: its tree laid
     out as the installed package (steptail/ with runs, parsers, storage… inside), imported ahead
@@ -139,8 +162,8 @@ def baseline_tree(rev: str, work: Path, name: str = "baseline") -> tuple[list[st
     built = sorted((ROOT / "parsers").glob("_steady*.so"))
     if same_c and built:
         shutil.copy2(built[0], pkg / "steptail" / "parsers")
-    else:
-        print(f"baseline {rev}: its C scan differs or is not built here: it runs the Python scan", file=sys.stderr)
+    elif (src / "parsers" / "_steady.c").exists() and not _build_scan(src / "parsers", pkg / "steptail" / "parsers"):
+        print(f"baseline {rev}: its C scan did not build here: it runs the Python scan", file=sys.stderr)
     (work / "launch.py").write_text(LAUNCHER)
     env = {**os.environ, "PYTHONPATH": str(pkg)}
     return [sys.executable, str(work / "launch.py")], env
