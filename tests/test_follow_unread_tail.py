@@ -22,6 +22,19 @@ def _account_env(monkeypatch):
     monkeypatch.setenv("CLOUDSDK_CORE_ACCOUNT", "placeholder@example.invalid")
 
 
+def first_pod_s_tail(sim, tmp_path) -> tuple[dict, list[int], int, list[tuple]]:
+    """Follow to the end; the steps of incarnation 1 never recorded, the last one read, and the
+    unread_tail findings (incarnation, first step, last step, detail). Every lost step must lie
+    inside a recorded stream gap (assert_exactly_once)."""
+    db = str(tmp_path / "s.db")
+    follow_sim(sim, db, timeout=90)
+    r = assert_exactly_once(sim, db, "r")
+    lost = sorted(s for i, s in {(t.incarnation, t.step) for t in r["truth"]} - r["got"] if i == 1)
+    read = max(s for i, s in r["got"] if i == 1)
+    tails = [(f[2], f[3], f[4], f[5]) for f in read_store(db, list_findings, "r") if f[1] == UNREAD_TAIL]
+    return r, lost, read, tails
+
+
 def test_a_pod_deleted_unread_while_following_is_a_gap_and_an_unread_tail_finding(make_simcluster, tmp_path):
     """The stream ends at step 80 as a 4 s auth lapse begins; the JobSet restarts at step 100
     with a 0.5 s grace, inside the lapse: steps 81-100 of the first pod are never read."""
@@ -30,14 +43,9 @@ def test_a_pod_deleted_unread_while_following_is_a_gap_and_an_unread_tail_findin
         {"action": "auth_lapse", "at_step": 80, "seconds": 4.0},
         {"action": "restart_jobset", "at_step": 100, "grace_seconds": 0.5},
         rate=20, jobsets=[{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": 200, "checkpoint_period": 50}}]))
-    db = str(tmp_path / "s.db")
-    follow_sim(sim, db, timeout=90)
-    r = assert_exactly_once(sim, db, "r")  # every lost step lies inside a recorded stream gap
-    lost = sorted(s for i, s in {(t.incarnation, t.step) for t in r["truth"]} - r["got"] if i == 1)
-    read = max(s for i, s in r["got"] if i == 1)
+    r, lost, read, tails = first_pod_s_tail(sim, tmp_path)
     assert lost and lost[-1] == 100 and lost[0] == read + 1  # the first pod's tail, never read
     assert {(2, s) for s in range(101, 201)} <= r["got"]
-    tails = [(f[2], f[3], f[4], f[5]) for f in read_store(db, list_findings, "r") if f[1] == UNREAD_TAIL]
     assert len(tails) == 1, tails
     inc, first, last, detail = tails[0]
     assert (inc, first, last) == (1, read, read) and first != NO_STEP  # after the last step read
@@ -93,13 +101,8 @@ def test_a_tail_rotated_away_before_a_preemption_notice_is_an_unread_tail(make_s
         {"action": "rotate", "at_step": 160},
         {"action": "restart_jobset", "at_step": 160, "grace_seconds": 5.0},
         rate=20, jobsets=[{"name": "olmo3-sft", "hosts": 1, "trainer": {"steps": 200, "checkpoint_period": 50}}]))
-    db = str(tmp_path / "s.db")
-    follow_sim(sim, db, timeout=90)
-    r = assert_exactly_once(sim, db, "r")  # every lost step lies inside a recorded stream gap
-    lost = sorted(s for i, s in {(t.incarnation, t.step) for t in r["truth"]} - r["got"] if i == 1)
-    read = max(s for i, s in r["got"] if i == 1)
+    _, lost, read, tails = first_pod_s_tail(sim, tmp_path)
     assert lost == list(range(read + 1, 161)), lost  # the first pod's tail, never served
-    tails = [(f[2], f[3], f[4], f[5]) for f in read_store(db, list_findings, "r") if f[1] == UNREAD_TAIL]
     assert len(tails) == 1, "a tail lost in a rotation is a finding, not silence"
     inc, first, last, detail = tails[0]
     assert (inc, first, last) == (1, read, read)  # after the last step read
