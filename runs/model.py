@@ -848,8 +848,7 @@ class RunModel:
                 self._lone(p, cur, "ahead of the run, the next step going on below it")
             else:
                 self._evidence, self._step_stream = False, p.stream
-                cur.last_step = p.step
-                self._record_loss(cur, p.ts_ns, p.step, p.ce, p.ce_raw, p.parts_json)
+                self._take_ahead(p, cur)
             return
         if cur is not None and cur.last_step is not None and p.step < step <= cur.last_step:
             self._pending = None
@@ -869,10 +868,14 @@ class RunModel:
             return
         cur = self.current
         if p.ahead:
-            cur.last_step = p.step
-            self._record_loss(cur, p.ts_ns, p.step, p.ce, p.ce_raw, p.parts_json)
+            self._take_ahead(p, cur)
             return
         self._lone(p, cur, "with no restart evidence and no step going on from it")
+
+    def _take_ahead(self, p: _Pending, cur: Incarnation) -> None:
+        """A held step ahead decided the run's: recorded as the incarnation's last step."""
+        cur.last_step = p.step
+        self._record_loss(cur, p.ts_ns, p.step, p.ce, p.ce_raw, p.parts_json)
 
     def _lone(self, p: _Pending, cur: Incarnation | None, why: str) -> None:
         """A held step decided a lone out-of-sequence line: quarantined and flagged."""
