@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import repeat
+from math import isfinite
 
 NS = 1e9
 BLOCK = 256  # steps per block: a live commit recomputes at most a block's rows per incarnation
@@ -74,6 +75,12 @@ def block_state(rows: list[tuple], prev: tuple | None, first: int | None, starte
     seg, last_seg = 0, len(segs) - 1
     s, next_cut = segs[0], (segs[1][0] if last_seg else None)
     for step, ts, secs, tflops, tokens in rows:
+        if secs is not None and not isfinite(secs):
+            secs = None  # `seconds: nan` or `inf`: no time a clock gives (nor a histogram's)
+        if tflops is not None and not isfinite(tflops):
+            tflops = None
+        if tokens is not None and not isfinite(tokens):
+            tokens = None
         if not same_burst(prev_ts, ts):
             anchor_step, anchor_ts = prev_step, prev_ts
         if secs is not None and ts is not None and anchor_ts is not None and step > anchor_step:
@@ -139,8 +146,13 @@ def add(agg: dict, block: dict, sign: int = 1) -> None:
     widen: rows are never taken back (ON CONFLICT DO NOTHING), a reparse starts afresh."""
     agg["n"] += sign * block["n"]
     for key in ("hist", "tok", "tfl"):
-        for value, n in block[key].items():
-            _count(agg[key], value, sign * n)
+        h = agg[key]
+        if sign > 0:  # nothing drops to zero: the common case, without a call per key
+            for value, n in block[key].items():
+                h[value] = h.get(value, 0) + n
+        else:
+            for value, n in block[key].items():
+                _count(h, value, -n)
     for _, sum_us, known, unknown in block["segs"]:
         agg["sum_us"] += sign * sum_us
         agg["known"] += sign * known

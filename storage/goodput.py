@@ -13,12 +13,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from itertools import groupby
-from operator import itemgetter
+from itertools import groupby, repeat
+from operator import floordiv, itemgetter
 
 import sqlalchemy as sa
 
 from steptail.runs import goodput as gp
+from steptail.runs import goodput_columns as gc
 from steptail.runs.rows import CHECKPOINTS, INCARNATIONS, LOSS_PARTS, POD_METRICS
 from steptail.storage.db import Store
 from steptail.storage.reads import known_run
@@ -66,19 +67,47 @@ _REPORT = sa.text("SELECT report FROM run_goodput WHERE run = :run")
 
 
 # -- at commit ------------------------------------------------------------------------------
-def after_write(conn: sa.Connection, batch) -> None:
+Fresh = dict[tuple[str, int], tuple[int, int]]  # (run, incarnation) -> the batch's step span there
+
+
+def before_write(conn: sa.Connection, batch) -> Fresh:
+    """The batch's spans of LOSS-PARTS steps (a block's worth or more, per incarnation) where
+    the table holds no loss_parts or pod_metrics row yet. After the write, unless the store
+    refused a row, the table's rows there are the batch's: after_write takes them from the
+    batch rather than reading back what a bulk ingest just wrote."""
+    fresh: Fresh = {}
+    step_i = LOSS_PARTS.STEP
+    for key, group in groupby(batch.loss_parts, itemgetter(LOSS_PARTS.RUN, LOSS_PARTS.INCARNATION)):
+        steps = [row[step_i] for row in group]
+        if len(steps) < gp.BLOCK or min(steps) < LOWEST or max(steps) > HIGHEST:
+            continue
+        p = {"run": key[0], "inc": key[1], "lo": min(steps), "hi": max(steps)}
+        if key not in fresh and not any(conn.execute(q, p).first() for q in _ANY_IN):
+            fresh[key] = (p["lo"], p["hi"])
+    return fresh
+
+
+_ANY_IN = tuple(sa.text(f"SELECT 1 FROM {t} WHERE run = :run AND incarnation = :inc AND step BETWEEN :lo AND :hi"
+                        " LIMIT 1") for t in ("loss_parts", "pod_metrics"))
+
+
+def after_write(conn: sa.Connection, batch, fresh: Fresh | None = None) -> None:
     """Keep the goodput state of the runs `batch` wrote to (in the caller's transaction, after
     its rows and loss_summary). Recomputed from the table, not the batch: a duplicate or a
-    refused row changes nothing."""
+    refused row changes nothing; only in `fresh` spans (before_write's, no row refused) are the
+    table's rows taken from the batch."""
     touched: dict[tuple[str, int], set[int]] = {}
     runs: set[str] = set()
     size = gp.BLOCK
-    for rows, cols in ((batch.loss_parts, LOSS_PARTS), (batch.pod_metrics, POD_METRICS)):
-        step_i = cols.STEP
+    grouped: tuple[dict, dict] = ({}, {})  # (run, incarnation) -> its loss_parts, pod_metrics rows
+    for rows, cols, by_key in ((batch.loss_parts, LOSS_PARTS, grouped[0]), (batch.pod_metrics, POD_METRICS, grouped[1])):
+        take_step = itemgetter(cols.STEP)
         # a batch's rows come by incarnation: one set per run of them, filled in C
         for key, group in groupby(rows, itemgetter(cols.RUN, cols.INCARNATION)):
-            steps = [row[step_i] for row in group]
-            blocks = {step // size for step in steps}
+            group = list(group)
+            by_key.setdefault(key, []).extend(group)
+            steps = list(map(take_step, group))
+            blocks = set(map(floordiv, steps, repeat(size)))
             if min(steps) < LOWEST or max(steps) > HIGHEST:  # no column holds it: refused, nothing stored
                 blocks = {step // size for step in steps if LOWEST <= step <= HIGHEST}
             touched.setdefault(key, set()).update(blocks)
@@ -118,7 +147,8 @@ def after_write(conn: sa.Connection, batch) -> None:
                         mine.setdefault(other, set()).add(gp.block_of(lo))
         for inc, blocks in mine.items():
             if inc in spans and blocks:
-                _recompute(conn, run, inc, blocks, spans)
+                held = _held(grouped, run, inc, fresh[(run, inc)]) if fresh and (run, inc) in fresh else None
+                _recompute(conn, run, inc, blocks, spans, held)
         _store_report(conn, run)
 
 
@@ -129,7 +159,23 @@ def _end(block: int) -> int:
     return min((block + 1) * gp.BLOCK - 1, HIGHEST)
 
 
-def _recompute(conn: sa.Connection, run: str, inc: int, blocks: set[int], spans: dict) -> None:
+def _held(grouped: tuple[dict, dict], run: str, inc: int, span: tuple[int, int]):
+    """(span, the batch's rows of the incarnation as columns), or None if they cannot be."""
+    loss, metrics = (_transposed(rows.get((run, inc))) for rows in grouped)
+    if loss is None:
+        return None
+    m = POD_METRICS
+    figures = [metrics[i] for i in (m.STEP, m.SECONDS, m.TFLOPS, m.TOKENS_PER_S)] if metrics else [(), (), (), ()]
+    cols = gc.joined(loss[LOSS_PARTS.STEP], loss[LOSS_PARTS.TS_NS], *figures)
+    return None if cols is None else (span, cols)
+
+
+def _transposed(rows: list[tuple] | None) -> list[tuple] | None:
+    """Rows column by column (transposed in C)."""
+    return list(zip(*rows, strict=True)) if rows else None
+
+
+def _recompute(conn: sa.Connection, run: str, inc: int, blocks: set[int], spans: dict, held=None) -> None:
     p = {"run": run, "inc": inc}
     old_agg = conn.execute(_AGG, p).scalar()
     agg = gp.empty() if old_agg is None else json.loads(old_agg)
@@ -142,24 +188,22 @@ def _recompute(conn: sa.Connection, run: str, inc: int, blocks: set[int], spans:
         lo, hi = max(b0 * gp.BLOCK, LOWEST), _end(b1)
         pr = {**p, "lo": lo, "hi": hi}
         olds = dict(conn.execute(_BLOCKS_IN, {**p, "b0": b0, "b1": b1}).fetchall())
-        rows = conn.execute(_BLOCK_ROWS, pr).fetchall()
-        prev = _prev(conn, p, lo)
         saves = {s for (s,) in conn.execute(_BLOCK_SAVES, {**p, "lo": max(lo - 1, LOWEST), "hi": hi - 1})}
-        at = 0
+        cols = _from_batch(conn, p, lo, hi, held) if held is not None else None
+        if cols is not None:
+            states = gc.states_of(cols, _prev(conn, p, lo), first, started, saves, later)
+        else:
+            rows = conn.execute(_BLOCK_ROWS, pr).fetchall()
+            states = gc.block_states(rows, _prev(conn, p, lo), first, started, saves, later) if rows else {}
         for b in range(b0, b1 + 1):
-            end = at
-            while end < len(rows) and rows[end][0] <= _end(b):
-                end += 1
-            mine, at = rows[at:end], end
             old = olds.get(b)
             if old is not None:
                 gp.add(agg, json.loads(old), -1)
-            if not mine:
+            state = states.get(b)
+            if state is None:
                 if old is not None:
                     drops.append({**p, "b": b})
                 continue
-            state = gp.block_state(mine, prev, first, started, saves, later)
-            prev = tuple(state["end"])
             gp.add(agg, state)
             puts.append({**p, "b": b, "state": json.dumps(state, separators=(",", ":"))})
     if drops:
@@ -168,6 +212,26 @@ def _recompute(conn: sa.Connection, run: str, inc: int, blocks: set[int], spans:
         conn.execute(_PUT_BLOCK, puts)
     agg["started_ns"] = started
     conn.execute(_PUT_AGG, {**p, "state": json.dumps(agg, separators=(",", ":"))})
+
+
+def _from_batch(conn: sa.Connection, p: dict, lo: int, hi: int, held) -> gc.Columns | None:
+    """The rows of steps lo..hi as columns: those in the fresh span from the batch, the rest
+    (a block's edges outside it) read; None when they do not meet the span or cannot be."""
+    (f_lo, f_hi), cols = held
+    if hi < f_lo or lo > f_hi:
+        return None
+    inside = (cols.step >= max(lo, f_lo)) & (cols.step <= min(hi, f_hi))
+    parts = [gc.Columns(*(c[inside] for c in cols))]
+    for a, b in ((lo, f_lo - 1), (f_hi + 1, hi)):
+        if a <= b:
+            rows = conn.execute(_BLOCK_ROWS, {**p, "lo": a, "hi": b}).fetchall()
+            if rows:
+                edge = gc.from_rows(rows)
+                if edge is None:
+                    return None
+                parts.append(edge)
+    parts.sort(key=lambda c: int(c.step[0]) if len(c.step) else 0)
+    return gc.concat(parts)
 
 
 def _prev(conn: sa.Connection, p: dict, lo: int) -> tuple | None:

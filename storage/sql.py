@@ -133,6 +133,7 @@ class SqlSink:
             tables.append(("incarnations", list(batch.incarnations.values())))
         refused = len(self.refused)
         counted = before_write(conn, batch.loss_parts) if batch.loss_parts else []
+        fresh = goodput.before_write(conn, batch) if len(batch.loss_parts) >= goodput.gp.BLOCK else {}
         try:
             if tables:
                 with self._savepoint(conn):
@@ -146,7 +147,8 @@ class SqlSink:
         if counted:
             after_write(conn, counted)
         if batch.loss_parts or batch.pod_metrics or batch.checkpoints or batch.incarnations:
-            goodput.after_write(conn, batch)  # goodput kept as state at commit (docs/goodput.md)
+            # goodput kept as state at commit (docs/goodput.md); a refused row: read back, not taken
+            goodput.after_write(conn, batch, fresh if len(self.refused) == refused else None)
         kept = batch.quarantine + [quarantine_row(t, row, f"store refused: {why}")
                                    for t, row, why in self.refused[refused:]]
         if kept:

@@ -108,3 +108,13 @@ def bursty_log(burst: int, seconds: bool = True, stalls: tuple[int, ...] = (), s
             fields = [f"completed step: {n}"] + (["seconds: 10.000"] if seconds else [])
             out.append(_line(at + 1e-6, ", ".join(fields)))
     return "\n".join(out) + "\n"
+
+
+def stored_and_full(store, run: str) -> tuple[dict, dict]:
+    """(the run's figures as stored at commit, the full recomputation's), as JSON gives them back."""
+    import json
+
+    from steptail.storage.goodput import recompute_on, timing_on
+
+    with store.engine.connect() as conn:
+        return timing_on(conn, run).report(), json.loads(json.dumps(recompute_on(conn, run).report()))

@@ -5,15 +5,14 @@ stores, for saved logs with restarts and replays, for a followed run, and after 
 
 from __future__ import annotations
 
-import json
 import random
 
 import pytest
-from goodput_logs import EXPECTED, bursty_log, timed_log
+from goodput_logs import EXPECTED, bursty_log, stored_and_full, timed_log
 
 from steptail.runs import goodput as gp
 from steptail.runs.model import Batch, RunModel
-from steptail.storage.goodput import rebuild, recompute_on, timing_on
+from steptail.storage.goodput import rebuild
 from steptail.storage.sql import SqlSink
 
 SAMPLES = ("clean-300", "resume-gap", "resume-mismatch", "resume-from-zero", "cp4-lb-nan")
@@ -22,12 +21,6 @@ SAMPLES = ("clean-300", "resume-gap", "resume-mismatch", "resume-from-zero", "cp
 @pytest.fixture(autouse=True)
 def _small_blocks(monkeypatch):
     monkeypatch.setattr(gp, "BLOCK", 16)  # the test logs' few hundred steps cross many block edges
-
-
-def both(store, run: str) -> tuple[dict, dict]:
-    """(the stored figures, the full recomputation's), as JSON gives them back."""
-    with store.engine.connect() as conn:
-        return timing_on(conn, run).report(), json.loads(json.dumps(recompute_on(conn, run).report()))
 
 
 def logs(samples) -> dict[str, list[bytes]]:
@@ -54,10 +47,10 @@ def test_the_state_kept_at_commit_is_the_full_recomputation(store, samples, ever
     for name, lines in logs(samples).items():
         run = f"{name}-{every}"
         commit_every(store, run, lines, every)
-        stored, full = both(store, run)
+        stored, full = stored_and_full(store, run)
         assert stored == full, name
         assert (stored["replayed_s"] > 0) == (name not in ("clean-300", "cp4-lb-nan", "bursty")), name
-    stored, _ = both(store, f"timed-{every}")
+    stored, _ = stored_and_full(store, f"timed-{every}")
     for key, want in EXPECTED.items():
         assert stored[key] == pytest.approx(want, rel=0.01), key
 
@@ -88,19 +81,19 @@ def test_rows_in_any_order_give_the_same_state(store, samples):
             with store.engine.begin() as conn:
                 sink.write(conn, name, batch)
             if rng.random() < 0.1:
-                stored, full = both(store, name)
+                stored, full = stored_and_full(store, name)
                 assert stored == full, name
                 checked += 1
-        stored, full = both(store, name)
+        stored, full = stored_and_full(store, name)
         assert stored == full and checked, name
 
 
 def test_rebuild_gives_the_state_commits_gave(store, samples):
     commit_every(store, "gap", logs(samples)["resume-gap"], 11)
-    before = both(store, "gap")[0]
+    before = stored_and_full(store, "gap")[0]
     with store.engine.begin() as conn:
         rebuild(conn, "gap")
-    assert both(store, "gap")[0] == before
+    assert stored_and_full(store, "gap")[0] == before
 
 
 @pytest.mark.timeout(150)
@@ -119,14 +112,14 @@ def test_a_followed_run_and_its_reparse_keep_the_same_state(make_simcluster, tmp
     follow_sim(sim, db_url, raw=str(raw))
     store = open_store(db_url)
     try:
-        followed, full = both(store, "r")
+        followed, full = stored_and_full(store, "r")
         assert followed == full
         assert len(followed["restarts"]) == 1 and followed["replayed_s"] > 0
         reparse(store, "r", raw, into="again")
-        again, full = both(store, "again")
+        again, full = stored_and_full(store, "again")
         assert again == full and {**again, "run": "r"} == followed
         reparse(store, "r", raw, replace=True)
-        assert both(store, "r") == (followed, followed)
+        assert stored_and_full(store, "r") == (followed, followed)
     finally:
         store.dispose()
 
@@ -139,7 +132,7 @@ def test_a_store_from_before_the_state_gets_it_from_its_rows(store, db_url, samp
     from steptail.storage.db import open_store
 
     commit_every(store, "gap", logs(samples)["resume-gap"], 50)
-    want = both(store, "gap")[0]
+    want = stored_and_full(store, "gap")[0]
     with store.engine.begin() as conn:
         for table in ("run_goodput", "goodput_incs", "goodput_blocks"):
             conn.execute(sa.text(f"DROP TABLE {table}"))
@@ -148,6 +141,6 @@ def test_a_store_from_before_the_state_gets_it_from_its_rows(store, db_url, samp
     store.dispose()
     again = open_store(db_url)
     try:
-        assert both(again, "gap") == (want, want)
+        assert stored_and_full(again, "gap") == (want, want)
     finally:
         again.dispose()
