@@ -16,13 +16,17 @@ from __future__ import annotations
 from array import array
 from statistics import median
 
-from steptail.runs.goodput import same_burst
+import numpy as np
+
+from steptail.runs.goodput import BURST_NS, same_burst
 
 DECIDE_AT = 20  # steady steps an incarnation's median is decided on
 MIN_STEPS = 3  # fewer steady steps than this: no median (not evaluable)
 RESOLUTION_S = 0.01  # step times the stamps can compare (a pipe's delay and bursts are ms)
 WARN_RATIO, CRITICAL_RATIO = 1.5, 5.0
 LISTED = 6  # differing Config params named in the detail, at most
+BULK = 64  # rows from which a batch's step times are taken in numpy
+_SAFE = 2**62
 
 
 class IncTimes:
@@ -57,6 +61,53 @@ class IncTimes:
             seconds = min(seconds, (ts - anchor[1]) / 1e9 / (step - anchor[0]))
         if step != self.first_pod and step - 1 not in self.saves:
             self.seconds.append(seconds)
+
+    def pods(self, steps: list, seconds: list, stamps: list) -> None:
+        """pod() for each row, in order: in numpy for a bulk batch (the same operations; an
+        ingest feeds every `completed step` row here, ~1 µs each as a loop)."""
+        held = [*(self.last_pod or ()), *(self.pod_anchor or ())]
+        if len(steps) < BULK or not _fits([*steps, *held]) or not _fits([t for t in stamps if t is not None]):
+            for row in zip(steps, seconds, stamps, strict=True):
+                self.pod(*row)
+            return
+        n = len(steps)
+        step = np.array(steps, dtype=np.int64)
+        has_ts = np.fromiter((t is not None for t in stamps), bool, n)
+        ts = np.array([0 if t is None else t for t in stamps], dtype=np.int64)
+        # the line before each row, as `last_pod` holds it: None when it had no stamp
+        p_has = np.r_[self.last_pod is not None, has_ts[:-1]]
+        p_step = np.r_[self.last_pod[0] if self.last_pod else 0, step[:-1]]
+        p_ts = np.r_[self.last_pod[1] if self.last_pod else 0, ts[:-1]]
+        gap = ts - p_ts
+        burst = p_has & has_ts & (gap >= 0) & (gap < BURST_NS)
+        # a row's anchor: the line before the last row that began no burst (or the one kept)
+        began = np.where(~burst, np.arange(n), -1)
+        np.maximum.accumulate(began, out=began)
+        at = np.maximum(began, 0)
+        a_has, a_step, a_ts = p_has[at].copy(), p_step[at].copy(), p_ts[at].copy()
+        kept = began < 0
+        a_has[kept] = self.pod_anchor is not None
+        if self.pod_anchor is not None:
+            a_step[kept], a_ts[kept] = self.pod_anchor
+        if self.first_pod is None:
+            self.first_pod = steps[0]
+        self.last_pod = (steps[-1], stamps[-1]) if stamps[-1] is not None else None
+        last = n - 1
+        self.pod_anchor = (int(a_step[last]), int(a_ts[last])) if a_has[last] else None
+        known = np.fromiter((s is not None for s in seconds), bool, n)
+        if not known.any():
+            return
+        self.has_seconds = True
+        secs = np.array(seconds, dtype=np.float64)  # None: NaN, and not `known`
+        capped = known & a_has & has_ts & (step > a_step) & (ts >= a_ts)
+        cap = np.full(n, np.inf)
+        cap[capped] = (ts[capped] - a_ts[capped]).astype(np.float64) / 1e9 / \
+            (step[capped] - a_step[capped]).astype(np.float64)
+        secs = np.where(cap < secs, cap, secs)  # min(seconds, cap), as Python's min takes it
+        keep = known & (step != self.first_pod)
+        if self.saves:
+            keep &= ~np.isin(step - 1, np.fromiter(self.saves, np.int64, len(self.saves)))
+        self.seconds.extend(secs[keep].tolist())
 
     def loss(self, step: int, ts: int | None) -> None:
         if self.first_loss is None:
@@ -99,6 +150,11 @@ class IncTimes:
         values = self.samples()
         values = values if first is None else values[:first]
         return median(values) if len(values) >= MIN_STEPS else None
+
+
+def _fits(values: list) -> bool:
+    """Integers whose differences an int64 holds."""
+    return not values or (min(values) > -_SAFE and max(values) < _SAFE)
 
 
 def _in_burst(last: tuple[int, int] | None, step: int, ts: int | None) -> bool:

@@ -32,8 +32,10 @@ class StepTimeRegression(Detector):
         for row in rows["checkpoints"]:
             if row[CHECKPOINTS.KIND] == "save":
                 times.saves.add(row[CHECKPOINTS.STEP])
-        for row in rows["pod_metrics"]:
-            times.pod(row[POD_METRICS.STEP], row[POD_METRICS.SECONDS], row[POD_METRICS.TS_NS])
+        pods = rows["pod_metrics"]
+        if pods:
+            times.pods(*([row[i] for row in pods] for i in (POD_METRICS.STEP, POD_METRICS.SECONDS,
+                                                            POD_METRICS.TS_NS)))
         if times.first_loss is None and rows["loss_parts"]:
             times.first_loss = rows["loss_parts"][0][LOSS_PARTS.STEP]
         if not times.has_seconds:
