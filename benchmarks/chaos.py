@@ -7,10 +7,11 @@ critical findings (goal 0), (replicas) double follows and slow takeovers (goal 0
 time from a fault's end to rows flowing again (worst_recovery_s, store samples every 0.25 s)
 and to the next line the API served (worst_read_recovery_s, the simulator's truth), the
 longest a step never recorded was servable while following (worst_unrecorded_s; the oracle
-allows < 5 s) — and the failing seeds. The faults are drawn with issue 33's kinds (slow API
-over rotations, auth lapse then 5xx, 503 x5-6 on logs, 429, old repeats, clock back then
-rotation, checkpoint pause then rotations, JobSets without optional fields); `--kinds
-issue19` draws the schedules from before them.
+allows < 5 s) — and the failing seeds (a seed whose run failed before it could be judged,
+its followers never up, is listed apart as not judged, its work dir kept with --keep). The
+faults are drawn with issue 33's kinds (slow API over rotations, auth lapse then 5xx, 503 x5-6
+on logs, 429, old repeats, clock back then rotation, checkpoint pause then rotations, JobSets
+without optional fields); `--kinds issue19` draws the schedules from before them.
 
     .venv/bin/python benchmarks/chaos.py --seeds 200 [--replicas 2] [--json]
     .venv/bin/python benchmarks/chaos.py --seeds 10 --duration 30 --first 1000
@@ -29,6 +30,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -49,11 +51,20 @@ def one_seed(seed: int, args, work: Path):
                              jobsets=(1, args.max_jobsets), replicas=args.replicas,
                              faults_per_second=args.faults_per_second,
                              kinds=ISSUE19_KINDS if args.kinds == "issue19" else None)
-    if args.replicas or args.pg:
-        with scratch_database(PG_ADMIN, "steptail_chaos_bench") as db:
-            verdict = run_schedule(schedule, db, work / f"seed{seed}", echo=echo)[0]
-    else:
-        verdict = run_schedule(schedule, f"sqlite:///{work / f'seed{seed}.db'}", work / f"seed{seed}", echo=echo)[0]
+    try:
+        if args.replicas or args.pg:
+            with scratch_database(PG_ADMIN, "steptail_chaos_bench") as db:
+                verdict = run_schedule(schedule, db, work / f"seed{seed}", echo=echo)[0]
+        else:
+            verdict = run_schedule(schedule, f"sqlite:///{work / f'seed{seed}.db'}", work / f"seed{seed}",
+                                   echo=echo)[0]
+    except Exception as exc:  # the run could not be judged: said and kept, the other seeds go on
+        echo(f"seed {seed}: ERROR, not judged: {type(exc).__name__}: {exc}")
+        if args.keep and (work / f"seed{seed}").exists():
+            kept = Path(args.keep) / f"seed{seed}"
+            shutil.copytree(work / f"seed{seed}", kept, dirs_exist_ok=True)
+            echo(f"seed {seed}: its followers' logs kept in {kept}")
+        return Errored(seed, f"{type(exc).__name__}: {exc}")
     if not verdict.ok and args.keep:
         # the followers' logs and the simulator's state of a failing seed outlive the scratch dir
         kept = Path(args.keep) / f"seed{seed}"
@@ -62,12 +73,21 @@ def one_seed(seed: int, args, work: Path):
     return verdict
 
 
+@dataclass
+class Errored:
+    """A seed whose run failed before it could be judged (its simulator or followers never got
+    going): no verdict of steptail's, and no seed to leave out of the table unsaid."""
+    seed: int
+    error: str
+
+
 def table(total: dict) -> str:
     cols = [*COUNTS, "worst_recovery_s", "worst_read_recovery_s", "worst_unrecorded_s"]
     width = max(len(c) for c in cols)
     lines = [f"{'seeds':<{width}}  {total['seeds']}"]
     lines += [f"{c:<{width}}  {total[c]}" for c in cols]
     lines.append(f"{'failing seeds':<{width}}  {' '.join(map(str, total['failing_seeds'])) or '-'}")
+    lines.append(f"{'not judged':<{width}}  {' '.join(str(e['seed']) for e in total['errored']) or '-'}")
     return "\n".join(lines)
 
 
@@ -99,7 +119,10 @@ def main() -> None:
                 verdicts = list(pool.map(partial(one_seed, args=args, work=Path(d)), seeds))
         else:
             verdicts = [one_seed(seed, args, Path(d)) for seed in seeds]
+    errored = [v for v in verdicts if isinstance(v, Errored)]
+    verdicts = [v for v in verdicts if not isinstance(v, Errored)]
     total = summarize(verdicts)
+    total["errored"] = [{"seed": e.seed, "error": e.error} for e in errored]
     total["wall_s"] = round(time.time() - t0, 1)
     if args.json:
         print(json.dumps({"args": vars(args), "total": total,

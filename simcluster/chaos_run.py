@@ -136,7 +136,8 @@ class Sampler:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(10)
+        if self._thread.ident is not None:  # a run that failed before it started: nothing to join
+            self._thread.join(10)
 
     def _run(self) -> None:
         store = None
