@@ -207,7 +207,7 @@ def run_schedule(schedule: dict, db_url: str, workdir: Path, *, timeout: float |
             f.start()
             if len(followers) > 1:
                 time.sleep(0.5)  # staggered, as replicas of a Deployment roll out
-        ready = _wait_ready(sim, len(followers))
+        ready = _wait_ready(sim, followers)
         for f in followers:  # a collector runs from its first API request, not its exec
             f.spans[0][0] = max(f.spans[0][0], ready)
         if not late:
@@ -354,17 +354,33 @@ def _outages(faults: list, ended: float) -> list[tuple[float, float]]:
     return out
 
 
-def _wait_ready(sim: SimCluster, replicas: int, timeout: float = 60.0) -> float:
+def _wait_ready(sim: SimCluster, followers: list[Follower], timeout: float = 60.0) -> float:
     """When the follower(s) first asked the API for pods (a slow start-up under load is not
-    chaos: the schedule's clock starts then)."""
+    chaos: the schedule's clock starts then). Raises, with the followers' last log lines, when
+    none did in `timeout` s or every one of them exited first."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         if any("/pods" in path for _, path, _ in list(sim.requests)):
-            if replicas > 1:
+            if len(followers) > 1:
                 time.sleep(2.0)  # the others, started after it, are up too by then
             return time.time()
+        if not any(f.alive() for f in followers):
+            raise RuntimeError(f"every follower exited before it reached the simulated cluster: {_tails(followers)}")
         time.sleep(0.05)
-    raise TimeoutError("no follower reached the simulated cluster")
+    raise TimeoutError(f"no follower reached the simulated cluster in {timeout:.0f} s: {_tails(followers)}")
+
+
+def _tails(followers: list[Follower], lines: int = 3) -> str:
+    """The last lines each follower logged, for a harness error."""
+    out = []
+    for f in followers:
+        try:
+            tail = f.log.read_text(errors="replace").strip().splitlines()[-lines:]
+        except OSError as exc:
+            tail = [f"(no log: {exc})"]
+        code = None if f.proc is None else f.proc.poll()
+        out.append(f"follower {f.index} (exit {code}): " + " | ".join(tail or ["(nothing logged)"]))
+    return "; ".join(out)
 
 
 def _all_done(sim: SimCluster) -> bool:
