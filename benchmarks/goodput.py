@@ -129,9 +129,9 @@ def live_commits(db: Path, commits: int = 40, per: int = 3) -> dict:
     spent: list[float] = []
     real = goodput.after_write
 
-    def timed(conn, batch) -> None:
+    def timed(conn, batch, *rest) -> None:
         t = time.perf_counter()
-        real(conn, batch)
+        real(conn, batch, *rest)
         spent.append(time.perf_counter() - t)
 
     goodput.after_write = timed
