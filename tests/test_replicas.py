@@ -26,6 +26,7 @@ from steptail.collector.live.ownership import (
     HANDOVER_WAIT,
     HUNG_AFTER,
     INTERVAL,
+    SETTLE_AFTER_TAKE,
     Beats,
     Moves,
     fair_share,
@@ -253,6 +254,22 @@ def test_above_its_share_a_replica_gives_back_to_one_below():
     runs = [f"r{i}" for i in range(6)]
     m = plan_moves(runs, set(runs), _survey({r: 1 for r in runs}, {1: 6, 2: 0}), 1, {}, {}, now=1.0)
     assert m.give == runs[:3] and not m.take and not m.lost
+
+
+def test_a_run_just_taken_over_is_not_given_back_until_it_settled():
+    """Chaos seed 26 (2 replicas): a run taken over from a killed replica was handed on 0.5 s
+    later to a replica restarting nearby, whose look and lock came 4 s after: that re-read
+    never happened before a rotation took steps servable for 8 s. Runs taken under
+    SETTLE_AFTER_TAKE ago stay; the settled ones are given instead, the rest later."""
+    runs = [f"r{i}" for i in range(6)]
+    survey = _survey({r: 1 for r in runs}, {1: 6, 2: 0})
+    taken = {r: 100.0 for r in runs[:2]} | {r: 99.0 - SETTLE_AFTER_TAKE for r in runs[2:]}
+    m = plan_moves(runs, set(runs), survey, 1, {}, {}, now=100.5, taken_at=taken)
+    assert m.give == runs[2:5]  # three to give: the settled ones, never r0 or r1
+    m = plan_moves(runs, set(runs), survey, 1, {}, {}, now=100.5, taken_at=dict.fromkeys(runs, 100.0))
+    assert m.give == []  # all just taken: balanced at a later look
+    m = plan_moves(runs, set(runs), survey, 1, {}, {}, now=100.0 + SETTLE_AFTER_TAKE, taken_at=dict.fromkeys(runs, 100.0))
+    assert m.give == runs[:3]
 
 
 def test_a_run_whose_lock_fell_is_lost():

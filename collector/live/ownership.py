@@ -55,6 +55,10 @@ HUNG_AFTER = 5.0  # a live replica's heartbeat unchanged this long (seen looking
 # by then it has resumed and re-registered, or its row is gone
 ENDED_MEMORY = 60.0
 COOLDOWN = 10.0  # a run given back is not taken again by the same replica for this long
+# a run taken is not given back for balance sooner than this: a run just taken over is being
+# recovered (re-read from its committed cursor, a rotation may be near); handing it on at once
+# (a replica restarting nearby) stopped that read for the next owner's look and lock (seed 26)
+SETTLE_AFTER_TAKE = 5.0
 # A replica cut off without a close (a lost node) is found by the server's TCP keepalives
 # (about 4 + 2 x 2 s); one whose process hangs is ended after IDLE_TIMEOUT without a heartbeat.
 KEEPALIVES = {"tcp_keepalives_idle": 4, "tcp_keepalives_interval": 2, "tcp_keepalives_count": 2}
@@ -85,10 +89,12 @@ def _rank(my_pid: int, run: str) -> bytes:
 
 def plan_moves(candidates: Iterable[str], owned: set[str], survey: Survey, my_pid: int,
                unheld_since: dict[str, float], cooling: dict[str, float], now: float,
-               fell: Iterable[str] = ()) -> Moves:
+               fell: Iterable[str] = (), taken_at: dict[str, float] | None = None) -> Moves:
     """What to do after one look at the fleet (no I/O). `unheld_since` is kept up to date
     here (run -> when first seen unheld); `cooling` maps a run given back to its end of
-    cooldown; `fell`: runs whose holder lost its lock without letting go (`fallen`)."""
+    cooldown; `fell`: runs whose holder lost its lock without letting go (`fallen`);
+    `taken_at`: when this replica took each run it holds (none is given back within
+    SETTLE_AFTER_TAKE of that)."""
     fell = set(fell)
     candidates = sorted(set(candidates))
     moves = Moves()
@@ -121,7 +127,8 @@ def plan_moves(candidates: Iterable[str], owned: set[str], survey: Survey, my_pi
     others = [r.runs for r in survey.alive if r.backend_pid != my_pid]
     if len(kept) > share and others and min(others) < share and not free:
         below = sum(max(0, share - n) for n in others)
-        moves.give = sorted(kept)[: min(len(kept) - share, below)]
+        settled = [r for r in sorted(kept) if now - (taken_at or {}).get(r, -math.inf) >= SETTLE_AFTER_TAKE]
+        moves.give = settled[: min(len(kept) - share, below)]
     return moves
 
 
@@ -186,6 +193,7 @@ class Ownership:
         self.owned: set[str] = set()
         self.unheld_since: dict[str, float] = {}
         self.cooling: dict[str, float] = {}
+        self.taken_at: dict[str, float] = {}  # run -> when this replica took it (plan_moves)
         self.survey: Survey | None = None
         # run -> (replica, backend pid) last seen holding it; (replica, None): from run_owners;
         # ("", None): held by nobody before
@@ -241,10 +249,11 @@ class Ownership:
                 del self.ended[name]
         fell = fallen(candidates, survey, self.holders, self.ended)
         moves = plan_moves(candidates, self.owned, survey, self.backend_pid, self.unheld_since,
-                           self.cooling, now, fell)
+                           self.cooling, now, fell, self.taken_at)
         got = await self._call(self.leases.try_own_many, moves.take)
         for run in got:
             self.unheld_since.pop(run, None)
+            self.taken_at[run] = now
         moves.take = got
         self.owned.update(got)
         self.owned.difference_update(moves.lost)
@@ -284,6 +293,7 @@ class Ownership:
         """A run lost (another replica took it, or its commit was refused): no longer ours,
         its lock let go if this connection still holds it."""
         self.owned.discard(run)
+        self.taken_at.pop(run, None)
         try:
             await self._call(self.leases.release, run)
         except (sa.exc.SQLAlchemyError, NotOwner) as exc:  # the connection is gone: so is the lock
@@ -292,6 +302,7 @@ class Ownership:
     async def release(self, run: str) -> None:
         """Give a run back (after its final commit)."""
         self.owned.discard(run)
+        self.taken_at.pop(run, None)
         self.cooling[run] = time.monotonic() + COOLDOWN
         try:
             await self._call(self.leases.release, run)
