@@ -6,7 +6,8 @@ the live replicas and which runs are held. Then (`plan_moves`, pure):
 - it takes runs nobody holds, up to its fair share (ceil(runs / live replicas)); a run left
   unheld for `GRACE` is taken whatever the share (availability before balance);
 - it gives back runs above its share while another live replica is below it (one handover
-  each, exact: the run is flushed and committed before its lock is released);
+  each, exact: the run is flushed and committed before its lock is released), never one it
+  took in the last SETTLE_AFTER_TAKE (a run taken over is being recovered);
 - a run it believed it held but whose lock it no longer has is lost (its connection dropped):
   the Supervisor stops it at once, without a commit (the fence would refuse one);
 - a run whose lock fell without its holder letting it go (the holder's connection ended, its
