@@ -140,7 +140,9 @@ def test_full_log_matches_ground_truth(make_simcluster):
 
 
 def test_follow_timestamps_since_time_and_errors(make_simcluster):
-    sim = make_simcluster({**FAST, "jobsets": [{"name": "olmo3-sft", "hosts": 2, "pending_seconds": 1.0,
+    # pending long enough that the first kubectl call lands while the pod is still being
+    # created, however slow a loaded machine starts kubectl
+    sim = make_simcluster({**FAST, "jobsets": [{"name": "olmo3-sft", "hosts": 2, "pending_seconds": 4.0,
                                                 "trainer": {"steps": 1000}}]})
     p0 = sim.process0()
     r = kubectl(sim, "logs", p0)

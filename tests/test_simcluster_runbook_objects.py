@@ -442,11 +442,13 @@ def test_suspend_leaves_the_pods_running_and_the_workload_admitted(make_simclust
 
 
 def test_start_after_creates_jobsets_apart_and_queued_seconds_holds_admission(make_simcluster):
-    apart = 2.0
+    # wide enough that the first kubectl calls land before big-b exists and while "queued"
+    # waits, however slow a loaded machine starts kubectl
+    apart = 5.0
     sim = make_simcluster({"rate": 20, "jobsets": [
         {"name": "big-a", "hosts": 2, "trainer": {"steps": 400}},
         {"name": "big-b", "hosts": 2, "start_after": apart, "trainer": {"steps": 400}},
-        {"name": "queued", "hosts": 1, "queued_seconds": 6.0, "trainer": {"steps": 400}}]})
+        {"name": "queued", "hosts": 1, "queued_seconds": 10.0, "trainer": {"steps": 400}}]})
     t0 = time.monotonic()
     assert kubectl(sim, "get", "jobset", "big-b", check=False).returncode == 1  # not yet created
     q = kjson(sim, "get", "jobset", "queued")
