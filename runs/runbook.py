@@ -17,10 +17,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-import cel
 import yaml
 
 from steptail.runs import manifest
+from steptail.runs.cel_engine import cel
 from steptail.runs.findings import CRITICAL, INFO, WARNING
 
 SEVERITIES = (WARNING, CRITICAL)  # a rule's own: a broken rule asks for a change
