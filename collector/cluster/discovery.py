@@ -26,13 +26,14 @@ from dataclasses import dataclass, field
 # first attribute access, and that takes about half a second (pydantic models) which inside
 # the event loop would stall every stream.
 from kubernetes import watch
-from kubernetes.client import CoreV1Api, V1Pod  # noqa: F401 - V1Pod: the watch's type
+from kubernetes.client import V1Pod  # the watch's type
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config import ConfigException
 from urllib3.exceptions import HTTPError, MaxRetryError
 
 from steptail.collector.cluster.kubeclient import KubeconfigError, api_client, exec_failure
 from steptail.collector.cluster.kubectl import KubeTarget, classify
+from steptail.collector.cluster.pods_api import PodsApi
 from steptail.collector.notify.health import Backoff, Health, Recovery
 from steptail.parsers.timestamps import parse_rfc3339
 from steptail.runs.names import RunNameError, check_cluster_name, check_run_name, shown
@@ -465,7 +466,7 @@ class Discovery:
         # Building a client runs the exec credential plugin (a subprocess, up to a second):
         # on the watch's thread, or every stream of every run would stall meanwhile.
         def connect():
-            core = CoreV1Api(self._connect())
+            core = PodsApi(self._connect())
 
             def list_pods(**kw):
                 return core.list_namespaced_pod(ns, label_selector=selector, **kw)
@@ -562,12 +563,12 @@ class Discovery:
         except TimeoutError:
             pass
 
-    def _core(self) -> CoreV1Api:
+    def _core(self) -> PodsApi:
         """The client of single reads (on a worker thread), built at first use and again
         after a 401: credentials that failed come back."""
         if self._client is None:
             self._client = self._connect()
-        return CoreV1Api(self._client)
+        return PodsApi(self._client)
 
     def _forget_client_on_401(self, exc: Exception) -> None:
         if getattr(exc, "status", None) == 401:
