@@ -2,13 +2,15 @@
 code, in a fresh interpreter, CPU and wall time (a replica restarting takes its runs back only
 after them; every test and demo that runs `steptail follow` pays them).
 
-    python benchmarks/startup.py [--rounds 7] [--baseline REV] [--json]
+    python benchmarks/startup.py [--rounds 7] [--baseline REV [--candidate REV2]] [--json]
 
 Per target, `python -c "import MODULE"` from an empty folder: `follow` (steptail.collector.live.wiring,
 all a follower loads before it reaches the cluster), `lint` (steptail.commands.lint and the
 runbook engine), `cli` (steptail.cli: `steptail --help`). --baseline REV: the same imports of
 git revision REV's tree (laid out as installed, as benchmarks/ingest.py does), in turn with
-this checkout's, medians and `ratio_cpu` (this / REV: below 1, faster)."""
+this checkout's, medians and `ratio_cpu` (this / REV: below 1, faster). A tree imported ahead
+of the editable install costs more than the install itself (about 0.25 s on `follow`): for a
+like-for-like ratio give --candidate REV2 too (HEAD, say), both sides then run from trees."""
 
 from __future__ import annotations
 
@@ -42,14 +44,14 @@ def time_import(modules: str, cwd: Path, env: dict[str, str] | None) -> tuple[fl
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def measure(rounds: int, baseline: str | None) -> dict:
+def measure(rounds: int, baseline: str | None, candidate: str | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="steptail-startup-") as tmp:
         work = Path(tmp)
-        sides = {"this": None}
+        sides = {"this": baseline_tree(candidate, work, "candidate")[1] if candidate else None}
         if baseline:
             _, env = baseline_tree(baseline, work)
             sides["baseline"] = env
-        out: dict = {"rounds": rounds, "baseline": baseline, "targets": {}}
+        out: dict = {"rounds": rounds, "baseline": baseline, "candidate": candidate, "targets": {}}
         for name, modules in TARGETS.items():
             got: dict[str, list[tuple[float, float]]] = {side: [] for side in sides}
             for env in sides.values():  # one warm-up each: the page cache, .pyc files
@@ -72,9 +74,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=7, help="imports per target and side (medians)")
     ap.add_argument("--baseline", metavar="REV", help="git revision to compare with, in the same run")
+    ap.add_argument("--candidate", metavar="REV2", help="with --baseline: REV2's tree in place of this checkout")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = ap.parse_args()
-    result = measure(args.rounds, args.baseline)
+    if args.candidate and not args.baseline:
+        ap.error("--candidate needs --baseline")
+    result = measure(args.rounds, args.baseline, args.candidate)
     if args.json:
         print(json.dumps(result, indent=2))
 
