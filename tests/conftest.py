@@ -1,3 +1,4 @@
+import fcntl
 import os
 import tempfile
 
@@ -60,10 +61,25 @@ SLOW = {
 }
 
 # Modules whose tests each keep both cores busy (seeded chaos: three JobSets at up to 500 lines/s,
-# a simulator, a collector and its kubectl each): under --dist loadgroup they run on one worker,
-# one after another, while the other workers run the rest (most of which wait on the simulated
-# clock). Two at once starve each other and skew the oracle's verdicts.
+# a simulator, a collector and its kubectl each): two at once starve each other and skew the
+# oracle's verdicts. `_one_at_a_time` holds a lock shared by the workers around each of them, so
+# they run one after another whatever the --dist mode (worksteal, the Makefile's, ignores
+# xdist_group), while the other workers run the rest.
 ONE_AT_A_TIME = {"test_chaos.py"}
+
+
+@pytest.fixture(autouse=True)
+def _one_at_a_time(request, tmp_path_factory):
+    if request.node.path.name not in ONE_AT_A_TIME or not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
+    # the workers' basetemps (popen-gwN) share one parent: the session's
+    with open(tmp_path_factory.getbasetemp().parent / "one_at_a_time.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -77,6 +93,4 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if slow(item):
             item.add_marker(pytest.mark.slow)
-        if item.path.name in ONE_AT_A_TIME:
-            item.add_marker(pytest.mark.xdist_group("one_at_a_time"))
     items.sort(key=lambda item: not slow(item))  # stable: the order within each group kept
