@@ -23,7 +23,14 @@ def _extension() -> ModuleType | None:
                 continue
             loader = importlib.machinery.ExtensionFileLoader("cel.cel", str(path))
             module = importlib.util.module_from_spec(importlib.util.spec_from_loader("cel.cel", loader))
-            loader.exec_module(module)
+            # registered as the import system would: the extension initialises once per process
+            # (a second load panics), and a later `import cel` then takes this one
+            sys.modules["cel.cel"] = module
+            try:
+                loader.exec_module(module)
+            except BaseException:
+                del sys.modules["cel.cel"]
+                raise
             return module
     return None
 
