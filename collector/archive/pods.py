@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 from steptail.collector.cluster.discovery import ATTEMPT, JOBSET, reason_of
 from steptail.collector.cluster.kubeclient import api_client
 from steptail.collector.cluster.kubectl import KubeTarget
-from steptail.collector.cluster.pods_api import PodsApi
+from steptail.collector.cluster.pods_api import pods_api
 from steptail.runs.names import RunNameError, check_cluster_name
 
 JOB_INDEX = "jobset.sigs.k8s.io/job-index"
@@ -114,7 +114,7 @@ def list_pods(target: KubeTarget, jobset: str) -> list[PodRecord]:
     try:
         client = api_client(target)
         try:
-            resp = PodsApi(client).list_namespaced_pod(
+            resp = pods_api(client).list_namespaced_pod(
                 target.namespace, label_selector=f"{JOBSET}={jobset}", _preload_content=False,
                 _request_timeout=LIST_TIMEOUT)
             items = json.loads(resp.data).get("items") or []

@@ -33,7 +33,7 @@ from urllib3.exceptions import HTTPError, MaxRetryError
 
 from steptail.collector.cluster.kubeclient import KubeconfigError, api_client, exec_failure
 from steptail.collector.cluster.kubectl import KubeTarget, classify
-from steptail.collector.cluster.pods_api import PodsApi
+from steptail.collector.cluster.pods_api import PodsApi, pods_api
 from steptail.collector.notify.health import Backoff, Health, Recovery
 from steptail.parsers.timestamps import parse_rfc3339
 from steptail.runs.names import RunNameError, check_cluster_name, check_run_name, shown
@@ -466,7 +466,7 @@ class Discovery:
         # Building a client runs the exec credential plugin (a subprocess, up to a second):
         # on the watch's thread, or every stream of every run would stall meanwhile.
         def connect():
-            core = PodsApi(self._connect())
+            core = pods_api(self._connect())
 
             def list_pods(**kw):
                 return core.list_namespaced_pod(ns, label_selector=selector, **kw)
@@ -568,7 +568,7 @@ class Discovery:
         after a 401: credentials that failed come back."""
         if self._client is None:
             self._client = self._connect()
-        return PodsApi(self._client)
+        return pods_api(self._client)
 
     def _forget_client_on_401(self, exc: Exception) -> None:
         if getattr(exc, "status", None) == 401:

@@ -4,7 +4,9 @@ annotates every core/v1 operation when it is imported, about 0.7 s of CPU and th
 of a follower's start (a replica restarting is that much later to take its runs back). Each
 request is built and sent as the class's methods build and send it: the same parameters in the
 same order, `param_serialize` with its auth setting, the client's legacy call options (errors
-raised as ApiException, `_preload_content=False` answers the raw response)."""
+raised as ApiException, `_preload_content=False` answers the raw response). Those two methods
+came with the client's 37.x generator; an older client (pyproject allows >=30) gets its own
+CoreV1Api from `pods_api`, at the old cost."""
 
 from __future__ import annotations
 
@@ -61,6 +63,15 @@ class PodsApi:
             header_params={"Accept": client.select_header_accept(accepts)}, body=None, post_params=[],
             files={}, auth_settings=["BearerToken"], collection_formats={}, _host=None, _request_auth=None)
         return client._call_with_legacy_options(request, {"200": returns, "401": None}, None, preload, timeout, True)
+
+
+def pods_api(api_client):
+    """PodsApi where the client builds requests as 37.x does, else the client's CoreV1Api."""
+    if hasattr(api_client, "param_serialize") and hasattr(api_client, "_call_with_legacy_options"):
+        return PodsApi(api_client)
+    from kubernetes.client import CoreV1Api  # an older client: its own class, same calls
+
+    return CoreV1Api(api_client)
 
 
 def _query(pairs) -> list[tuple[str, Any]]:
