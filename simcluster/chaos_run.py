@@ -8,13 +8,16 @@ as a container is) and its own PGAPPNAME, so its database sessions can be termin
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -263,6 +266,9 @@ def run_schedule(schedule: dict, db_url: str, workdir: Path, *, timeout: float |
             echo(format_schedule(schedule))
             for o in verdict.offending:
                 echo("  " + o)
+            runs = sorted({m for o in verdict.offending for m in re.findall(r"\b(chaos-\d+)\b", o)})
+            for line in _story(followers, runs, t0):
+                echo("  " + line)
     return verdict, obs
 
 
@@ -381,6 +387,29 @@ def _tails(followers: list[Follower], lines: int = 3) -> str:
         code = None if f.proc is None else f.proc.poll()
         out.append(f"follower {f.index} (exit {code}): " + " | ".join(tail or ["(nothing logged)"]))
     return "; ".join(out)
+
+
+def _story(followers: list[Follower], runs: list[str], t0: float, most: int = 40) -> list[str]:
+    """What each follower logged about `runs` (and its health lines), seconds from the schedule's
+    start: the collector's side of an offence, so a failure seen only in CI can be read."""
+    out = []
+    for f in followers:
+        try:
+            lines = f.log.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        told = []
+        for raw in lines:
+            try:
+                rec = json.loads(raw)
+                at = datetime.fromisoformat(rec["time"].replace("Z", "+00:00")).timestamp() - t0
+                text, logger = str(rec.get("message", "")), str(rec.get("logger", ""))
+            except (ValueError, KeyError, TypeError):
+                continue
+            if any(r in text for r in runs) or logger.endswith(".health"):
+                told.append(f"follower {f.index} t={at:6.2f}s {logger.rsplit('.', 1)[-1]}: {text[:300]}")
+        out += told[-most:]
+    return out
 
 
 def _all_done(sim: SimCluster) -> bool:
