@@ -22,6 +22,7 @@ from steptail.simcluster.state import ClusterState
 
 USER = web.RequestKey("user", str)  # the account a request authenticated as
 ASKED = web.RequestKey("asked", float)  # when the request arrived, before any injected delay
+WAKE_SILENCE = 0.5  # seconds without a request from an account before its next one is a wake
 WATCH_POLL = 0.02  # seconds between two looks of an open watch for new events
 
 _FAILURE_MESSAGES = {
@@ -86,6 +87,10 @@ class KubeApi:
         self.closing = False  # set by close(): open streams end
         self.requests: list[tuple[str, str, int]] = []  # (method, path?query, status)
         self.log_reads: list[LogRead] = []  # every pods/log request, who made it, from when to when
+        # account -> when it last asked, and when it began asking after a silence of WAKE_SILENCE
+        # (the last 100): when a restarted client was up again (the chaos harness)
+        self.last_asked: dict[str, float] = {}
+        self.woke: dict[str, list[float]] = {}
         self._runner: web.AppRunner | None = None
         self.hostile = Hostile()  # tests: what a hostile API server serves (hostile.py)
 
@@ -139,6 +144,7 @@ class KubeApi:
         await self._held(str(request.rel_url))  # slow_api / hang_api match path and query
         user = self.user(request.headers.get("Authorization", ""))
         request[USER] = user
+        self._asked(user)
         faults = self.state.faults
         with self.state.lock:
             if user is None or faults.lapsed():
@@ -161,6 +167,17 @@ class KubeApi:
             if len(self.requests) > 10000:
                 del self.requests[:5000]
         return resp
+
+    def _asked(self, user: str | None) -> None:
+        if not user:
+            return
+        now = time.time()
+        with self.state.lock:
+            if now - self.last_asked.get(user, float("-inf")) >= WAKE_SILENCE:
+                wakes = self.woke.setdefault(user, [])
+                wakes.append(now)
+                del wakes[:-100]
+            self.last_asked[user] = now
 
     async def _held(self, path: str) -> None:
         """slow_api: the answer comes `delay` late; hang_api: no answer while the hang lasts

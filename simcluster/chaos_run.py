@@ -65,11 +65,29 @@ class Follower:
     spans: list[list[float]] = field(default_factory=list)  # [start, end] while running, not stopped
     resumes: list[float] = field(default_factory=list)  # the starts of spans that began with SIGCONT
     stopped: bool = False
+    booting: list[int] = field(default_factory=list)  # spans of restarts not yet seen asking the API
 
     def start(self) -> None:
         self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=open(self.log, "ab"),
                                      env=self.env, start_new_session=True)
+        if self.spans:  # a restart; the first start is timed from _wait_ready
+            self.booting.append(len(self.spans))
         self.spans.append([time.time(), float("inf")])
+
+    def up_at(self, sim: SimCluster) -> None:
+        """A restarted follower runs from its first API request, as the first start does
+        (_wait_ready): its seconds of interpreter start-up are no collector running, and one
+        killed before it ever asked did not run at all."""
+        for i in list(self.booting):
+            span = self.spans[i]
+            woke = sim.woke_since(account(self.index), span[0])
+            if woke is not None and woke <= span[1]:
+                span[0] = woke
+            elif span[1] != float("inf"):
+                span[0] = span[1]
+            else:
+                continue
+            self.booting.remove(i)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -232,6 +250,8 @@ def run_schedule(schedule: dict, db_url: str, workdir: Path, *, timeout: float |
                     later.remove(item)
                     _, action, i = item
                     followers[i].cont() if action == "cont" else followers[i].start()
+            for f in followers:
+                f.up_at(sim)
             if not events and not later and _all_done(sim):
                 counts = sampler.last()
                 quiet = time.time() - settled_since if counts == last_counts else None
@@ -275,6 +295,8 @@ def run_schedule(schedule: dict, db_url: str, workdir: Path, *, timeout: float |
 def _observe(sim: SimCluster, schedule: dict, followers: list[Follower], t0: float, sampler: Sampler,
              owner_lost: list, ended: float) -> Observation:
     """What the run saw up to `ended` (the simulator's truth, when the collectors ran)."""
+    for f in followers:
+        f.up_at(sim)
     truths = {js["name"]: sim.truth(js["name"]) for js in schedule["jobsets"]}
     servable, written, reads = _line_truth(sim, schedule)
     faults = sim.truth.unavailable()

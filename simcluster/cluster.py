@@ -103,6 +103,12 @@ class SimCluster:
         """(method, path?query, status) of every API request (the last 5,000 to 10,000)."""
         return self.api.requests
 
+    def woke_since(self, account: str, t: float) -> float | None:
+        """When `account` first asked the API at or after `t` following a silence (api.WAKE_SILENCE):
+        a client started at `t` is up from then. None: not yet."""
+        with self.lock:
+            return next((w for w in self.api.woke.get(account, []) if w >= t), None)
+
     @property
     def log_reads(self) -> list:
         """Every pods/log request (api.LogRead: account, pod, follow, start and end), a copy."""

@@ -272,6 +272,33 @@ def test_a_takeover_is_timed_from_when_a_replica_runs():
     assert judged(29.0, a_stopped=True, outages=[(12.0, 17.0), (30.0, 35.0)]) == 1
 
 
+def test_a_restarted_follower_runs_from_its_first_api_request(tmp_path):
+    """A replica restarted spends seconds starting its interpreter before it asks the API: it
+    runs as a collector from that request, as the first start is timed (_wait_ready); one killed
+    before it ever asked never ran (chaos replica seed 26: 3.1 s of start-up counted as following)."""
+    from steptail.simcluster.chaos_run import Follower, account
+
+    class Sim:  # the API's record of when each account began asking (SimCluster.woke_since)
+        woke = {account(0): [5.0, 20.0]}
+
+        def woke_since(self, who, t):
+            return next((w for w in self.woke.get(who, []) if w >= t), None)
+
+    f = Follower(0, [sys.executable, "-c", "pass"], tmp_path / "f.log", {})
+    f.spans = [[0.0, 2.0]]  # the first start, timed by _wait_ready, then killed at 2 s
+    f.start()
+    f.proc.wait()
+    f.spans[-1] = [3.0, float("inf")]  # restarted at 3 s
+    f.up_at(Sim())
+    assert f.spans[-1] == [5.0, float("inf")] and not f.booting
+    f.spans[-1][1] = 9.0
+    f.start()
+    f.proc.wait()
+    f.spans[-1] = [10.0, 12.0]  # restarted at 10 s, killed at 12 s before asking (its wake is at 20 s)
+    f.up_at(Sim())
+    assert f.spans == [[0.0, 2.0], [5.0, 9.0], [12.0, 12.0]] and not f.booting
+
+
 def test_a_queued_burst_of_refusals_ends_when_its_last_one_is_answered():
     """Nine 429s fired at 2 s, answered 1 s apart (Retry-After): the fault ends at the last
     refusal (11 s, the simulator's truth), not when it was fired; recovery counts the seconds

@@ -106,6 +106,23 @@ def test_get_pods_by_label_and_jobsets(simcluster):
     assert r.returncode == 0 and "olmo3-sft" in r.stdout, r.stderr
 
 
+def test_the_api_records_when_an_account_began_asking(simcluster):
+    """woke_since: the first request of an account after a silence of 0.5 s (a restarted client
+    is up from then)."""
+    import time
+
+    t0 = time.time()
+    assert simcluster.woke_since(simcluster.account, t0) is None
+    assert kubectl(simcluster, "get", "pods").returncode == 0
+    first = simcluster.woke_since(simcluster.account, t0)
+    assert first is not None and t0 <= first <= time.time()
+    time.sleep(0.6)
+    t1 = time.time()
+    assert kubectl(simcluster, "get", "pods").returncode == 0
+    assert simcluster.woke_since(simcluster.account, t1) >= t1  # asked again after a silence: a wake
+    assert simcluster.woke_since("nobody@example.com", t0) is None
+
+
 def test_full_log_matches_ground_truth(make_simcluster):
     sim = make_simcluster({**FAST, "rate": 200,
                            "jobsets": [{"name": "olmo3-sft", "hosts": 3,
