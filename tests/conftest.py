@@ -67,14 +67,16 @@ SLOW = {
 # that way, and passed alone). So under xdist each test holds the machine: shared by every other
 # test, exclusive for an `alone` one, which waits for the running tests to end while the
 # turnstile keeps new ones from starting (tests/machine_share.py).
-@pytest.fixture(autouse=True)
-def _machine_share(request, tmp_path_factory):
+# Taken around the whole test (setup, call, teardown) and outside pytest-timeout's timer
+# (tryfirst: the outermost wrapper): the wait for the machine is not the test's time.
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         yield
         return
-    alone = request.node.get_closest_marker("alone") is not None
+    alone = item.get_closest_marker("alone") is not None
     # the workers' basetemps (popen-gwN) share one parent: the session's
-    with machine_share(tmp_path_factory.getbasetemp().parent, alone):
+    with machine_share(item.config._tmp_path_factory.getbasetemp().parent, alone):
         yield
 
 
