@@ -44,3 +44,21 @@ def test_a_bulk_batch_gives_what_pod_gives_row_by_row(case):
         if part:
             bulk.pods(*(list(c) for c in zip(*part, strict=True)))
     assert state(bulk) == state(loop)
+
+
+def test_a_median_over_many_samples_is_statistics_median():
+    """IncTimes.median takes numpy's median from BULK samples on: the same value as
+    statistics.median (the middle one, or the mean of the two middle ones), odd and even."""
+    import random
+    from statistics import median
+
+    from steptail.runs.step_time import BULK, DECIDE_AT, IncTimes
+
+    rng = random.Random(7)
+    for n in (BULK - 1, BULK, BULK + 1, 1000, 1001):
+        t = IncTimes()
+        t.has_seconds = True
+        t.seconds.extend(rng.choice((1.0, 1e-9, 1e9)) * rng.random() for _ in range(n))
+        assert t.median() == median(t.seconds) and t.median(DECIDE_AT) == median(t.seconds[:DECIDE_AT])
+        assert t.has_median()
+

@@ -58,7 +58,9 @@ class StepTimeRegression(Detector):
         if med is None:
             return
         times.decided = True
-        earlier = [(m, t) for m, t in self.times.items() if m < n and t.median() is not None]
+        # the latest earlier incarnation with a median (counted, not computed: each median
+        # sorts all its samples, and this ran once per incarnation for every earlier one)
+        earlier = [(m, t) for m, t in self.times.items() if m < n and t.has_median()]
         if not earlier:
             return
         prev, prev_times = max(earlier, key=itemgetter(0))
