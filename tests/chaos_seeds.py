@@ -75,9 +75,14 @@ REGRESSIONS: dict[int, tuple[dict, tuple[str, ...], str]] = {
            "of chaos-01 missed, in no gap"),
 }
 
-# Fixed seeds that fail on the code of the day (none now: 105 and 106 were fixed): run, shown as
+# Fixed seeds that fail on the code of the day (106 again since 2026-12-07): run, shown as
 # xfail with what they find, so a fix shows as XPASS; remove the entry when one lands.
-STILL_FAILING: dict[int, str] = {}
+STILL_FAILING: dict[int, str] = {
+    106: "1: the last step of chaos-01 (incarnation 2, step 149), written during a 2.9 s auth lapse as "
+         "its trainer ended, servable 7.6-8 s after it and never recorded, though the stream was re-read "
+         "0.5 s after the lapse (a rotation gap, 94-148, flagged): CI on PostgreSQL under load and a "
+         "fresh-clone run on SQLite alone (2026-12-07); passes when run by itself (timing-dependent)",
+}
 
 # Issue 33: seeds of the new kinds, failing on the code of 2026-12-04 (main 8a473e2) until the
 # recovery and identity branches merge; what each lost then (SQLite).
