@@ -428,7 +428,8 @@ def _story(followers: list[Follower], runs: list[str], t0: float, most: int = 40
                 text, logger = str(rec.get("message", "")), str(rec.get("logger", ""))
             except (ValueError, KeyError, TypeError):
                 continue
-            if any(r in text for r in runs) or logger.endswith(".health"):
+            # a finding names its run in a field of its own, not in the message
+            if any(r in text for r in runs) or rec.get("run") in runs or logger.endswith(".health"):
                 told.append(f"follower {f.index} t={at:6.2f}s {logger.rsplit('.', 1)[-1]}: {text[:300]}")
         out += told[-most:]
     return out
