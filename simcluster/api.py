@@ -144,9 +144,9 @@ class KubeApi:
         await self._held(str(request.rel_url))  # slow_api / hang_api match path and query
         user = self.user(request.headers.get("Authorization", ""))
         request[USER] = user
-        self._asked(user)
         faults = self.state.faults
         with self.state.lock:
+            self._asked(user, request[ASKED])
             if user is None or faults.lapsed():
                 fail = 401
             else:
@@ -168,16 +168,16 @@ class KubeApi:
                 del self.requests[:5000]
         return resp
 
-    def _asked(self, user: str | None) -> None:
+    def _asked(self, user: str | None, at: float) -> None:
+        """Note when `user` asked (`at`: on arrival, before any injected delay); the caller
+        holds the state lock."""
         if not user:
             return
-        now = time.time()
-        with self.state.lock:
-            if now - self.last_asked.get(user, float("-inf")) >= WAKE_SILENCE:
-                wakes = self.woke.setdefault(user, [])
-                wakes.append(now)
-                del wakes[:-100]
-            self.last_asked[user] = now
+        if at - self.last_asked.get(user, float("-inf")) >= WAKE_SILENCE:
+            wakes = self.woke.setdefault(user, [])
+            wakes.append(at)
+            del wakes[:-100]
+        self.last_asked[user] = max(at, self.last_asked.get(user, at))
 
     async def _held(self, path: str) -> None:
         """slow_api: the answer comes `delay` late; hang_api: no answer while the hang lasts
