@@ -8,6 +8,12 @@ import time
 from dataclasses import dataclass, field
 
 
+def unseen_attempt_stream(attempt: int) -> str:
+    """The stream of a JobSet restart attempt whose pods ran and ended unseen (no uid known):
+    its gap covers the whole attempt (collector.live.unseen_attempts)."""
+    return f"restart-attempt-{attempt}"
+
+
 @dataclass(slots=True)
 class StreamGap:
     stream: str

@@ -8,7 +8,8 @@ reads the store only through steptail.storage's read functions and holds it to:
 - every step not recorded that was servable at some moment while a collector ran lies inside a
   recorded stream gap of its pod (by its stamp, or by log order: between the steps recorded
   either side of it) AND a gap finding, or after its incarnation's last recorded
-  step under an unread_tail finding of that incarnation ("lost unflagged" otherwise; "lost unseen":
+  step under an unread_tail finding of that incarnation, or in a restart attempt the collector
+  never saw a pod of, under that attempt's stream gap and an unread_tail finding ("lost unflagged" otherwise; "lost unseen":
   gone before any collector could look, and "unread at end": written less than 5 s before the
   collector stopped and still served, are counted, no offence);
 - no trainer (incarnation, step) recorded twice ("duplicated"), no store incarnation the trainer
@@ -33,6 +34,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 
 from steptail.parsers.timestamps import parse_rfc3339
+from steptail.runs.stream_gap import unseen_attempt_stream
 from steptail.storage.db import Store
 from steptail.storage.reads import iter_loss_parts, list_findings, stream_gaps
 
@@ -247,7 +249,8 @@ def _judge_run(obs: Observation, store: Store, run: str, truth: list, v: Verdict
         in_stream_gap = any(s.startswith(t.pod_uid + "/") and (
             a < _ns(t.timestamp) and (b is None or _ns(t.timestamp) <= b)  # by its stamp
             or (lo is None or lo <= a) and (hi is None or (b is not None and b <= hi)))  # by log order
-            for s, a, b, _ in gaps) or _stepped_back_pair(gaps, t.pod_uid, lo, hi)
+            for s, a, b, _ in gaps) or _stepped_back_pair(gaps, t.pod_uid, lo, hi) \
+            or any(s == unseen_attempt_stream(t.attempt) for s, *_ in gaps)  # its pod never seen
         target = back.get(t.incarnation)
         in_finding = any(f[1] in GAP_KINDS and f[3] <= t.step <= f[4] and (target is None or f[2] == target)
                          for f in findings) or _in_unread_tail(t.step, target, last_recorded, findings)

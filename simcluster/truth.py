@@ -9,6 +9,8 @@ from steptail.simcluster.faults import ApiOutage
 from steptail.simcluster.objects import CONTAINER, JobSetState
 from steptail.simcluster.state import ClusterState
 
+ATTEMPT_LABEL = "jobset.sigs.k8s.io/restart-attempt"
+
 
 @dataclass
 class StepTruth:
@@ -28,6 +30,7 @@ class StepTruth:
     rotated: bool  # its file was rotated away (not served any more)
     served: bool  # some API response included it
     rotated_unread: bool  # rotated away before any response served it
+    attempt: int = 0  # its pod's JobSet restart attempt (jobset.sigs.k8s.io/restart-attempt)
 
 
 def step_truths(state: ClusterState, js: JobSetState) -> list[StepTruth]:
@@ -55,6 +58,7 @@ def step_truths(state: ClusterState, js: JobSetState) -> list[StepTruth]:
                 rotated=rotated,
                 served=entry.served,
                 rotated_unread=rotated and not entry.served,
+                attempt=int(p.labels.get(ATTEMPT_LABEL, 0)),
             )
         )
     return out

@@ -138,7 +138,9 @@ ISSUE33: dict[int, tuple[dict, tuple[str, ...], str]] = {
     306: (ISSUE33_ARGS, ("sqlite",),
           "2: auth lapses then 5xx bursts, 503s on logs, a slow API over rotations: steps servable "
           ">= 5 s missed, 27.7 s from a fault's end to the next line read"),
-    # found by the PostgreSQL benchmark of 2026-12-07 (seeds 160-199, main ab04c92); SQLite too
+    # found by the PostgreSQL benchmark of 2026-12-07 (seeds 160-199, main ab04c92); SQLite too.
+    # Flagged since: the next pod's restart-attempt label tells of the attempt never seen
+    # (collector.live.unseen_attempts), a stream gap and an unread_tail finding
     196: (BENCH20, ("sqlite",),
           "a JobSet restart attempt that lived and ended unseen: follow started after a restart (4.25 s) "
           "while 502s refused its pod lists; the new pod (attempt 1) wrote step 1 and was deleted (grace "

@@ -395,10 +395,7 @@ def test_chaos_regression(seed, db_url, tmp_path):
 # goes out with the look). 402 was: a probe answered by a just-rotated, empty file confirmed
 # quiet (the wait doubled, a rotation took the lines), and the final read after a clock stepped
 # back 20 s asked --since-time past every new stamp: nothing read past step 68.
-ISSUE33_OPEN: dict[int, str] = {
-    196: "not fixed: a restart attempt whose pod lived and was deleted while discovery failed is "
-         "never known (the attempt label of the next pod could tell it: attempts 0-1 unread)",
-}
+ISSUE33_OPEN: dict[int, str] = {}
 
 
 def _issue33_params():

@@ -85,6 +85,7 @@ class PodInfo:
     started_ns: int | None  # current container's startedAt (whole seconds)
     previous_finished_ns: int | None  # lastState.terminated.finishedAt
     previous_started_ns: int | None = None  # lastState.terminated.startedAt (whole seconds)
+    created_ns: int | None = None  # creationTimestamp (whole seconds)
     image: str = ""  # the followed container's image, as the spec names it
     image_id: str = ""  # what the kubelet ran (status imageID: the digest)
     topology: str = ""  # node selector cloud.google.com/gke-tpu-topology
@@ -138,7 +139,7 @@ def pod_info(pod) -> PodInfo:
         deleting=meta.deletion_timestamp is not None, container=container, restart_count=rc,
         state=state, reason=reason, finished_ns=finished, started_ns=started,
         previous_finished_ns=prev_finished, previous_started_ns=prev_started,
-        image=str(spec.containers[0].image or "") if spec and spec.containers else "",
+        created_ns=_ns(meta.creation_timestamp), image=str(spec.containers[0].image or "") if spec and spec.containers else "",
         image_id=str(cs.image_id or "") if cs is not None else "",
         topology=str(selector.get(TOPOLOGY, "")), view=view,
     )
@@ -442,6 +443,10 @@ class Discovery:
         self.changed = asyncio.Event()
         self.listed = False  # pods were listed at least once since start-up
         self.error: tuple[str, str, float] | None = None  # (kind, reason, when) of the last failure
+        # the start of the latest span in which pods could not be seen (time ns; a failure before
+        # the first list: from start-up): a pod may have lived and gone in it unseen
+        self.blind_since_ns: int | None = None
+        self._started_ns = time.time_ns()
         self.health = Health("discovery", metrics=metrics, recovery=self.recovery)
         self.server: str | None = None  # the API server's URL, once a client was built
         self.on_jobset = None  # called with each JobSet name seen for the first time
@@ -461,6 +466,7 @@ class Discovery:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        self._started_ns = time.time_ns()
         ns, selector = self.target.namespace, self.selector
 
         # Building a client runs the exec credential plugin (a subprocess, up to a second):
@@ -541,6 +547,8 @@ class Discovery:
         self._wake([info])
 
     def _error(self, kind: str, reason: str) -> None:
+        if self.error is None:  # a failure starts: pods come and go unseen from here (from start-up)
+            self.blind_since_ns = time.time_ns() if self.listed else self._started_ns
         self.error = (kind, reason, time.time())
         if self.health.fail(kind, reason) and self.on_failure is not None:
             self.on_failure(kind, reason)

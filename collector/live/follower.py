@@ -34,6 +34,7 @@ from steptail.collector.live.sink import RunSink
 from steptail.collector.live.spare import SpareRead
 from steptail.collector.live.stream_lines import StreamLines, stream_key
 from steptail.collector.live.stream_read import StreamReader
+from steptail.collector.live.unseen_attempts import unseen_attempts
 from steptail.collector.notify.channel import Channel, StateChanged
 from steptail.collector.notify.health import Health
 from steptail.parsers.fast import line_ts
@@ -136,6 +137,9 @@ class RunFollower:
         self.lines = StreamLines(run, model, sink, detectors, status, self.health, cfg.unreadable_after)
         self._looked_for_vanished = False
         self.known: dict[str, PodInfo] = {}  # every process-0 pod seen, by uid
+        # (restart attempt, creation) of every process-0 pod ever seen, by uid (known forgets
+        # deleted ones): an attempt never seen between two is one whose log is lost whole
+        self.attempts: dict[str, tuple[int, int | None]] = {}
         # pods a fresh read found deleted: the watch's view may list them for seconds more (while
         # it fails, e.g. after 503s); they are not read again nor their gap recorded on every pass
         self.gone: set[str] = set()
@@ -194,6 +198,9 @@ class RunFollower:
             self.lines.vanished_while_away({p.uid for p in self.discovery.pods.values()})
         pods = [p for p in self.discovery.process0(self.jobset) if p.uid not in self.gone]
         for p in pods:
+            if p.uid not in self.attempts:
+                self._unseen_before(p)
+                self.attempts[p.uid] = (p.attempt, p.created_ns)
             self.known[p.uid] = p
         live = {p.uid for p in pods}
         # pods gone from the API that were never read to the end
@@ -221,6 +228,16 @@ class RunFollower:
             await self.discovery.wait_change(1.0)
             return
         await self._follow(newest)
+
+    def _unseen_before(self, pod: PodInfo) -> None:
+        """`pod` is seen for the first time: the restart attempts before it that lived and
+        ended unseen (unseen_attempts) are lost whole — a stream gap each, one finding."""
+        blind = self.discovery.blind_since_ns
+        if any(key.split("/", 1)[0] not in self.attempts for key in self.model.cursors):
+            blind = None  # a resumed run: a stream read before the restart may be that attempt's
+        attempts, since = unseen_attempts(self.attempts.values(), pod, blind)
+        if attempts:
+            self.lines.unseen_attempts(attempts, since, pod)
 
     # ------------------------------------------------------------------------ following
     async def _follow(self, pod: PodInfo) -> None:

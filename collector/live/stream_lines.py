@@ -20,7 +20,7 @@ from steptail.collector.notify.health import Health
 from steptail.parsers.timestamps import format_ns
 from steptail.runs.findings import UNREAD_TAIL, UNREADABLE_LOG
 from steptail.runs.model import POD_STREAM, RunModel
-from steptail.runs.stream_gap import StreamGap
+from steptail.runs.stream_gap import StreamGap, unseen_attempt_stream
 
 log = logging.getLogger("steptail.follow")
 
@@ -117,6 +117,19 @@ class StreamLines:
         self.detectors.failure(UNREAD_TAIL, f"{reason}: {window}", at)
         self.cause = None
         self.read_to_end(key)
+
+    def unseen_attempts(self, attempts: range, since_ns: int | None, pod: PodInfo) -> None:
+        """Restart attempts of the JobSet that lived and ended unseen before `pod`'s (its first
+        sight): their logs are lost whole, unknown by step — a stream gap each, from `since_ns`
+        to `pod`'s creation, and one unread_tail finding after the last step read."""
+        which = (f"restart attempt {attempts[0]}" if len(attempts) == 1 else
+                 f"restart attempts {attempts[0]}-{attempts[-1]}")
+        reason = (f"{which} of JobSet {pod.jobset} ran and ended unseen (the next pod seen, {pod.name}, is "
+                  f"attempt {pod.attempt}): whatever its process 0 wrote is lost")
+        told = [self.gap(unseen_attempt_stream(a), since_ns, pod.created_ns, reason, caused=True) for a in attempts]
+        cur = self.model.current
+        self.detectors.failure(UNREAD_TAIL, told[-1], (cur.number, cur.last_step) if cur is not None else None)
+        self.cause = None
 
     def read_ended(self, key: str, check: Overlap, pod: str, end_ns: int | None) -> None:
         """The last read of an ended container `pod` (stream `key`) is done, `check` its
