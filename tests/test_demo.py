@@ -69,7 +69,9 @@ def test_demo_records_flags_and_points_at_its_data(tmp_path):
     for s in common:
         assert arm[s] - ctl[s] == pytest.approx(bug.load_balance_error(s), abs=2e-6)
     assert arm[1] - ctl[1] == pytest.approx(0.39, abs=2e-6) and arm[common[-1]] - ctl[common[-1]] > 0.7
-    head = [s for s in range(1, 50) if s in olmo_ce]  # another seed, another curve
+    # another seed, another curve: its first 49 steps recorded (a busy machine can cost it some
+    # of steps 1-49, flagged below: a CI run kept 20 of them)
+    head = sorted(s for s in olmo_ce if s in ctl)[:49]
     assert len(head) > 20 and any(abs(olmo_ce[s] - ctl[s]) > 0.005 for s in head)
     # a busy machine can make the demo's faults cost olmo3-sft some of its first steps: never silently
     gap_steps = {s for f in olmo["findings"] if f["kind"] in ("gap", "head_gap") for s in range(f["first_step"], f["last_step"] + 1)}

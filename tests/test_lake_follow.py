@@ -54,7 +54,10 @@ def lake_equals_sql(db: str, url: str, run: str, env: dict | None = None) -> int
 
 
 def test_follow_into_a_local_table_holds_what_sql_holds(make_simcluster, db_url, tmp_path):
-    sim = make_simcluster(scenario({"action": "rotate", "at_step": 60}, {"action": "restart_jobset", "at_step": 110}))
+    # the restart waits (up to 10 s) for a read to have served step 110: a loaded machine started
+    # follow after the first pod was gone, and the test then judged a late start (CI, 2026-12-07)
+    sim = make_simcluster(scenario({"action": "rotate", "at_step": 60},
+                                   {"action": "restart_jobset", "at_step": 110, "wait_for_reader": 10}))
     url = f"file://{tmp_path / 'lake'}"
     follow_sim(sim, db_url, parquet=url)
     assert_exactly_once(sim, db_url, "r")
