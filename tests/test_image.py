@@ -135,6 +135,11 @@ def followed(engine, tmp_path_factory):
         sim.add_jobset({"name": JOBSET, "hosts": 2, "rate": RATE,
                         "trainer": {"steps": STEPS, "checkpoint_period": 100}})
         sim.wait_step(STEPS // 3, JOBSET, timeout=60)
+        # the rotation once a read served that step: the follower in the container first read
+        # the JobSet after step 150's rotation in one CI run (2026-12-07), its head then lost
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(t.served for t in sim.truth(JOBSET) if t.step == STEPS // 3):
+            time.sleep(0.05)
         sim.rotate(JOBSET)
         sim.wait_step(2 * STEPS // 3, JOBSET, timeout=60)
         sim.eof_streams()
