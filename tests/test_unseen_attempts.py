@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from test_follow_support import findings, follow_sim, gaps, recorded, scenario
@@ -58,20 +59,31 @@ def _restarted_once(make_simcluster):
 def test_an_attempt_that_lived_and_ended_while_pods_could_not_be_listed_is_a_gap_and_a_finding(
         make_simcluster, tmp_path, monkeypatch):
     """Chaos seed 196's way: follow starts while 502s refuse its pod lists (~6.5 s of retries);
-    1.5 s in, the JobSet restarts again (grace 0). Attempt 1's pod lived and went unseen, its
+    1.2 s after the first refusal, the JobSet restarts again (grace 0). Attempt 1's pod lived and went unseen, its
     lines from the follower's start on lost with no uid to find a stream gap in: the next pod
     (attempt 2) tells of it — a stream gap for the attempt and an unread_tail finding. Attempt 2
     is read whole."""
     monkeypatch.setenv("CLOUDSDK_CORE_ACCOUNT", "placeholder@example.invalid")
     sim = _restarted_once(make_simcluster)
     sim.fail_next(14, code=502, path="/pods")
-    again = threading.Timer(1.5, lambda: sim.restart_jobset(grace_seconds=0.0, pending_seconds=0.2))
+    stop = threading.Event()
+
+    def restart_once_refused() -> None:
+        # 1.2 s after the first refused list: a pod's creationTimestamp is whole seconds, and one
+        # stamped the second follow began is not taken to be after it
+        while not stop.is_set() and not any(code == 502 for *_, code in sim.requests):
+            time.sleep(0.02)
+        if not stop.wait(1.2):
+            sim.restart_jobset(grace_seconds=0.0, pending_seconds=0.2)
+
+    again = threading.Thread(target=restart_once_refused, daemon=True)
     again.start()
     db = str(tmp_path / "s.db")
     try:
         sup = follow_sim(sim, db, timeout=90)
     finally:
-        again.cancel()
+        stop.set()
+        again.join(5)
     truth = sim.truth()
     third = {t.step for t in truth if t.attempt == 2}
     assert recorded(db, "r") == [(1, s) for s in sorted(third)]
