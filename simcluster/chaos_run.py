@@ -68,6 +68,10 @@ class Follower:
     booting: list[int] = field(default_factory=list)  # spans of restarts not yet seen asking the API
 
     def start(self) -> None:
+        if self.alive():
+            # a kill's restart due while a rolling restart already started it again: a second
+            # process would be orphaned (never terminated), its load on every later seed
+            return
         self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=open(self.log, "ab"),
                                      env=self.env, start_new_session=True)
         if self.spans:  # a restart; the first start is timed from _wait_ready

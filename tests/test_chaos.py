@@ -26,7 +26,7 @@ from steptail.simcluster.chaos import (
     format_schedule,
     scenario_of,
 )
-from steptail.simcluster.chaos_run import run_schedule
+from steptail.simcluster.chaos_run import Follower, run_schedule
 from steptail.simcluster.scenario import Scenario
 from steptail.storage.db import open_store
 from steptail.storage.scratch import scratch_database
@@ -109,6 +109,21 @@ def test_issue19_kinds_leave_out_the_new_faults_and_missing_fields():
         assert not any(js.get("omit") for js in s["jobsets"])
     assert any(js.get("omit") for seed in range(50)
                for js in draw_schedule(seed, duration=30, kinds=["eof", MISSING_FIELDS])["jobsets"])
+
+
+def test_a_replica_started_while_it_runs_stays_one_process(tmp_path):
+    """A kill's restart falling due after a rolling restart had started the replica again
+    spawned a second process and forgot the first: never terminated, it loaded every later
+    seed of a benchmark run (nine such followers were found running after one)."""
+    f = Follower(0, [sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "f.log", {})
+    f.start()
+    first = f.proc
+    try:
+        f.start()
+        assert f.proc is first and len(f.spans) == 1
+    finally:
+        f.terminate(timeout=5)
+    assert first.poll() is not None
 
 
 def test_simcluster_chaos_prints_the_schedule_and_serves_it(tmp_path):
