@@ -21,7 +21,7 @@ import fcntl
 import hashlib
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -85,6 +85,9 @@ class Survey:
     # every replica with a row, alive or not: one whose lock fell without a close is here, one
     # that closed (a clean exit) is not
     registered: frozenset[str] = frozenset()
+    # replica -> its heartbeat_ns, for every registered replica (its own clock: only compared
+    # with its own earlier beats, to see how long it has stood still)
+    beats: dict[str, int] = field(default_factory=dict)
 
     def owner_of(self, run: str) -> Replica | None:
         pid = self.held.get(run_key(run))
@@ -171,7 +174,7 @@ class Leases:
         c.execute(sa.text("UPDATE replicas SET heartbeat_ns = :n, runs = :o WHERE replica = :r"),
                   {"n": now, "o": owned, "r": self.replica})
         held = {_signed(int(k)): pid for k, pid in c.execute(sa.text(_HELD))}
-        alive, stale, registered = [], [], set()
+        alive, stale, registered, beats = [], [], set(), {}
         for r in c.execute(sa.text(
                 "SELECT replica, host, pid, backend_pid, runs, heartbeat_ns FROM replicas ORDER BY replica")):
             rep = Replica(r.replica, r.host, r.pid, r.backend_pid, r.runs, r.heartbeat_ns)
@@ -181,10 +184,11 @@ class Leases:
                 stale.append(rep.replica)
                 continue
             registered.add(rep.replica)
+            beats[rep.replica] = rep.heartbeat_ns
         if stale:  # gone long ago: the table stays small
             c.execute(sa.text("DELETE FROM replicas WHERE replica IN :s AND heartbeat_ns < :t")
                       .bindparams(sa.bindparam("s", expanding=True)), {"s": stale, "t": now - STALE_NS})
-        return Survey(alive, held, frozenset(registered))
+        return Survey(alive, held, frozenset(registered), beats)
 
     def end_replica(self, hung: Replica, runs: list[str]) -> int:
         """End a hung replica's sessions that matter here: its ownership connection (its run

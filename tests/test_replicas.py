@@ -301,6 +301,25 @@ def test_a_run_whose_holder_lost_its_session_waits_for_it_to_come_back():
     assert plan_moves(["a"], set(), fell_survey, 1, since, {}, now=10.0 + HANDOVER_WAIT, fell=fell).take == ["a"]
 
 
+def test_a_run_found_late_is_taken_at_once_when_its_holder_already_stood_still_long_enough():
+    """Chaos seed 18 (2 replicas): a replica restarting while the API was slow learned of the
+    run 2.8 s after its frozen holder's session ended, then waited HANDOVER_WAIT more. The wait
+    is for a holder that reconnects at its next look; one whose heartbeat was seen standing
+    still that long here is not doing so."""
+    holders = {"a": ("r2", 2)}
+    beats = Beats()
+    fell_survey = Survey([Replica("r1", "h", 1, 1, 0, 10)], {}, frozenset({"r1", "r2"}), {"r1": 10, "r2": 555})
+    for i, t in enumerate((10.0, 10.5, 11.0, 11.5, 12.0)):  # r2 stands still, r1 beats
+        beats.hung(Survey([Replica("r1", "h", 1, 1, 0, i)], {}, fell_survey.registered, {"r1": i, "r2": 555}), 1, t)
+    assert beats.quiet("r2", 12.0) == 2.0 and beats.quiet("r1", 12.0) == 0.0 and beats.quiet("r9", 12.0) == 0.0
+    fell = {run: beats.quiet(holders[run][0], 12.0) for run in fallen(["a"], fell_survey, holders)}
+    since: dict[str, float] = {}  # "a" seen unheld for the first time now
+    assert plan_moves(["a"], set(), fell_survey, 1, since, {}, now=12.0, fell=fell).take == ["a"]
+    # a holder seen still for less: waited for as before
+    fell = {"a": beats.quiet("r2", 11.0)}
+    assert plan_moves(["a"], set(), fell_survey, 1, {}, {}, now=12.0, fell=fell).take == []
+
+
 def test_a_run_let_go_or_left_by_a_clean_exit_is_taken_at_once():
     holders = {"a": ("r2", 2)}
     released = _survey({}, {1: 0, 2: 0})  # r2 alive on the same session: it released "a"

@@ -93,10 +93,13 @@ def plan_moves(candidates: Iterable[str], owned: set[str], survey: Survey, my_pi
                fell: Iterable[str] = (), taken_at: dict[str, float] | None = None) -> Moves:
     """What to do after one look at the fleet (no I/O). `unheld_since` is kept up to date
     here (run -> when first seen unheld); `cooling` maps a run given back to its end of
-    cooldown; `fell`: runs whose holder lost its lock without letting go (`fallen`);
+    cooldown; `fell`: runs whose holder lost its lock without letting go (`fallen`), or a
+    mapping of them to how long their holder's heartbeat has been seen standing still (a
+    holder silent for HANDOVER_WAIT is not taking its lock back: a replica that starts late,
+    or learns of the run late, need not wait again);
     `taken_at`: when this replica took each run it holds (none is given back within
     SETTLE_AFTER_TAKE of that)."""
-    fell = set(fell)
+    fell = dict(fell) if isinstance(fell, dict) else dict.fromkeys(fell, 0.0)
     candidates = sorted(set(candidates))
     moves = Moves()
     for run in sorted(owned):
@@ -120,7 +123,7 @@ def plan_moves(candidates: Iterable[str], owned: set[str], survey: Survey, my_pi
         waited = now - unheld_since[run]
         if cooling.get(run, 0.0) > now and waited < 2 * GRACE:
             continue  # given back a moment ago: another replica is meant to take it
-        if run in fell and waited < HANDOVER_WAIT:
+        if run in fell and max(waited, fell[run]) < HANDOVER_WAIT:
             continue  # its holder may only have lost its session: it takes the lock back
         if room > 0 or waited >= GRACE:
             moves.take.append(run)
@@ -166,23 +169,23 @@ class Beats:
         self.last_look = -math.inf
 
     def hung(self, survey: Survey, me: int, now: float) -> list[Replica]:
+        """The live replicas (not `me`) whose heartbeat stood still for hung_after; every
+        registered replica's beat is kept (quiet)."""
         if now - self.last_look > 4 * INTERVAL:
             self.seen.clear()
         self.last_look = now
-        out = []
-        alive = {r.replica for r in survey.alive}
+        beats = {**survey.beats, **{r.replica: r.heartbeat_ns for r in survey.alive}}
         for name in list(self.seen):
-            if name not in alive:
+            if name not in beats:
                 del self.seen[name]
-        for r in survey.alive:
-            if r.backend_pid == me:
-                continue
-            beat, since = self.seen.get(r.replica, (None, now))
-            if beat != r.heartbeat_ns:
-                self.seen[r.replica] = (r.heartbeat_ns, now)
-            elif now - since >= self.hung_after:
-                out.append(r)
-        return out
+        for name, beat in beats.items():
+            if self.seen.get(name, (None,))[0] != beat:
+                self.seen[name] = (beat, now)
+        return [r for r in survey.alive if r.backend_pid != me and now - self.seen[r.replica][1] >= self.hung_after]
+
+    def quiet(self, replica: str, now: float) -> float:
+        """How long `replica`'s heartbeat has been seen standing still here (0: not seen)."""
+        return now - self.seen[replica][1] if replica in self.seen else 0.0
 
 
 class Ownership:
@@ -248,7 +251,8 @@ class Ownership:
         for name, when in list(self.ended.items()):
             if now - when > ENDED_MEMORY:
                 del self.ended[name]
-        fell = fallen(candidates, survey, self.holders, self.ended)
+        fell = {run: self.beats.quiet(self.holders[run][0], now)
+                for run in fallen(candidates, survey, self.holders, self.ended)}
         moves = plan_moves(candidates, self.owned, survey, self.backend_pid, self.unheld_since,
                            self.cooling, now, fell, self.taken_at)
         got = await self._call(self.leases.try_own_many, moves.take)
