@@ -24,7 +24,9 @@ def unseen_attempts(seen: Iterable[tuple[int, int | None]], pod: PodInfo,
     in which pods could not be listed (collector.cluster.discovery; None: there was none). A
     restart deletes an attempt's pods before it creates the next's: the attempt before lived
     into that span — or ended before the collector started, when the span is its start-up (a
-    JobSet requeued by Kueue between its attempts, say), which pods cannot tell apart."""
+    JobSet requeued by Kueue between its attempts, say), which pods cannot tell apart. A
+    creationTimestamp is whole seconds: a pod created in the second the span began is not
+    taken to be after it."""
     attempts = dict(seen)
     if pod.attempt == 0 or pod.attempt in attempts or pod.attempt - 1 in attempts:
         return range(0), None
