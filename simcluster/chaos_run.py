@@ -12,10 +12,12 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -66,14 +68,16 @@ class Follower:
     resumes: list[float] = field(default_factory=list)  # the starts of spans that began with SIGCONT
     stopped: bool = False
     booting: list[int] = field(default_factory=list)  # spans of restarts not yet seen asking the API
+    port: int | None = None  # the running process's --metrics-port
 
     def start(self) -> None:
         if self.alive():
             # a kill's restart due while a rolling restart already started it again: a second
             # process would be orphaned (never terminated), its load on every later seed
             return
-        self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=open(self.log, "ab"),
-                                     env=self.env, start_new_session=True)
+        self.port = _free_port()  # its /healthz: the readiness a rolling restart waits for
+        self.proc = subprocess.Popen([*self.argv, "--metrics-port", str(self.port)], stdout=subprocess.DEVNULL,
+                                     stderr=open(self.log, "ab"), env=self.env, start_new_session=True)
         if self.spans:  # a restart; the first start is timed from _wait_ready
             self.booting.append(len(self.spans))
         self.spans.append([time.time(), float("inf")])
@@ -118,6 +122,39 @@ class Follower:
             self.stopped = False
             self.spans.append([time.time(), float("inf")])
             self.resumes.append(self.spans[-1][0])
+
+    def ready(self) -> bool:
+        """/healthz answers 200: discovery has listed pods (deploy/deployment.yaml's readinessProbe)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=1.0) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def roll(self, owner_lost: list, ready_timeout: float = 30.0) -> None:
+        """Replaced as deploy/deployment.yaml's rolling update does (maxSurge 1, maxUnavailable
+        0): the successor starts beside the running process, which gets SIGTERM once the
+        successor is ready, or after `ready_timeout` s (a rollout stuck on a new pod that never
+        gets ready is the operator's to see; the harness goes on)."""
+        if not self.alive():
+            self.start()
+            return
+        if self.stopped:
+            self.cont()  # as terminate(): what is replaced gets SIGCONT, then SIGTERM
+        old, old_span = self.proc, self.spans[-1]
+        self.proc = None
+        self.start()
+        deadline = time.time() + ready_timeout
+        while time.time() < deadline and self.alive() and not self.ready():
+            time.sleep(0.1)
+        owner_lost.append((time.time(), account(self.index)))
+        old.send_signal(signal.SIGTERM)
+        try:
+            old.wait(30.0)
+        except subprocess.TimeoutExpired:
+            os.killpg(old.pid, signal.SIGKILL)
+            old.wait(5)
+        old_span[1] = time.time()
 
     def terminate(self, timeout: float = 30.0) -> None:
         """SIGTERM (flush, commit, stop kubectl), SIGKILL when it does not end in time."""
@@ -180,6 +217,12 @@ class Sampler:
 
     def last(self) -> dict[str, int]:
         return self.samples[-1][1] if self.samples else {}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _follower(sim: SimCluster, db_url: str, i: int, workdir: Path) -> Follower:
@@ -350,11 +393,8 @@ def _replica_event(ev: dict, followers: list[Follower], db_url: str, owner_lost:
         owner_lost.append((now, account(f.index)))
         terminate_sessions(db_url, f.index)
     elif ev["event"] == "rolling_restart":
-        for g in followers:  # one at a time, as a Deployment rolls
-            owner_lost.append((time.time(), account(g.index)))
-            g.terminate()
-            g.start()
-            time.sleep(2.0)
+        for g in followers:  # one at a time, as the Deployment rolls
+            g.roll(owner_lost)
 
 
 def _line_truth(sim: SimCluster, schedule: dict):

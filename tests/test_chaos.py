@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 import sqlalchemy as sa
@@ -26,7 +27,7 @@ from steptail.simcluster.chaos import (
     format_schedule,
     scenario_of,
 )
-from steptail.simcluster.chaos_run import Follower, run_schedule
+from steptail.simcluster.chaos_run import Follower, account, run_schedule
 from steptail.simcluster.scenario import Scenario
 from steptail.storage.db import open_store
 from steptail.storage.scratch import scratch_database
@@ -124,6 +125,57 @@ def test_a_replica_started_while_it_runs_stays_one_process(tmp_path):
     finally:
         f.terminate(timeout=5)
     assert first.poll() is not None
+
+
+# a replica's stand-in: after `delay` s it notes the time and serves /healthz on its --metrics-port
+_READY_LATER = """
+import http.server, sys, time
+port, delay, mark = int(sys.argv[-1]), float(sys.argv[1]), sys.argv[2]
+time.sleep(delay)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers()
+    def log_message(self, *a):
+        pass
+server = http.server.HTTPServer(("127.0.0.1", port), H)
+open(mark, "a").write(f"{time.time()}\\n")
+server.serve_forever()
+"""
+
+
+def test_a_rolling_restart_stops_a_replica_only_once_its_successor_is_ready(tmp_path):
+    """As deploy/deployment.yaml rolls (maxSurge 1, maxUnavailable 0): a harness that stopped
+    first and started after left both replicas new and blind at once under a pod-list denial
+    (seed 38: steps servable 6 s, the only running replicas unable to list the pod)."""
+    mark = tmp_path / "ready"
+    f = Follower(0, [sys.executable, "-c", _READY_LATER, "1.5", str(mark)], tmp_path / "f.log", {})
+    f.start()
+    first, lost = f.proc, []
+    try:
+        f.roll(lost, ready_timeout=20)
+        assert first.poll() is not None and f.alive() and f.proc is not first
+        successor_ready = float(mark.read_text().split()[-1])  # the second process to get ready
+        assert len(mark.read_text().split()) == 2
+        (stopped_at, who), = lost
+        assert stopped_at >= successor_ready and who == account(0)
+        (a0, a1), (b0, b1) = f.spans
+        assert b0 < a1 and b1 == float("inf")  # they overlapped; the old one's span ended
+    finally:
+        f.terminate(timeout=5)
+
+
+def test_a_rolling_restart_gives_up_waiting_for_a_successor_that_never_gets_ready(tmp_path):
+    mark = tmp_path / "ready"
+    f = Follower(0, [sys.executable, "-c", _READY_LATER, "60", str(mark)], tmp_path / "f.log", {})
+    f.start()
+    first, lost = f.proc, []
+    try:
+        began = time.time()
+        f.roll(lost, ready_timeout=1.0)
+        assert first.poll() is not None and f.alive() and not mark.exists()
+        assert 1.0 <= lost[0][0] - began < 10
+    finally:
+        f.terminate(timeout=5)
 
 
 def test_simcluster_chaos_prints_the_schedule_and_serves_it(tmp_path):
