@@ -32,7 +32,7 @@ from steptail.collector.live.prefetch import Prefetch
 from steptail.collector.live.read_gate import ReadGate
 from steptail.collector.live.sink import RunSink
 from steptail.collector.live.spare import SpareRead
-from steptail.collector.live.stream_lines import StreamLines, stream_key
+from steptail.collector.live.stream_lines import StreamLines, stream_key, stream_uid
 from steptail.collector.live.stream_read import StreamReader
 from steptail.collector.live.unseen_attempts import unseen_attempts
 from steptail.collector.notify.channel import Channel, StateChanged
@@ -233,7 +233,7 @@ class RunFollower:
         """`pod` is seen for the first time: the restart attempts before it that lived and
         ended unseen (unseen_attempts) are lost whole — a stream gap each, one finding."""
         blind = self.discovery.blind_since_ns
-        if any(key.split("/", 1)[0] not in self.attempts for key in self.model.cursors):
+        if any(stream_uid(key) not in self.attempts for key in self.model.cursors):
             blind = None  # a resumed run: a stream read before the restart may be that attempt's
         attempts, since = unseen_attempts(self.attempts.values(), pod, blind)
         if attempts:

@@ -41,6 +41,11 @@ def stream_key(pod: PodInfo, restart_count: int) -> str:
     return f"{pod.uid}/{pod.container}/{restart_count}"
 
 
+def stream_uid(key: str) -> str:
+    """The pod uid a stream key (stream_key) names."""
+    return key.split("/", 1)[0]
+
+
 def readable(line: bytes) -> bool:
     """Whether a line is text steptail could read: UTF-8 without control bytes."""
     if _CONTROL.search(line) is not None:
@@ -90,7 +95,7 @@ class StreamLines:
         # the pod that was being read is the current incarnation's (lines are read in order)
         name = self.model.current.pod if self.model.current is not None else None
         for key, cursor in sorted(self.model.cursors.items()):
-            uid = key.split("/", 1)[0]
+            uid = stream_uid(key)
             if key in self.finished or uid in listed or not POD_STREAM.fullmatch(key):
                 continue
             pod = f"pod {name} (uid {uid})" if name else f"the pod with uid {uid}"
