@@ -69,6 +69,9 @@ class Follower:
     stopped: bool = False
     booting: list[int] = field(default_factory=list)  # spans of restarts not yet seen asking the API
     port: int | None = None  # the running process's --metrics-port
+    # a rolling update's process being replaced (surge): (process, its span), and when it got SIGTERM
+    outgoing: tuple[subprocess.Popen, list[float]] | None = None
+    retired_at: float | None = None
 
     def start(self) -> None:
         if self.alive():
@@ -126,38 +129,50 @@ class Follower:
     def ready(self) -> bool:
         """/healthz answers 200: discovery has listed pods (deploy/deployment.yaml's readinessProbe)."""
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=1.0) as r:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=0.5) as r:
                 return r.status == 200
         except OSError:
             return False
 
-    def roll(self, owner_lost: list, ready_timeout: float = 30.0) -> None:
-        """Replaced as deploy/deployment.yaml's rolling update does (maxSurge 1, maxUnavailable
-        0): the successor starts beside the running process, which gets SIGTERM once the
-        successor is ready, or after `ready_timeout` s (a rollout stuck on a new pod that never
-        gets ready is the operator's to see; the harness goes on)."""
+    def surge(self) -> None:
+        """A rolling update's first half (deploy/deployment.yaml: maxSurge 1, maxUnavailable 0):
+        the successor starts beside the running process, which goes on as `outgoing` until
+        retire(). Nothing running: the successor just starts."""
         if not self.alive():
             self.start()
             return
         if self.stopped:
             self.cont()  # as terminate(): what is replaced gets SIGCONT, then SIGTERM
-        old, old_span = self.proc, self.spans[-1]
-        self.proc = None
+        self.outgoing, self.proc = (self.proc, self.spans[-1]), None
         self.start()
-        deadline = time.time() + ready_timeout
-        while time.time() < deadline and self.alive() and not self.ready():
-            time.sleep(0.1)
-        owner_lost.append((time.time(), account(self.index)))
-        old.send_signal(signal.SIGTERM)
-        try:
-            old.wait(30.0)
-        except subprocess.TimeoutExpired:
-            os.killpg(old.pid, signal.SIGKILL)
-            old.wait(5)
-        old_span[1] = time.time()
+
+    def retire(self) -> None:
+        """SIGTERM to the outgoing process (it flushes, commits and exits); reap() sees it end."""
+        if self.outgoing is not None and self.retired_at is None:
+            self.outgoing[0].send_signal(signal.SIGTERM)
+            self.retired_at = time.time()
+
+    def reap(self, timeout: float = 30.0) -> None:
+        """The outgoing process ended: its span ends; SIGKILL when it outlives `timeout` s."""
+        if self.outgoing is None or self.retired_at is None:
+            return
+        proc, span = self.outgoing
+        if proc.poll() is None:
+            if time.time() - self.retired_at < timeout:
+                return
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+        span[1] = time.time()
+        self.outgoing, self.retired_at = None, None
 
     def terminate(self, timeout: float = 30.0) -> None:
-        """SIGTERM (flush, commit, stop kubectl), SIGKILL when it does not end in time."""
+        """SIGTERM (flush, commit, stop kubectl), SIGKILL when it does not end in time; an
+        outgoing process of a rolling update too."""
+        if self.outgoing is not None:
+            self.retire()
+            while self.outgoing is not None:
+                self.reap(timeout)
+                time.sleep(0.05)
         if not self.alive():
             self._pause_span()
             return
@@ -169,6 +184,35 @@ class Follower:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(5)
         self._pause_span()
+
+
+class Rollout:
+    """A rolling restart as the Deployment rolls (maxSurge 1, maxUnavailable 0), one replica at
+    a time: its successor starts beside it; once the successor is ready (/healthz), or after
+    `ready_timeout` s, the old process gets SIGTERM and the next replica's turn comes. Stepped
+    by the harness's loop, so the other replicas' faults (a kill's restart) go on meanwhile."""
+
+    def __init__(self, followers: list[Follower], owner_lost: list, ready_timeout: float = 30.0) -> None:
+        self.queue, self.owner_lost, self.ready_timeout = list(followers), owner_lost, ready_timeout
+        self.current: Follower | None = None
+        self.deadline = 0.0
+
+    def step(self) -> bool:
+        """One look; True once every replica has been replaced."""
+        if self.current is None:
+            if not self.queue:
+                return True
+            g = self.queue.pop(0)
+            g.surge()
+            if g.outgoing is not None:
+                self.current, self.deadline = g, time.time() + self.ready_timeout
+            return False
+        g = self.current
+        if g.ready() or time.time() >= self.deadline:
+            self.owner_lost.append((time.time(), account(g.index)))
+            g.retire()
+            self.current = None
+        return False
 
 
 def terminate_sessions(db_url: str, i: int) -> int:
@@ -266,6 +310,7 @@ def run_schedule(schedule: dict, db_url: str, workdir: Path, *, timeout: float |
     sampler = Sampler(db_url)
     events = sorted(plan["events"], key=lambda e: e["at"])
     later: list[tuple[float, str, int]] = []  # (time, action, replica) follow-ups: SIGCONT, restart
+    rollouts: list[Rollout] = []  # rolling restarts under way
     driver = None
     try:
         if late:  # the simulator's own timeline runs the faults, from its start
@@ -291,15 +336,17 @@ def run_schedule(schedule: dict, db_url: str, workdir: Path, *, timeout: float |
         while time.time() < deadline:
             now = time.time() - t0
             while events and events[0]["at"] <= now:
-                _replica_event(events.pop(0), followers, db_url, owner_lost, later)
+                _replica_event(events.pop(0), followers, db_url, owner_lost, later, rollouts)
+            rollouts[:] = [r for r in rollouts if not r.step()]
             for item in sorted(later):
                 if item[0] <= time.time():
                     later.remove(item)
                     _, action, i = item
                     followers[i].cont() if action == "cont" else followers[i].start()
             for f in followers:
+                f.reap()
                 f.up_at(sim)
-            if not events and not later and _all_done(sim):
+            if not events and not later and not rollouts and _all_done(sim):
                 counts = sampler.last()
                 quiet = time.time() - settled_since if counts == last_counts else None
                 if quiet is None:
@@ -378,7 +425,7 @@ def _nothing_left(obs: Observation, db_url: str) -> bool:
 
 
 def _replica_event(ev: dict, followers: list[Follower], db_url: str, owner_lost: list,
-                   later: list) -> None:
+                   later: list, rollouts: list[Rollout]) -> None:
     f = followers[ev["replica"] % len(followers)]
     now = time.time()
     if ev["event"] == "kill":
@@ -393,8 +440,7 @@ def _replica_event(ev: dict, followers: list[Follower], db_url: str, owner_lost:
         owner_lost.append((now, account(f.index)))
         terminate_sessions(db_url, f.index)
     elif ev["event"] == "rolling_restart":
-        for g in followers:  # one at a time, as the Deployment rolls
-            g.roll(owner_lost)
+        rollouts.append(Rollout(followers, owner_lost))
 
 
 def _line_truth(sim: SimCluster, schedule: dict):

@@ -27,7 +27,7 @@ from steptail.simcluster.chaos import (
     format_schedule,
     scenario_of,
 )
-from steptail.simcluster.chaos_run import Follower, account, run_schedule
+from steptail.simcluster.chaos_run import Follower, Rollout, account, run_schedule
 from steptail.simcluster.scenario import Scenario
 from steptail.storage.db import open_store
 from steptail.storage.scratch import scratch_database
@@ -143,6 +143,21 @@ server.serve_forever()
 """
 
 
+def _roll(f: Follower, lost: list, ready_timeout: float) -> list[bool]:
+    """Step a rollout of `f` as the harness's loop does until the old process is gone; whether
+    the old process still ran at each step before it got SIGTERM."""
+    first, rollout, both = f.proc, Rollout([f], lost, ready_timeout=ready_timeout), []
+    while not rollout.step():
+        if not lost:
+            both.append(first.poll() is None and f.alive() and f.proc is not first)
+        f.reap()
+        time.sleep(0.05)
+    while f.outgoing is not None:
+        f.reap()
+        time.sleep(0.05)
+    return both
+
+
 def test_a_rolling_restart_stops_a_replica_only_once_its_successor_is_ready(tmp_path):
     """As deploy/deployment.yaml rolls (maxSurge 1, maxUnavailable 0): a harness that stopped
     first and started after left both replicas new and blind at once under a pod-list denial
@@ -152,12 +167,13 @@ def test_a_rolling_restart_stops_a_replica_only_once_its_successor_is_ready(tmp_
     f.start()
     first, lost = f.proc, []
     try:
-        f.roll(lost, ready_timeout=20)
+        both = _roll(f, lost, ready_timeout=20)
+        assert len(both) > 2 and all(both)  # side by side while the successor was not ready
         assert first.poll() is not None and f.alive() and f.proc is not first
-        successor_ready = float(mark.read_text().split()[-1])  # the second process to get ready
-        assert len(mark.read_text().split()) == 2
+        readies = [float(t) for t in mark.read_text().split()]
+        assert len(readies) == 2  # the successor is the second to get ready
         (stopped_at, who), = lost
-        assert stopped_at >= successor_ready and who == account(0)
+        assert stopped_at >= readies[1] and who == account(0)
         (a0, a1), (b0, b1) = f.spans
         assert b0 < a1 and b1 == float("inf")  # they overlapped; the old one's span ended
     finally:
@@ -171,11 +187,22 @@ def test_a_rolling_restart_gives_up_waiting_for_a_successor_that_never_gets_read
     first, lost = f.proc, []
     try:
         began = time.time()
-        f.roll(lost, ready_timeout=1.0)
+        _roll(f, lost, ready_timeout=1.0)
         assert first.poll() is not None and f.alive() and not mark.exists()
         assert 1.0 <= lost[0][0] - began < 10
     finally:
         f.terminate(timeout=5)
+
+
+def test_the_harness_s_final_stop_ends_a_replica_being_replaced_too(tmp_path):
+    f = Follower(0, [sys.executable, "-c", _READY_LATER, "60", str(tmp_path / "r")], tmp_path / "f.log", {})
+    f.start()
+    first = f.proc
+    Rollout([f], [], ready_timeout=30).step()  # the successor started; the old one runs on
+    second = f.proc
+    assert second is not first and first.poll() is None
+    f.terminate(timeout=5)
+    assert first.poll() is not None and second.poll() is not None and f.outgoing is None
 
 
 def test_simcluster_chaos_prints_the_schedule_and_serves_it(tmp_path):
