@@ -330,7 +330,8 @@ def draw_schedule(seed: int, *, duration: float = 10.0, rates: tuple[float, floa
 
 def _replica_events(r: random.Random, duration: float, replicas: int, start: float) -> list[dict]:
     """SIGKILL (back after a while, as a container restarts), SIGSTOP/SIGCONT (a hung replica),
-    its database sessions terminated, and at most one rolling restart."""
+    its database sessions terminated, and at most one rolling restart (chaos_run.Rollout: as the
+    Deployment rolls, each successor ready before the replica it replaces stops)."""
     events = []
     for _ in range(max(1, _poisson(r, duration / 12))):
         kind = r.choices(["kill", "stop", "terminate_sessions", "rolling_restart"], [3, 2, 2, 1])[0]
