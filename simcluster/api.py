@@ -86,6 +86,9 @@ class KubeApi:
         self.address = ""  # host:port once listening
         self.closing = False  # set by close(): open streams end
         self.requests: list[tuple[str, str, int]] = []  # (method, path?query, status)
+        # the same, timed: (asked, answered, user, method, path?query, status); a failing chaos
+        # seed's story is in it (when a follower asked again after a fault, and what for)
+        self.timeline: list[tuple[float, float, str, str, str, int]] = []
         self.log_reads: list[LogRead] = []  # every pods/log request, who made it, from when to when
         # account -> when it last asked, and when it began asking after a silence of WAKE_SILENCE
         # (the last 100): when a restarted client was up again (the chaos harness)
@@ -166,6 +169,10 @@ class KubeApi:
             self.requests.append((request.method, str(request.rel_url), resp.status))
             if len(self.requests) > 10000:
                 del self.requests[:5000]
+            self.timeline.append((request[ASKED], time.time(), user or "", request.method, str(request.rel_url),
+                                  resp.status))
+            if len(self.timeline) > 20000:
+                del self.timeline[:10000]
         return resp
 
     def _asked(self, user: str | None, at: float) -> None:

@@ -263,6 +263,14 @@ class Sampler:
         return self.samples[-1][1] if self.samples else {}
 
 
+def _write_timeline(sim: SimCluster, t0: float, path: Path) -> None:
+    """Every API request, one a line in seconds from the schedule's start: asked, answered,
+    who, status, method and path (kept with a failing seed: --keep)."""
+    with path.open("w") as out:
+        for asked, answered, user, method, url, status in sim.timeline():
+            out.write(f"{asked - t0:8.3f} {answered - t0:8.3f} {user or '-'} {status} {method} {url}\n")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -368,6 +376,7 @@ def run_schedule(schedule: dict, db_url: str, workdir: Path, *, timeout: float |
         if driver is not None:
             driver.stop()
         obs = _observe(sim, schedule, followers, t0, sampler, owner_lost, time.time())
+        _write_timeline(sim, t0, workdir / "requests.log")
         sim.stop_thread()
         if proxy is not None:
             proxy.stop()

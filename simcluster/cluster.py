@@ -103,6 +103,12 @@ class SimCluster:
         """(method, path?query, status) of every API request (the last 5,000 to 10,000)."""
         return self.api.requests
 
+    def timeline(self) -> list[tuple[float, float, str, str, str, int]]:
+        """(asked, answered, user, method, path?query, status) of every API request, times in
+        seconds since the epoch (the last 10,000 to 20,000)."""
+        with self.state.lock:
+            return list(self.api.timeline)
+
     def woke_since(self, account: str, t: float) -> float | None:
         """When `account` first asked the API at or after `t` following a silence (api.WAKE_SILENCE):
         a client started at `t` is up from then. None: not yet."""

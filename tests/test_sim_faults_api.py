@@ -80,6 +80,10 @@ def test_slow_api_answers_late_on_its_path_only(make_simcluster):
     assert r.returncode == 0 and "LOSS-PARTS step=3 " in r.stdout
     [slow] = [o for o in sim.truth.unavailable() if o.kind == "slow_api"]
     assert slow.params == {"delay": 2.0, "path": "/log"}
+    # the timed request log: each log read answered 2 s after it was asked, by whom
+    logs = [(a, b, who, status) for a, b, who, _, url, status in sim.timeline() if url.split("?")[0].endswith("/log")]
+    assert logs[-1][1] - logs[-1][0] >= 2.0 and logs[-1][2:] == (sim.account, 200), logs
+    assert any(url.split("?")[0].endswith("/pods") and b - a < 1.0 for a, b, _, _, url, _ in sim.timeline())
 
 
 def test_eof_streams_abort_drops_the_follow(make_simcluster):
