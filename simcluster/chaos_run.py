@@ -68,6 +68,7 @@ class Follower:
     resumes: list[float] = field(default_factory=list)  # the starts of spans that began with SIGCONT
     stopped: bool = False
     booting: list[int] = field(default_factory=list)  # spans of restarts not yet seen asking the API
+    serves_health: bool = False  # started with a --metrics-port (replicas: a rolling restart reads /healthz)
     port: int | None = None  # the running process's --metrics-port
     # a rolling update's process being replaced (surge): (process, its span), and when it got SIGTERM
     outgoing: tuple[subprocess.Popen, list[float]] | None = None
@@ -78,9 +79,12 @@ class Follower:
             # a kill's restart due while a rolling restart already started it again: a second
             # process would be orphaned (never terminated), its load on every later seed
             return
-        self.port = _free_port()  # its /healthz: the readiness a rolling restart waits for
-        self.proc = subprocess.Popen([*self.argv, "--metrics-port", str(self.port)], stdout=subprocess.DEVNULL,
-                                     stderr=open(self.log, "ab"), env=self.env, start_new_session=True)
+        argv = self.argv
+        if self.serves_health:  # its /healthz: the readiness a rolling restart waits for
+            self.port = _free_port()
+            argv = [*argv, "--metrics-port", str(self.port)]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=open(self.log, "ab"),
+                                     env=self.env, start_new_session=True)
         if self.spans:  # a restart; the first start is timed from _wait_ready
             self.booting.append(len(self.spans))
         self.spans.append([time.time(), float("inf")])
@@ -314,6 +318,8 @@ def run_schedule(schedule: dict, db_url: str, workdir: Path, *, timeout: float |
     sim = SimCluster(scenario, state_dir=workdir / "sim", db_proxy=proxy).start_in_thread()
     follow_url = proxy.url(db_url) if proxy is not None else db_url  # the oracle reads around the proxy
     followers = [_follower(sim, follow_url, i, workdir) for i in range(max(1, plan["replicas"]))]
+    for f in followers:
+        f.serves_health = len(followers) > 1
     owner_lost: list[tuple[float, str]] = []
     sampler = Sampler(db_url)
     events = sorted(plan["events"], key=lambda e: e["at"])

@@ -163,10 +163,13 @@ def test_a_rolling_restart_stops_a_replica_only_once_its_successor_is_ready(tmp_
     first and started after left both replicas new and blind at once under a pod-list denial
     (seed 38: steps servable 6 s, the only running replicas unable to list the pod)."""
     mark = tmp_path / "ready"
-    f = Follower(0, [sys.executable, "-c", _READY_LATER, "1.5", str(mark)], tmp_path / "f.log", {})
+    f = Follower(0, [sys.executable, "-c", _READY_LATER, "1.5", str(mark)], tmp_path / "f.log", {},
+                 serves_health=True)
     f.start()
     first, lost = f.proc, []
     try:
+        while not mark.exists():  # the replica to replace is up and ready, as a running one is
+            time.sleep(0.05)
         both = _roll(f, lost, ready_timeout=20)
         assert len(both) > 2 and all(both)  # side by side while the successor was not ready
         assert first.poll() is not None and f.alive() and f.proc is not first
@@ -182,7 +185,8 @@ def test_a_rolling_restart_stops_a_replica_only_once_its_successor_is_ready(tmp_
 
 def test_a_rolling_restart_gives_up_waiting_for_a_successor_that_never_gets_ready(tmp_path):
     mark = tmp_path / "ready"
-    f = Follower(0, [sys.executable, "-c", _READY_LATER, "60", str(mark)], tmp_path / "f.log", {})
+    f = Follower(0, [sys.executable, "-c", _READY_LATER, "60", str(mark)], tmp_path / "f.log", {},
+                 serves_health=True)
     f.start()
     first, lost = f.proc, []
     try:
@@ -195,7 +199,8 @@ def test_a_rolling_restart_gives_up_waiting_for_a_successor_that_never_gets_read
 
 
 def test_the_harness_s_final_stop_ends_a_replica_being_replaced_too(tmp_path):
-    f = Follower(0, [sys.executable, "-c", _READY_LATER, "60", str(tmp_path / "r")], tmp_path / "f.log", {})
+    f = Follower(0, [sys.executable, "-c", _READY_LATER, "60", str(tmp_path / "r")], tmp_path / "f.log", {},
+                 serves_health=True)
     f.start()
     first = f.proc
     Rollout([f], [], ready_timeout=30).step()  # the successor started; the old one runs on
