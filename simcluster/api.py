@@ -85,8 +85,7 @@ class KubeApi:
         self.watch_timeout = watch_timeout  # server-side end of a watch without timeoutSeconds
         self.address = ""  # host:port once listening
         self.closing = False  # set by close(): open streams end
-        self.requests: list[tuple[str, str, int]] = []  # (method, path?query, status)
-        # the same, timed: (asked, answered, user, method, path?query, status); a failing chaos
+        # every request: (asked, answered, user, method, path?query, status); a failing chaos
         # seed's story is in it (when a follower asked again after a fault, and what for)
         self.timeline: list[tuple[float, float, str, str, str, int]] = []
         self.log_reads: list[LogRead] = []  # every pods/log request, who made it, from when to when
@@ -166,9 +165,6 @@ class KubeApi:
             except web.HTTPException as e:
                 resp = e
         with self.state.lock:
-            self.requests.append((request.method, str(request.rel_url), resp.status))
-            if len(self.requests) > 10000:
-                del self.requests[:5000]
             self.timeline.append((request[ASKED], time.time(), user or "", request.method, str(request.rel_url),
                                   resp.status))
             if len(self.timeline) > 20000:

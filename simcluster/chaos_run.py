@@ -164,8 +164,7 @@ class Follower:
         if proc.poll() is None:
             if time.time() - self.retired_at < timeout:
                 return
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5)
+            _end(proc, 0)
         span[1] = time.time()
         self.outgoing, self.retired_at = None, None
 
@@ -174,20 +173,24 @@ class Follower:
         outgoing process of a rolling update too."""
         if self.outgoing is not None:
             self.retire()
-            while self.outgoing is not None:
-                self.reap(timeout)
-                time.sleep(0.05)
+            _end(self.outgoing[0], timeout)
+            self.reap()
         if not self.alive():
             self._pause_span()
             return
         self.cont()
         self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(5)
+        _end(self.proc, timeout)
         self._pause_span()
+
+
+def _end(proc: subprocess.Popen, timeout: float) -> None:
+    """Wait up to `timeout` s for a signalled process to exit, then SIGKILL its group."""
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)
 
 
 class Rollout:
@@ -281,12 +284,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _follower(sim: SimCluster, db_url: str, i: int, workdir: Path) -> Follower:
+def _follower(sim: SimCluster, db_url: str, i: int, workdir: Path, serves_health: bool) -> Follower:
     argv = [sys.executable, "-c", "from steptail.cli import main; main()", "follow", "--all",
             "-n", sim.namespace, "--kubeconfig", str(sim.kubeconfig_path), "--account", account(i),
             "--db", db_url, "--no-view", "--log-format", "json"]
     env = {**os.environ, "PGAPPNAME": app_name(i)}
-    return Follower(i, argv, workdir / f"follow-{i}.log", env)
+    return Follower(i, argv, workdir / f"follow-{i}.log", env, serves_health=serves_health)
 
 
 def run_schedule(schedule: dict, db_url: str, workdir: Path, *, timeout: float | None = None,
@@ -317,9 +320,8 @@ def run_schedule(schedule: dict, db_url: str, workdir: Path, *, timeout: float |
         scenario = {**scenario, "jobsets": [], "faults": []}
     sim = SimCluster(scenario, state_dir=workdir / "sim", db_proxy=proxy).start_in_thread()
     follow_url = proxy.url(db_url) if proxy is not None else db_url  # the oracle reads around the proxy
-    followers = [_follower(sim, follow_url, i, workdir) for i in range(max(1, plan["replicas"]))]
-    for f in followers:
-        f.serves_health = len(followers) > 1
+    replicas = max(1, plan["replicas"])
+    followers = [_follower(sim, follow_url, i, workdir, serves_health=replicas > 1) for i in range(replicas)]
     owner_lost: list[tuple[float, str]] = []
     sampler = Sampler(db_url)
     events = sorted(plan["events"], key=lambda e: e["at"])

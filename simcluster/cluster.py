@@ -100,8 +100,8 @@ class SimCluster:
 
     @property
     def requests(self) -> list[tuple[str, str, int]]:
-        """(method, path?query, status) of every API request (the last 5,000 to 10,000)."""
-        return self.api.requests
+        """(method, path?query, status) of every API request (timeline() without the times)."""
+        return [(method, url, status) for _, _, _, method, url, status in self.timeline()]
 
     def timeline(self) -> list[tuple[float, float, str, str, str, int]]:
         """(asked, answered, user, method, path?query, status) of every API request, times in

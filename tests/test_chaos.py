@@ -143,6 +143,15 @@ server.serve_forever()
 """
 
 
+def _stand_in(tmp_path, delay: float) -> tuple[Follower, object]:
+    """A started replica stand-in that gets ready after `delay` s, and its ready marks' file."""
+    mark = tmp_path / "ready"
+    f = Follower(0, [sys.executable, "-c", _READY_LATER, str(delay), str(mark)], tmp_path / "f.log", {},
+                 serves_health=True)
+    f.start()
+    return f, mark
+
+
 def _roll(f: Follower, lost: list, ready_timeout: float) -> list[bool]:
     """Step a rollout of `f` as the harness's loop does until the old process is gone; whether
     the old process still ran at each step before it got SIGTERM."""
@@ -162,10 +171,7 @@ def test_a_rolling_restart_stops_a_replica_only_once_its_successor_is_ready(tmp_
     """As deploy/deployment.yaml rolls (maxSurge 1, maxUnavailable 0): a harness that stopped
     first and started after left both replicas new and blind at once under a pod-list denial
     (seed 38: steps servable 6 s, the only running replicas unable to list the pod)."""
-    mark = tmp_path / "ready"
-    f = Follower(0, [sys.executable, "-c", _READY_LATER, "1.5", str(mark)], tmp_path / "f.log", {},
-                 serves_health=True)
-    f.start()
+    f, mark = _stand_in(tmp_path, 1.5)
     first, lost = f.proc, []
     try:
         while not mark.exists():  # the replica to replace is up and ready, as a running one is
@@ -184,10 +190,7 @@ def test_a_rolling_restart_stops_a_replica_only_once_its_successor_is_ready(tmp_
 
 
 def test_a_rolling_restart_gives_up_waiting_for_a_successor_that_never_gets_ready(tmp_path):
-    mark = tmp_path / "ready"
-    f = Follower(0, [sys.executable, "-c", _READY_LATER, "60", str(mark)], tmp_path / "f.log", {},
-                 serves_health=True)
-    f.start()
+    f, mark = _stand_in(tmp_path, 60)
     first, lost = f.proc, []
     try:
         began = time.time()
@@ -199,9 +202,7 @@ def test_a_rolling_restart_gives_up_waiting_for_a_successor_that_never_gets_read
 
 
 def test_the_harness_s_final_stop_ends_a_replica_being_replaced_too(tmp_path):
-    f = Follower(0, [sys.executable, "-c", _READY_LATER, "60", str(tmp_path / "r")], tmp_path / "f.log", {},
-                 serves_health=True)
-    f.start()
+    f, _ = _stand_in(tmp_path, 60)
     first = f.proc
     Rollout([f], [], ready_timeout=30).step()  # the successor started; the old one runs on
     second = f.proc
