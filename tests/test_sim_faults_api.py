@@ -106,10 +106,11 @@ def test_eof_streams_abort_drops_the_follow(make_simcluster):
 
 
 def test_watch_gone_expired_is_an_error_event_410_and_compacts(make_simcluster, monkeypatch):
-    sc = scenario()
-    sc["jobsets"][0]["pending_seconds"] = 1.0
-    sim = make_simcluster(sc)
+    sim = make_simcluster(scenario())
     v1 = core(sim, monkeypatch)
+    wait_running(sim)
+    # the watch starts from a resourceVersion taken before its two MODIFIED events are made
+    # (not before the pods' start: on a loaded machine they could be running before the list)
     rv = v1.list_namespaced_pod("default", label_selector=JS).metadata.resource_version
     errors: list = []
     seen: list = []
@@ -124,7 +125,8 @@ def test_watch_gone_expired_is_an_error_event_410_and_compacts(make_simcluster, 
 
     t = threading.Thread(target=run, daemon=True)
     t.start()
-    wait_running(sim)  # MODIFIED events (Pending -> Running) arrive first
+    for pod in sim.pod_names():  # a container restart in each pod: one MODIFIED each
+        sim.restart_container(pod=pod)
     deadline = time.monotonic() + 10
     while len(seen) < 2 and time.monotonic() < deadline:
         time.sleep(0.02)
