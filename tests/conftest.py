@@ -3,10 +3,10 @@ import tempfile
 
 import pytest
 from hypothesis import HealthCheck, settings
-from machine_share import machine_share
 
 # ---- object stores: moto's S3 server and fake-gcs-server, one each per session (per xdist worker) ----
 from object_store_support import fake_gcs, moto_s3, no_metadata_servers  # noqa: F401
+from one_at_a_time import one_at_a_time
 
 # ---- simulated cluster fixtures (simcluster/) ----
 from sim_fixtures import make_simcluster, simcluster  # noqa: F401
@@ -60,23 +60,21 @@ SLOW = {
     "test_cursor_order.py::test_follow_node_clock_stepped_back",
 }
 
-# Tests marked `alone` (the seeded chaos runs: three JobSets at up to 500 lines/s, a simulator, a
-# collector and its kubectl) are judged by an oracle that assumes the collector gets the CPU it
-# asks for: a step servable 5 s and not recorded is a defect. Beside other tests on 2 cores the
-# collector is starved and the verdict measures the machine (CI: seeds 103, 105, 106, 111 failed
-# that way, and passed alone). So under xdist each test holds the machine: shared by every other
-# test, exclusive for an `alone` one, which waits for the running tests to end while the
-# turnstile keeps new ones from starting (tests/machine_share.py).
+# Tests marked `one_at_a_time` (the seeded chaos runs: three JobSets at up to 500 lines/s, a
+# simulator, a collector and its kubectl) are judged by an oracle that assumes the collector
+# gets the CPU it asks for: a step servable 5 s and not recorded is a defect. Two of them at once
+# would starve each other's collectors; beside the other tests they run as beside one CPU
+# burner, which they must bear anyway. (They used to hold the whole machine: 53 tests, ~800 s
+# with the other cores idle; the suite took 46 min on 2 workers, 28 min on 3 without it.)
 # Taken around the whole test (setup, call, teardown) and outside pytest-timeout's timer
-# (tryfirst: the outermost wrapper): the wait for the machine is not the test's time.
+# (tryfirst: the outermost wrapper): the wait for the other one is not the test's time.
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item, nextitem):
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
+    if not os.environ.get("PYTEST_XDIST_WORKER") or item.get_closest_marker("one_at_a_time") is None:
         yield
         return
-    alone = item.get_closest_marker("alone") is not None
     # the workers' basetemps (popen-gwN) share one parent: the session's
-    with machine_share(item.config._tmp_path_factory.getbasetemp().parent, alone):
+    with one_at_a_time(item.config._tmp_path_factory.getbasetemp().parent):
         yield
 
 

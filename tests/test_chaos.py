@@ -468,20 +468,20 @@ def _seed_params():
         yield pytest.param(seed, extra, id=f"seed{seed}", marks=marks)
 
 
-@pytest.mark.alone
+@pytest.mark.one_at_a_time
 @pytest.mark.parametrize("seed,extra", list(_seed_params()))
 def test_chaos_seed(seed, extra, db_url, tmp_path):
     _judged(draw_schedule(seed, **{**SHORT, **extra}), db_url, tmp_path, FOUND.get(seed))
 
 
-@pytest.mark.alone
+@pytest.mark.one_at_a_time
 def test_chaos_replicated_seed(tmp_path):
     seed, extra = REPLICATED
     with scratch_database(PG_ADMIN, "steptail_chaos") as db:
         _judged(draw_schedule(seed, **extra), db, tmp_path, FOUND.get(seed))
 
 
-@pytest.mark.alone
+@pytest.mark.one_at_a_time
 @pytest.mark.parametrize("seed", sorted(REGRESSIONS), ids=[f"seed{s}" for s in sorted(REGRESSIONS)])
 def test_chaos_regression(seed, db_url, tmp_path):
     """A seed that once found a defect (named in tests/chaos_seeds.py REGRESSIONS)."""
@@ -504,7 +504,7 @@ def _issue33_params():
         yield pytest.param(seed, id=f"seed{seed}", marks=marks)
 
 
-@pytest.mark.alone
+@pytest.mark.one_at_a_time
 @pytest.mark.parametrize("seed", list(_issue33_params()))
 def test_chaos_issue33_regression(seed, db_url, tmp_path):
     """A seed of issue 33's faults that loses data on the code before its fixes (what it lost:
