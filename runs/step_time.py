@@ -16,8 +16,6 @@ from __future__ import annotations
 from array import array
 from statistics import median
 
-import numpy as np
-
 from steptail.runs.goodput import BURST_NS, same_burst
 
 DECIDE_AT = 20  # steady steps an incarnation's median is decided on
@@ -70,6 +68,8 @@ class IncTimes:
             for row in zip(steps, seconds, stamps, strict=True):
                 self.pod(*row)
             return
+        import numpy as np  # here, not at the top: every command imports this module, few batch
+
         n = len(steps)
         step = np.array(steps, dtype=np.int64)
         has_ts = np.fromiter((t is not None for t in stamps), bool, n)
@@ -156,6 +156,8 @@ class IncTimes:
             return None
         if len(values) < BULK:
             return median(values)
+        import numpy as np
+
         # numpy's median of the same doubles: the middle one, or the mean of the middle two
         return float(np.median(np.frombuffer(values, dtype=np.float64)))
 
