@@ -20,6 +20,7 @@ Every import counts: at module level or inside a function, `import x` and `from 
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,10 +90,22 @@ def _resolve(module: str, path: Path, node: ast.ImportFrom) -> str:
     return ".".join([*package, base] if base else package)
 
 
+def _segment(lines: list[str], node: ast.stmt) -> str:
+    """ast.get_source_segment, without splitting the whole file again for each node (that made
+    this walk seconds of every xdist worker's collection)."""
+    parts = [line.encode() for line in lines[node.lineno - 1:node.end_lineno]]
+    parts[-1] = parts[-1][:node.end_col_offset]
+    parts[0] = parts[0][node.col_offset:]
+    return "\n".join(part.decode() for part in parts)
+
+
+@functools.cache
 def imports() -> list[Import]:
+    """Every import of the project's modules, walked once, when a test first asks."""
     out = []
     for module, path in MODULES.items():
         source = path.read_text()
+        lines = source.splitlines()
         rel = str(path.relative_to(ROOT))
         for node in ast.walk(ast.parse(source, str(path))):
             if isinstance(node, ast.Import):
@@ -103,14 +116,12 @@ def imports() -> list[Import]:
                 targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
             else:
                 continue
-            text = ast.get_source_segment(source, node) or ""
+            text = _segment(lines, node)
             for target in dict.fromkeys(targets):
                 if layer(target) is not None or target == NAMESPACE_ROOT:
                     out.append(Import(module, rel, node.lineno, target, " ".join(text.split())))
     return out
 
-
-IMPORTS = imports()
 
 
 def _where(i: Import) -> str:
@@ -120,12 +131,12 @@ def _where(i: Import) -> str:
 def test_the_walk_sees_every_layer():
     found = {layer(m) for m in MODULES}
     assert found >= set(LAYERS.values())
-    assert len(IMPORTS) > 100  # the walk found the imports at all
+    assert len(imports()) > 100  # the walk found the imports at all
 
 
 def test_imports_point_down():
     wrong = []
-    for i in IMPORTS:
+    for i in imports():
         here, there = layer(i.module) or NAMESPACE_ROOT, layer(i.target)  # the root: top layer
         if there is not None and RANK[there] > RANK[here]:
             wrong.append(f"{_where(i)}  ({here} imports {there}, a higher layer)")
@@ -147,7 +158,7 @@ def test_every_collector_module_is_in_a_room():
 
 def test_collector_rooms_point_down():
     wrong = [f"{_where(i)}  ({room(i.module)} imports {room(i.target)}, a higher room)"
-             for i in IMPORTS if room(i.module) and room(i.target)
+             for i in imports() if room(i.module) and room(i.target)
              and ROOMS.index(room(i.target)) > ROOMS.index(room(i.module))]
     assert not wrong, "imports from a lower collector room to a higher one:\n" + "\n".join(wrong)
 
@@ -155,7 +166,7 @@ def test_collector_rooms_point_down():
 def test_only_the_cli_commands_import_the_simulator():
     wrong = [
         _where(i)
-        for i in IMPORTS
+        for i in imports()
         if layer(i.target) == SIMULATOR and layer(i.module) != SIMULATOR and i.module not in SIMULATOR_USERS
     ]
     assert not wrong, "production code importing the simulated cluster:\n" + "\n".join(wrong)
@@ -198,7 +209,7 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycles():
     edges: dict[str, set[str]] = {}
-    for i in IMPORTS:
+    for i in imports():
         if i.target != NAMESPACE_ROOT and i.module != NAMESPACE_ROOT and i.target in MODULES:
             edges.setdefault(i.module, set()).add(i.target)
     cycles = _cycles(edges)
@@ -206,7 +217,7 @@ def test_no_import_cycles():
     for component in cycles:
         members = set(component)
         lines.append(" <-> ".join(component))
-        lines += [f"    {_where(i)}" for i in IMPORTS if i.module in members and i.target in members]
+        lines += [f"    {_where(i)}" for i in imports() if i.module in members and i.target in members]
     assert not cycles, "modules importing each other:\n" + "\n".join(lines)
 
 
