@@ -41,7 +41,8 @@ test: dev
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal $(TEST_ARGS)
 
 # `make quick`: the inner loop, a few minutes: the suite without the tests marked `slow` (long
-# follow scenarios, chaos seeds, soak, browser; tests/conftest.py SLOW) and `image`.
+# follow scenarios, chaos seeds, soak, browser, and single tests of 2 s and more: tests/slow_tests.txt)
+# and `image`.
 quick: dev
 	$(BIN)/ruff check .
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not slow and not image" $(TEST_ARGS)

@@ -1,5 +1,6 @@
 import os
 import tempfile
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -38,27 +39,15 @@ def _worker_tmpdir(tmp_path_factory):
 
 
 # ---- `make quick`: the tests marked `slow` (and `image`) are left out of the inner loop ----
-# Modules with long scenarios (a test of ~13 s and more in `pytest --durations` on 2 busy
-# cores: follow through hangs, outages, restarts and replicas on the simulated cluster, seeded
-# chaos, the lake and Parquet CLIs, archives, the browser, the demo, the docs' examples), and
-# single tests ("module::test"); marked here from outside (their own pytestmark untouched).
-SLOW = {
-    "test_archive.py", "test_archive_full_disk.py", "test_chaos.py", "test_collector_events.py",
-    "test_demo.py", "test_deploy.py", "test_discovery_backoff.py", "test_docs_examples.py",
-    "test_endless_line.py", "test_false_stall.py", "test_follow_backoff.py", "test_follow_cli.py",
-    "test_follow_failures.py", "test_follow_faults.py", "test_follow_hang.py", "test_follow_poison.py",
-    "test_follow_restart_before.py", "test_follow_restart_gap.py", "test_follow_soak.py",
-    "test_follow_start.py", "test_follow_unread_tail.py", "test_garbage_mostly.py",
-    "test_garbage_stream.py", "test_head_gap.py", "test_hostile_cluster.py", "test_identity.py",
-    "test_image.py", "test_lake.py", "test_lake_bucket_missing.py", "test_lake_cli.py",
-    "test_lake_follow.py", "test_lake_object_stores.py", "test_lake_store_away.py",
-    "test_metrics_exposition.py", "test_output.py", "test_page.py", "test_parquet_backfill.py",
-    "test_parquet_compact.py", "test_pod_list_bounded.py", "test_raw_log.py", "test_recovery.py",
-    "test_replicas.py", "test_run_identity.py", "test_run_state.py", "test_runbook_live.py",
-    "test_store_failures.py", "test_store_outage.py", "test_watchdog_pace.py",
-    "test_parser_native.py::test_random_blocks_agree", "test_export.py::test_cli_refuses_to_overwrite_without_force",
-    "test_cursor_order.py::test_follow_node_clock_stepped_back",
-}
+# Modules with long scenarios and single tests ("module::test"), listed in tests/slow_tests.txt;
+# marked here from outside (their own pytestmark untouched).
+def read_slow(path: Path) -> set[str]:
+    """The entries of tests/slow_tests.txt: one a line, `#` comments and blank lines skipped."""
+    lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
+    return {line for line in lines if line}
+
+
+SLOW = read_slow(Path(__file__).with_name("slow_tests.txt"))
 
 # Tests marked `one_at_a_time` (the seeded chaos runs: three JobSets at up to 500 lines/s, a
 # simulator, a collector and its kubectl) are judged by an oracle that assumes the collector
