@@ -6,7 +6,8 @@ after them; every test and demo that runs `steptail follow` pays them).
 
 Per target, `python -c "import MODULE"` from an empty folder: `follow` (steptail.collector.live.wiring,
 all a follower loads before it reaches the cluster), `lint` (steptail.commands.lint and the
-runbook engine), `cli` (steptail.cli: `steptail --help`). --baseline REV: the same imports of
+runbook engine), `cli` (steptail.cli: `steptail --help`), `read` (the commands `runs` and
+`steps`, what an agent polling a run starts each time). --baseline REV: the same imports of
 git revision REV's tree (laid out as installed, as benchmarks/ingest.py does), in turn with
 this checkout's, medians and `ratio_cpu` (this / REV: below 1, faster). A tree imported ahead
 of the editable install costs more than the install itself (about 0.25 s on `follow`): for a
@@ -31,6 +32,7 @@ TARGETS = {
     "follow": "steptail.collector.live.wiring",
     "lint": "steptail.commands.lint, steptail.runs.runbook",
     "cli": "steptail.cli",
+    "read": "steptail.commands.runs, steptail.commands.steps",
 }
 
 
