@@ -289,6 +289,10 @@ def test_the_oracle_measures_read_recovery_and_the_worst_unrecorded_step():
     # nothing read after the fault: left to the lost-step counts
     obs.reads["a"] = [(101.0, 101.0, None), (102.5, None, None)]
     assert worst_read_recovery(obs) == 0.0
+    # lines waiting from 102.2 until rotated away unread at 104.5, the next written at 114.4 and
+    # read at once: 2.3 s had a line to read, not 12.2 (replicated seed 44)
+    obs.reads["a"] = [(101.0, 101.0, None), (102.2, None, 104.5), (102.2, None, 104.5), (114.4, 114.4, None)]
+    assert worst_read_recovery(obs) == pytest.approx(104.5 - 102.2)
 
 
 def test_the_oracle_times_row_recovery_from_a_step_there_was_to_record():
