@@ -430,19 +430,8 @@ def worst_read_recovery(obs: Observation) -> float:
         if read and waiting:
             first = min(read)
             spans = [(max(te, w), min(first, *(t for t in (r, until) if t is not None))) for w, r, until in waiting]
-            worst = max(worst, sum(_readable(refusals, a, b) for a, b in _merged(spans)))
+            worst = max(worst, sum(_readable(refusals, a, b) for a, b in _union([sp for sp in spans if sp[1] > sp[0]])))
     return worst
-
-
-def _merged(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Spans (start, end) as the disjoint spans of their union; empty ones dropped."""
-    out: list[tuple[float, float]] = []
-    for a, b in sorted(sp for sp in spans if sp[1] > sp[0]):
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
 
 
 def _count_at(samples: list[tuple[float, dict[str, int]]], t: float, run: str) -> int:

@@ -123,7 +123,6 @@ def imports() -> list[Import]:
     return out
 
 
-
 def _where(i: Import) -> str:
     return f"{i.path}:{i.line}: {i.text}"
 
